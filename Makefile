@@ -1,0 +1,34 @@
+# Lesson 83 homework package. Two entry points for a new user: `make demo` and `make test`.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo release selfcheck test lint clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PY) >/dev/null || { echo "Python 3.11 is needed (set PY=/path/to/python3.11)"; exit 1; }
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# The CPU build of torch first, so that nothing later pulls a CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+release: setup
+	$(BIN)/lesson83 release
+
+selfcheck: setup
+	$(BIN)/lesson83 selfcheck
+
+demo: release selfcheck
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+clean:
+	rm -rf dist build .pytest_cache

@@ -1,0 +1,74 @@
+"""Typed schema of grading_config.yaml: every key has a type and a default, unknown keys are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = ROOT / "grading_config.yaml"
+
+
+class ConfigError(ValueError):
+    """A grading_config.yaml problem, with the file and the key in the message."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tolerances(_Strict):
+    atol: float = Field(1e-4, gt=0, description="absolute tolerance of numeric checks")
+    rtol: float = Field(1e-4, ge=0, description="relative tolerance of numeric checks")
+
+
+class QuestionPoints(_Strict):
+    points: float = Field(gt=0, description="points of the question")
+    manual: bool = Field(False, description="graded by hand (written answers)")
+
+
+class Execution(_Strict):
+    wall_timeout_s: float = Field(60, gt=0, description="wall-clock limit per submission")
+    cpu_timeout_s: int = Field(60, gt=0, description="CPU-time limit per submission")
+    memory_mb: int = Field(4096, gt=0, description="address-space limit per submission")
+    max_processes: int = Field(64, gt=0, description="process limit inside the sandbox")
+    max_file_mb: int = Field(64, gt=0, description="largest file a submission may write")
+    max_output_kb: int = Field(256, gt=0, description="captured output kept per submission")
+    workers: int = Field(2, gt=0, description="submissions graded in parallel")
+
+
+class GradingConfig(_Strict):
+    assignment: str = Field("lesson83", description="assignment name used by Otter and nbgrader")
+    total_points: float = Field(gt=0, description="sum of all question points")
+    tolerances: Tolerances = Tolerances()
+    questions: dict[str, QuestionPoints]
+    execution: Execution = Execution()
+
+    @model_validator(mode="after")
+    def _points_add_up(self) -> GradingConfig:
+        total = sum(q.points for q in self.questions.values())
+        if abs(total - self.total_points) > 1e-9:
+            parts = " + ".join(f"{k} {v.points:g}" for k, v in self.questions.items())
+            raise ValueError(f"question points do not add up: {parts} = {total:g}, but total_points is "
+                             f"{self.total_points:g}; change a question's points or total_points")
+        return self
+
+
+def load_config(path: Path = DEFAULT_CONFIG) -> GradingConfig:
+    """Read and validate the grading config; errors name the file and the offending key."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the grading config: {exc}") from exc
+    try:
+        return GradingConfig.model_validate(raw or {})
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            what = "unknown key (check the spelling; allowed keys are listed in autograder/config.py)" \
+                if err["type"] == "extra_forbidden" else err["msg"]
+            lines.append(f"  {key}: {what}")
+        raise ConfigError(f"{path}: invalid grading config:\n" + "\n".join(lines)) from None

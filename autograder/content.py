@@ -1,0 +1,357 @@
+"""The authored source: question files under assignments/, their cases and their expected values."""
+
+from __future__ import annotations
+
+import ast
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from autograder import lesson83_checks as checks
+from autograder.config import ROOT, GradingConfig
+
+ASSIGNMENT_DIR = ROOT / "assignments" / "lesson83"
+REFERENCE_FILE = ROOT / "reference" / "lesson83.py"
+LETTERS = checks.LETTERS
+DIRECTIVE = re.compile(r"^<!--\s*(solution|tests|choices|written|cell)\s*-->\s*$")
+
+
+class ContentError(ValueError):
+    """A problem in the authored source, with the file and the question in the message."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CaseSpec(_Strict):
+    """One test case: which probe to run, on which inputs, and how to judge it."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    hidden: bool = False
+    weight: float = Field(1, ge=0)
+    probe: str
+    args: dict[str, Any] = {}
+    check: str
+    what: str | None = None
+    first: str | None = None
+    second: str | None = None
+    why: str | None = None
+    words: list[str] = []
+    dtype: str | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    revisit: str
+
+    @field_validator("probe")
+    @classmethod
+    def _known_probe(cls, v: str) -> str:
+        if v not in checks.PROBES:
+            raise ValueError(f"unknown probe {v!r}; known: {sorted(checks.PROBES)}")
+        return v
+
+    @field_validator("check")
+    @classmethod
+    def _known_check(cls, v: str) -> str:
+        if v not in checks.CHECKS:
+            raise ValueError(f"unknown check {v!r}; known: {sorted(checks.CHECKS)}")
+        return v
+
+
+class Choice(_Strict):
+    """A multiple-choice item; the first option is the right one until the builder shuffles them."""
+
+    var: str = Field(pattern=r"^q8_[a-z0-9_]+$")
+    prompt: str
+    options: list[str] = Field(min_length=4, max_length=4)
+    why: str
+
+
+class WrittenPart(_Strict):
+    """A hand-graded written answer with its model answer."""
+
+    part: str = Field(pattern=r"^q9_[a-z0-9_]+$")
+    prompt: str
+    answer: str
+
+
+class FrontMatter(_Strict):
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_]*$")
+    title: str
+    solution: list[str] = []
+    cases: list[CaseSpec] = []
+    choices: list[Choice] = []
+    written: list[WrittenPart] = []
+
+
+@dataclass
+class Cell:
+    """One notebook cell before it is turned into Otter or nbgrader form."""
+
+    kind: Literal["markdown", "code", "solution", "tests", "choices", "written"]
+    source: str = ""
+
+
+@dataclass
+class Question:
+    """A question file, validated and rendered."""
+
+    id: str
+    title: str
+    path: Path
+    solution: list[str]
+    cases: list[dict[str, Any]]
+    choices: list[Choice]
+    written: list[WrittenPart]
+    cells: list[Cell] = field(default_factory=list)
+    points: float = 0.0
+    manual: bool = False
+
+    @property
+    def graded(self) -> bool:
+        return self.id.startswith("q")
+
+
+# --------------------------------------------------------------------------- rendering helpers
+
+
+def fmt(x: Any, digits: int = 4) -> str:
+    value = float(np.asarray(getattr(x, "detach", lambda: x)()).item()) if not isinstance(x, float) else x
+    text = f"{value:.{digits}f}"
+    return "0." + "0" * digits if text == "-0." + "0" * digits else text
+
+
+def table(header: list[str], rows: Any, index: list[Any] | None = None) -> str:
+    def cell(v: Any) -> str:
+        if isinstance(v, str | int) and not isinstance(v, bool):
+            return str(v)
+        return fmt(v)
+
+    rows = [list(r) for r in (rows.tolist() if hasattr(rows, "tolist") else rows)]
+    if index is not None:
+        rows = [[index[i], *r] for i, r in enumerate(rows)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+@cache
+def reference_module() -> Any:
+    import reference.lesson83 as ref
+
+    return ref
+
+
+def _render(text: str, path: Path, qid: str) -> str:
+    import torch
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    try:
+        return env.from_string(text).render(ref=reference_module(), np=np, torch=torch, math=math, fmt=fmt,
+                                            table=table)
+    except Exception as exc:  # noqa: BLE001 - any template error is reported with its file
+        raise ContentError(f"{path}: question {qid}: cannot render the text: {type(exc).__name__}: {exc}") \
+            from exc
+
+
+def split_cells(body: str, path: Path, qid: str) -> list[Cell]:
+    """Split a rendered body into cells at directive lines and fenced python blocks."""
+    cells: list[Cell] = []
+    buf: list[str] = []
+    in_code = False
+
+    def flush(kind: Literal["markdown", "code"]) -> None:
+        text = "\n".join(buf).strip("\n")
+        if text.strip():
+            cells.append(Cell(kind, text))
+        buf.clear()
+
+    for line in body.splitlines():
+        if in_code:
+            if line.strip() == "```":
+                flush("code")
+                in_code = False
+            else:
+                buf.append(line)
+        elif line.strip() == "```python":
+            flush("markdown")
+            in_code = True
+        elif m := DIRECTIVE.match(line.strip()):
+            flush("markdown")
+            if m.group(1) != "cell":
+                cells.append(Cell(m.group(1)))  # type: ignore[arg-type]
+        else:
+            buf.append(line)
+    if in_code:
+        raise ContentError(f"{path}: question {qid}: a ```python block is never closed")
+    flush("markdown")
+    return cells
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def solution_source(names: list[str], path: Path, qid: str) -> str:
+    """Source of the named reference definitions, solution markers included, checked for balance."""
+    text = REFERENCE_FILE.read_text()
+    tree = ast.parse(text)
+    lines = text.splitlines()
+    starts = [n.lineno - 1 for n in tree.body] + [len(lines)]
+    found = {n.name: "\n".join(lines[starts[i]:starts[i + 1]]).rstrip() for i, n in enumerate(tree.body)
+             if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    parts = []
+    for name in names:
+        if name not in found:
+            raise ContentError(f"{path}: question {qid}: solution {name!r} is not defined in {REFERENCE_FILE}")
+        src = found[name] or ""
+        depth = 0
+        for line in src.splitlines():
+            if line.strip() == "# BEGIN SOLUTION":
+                depth += 1
+            elif line.strip() == "# END SOLUTION":
+                depth -= 1
+            if depth not in (0, 1):
+                raise ContentError(f"{REFERENCE_FILE}: question {qid}: solution markers of {name!r} are "
+                                   "nested or closed twice")
+        if depth != 0:
+            raise ContentError(f"{REFERENCE_FILE}: question {qid}: '# BEGIN SOLUTION' in {name!r} is never "
+                               "closed by '# END SOLUTION'")
+        if "# BEGIN SOLUTION" not in src:
+            raise ContentError(f"{REFERENCE_FILE}: question {qid}: {name!r} has no '# BEGIN SOLUTION' "
+                               "marker, so the student would receive the solution")
+        parts.append(src)
+    return "\n\n\n".join(parts)
+
+
+def shuffled(choice: Choice) -> tuple[list[str], str]:
+    """Options in display order and the letter of the right one (deterministic per variable)."""
+    order = list(range(4))
+    random.Random(f"lesson83/{choice.var}").shuffle(order)
+    return [choice.options[i] for i in order], LETTERS[order.index(0)]
+
+
+def _read(path: Path) -> tuple[FrontMatter, str]:
+    text = path.read_text()
+    m = re.match(r"^---\n(.*?)\n---\n(.*)$", text, flags=re.S)
+    if not m:
+        raise ContentError(f"{path}: missing YAML front matter between '---' lines")
+    try:
+        raw = yaml.safe_load(m.group(1)) or {}
+    except yaml.YAMLError as exc:
+        raise ContentError(f"{path}: front matter is not valid YAML: {exc}") from exc
+    qid = raw.get("id", path.stem) if isinstance(raw, dict) else path.stem
+    try:
+        return FrontMatter.model_validate(raw), m.group(2)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ContentError(f"{path}: question {qid}: invalid front matter:\n" + "\n".join(lines)) from None
+
+
+def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[dict[str, Any]]:
+    specs = list(fm.cases)
+    if fm.choices:
+        names = [c.var for c in fm.choices]
+        specs.append(CaseSpec(name="answers_valid", weight=0, probe="answers", args={"names": names},
+                              check="choices_valid", revisit="answer with a single letter string."))
+        specs += [CaseSpec(name=f"correct_{c.var.removeprefix('q8_')}", hidden=True, probe="answers",
+                           args={"names": [c.var]}, check="choice_correct", revisit=c.prompt) for c in fm.choices]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ContentError(f"{path}: question {fm.id}: duplicate case names {sorted(names)}")
+    qcfg = config.questions[fm.id]
+    total_weight = sum(s.weight for s in specs)
+    if total_weight <= 0:
+        raise ContentError(f"{path}: question {fm.id}: the case weights add up to 0, so no case earns points")
+    points = [round(qcfg.points * s.weight / total_weight, 4) for s in specs]
+    last = max(i for i, s in enumerate(specs) if s.weight > 0)
+    points[last] = round(qcfg.points - sum(points) + points[last], 4)
+    out = []
+    for spec, pts in zip(specs, points):
+        case = spec.model_dump()
+        case.update(id=f"{fm.id}/{spec.name}", question=fm.id, points=pts,
+                    atol=spec.atol or config.tolerances.atol, rtol=spec.rtol or config.tolerances.rtol)
+        out.append(case)
+    return out
+
+
+def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR) -> list[Question]:
+    """Every question file in order, validated against the config and the reference."""
+    files = sorted(directory.glob("*.md"))
+    if not files:
+        raise ContentError(f"{directory}: no question files (*.md)")
+    questions: list[Question] = []
+    for path in files:
+        fm, body = _read(path)
+        if fm.id in {q.id for q in questions}:
+            raise ContentError(f"{path}: question {fm.id}: the id is used by another file")
+        graded = fm.id.startswith("q")
+        if graded and fm.id not in config.questions:
+            raise ContentError(f"{path}: question {fm.id}: no points in grading_config.yaml (questions.{fm.id})")
+        qcfg = config.questions.get(fm.id)
+        manual = bool(qcfg and qcfg.manual)
+        q = Question(fm.id, fm.title, path, fm.solution, [], fm.choices, fm.written,
+                     points=qcfg.points if qcfg else 0.0, manual=manual)
+        if graded and not manual:
+            if not fm.cases and not fm.choices:
+                raise ContentError(f"{path}: question {fm.id}: has no tests (add a `cases:` list)")
+            q.cases = _cases(fm, config, path)
+        if manual and not fm.written:
+            raise ContentError(f"{path}: question {fm.id}: a manual question needs `written:` parts")
+        q.cells = split_cells(_render(body, path, fm.id), path, fm.id)
+        kinds = [c.kind for c in q.cells]
+        if fm.solution and kinds.count("solution") != 1:
+            raise ContentError(f"{path}: question {fm.id}: needs exactly one <!-- solution --> line")
+        if q.cases and kinds.count("tests") != 1:
+            raise ContentError(f"{path}: question {fm.id}: needs exactly one <!-- tests --> line")
+        if fm.solution:
+            idx = kinds.index("solution")
+            q.cells[idx].source = solution_source(fm.solution, path, fm.id)
+        questions.append(q)
+    missing = set(config.questions) - {q.id for q in questions}
+    if missing:
+        raise ContentError(f"grading_config.yaml: questions {sorted(missing)} have points but no file in "
+                           f"{directory}")
+    return questions
+
+
+def mc_answers(questions: list[Question]) -> dict[str, str]:
+    return {c.var: shuffled(c)[1] for q in questions for c in q.choices}
+
+
+# --------------------------------------------------------------------------- expected values
+
+
+def expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
+    """Reference output of every case, plus the outputs of the catalogued mistakes that this case catches."""
+    from reference.mistakes import MISTAKES, reference_namespace
+
+    answers = mc_answers(questions)
+    ref_ns = reference_namespace() | answers
+    mutant_ns = {m.id: reference_namespace(m) | answers for m in MISTAKES}
+    out: dict[str, dict[str, Any]] = {}
+    for q in questions:
+        for case in q.cases:
+            value = checks.run_probe(ref_ns, case["probe"], case["args"])
+            if "error" in value:
+                raise ContentError(f"{q.path}: question {q.id}: the reference fails case {case['name']}: "
+                                   f"{value['error']}")
+            expected: dict[str, Any] = {"value": value, "variants": []}
+            verdict = checks.judge(case, value, expected)
+            if not verdict.passed:
+                raise ContentError(f"{q.path}: question {q.id}: the reference does not pass its own case "
+                                   f"{case['name']}: {verdict.message}")
+            for m in MISTAKES:
+                got = checks.run_probe(mutant_ns[m.id], case["probe"], case["args"])
+                if "error" not in got and not checks.judge(case, got, expected).passed:
+                    expected["variants"].append({"id": m.id, "description": m.description, "output": got})
+            out[case["id"]] = expected
+    return out

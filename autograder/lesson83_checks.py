@@ -1,0 +1,637 @@
+"""Probes and checks for Lesson 83; shipped to students, so it holds no solution and no hidden case.
+
+A test case has two halves. A *probe* runs inside the student's process: it calls the student's code
+on fixed inputs and returns plain data (numbers, strings, numpy arrays), never a verdict. A *check*
+runs wherever judging happens (the notebook for local checks, the clean grader process for grading):
+it compares the probe's output with the reference output computed by the same probe on the reference
+solution, and returns a verdict with a message that says what was expected, what came back and which
+idea to revisit. Expected values are never typed in: the release builder computes them from
+`reference/` and stores them with the case.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+PROBES: dict[str, Callable[..., dict[str, Any]]] = {}
+CHECKS: dict[str, Callable[..., Verdict]] = {}
+LETTERS = ("A", "B", "C", "D")
+# Checks that compare with the reference value; the others judge a property of the student's output alone,
+# so their cases carry no reference value (a multiple-choice format check must not carry the answers).
+USES_EXPECTED = {"close", "learned_table", "grad_rows", "shape", "pair_close", "long_bias", "choice_correct"}
+
+
+@dataclass
+class Verdict:
+    """Outcome of one check: pass or fail, with the message shown to the student."""
+
+    passed: bool
+    message: str = ""
+
+
+def probe(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    PROBES[fn.__name__] = fn
+    return fn
+
+
+def check(fn: Callable[..., Verdict]) -> Callable[..., Verdict]:
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+# --------------------------------------------------------------------------- plain data
+
+
+def to_plain(value: Any) -> Any:
+    """JSON-ready form of probe data: arrays become tagged base64 blobs, everything else stays plain."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise TypeError(f"arrays of dtype {value.dtype} are not plain data")
+        arr = np.ascontiguousarray(value)
+        return {"__ndarray__": base64.b64encode(arr.tobytes()).decode(), "dtype": arr.dtype.str,
+                "shape": list(arr.shape)}
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not plain data")
+
+
+def from_plain(value: Any) -> Any:
+    """Inverse of `to_plain`."""
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            dtype = np.dtype(value["dtype"])
+            if dtype.kind not in "biuf":
+                raise TypeError(f"refusing array of dtype {dtype}")
+            raw = base64.b64decode(value["__ndarray__"])
+            return np.frombuffer(raw, dtype=dtype).reshape(value["shape"]).copy()
+        return {k: from_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_plain(v) for v in value]
+    return value
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(to_plain(value), sort_keys=True, separators=(",", ":"))
+
+
+def loads(text: str) -> Any:
+    return from_plain(json.loads(text))
+
+
+# --------------------------------------------------------------------------- probe helpers
+
+
+def run_probe(env: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Run probe `name` on the namespace `env`; a student error becomes data, never an exception."""
+    try:
+        out = PROBES[name](env, **args)
+        return from_plain(to_plain(out))
+    except Exception as exc:  # noqa: BLE001 - any student error is recorded, not raised
+        return {"error": error_record(exc)}
+
+
+def error_record(exc: BaseException) -> dict[str, str]:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = next((f"line {f.lineno} in {f.name}" for f in reversed(frames)
+                  if not f.filename.endswith("lesson83_checks.py")), "")
+    return {"type": type(exc).__name__, "message": str(exc)[:300], "where": where}
+
+
+def _get(env: dict[str, Any], name: str) -> Any:
+    obj = env.get(name)
+    if obj is None:
+        raise NameError(f"`{name}` is not defined: run its cell first")
+    return obj
+
+
+def as_array(value: Any, what: str) -> np.ndarray:
+    """Student output as a float64/bool numpy array, or a TypeError that says what came back."""
+    if value is None or value is Ellipsis:
+        raise TypeError(f"{what} returned {value!r}: the stub is not filled in yet")
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if hasattr(value, "dtype") and str(value.dtype) == "torch.bfloat16":
+            value = value.float()
+        value = value.numpy()
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{what} returned {type(value).__name__} of dtype {arr.dtype}, expected numbers")
+    return arr
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _seeded(seed: int, *shape: int):
+    torch = _torch()
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+
+def _dtype_name(value: Any) -> str:
+    return str(getattr(value, "dtype", type(value).__name__)).replace("torch.", "")
+
+
+def _catch(fn: Callable[[], Any]) -> dict[str, Any]:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001
+        return {"raised": type(exc).__name__, "message": str(exc)[:300]}
+    return {"raised": None, "message": ""}
+
+
+# --------------------------------------------------------------------------- probes
+
+
+@probe
+def call(env: dict[str, Any], fn: str, args: list[Any], seed_inputs: dict[str, list[int]] | None = None,
+         torch_args: bool = False) -> dict[str, Any]:
+    """Call env[fn](*args) and return the result as an array with its dtype."""
+    torch = _torch()
+    call_args = [torch.tensor(a, dtype=torch.float64) if torch_args and isinstance(a, list) else a
+                 for a in args]
+    for pos, shape in (seed_inputs or {}).items():
+        call_args.insert(int(pos), _seeded(1000 + int(pos), *shape))
+    out = _get(env, fn)(*call_args)
+    return {"value": as_array(out, fn), "dtype": _dtype_name(out)}
+
+
+@probe
+def call_pair(env: dict[str, Any], fn: str, args: list[Any]) -> dict[str, Any]:
+    """Call env[fn](*args) for a function returning two tensors (rope_cache)."""
+    out = _get(env, fn)(*args)
+    if not isinstance(out, tuple | list) or len(out) != 2:
+        raise TypeError(f"{fn} should return a pair (cos, sin), got {type(out).__name__}")
+    return {"first": as_array(out[0], f"{fn}[0]"), "second": as_array(out[1], f"{fn}[1]")}
+
+
+@probe
+def raises(env: dict[str, Any], fn: str, args: list[Any]) -> dict[str, Any]:
+    """Call env[fn](*args) and report which exception it raised, if any."""
+    target = _get(env, fn)
+    return _catch(lambda: target(*args))
+
+
+@probe
+def attention(env: dict[str, Any], fn: str, shape: list[int], seed: int, kwargs: dict[str, Any],
+              zero_qk: bool = False, heads: int = 0) -> dict[str, Any]:
+    """Call an attention function on seeded q, k, v of `shape` (or X and weights for self_attention)."""
+    target = _get(env, fn)
+    if fn == "self_attention":
+        T, d_in, d_k = shape
+        X, Wq, Wk, Wv = (_seeded(seed, T, d_in), _seeded(seed + 1, d_in, d_k),
+                         _seeded(seed + 2, d_in, d_k), _seeded(seed + 3, d_in, d_k))
+        out = target(X, Wq, Wk, Wv, **kwargs)
+    else:
+        q, k, v = (_seeded(seed + i, *shape) for i in range(3))
+        if zero_qk:
+            q, k = q * 0, k * 0
+        out = target(q, k, v, **kwargs)
+    return {"value": as_array(out, fn)}
+
+
+@probe
+def permutation_pair(env: dict[str, Any], T: int, d: int, seed: int, causal: bool) -> dict[str, Any]:
+    """Outputs f(PX) and P f(X) for a fixed random permutation P of the rows of X."""
+    torch = _torch()
+    f = _get(env, "self_attention")
+    X, Wq, Wk, Wv = (_seeded(seed, T, d), _seeded(seed + 1, d, d), _seeded(seed + 2, d, d),
+                     _seeded(seed + 3, d, d))
+    perm = torch.randperm(T, generator=torch.Generator().manual_seed(seed))
+    out = as_array(f(X, Wq, Wk, Wv, causal=causal), "self_attention")
+    out_perm = as_array(f(X[perm], Wq, Wk, Wv, causal=causal), "self_attention")
+    return {"first": out_perm, "second": out[perm.numpy()], "perm": perm.numpy()}
+
+
+@probe
+def relative_identity(env: dict[str, Any], d: int, pos: int, k: int) -> dict[str, Any]:
+    """PE[pos + k] directly, and as the rotation of PE[pos] by the angles k / w_i, for every pair i."""
+    pe = as_array(_get(env, "sinusoidal_pe")(pos + k + 1, d), "sinusoidal_pe")
+    w = 10000.0 ** (np.arange(0, d, 2) / d)
+    s, c = pe[pos, 0::2], pe[pos, 1::2]
+    rotated = np.empty(d)
+    rotated[0::2] = s * np.cos(k / w) + c * np.sin(k / w)
+    rotated[1::2] = c * np.cos(k / w) - s * np.sin(k / w)
+    return {"first": pe[pos + k], "second": rotated}
+
+
+@probe
+def module_storage(env: dict[str, Any], cls: str, args: list[Any]) -> dict[str, Any]:
+    """Where a module keeps its table `pe`: buffers, parameters, state_dict, and its dtype after .to()."""
+    torch = _torch()
+    m = _get(env, cls)(*args)
+    pe = getattr(m, "pe", None)
+    facts: dict[str, Any] = {
+        "buffers": [n for n, _ in m.named_buffers()],
+        "parameters": [n for n, _ in m.named_parameters()],
+        "state_dict": list(m.state_dict().keys()),
+        "pe_type": type(pe).__name__ if pe is not None else None,
+        "pe_is_parameter": isinstance(pe, torch.nn.Parameter),
+        "pe_dtype_after_to": None,
+    }
+    m64 = m.to(torch.float64)
+    pe64 = getattr(m64, "pe", None)
+    if pe64 is not None and hasattr(pe64, "dtype"):
+        facts["pe_dtype_after_to"] = _dtype_name(pe64)
+    return facts
+
+
+@probe
+def module_forward(env: dict[str, Any], cls: str, args: list[Any], x_shape: list[int], seed: int,
+                   zeros: bool = False, dtype: str = "float32",
+                   arange_weights: bool = False) -> dict[str, Any]:
+    """Forward a seeded (or zero) input through env[cls](*args) and return the output."""
+    torch = _torch()
+    m = _get(env, cls)(*args)
+    x = _seeded(seed, *x_shape).to(getattr(torch, dtype))
+    if zeros:
+        x = torch.zeros_like(x)
+    if arange_weights:
+        emb = [mod for mod in m.modules() if isinstance(mod, torch.nn.Embedding)]
+        if len(emb) != 1:
+            raise TypeError(f"{cls} should hold exactly one nn.Embedding, found {len(emb)}")
+        with torch.no_grad():
+            w = emb[0].weight
+            w.copy_(torch.arange(w.numel(), dtype=w.dtype).reshape(w.shape) / w.numel())
+    with torch.no_grad():
+        out = m(x)
+    return {"value": as_array(out, f"{cls}.forward"), "dtype": _dtype_name(out)}
+
+
+@probe
+def module_raises(env: dict[str, Any], cls: str, args: list[Any], x_shape: list[int]) -> dict[str, Any]:
+    """Forward an input longer than max_len and report the exception."""
+    torch = _torch()
+    m = _get(env, cls)(*args)
+    return _catch(lambda: m(torch.zeros(*x_shape)))
+
+
+@probe
+def learned_facts(env: dict[str, Any], max_len: int, d_model: int) -> dict[str, Any]:
+    """Embedding tables inside LearnedPE and its count of trainable values."""
+    torch = _torch()
+    m = _get(env, "LearnedPE")(max_len, d_model)
+    tables = [list(mod.weight.shape) for mod in m.modules() if isinstance(mod, torch.nn.Embedding)]
+    return {"tables": tables,
+            "trainable": int(sum(p.numel() for p in m.parameters() if p.requires_grad))}
+
+
+@probe
+def learned_grad(env: dict[str, Any], max_len: int, d_model: int, T: int) -> dict[str, Any]:
+    """Gradient norm of each row of the table after one backward pass at length T."""
+    torch = _torch()
+    m = _get(env, "LearnedPE")(max_len, d_model)
+    x = _seeded(7, 2, T, d_model).float()
+    m(x).pow(2).sum().backward()
+    grads = [p.grad for p in m.parameters() if p.grad is not None and p.dim() == 2]
+    if len(grads) != 1:
+        raise TypeError(f"expected one 2-D trainable table with a gradient, found {len(grads)}")
+    g = grads[0]
+    rows = g if g.shape[0] == max_len else g.T
+    return {"value": as_array(rows.norm(dim=1), "gradient row norms")}
+
+
+@probe
+def rope_scores(env: dict[str, Any], T: int, d: int, seed: int, offset: int = 0,
+                base: float | None = None) -> dict[str, Any]:
+    """Scores q_rot[m] . k_rot[n] for seeded q, k (torch.manual_seed(seed); q = randn(T, d); k = ...)."""
+    torch = _torch()
+    cache, rope = _get(env, "rope_cache"), _get(env, "apply_rope")
+    torch.manual_seed(seed)
+    q, k = torch.randn(T, d), torch.randn(T, d)
+    cos, sin = cache(T + offset, d) if base is None else cache(T + offset, d, base)
+    cos, sin = cos[offset:offset + T], sin[offset:offset + T]
+    qr, kr = rope(q, cos, sin), rope(k, cos, sin)
+    return {"value": as_array(qr @ kr.T, "q_rot @ k_rot.T")}
+
+
+@probe
+def rope_shift(env: dict[str, Any], T: int, d: int, seed: int, offset: int) -> dict[str, Any]:
+    """Scores at positions 0..T-1 and at offset..offset+T-1 for the same q and k."""
+    first = rope_scores(env, T, d, seed)["value"]
+    second = rope_scores(env, T, d, seed, offset=offset)["value"]
+    return {"first": first, "second": second}
+
+
+@probe
+def rope_norms(env: dict[str, Any], T: int, d: int, seed: int) -> dict[str, Any]:
+    """Row norms of x and of apply_rope(x)."""
+    cos, sin = _get(env, "rope_cache")(T, d)
+    x = _seeded(seed, T, d).float()
+    y = as_array(_get(env, "apply_rope")(x, cos, sin), "apply_rope")
+    return {"first": np.linalg.norm(y, axis=-1), "second": np.linalg.norm(x.numpy(), axis=-1)}
+
+
+@probe
+def rope_apply(env: dict[str, Any], shape: list[int], seed: int) -> dict[str, Any]:
+    """apply_rope on a seeded x of `shape` (..., T, d) with rope_cache(T, d)."""
+    cos, sin = _get(env, "rope_cache")(shape[-2], shape[-1])
+    x = _seeded(seed, *shape).float()
+    return {"value": as_array(_get(env, "apply_rope")(x, cos, sin), "apply_rope")}
+
+
+@probe
+def toeplitz(env: dict[str, Any], num_heads: int, seq_len: int) -> dict[str, Any]:
+    """alibi_bias shifted by one position along both axes, which must not change it."""
+    b = as_array(_get(env, "alibi_bias")(num_heads, seq_len), "alibi_bias")
+    if b.ndim != 3:
+        raise TypeError(f"alibi_bias returned shape {b.shape}, expected (H, T, T)")
+    return {"first": b[:, 1:, 1:], "second": b[:, :-1, :-1]}
+
+
+@probe
+def bias_corners(env: dict[str, Any], num_heads: int, seq_len: int) -> dict[str, Any]:
+    """Shape and corner rows of a long alibi_bias (only a formula can make it)."""
+    b = as_array(_get(env, "alibi_bias")(num_heads, seq_len), "alibi_bias")
+    return {"value": np.concatenate([b[:, -1, :4].ravel(), b[:, :4, 0].ravel(), np.diagonal(b, axis1=1,
+                                     axis2=2)[:, -3:].ravel()]), "shape": list(b.shape)}
+
+
+@probe
+def answers(env: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The student's multiple-choice answers, as strings (anything else is described, not returned)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        value = env.get(name)
+        out[name] = value.strip().upper() if isinstance(value, str) else f"<{type(value).__name__}>"
+    return out
+
+
+# --------------------------------------------------------------------------- message helpers
+
+
+def _fmt(a: Any, n: int = 6) -> str:
+    arr = np.asarray(a, dtype=float).ravel()
+    body = ", ".join(f"{v:.4f}" for v in arr[:n])
+    return f"[{body}{', ...' if arr.size > n else ''}]"
+
+
+def _where(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> str:
+    bad = ~np.isclose(a, b, atol=atol, rtol=rtol, equal_nan=False)
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    return (f"first mismatch at index {list(idx)}: expected {float(b[idx]):.4f}, got {float(a[idx]):.4f} "
+            f"({int(bad.sum())} of {bad.size} values differ)")
+
+
+def _row(arr: np.ndarray, index: tuple[int, ...]) -> str:
+    return _fmt(arr[index]) if arr.ndim > 1 else _fmt(arr)
+
+
+def _error_message(got: dict[str, Any]) -> str | None:
+    if "error" not in got:
+        return None
+    err = got["error"]
+    where = f" ({err['where']})" if err.get("where") else ""
+    return f"your code raised {err['type']}: {err['message']}{where}"
+
+
+def _close(a: Any, b: Any, atol: float, rtol: float) -> bool:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=rtol))
+
+
+def _diagnose(got: dict[str, Any], expected: dict[str, Any], atol: float, rtol: float, key: str) -> str:
+    """Name the known mistake whose reference output matches what the student returned."""
+    for variant in expected.get("variants", []):
+        if key in got and key in variant["output"] and _close(got[key], variant["output"][key], atol, rtol):
+            return f"\n  Likely cause: {variant['description']}"
+    return ""
+
+
+def _fail(case: dict[str, Any], text: str) -> Verdict:
+    revisit = case.get("revisit")
+    tail = f"\n  Revisit: {revisit}" if revisit else ""
+    return Verdict(False, f"{case['id']}: {text}{tail}")
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@check
+def close(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """Student value equals the reference value within the case tolerance (and dtype, when asked)."""
+    atol, rtol = case["atol"], case["rtol"]
+    what = case.get("what", "the result")
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, f"calling {what} failed: {msg}")
+    want, value = np.asarray(expected["value"]["value"]), np.asarray(got["value"])
+    if value.shape != want.shape:
+        return _fail(case, f"{what} has shape {list(value.shape)}, expected {list(want.shape)}"
+                     + _diagnose(got, expected, atol, rtol, "value"))
+    if case.get("dtype") and got.get("dtype") != case["dtype"]:
+        return _fail(case, f"{what} has dtype {got.get('dtype')}, expected {case['dtype']}")
+    if np.isnan(value).any():
+        return _fail(case, f"{what} contains NaN; expected {_fmt(want)}")
+    if _close(value, want, atol, rtol):
+        return Verdict(True)
+    idx = tuple(int(i) for i in np.argwhere(~np.isclose(value, want, atol=atol, rtol=rtol))[0])
+    row = idx[:-1] if want.ndim > 1 else ()
+    label = f" row {list(row)}" if row else ""
+    text = (f"{what} does not match the reference.\n  expected{label}: {_row(want, row)}\n"
+            f"  received{label}: {_row(value, row)}\n  {_where(value, want, atol, rtol)}")
+    return _fail(case, text + _diagnose(got, expected, atol, rtol, "value"))
+
+
+@check
+def pair_equal(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """The two arrays of a property probe agree (for example f(PX) and P f(X))."""
+    atol, rtol = case["atol"], case["rtol"]
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    a, b = np.asarray(got["first"]), np.asarray(got["second"])
+    if a.shape != b.shape:
+        return _fail(case, f"{case['first']} has shape {list(a.shape)} but {case['second']} has shape "
+                     f"{list(b.shape)}")
+    if _close(a, b, atol, rtol) and not np.isnan(a).any():
+        return Verdict(True)
+    text = (f"{case['first']} should equal {case['second']}.\n  {case['first']}: {_fmt(a)}\n"
+            f"  {case['second']}: {_fmt(b)}")
+    return _fail(case, text + _diagnose(got, expected, atol, rtol, "first"))
+
+
+@check
+def pair_differ(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """The two arrays of a property probe must differ (for example when a causal mask breaks symmetry)."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    a, b = np.asarray(got["first"]), np.asarray(got["second"])
+    if a.shape == b.shape and not _close(a, b, case["atol"], case["rtol"]):
+        return Verdict(True)
+    return _fail(case, f"{case['first']} and {case['second']} came out identical: {_fmt(a)}.\n  "
+                 f"{case['why']}")
+
+
+@check
+def raises_value_error(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """The call raised ValueError and its message contains every required word."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    what = case.get("what", "the call")
+    if got["raised"] is None:
+        return _fail(case, f"{what} returned normally; it should raise ValueError.")
+    if got["raised"] != "ValueError":
+        return _fail(case, f"{what} raised {got['raised']} ({got['message']}); it should raise ValueError "
+                     "with a message a student can act on.")
+    missing = [w for w in case.get("words", []) if w.lower() not in got["message"].lower()]
+    if missing:
+        return _fail(case, f"the ValueError message {got['message']!r} should mention "
+                     + ", ".join(repr(w) for w in missing) + ".")
+    return Verdict(True)
+
+
+@check
+def buffer_not_parameter(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """`pe` is a registered buffer: in named_buffers() and state_dict(), not in parameters()."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    if got["pe_is_parameter"] or "pe" in got["parameters"]:
+        return _fail(case, "the table `pe` is stored as nn.Parameter, so the optimiser would train a "
+                     "closed-form table. Store it with self.register_buffer('pe', table).")
+    if "pe" not in got["buffers"]:
+        kind = "a plain attribute" if got["pe_type"] else "missing"
+        return _fail(case, f"the table `pe` is {kind}, not a buffer: it is lost by state_dict() and left "
+                     "behind by .to(). Store it with self.register_buffer('pe', table).")
+    if "pe" not in got["state_dict"]:
+        return _fail(case, "`pe` is a buffer but not in state_dict(); register it with persistent=True.")
+    return Verdict(True)
+
+
+@check
+def follows_to(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """After module.to(torch.float64) the table `pe` is float64 too."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    if got["pe_dtype_after_to"] == "float64":
+        return Verdict(True)
+    return _fail(case, f"after .to(torch.float64) the table `pe` is {got['pe_dtype_after_to']}, expected "
+                 "float64: only registered buffers and parameters move with the module.")
+
+
+@check
+def learned_table(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """One nn.Embedding of shape (max_len, d_model) and max_len * d_model trainable values."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    want = expected["value"]
+    if len(got["tables"]) != 1:
+        return _fail(case, f"expected exactly one nn.Embedding, found {len(got['tables'])}.")
+    if got["tables"][0] != want["tables"][0]:
+        hint = " (transposed?)" if got["tables"][0][::-1] == want["tables"][0] else ""
+        return _fail(case, f"the table has shape {got['tables'][0]}, expected {want['tables'][0]}{hint}: "
+                     "one row per position, nn.Embedding(max_len, d_model).")
+    if got["trainable"] != want["trainable"]:
+        return _fail(case, f"{got['trainable']} trainable values, expected {want['trainable']} "
+                     "(max_len x d_model).")
+    return Verdict(True)
+
+
+@check
+def grad_rows(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """Rows below T get a gradient, rows at or above T get none."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    got_rows, want_rows = np.asarray(got["value"]) > 0, np.asarray(expected["value"]["value"]) > 0
+    if got_rows.shape == want_rows.shape and (got_rows == want_rows).all():
+        return Verdict(True)
+    return _fail(case, f"rows with a non-zero gradient: {np.flatnonzero(got_rows).tolist()}, expected "
+                 f"{np.flatnonzero(want_rows).tolist()}: a sequence of length T reads rows 0..T-1 only.")
+
+
+@check
+def shape(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """Shapes of returned arrays match the reference."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    want = expected["value"]
+    for key in ("first", "second"):
+        if list(np.shape(got[key])) != list(np.shape(want[key])):
+            return _fail(case, f"{case['what']} returned shape {list(np.shape(got[key]))}, expected "
+                         f"{list(np.shape(want[key]))}.")
+    return Verdict(True)
+
+
+@check
+def pair_close(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """Both arrays of a pair probe equal the reference pair."""
+    atol, rtol = case["atol"], case["rtol"]
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    for key, label in (("first", case["first"]), ("second", case["second"])):
+        a, b = np.asarray(got[key]), np.asarray(expected["value"][key])
+        if not _close(a, b, atol, rtol):
+            detail = _where(a, b, atol, rtol) if a.shape == b.shape else f"shape {list(a.shape)}"
+            return _fail(case, f"{label} does not match: expected {_fmt(b)}, received {_fmt(a)}; {detail}"
+                         + _diagnose(got, expected, atol, rtol, key))
+    return Verdict(True)
+
+
+@check
+def long_bias(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """A long alibi_bias has the right shape and values (no fixed-length table)."""
+    verdict = close(case, got, expected)
+    if verdict.passed and got.get("shape") != expected["value"]["shape"]:
+        return _fail(case, f"shape {got.get('shape')}, expected {expected['value']['shape']}")
+    return verdict
+
+
+@check
+def choices_valid(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """Every answer variable holds one of the letters A-D."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    bad = {k: v for k, v in got.items() if v not in LETTERS}
+    if not bad:
+        return Verdict(True)
+    listing = ", ".join(f"{k} = {v!r}" for k, v in bad.items())
+    return _fail(case, f"set each answer to one of 'A', 'B', 'C', 'D' as a string; found {listing}.")
+
+
+@check
+def choice_correct(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """The answer variable holds the right letter."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    name = case["args"]["names"][0]
+    if got.get(name) == expected["value"][name]:
+        return Verdict(True)
+    return _fail(case, f"{name} = {got.get(name)!r} is not the right answer.")
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def judge(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """Apply the case's check; a check that trips over odd student data fails the case, never crashes."""
+    try:
+        return CHECKS[case["check"]](case, got, expected)
+    except Exception as exc:  # noqa: BLE001 - malformed student data is a failure, not a grader crash
+        return _fail(case, f"the result could not be judged ({type(exc).__name__}: {exc}).")
+
+
+def run_case(env: dict[str, Any], case_json: str) -> None:
+    """Local check used by the notebook's test files: probe, judge, and raise with the message on failure."""
+    case = loads(case_json)
+    got = run_probe(env, case["probe"], case["args"])
+    verdict = judge(case, got, case["expected"])
+    if not verdict.passed:
+        raise AssertionError(verdict.message)
+
+
+__all__ = ["PROBES", "CHECKS", "Verdict", "run_probe", "judge", "run_case", "to_plain", "from_plain",
+           "dumps", "loads"]

@@ -1,0 +1,1 @@
+"""Hidden reference solutions for Lesson 83 (never shipped to students)."""

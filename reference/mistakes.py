@@ -1,0 +1,259 @@
+"""Catalogue of typical Lesson 83 mistakes, each a wrong redefinition applied on top of the reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REFERENCE_SOURCE = Path(__file__).with_name("lesson83.py")
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A named wrong implementation: `code` redefines one or more reference names."""
+
+    id: str
+    question: str
+    description: str
+    code: str
+
+
+def reference_namespace(mistake: Mistake | None = None) -> dict[str, Any]:
+    """Namespace of the reference solution as a notebook would hold it, optionally with one mistake applied."""
+    ns: dict[str, Any] = {"__name__": "lesson83_reference"}
+    exec(compile(REFERENCE_SOURCE.read_text(), str(REFERENCE_SOURCE), "exec"), ns)  # noqa: S102
+    if mistake is not None:
+        exec(compile(mistake.code, f"<mistake {mistake.id}>", "exec"), ns)  # noqa: S102
+    return ns
+
+
+MISTAKES: tuple[Mistake, ...] = (
+    Mistake("attention_no_scale", "q1_equivariance",
+            "the scores are not divided by sqrt(d_k); scale Q K^T by 1/sqrt(d_k) before the softmax.", """
+def self_attention(X, W_q, W_k, W_v, causal=False):
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    scores = Q @ K.transpose(-2, -1)
+    if causal:
+        T = X.shape[-2]
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ V
+"""),
+    Mistake("attention_softmax_wrong_axis", "q1_equivariance",
+            "the softmax runs over the queries (dim=0) instead of over the keys of each row (dim=-1).", """
+def self_attention(X, W_q, W_k, W_v, causal=False):
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if causal:
+        T = X.shape[-2]
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-2) @ V
+"""),
+    Mistake("attention_mask_ignored", "q1_equivariance",
+            "causal=True is ignored: mask the future keys (j > i) with -inf before the softmax.", """
+def self_attention(X, W_q, W_k, W_v, causal=False):
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    return torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]), dim=-1) @ V
+"""),
+    Mistake("pe_sin_cos_swapped", "q2_sinusoidal_pe",
+            "sin and cos are swapped: even columns 2i take sin, odd columns 2i+1 take cos.", """
+def sinusoidal_pe(max_len, d):
+    if d % 2:
+        raise ValueError("d must be even")
+    pos = np.arange(max_len, dtype=np.float64)[:, None]
+    w = 10000.0 ** (np.arange(0, d, 2) / d)
+    pe = np.zeros((max_len, d))
+    pe[:, 0::2], pe[:, 1::2] = np.cos(pos / w), np.sin(pos / w)
+    return pe
+"""),
+    Mistake("pe_exponent_i_over_d", "q2_sinusoidal_pe",
+            "the exponent uses i/d instead of 2i/d (i is the pair index): w_i = 10000^(2i/d).", """
+def sinusoidal_pe(max_len, d):
+    if d % 2:
+        raise ValueError("d must be even")
+    pos = np.arange(max_len, dtype=np.float64)[:, None]
+    w = 10000.0 ** (np.arange(d // 2) / d)
+    pe = np.zeros((max_len, d))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(pos / w), np.cos(pos / w)
+    return pe
+"""),
+    Mistake("pe_positions_from_one", "q2_sinusoidal_pe",
+            "positions are counted from 1: the first row is position 0, so PE[0] = [0, 1, 0, 1, ...].", """
+def sinusoidal_pe(max_len, d):
+    if d % 2:
+        raise ValueError("d must be even")
+    pos = np.arange(1, max_len + 1, dtype=np.float64)[:, None]
+    w = 10000.0 ** (np.arange(0, d, 2) / d)
+    pe = np.zeros((max_len, d))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(pos / w), np.cos(pos / w)
+    return pe
+"""),
+    Mistake("pe_multiply_not_divide", "q2_sinusoidal_pe",
+            "the position is multiplied by 10000^(2i/d) instead of divided by it.", """
+def sinusoidal_pe(max_len, d):
+    if d % 2:
+        raise ValueError("d must be even")
+    pos = np.arange(max_len, dtype=np.float64)[:, None]
+    w = 10000.0 ** (np.arange(0, d, 2) / d)
+    pe = np.zeros((max_len, d))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(pos * w), np.cos(pos * w)
+    return pe
+"""),
+    Mistake("pe_as_parameter", "q3_sinusoidal_module",
+            "the table is an nn.Parameter, so the optimiser trains it; use self.register_buffer('pe', table).",
+            """
+class SinusoidalPE(nn.Module):
+    def __init__(self, d_model, max_len=512):
+        super().__init__()
+        self.max_len = max_len
+        self.pe = nn.Parameter(torch.tensor(sinusoidal_pe(max_len, d_model), dtype=torch.float32))
+
+    def forward(self, x):
+        if x.shape[1] > self.max_len:
+            raise ValueError(f"sequence length {x.shape[1]} is longer than max_len={self.max_len}")
+        return x + self.pe[: x.shape[1]]
+"""),
+    Mistake("pe_plain_attribute", "q3_sinusoidal_module",
+            "the table is a plain attribute: state_dict() loses it and .to() leaves it behind; "
+            "use self.register_buffer('pe', table).", """
+class SinusoidalPE(nn.Module):
+    def __init__(self, d_model, max_len=512):
+        super().__init__()
+        self.max_len = max_len
+        self.pe = torch.tensor(sinusoidal_pe(max_len, d_model), dtype=torch.float32)
+
+    def forward(self, x):
+        if x.shape[1] > self.max_len:
+            raise ValueError(f"sequence length {x.shape[1]} is longer than max_len={self.max_len}")
+        return x + self.pe[: x.shape[1]]
+"""),
+    Mistake("learned_transposed", "q4_learned_pe",
+            "the table is built as nn.Embedding(d_model, max_len): one row per position means "
+            "nn.Embedding(max_len, d_model).", """
+class LearnedPE(nn.Module):
+    def __init__(self, max_len, d_model):
+        super().__init__()
+        self.max_len = max_len
+        self.table = nn.Embedding(d_model, max_len)
+
+    def forward(self, x):
+        T = x.shape[1]
+        if T > self.max_len:
+            raise ValueError(f"sequence length {T} is longer than max_len={self.max_len}")
+        return x + self.table.weight.T[:T]
+"""),
+    Mistake("learned_no_length_check", "q4_learned_pe",
+            "there is no length check, so T > max_len fails with an opaque IndexError; raise a ValueError "
+            "that names T and max_len.", """
+class LearnedPE(nn.Module):
+    def __init__(self, max_len, d_model):
+        super().__init__()
+        self.table = nn.Embedding(max_len, d_model)
+
+    def forward(self, x):
+        return x + self.table(torch.arange(x.shape[1]))
+"""),
+    Mistake("rope_interleaved", "q5_rope",
+            "RoPE pairs neighbouring features (2i, 2i+1) (the interleaved convention); this lesson uses the "
+            "half-split convention: x1 = x[..., :d/2], x2 = x[..., d/2:].", """
+def apply_rope(x, cos, sin):
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x1 * sin + x2 * cos
+    return out
+"""),
+    Mistake("rope_negative_angle", "q5_rope",
+            "RoPE rotates by -theta (the signs of the sin terms are swapped): "
+            "result = cat(x1 cos - x2 sin, x1 sin + x2 cos).", """
+def apply_rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1)
+"""),
+    Mistake("rope_ignores_base", "q5_rope",
+            "rope_cache ignores its base argument and always uses 10000.", """
+def rope_cache(seq_len, d, base=10000.0):
+    if d % 2:
+        raise ValueError("d must be even")
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), theta)
+    return torch.cos(angles).float(), torch.sin(angles).float()
+"""),
+    Mistake("rope_rotates_v", "q6_rope_attention",
+            "V is rotated too: RoPE goes on q and k only; v carries content and must stay as it is.", """
+def rope_attention(q, k, v, causal=True):
+    T, d = q.shape[-2], q.shape[-1]
+    cos, sin = rope_cache(T, d)
+    q, k, v = apply_rope(q, cos, sin), apply_rope(k, cos, sin), apply_rope(v, cos, sin)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    if causal:
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+"""),
+    Mistake("rope_model_width", "q6_rope_attention",
+            "the RoPE frequencies use the model width (heads x head width) instead of the per-head width d.",
+            """
+def rope_attention(q, k, v, causal=True):
+    T, d = q.shape[-2], q.shape[-1]
+    width = d * (q.shape[-3] if q.dim() >= 4 else 1)
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / width)
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), theta)
+    q = apply_rope(q, torch.cos(angles).float(), torch.sin(angles).float())
+    k = apply_rope(k, torch.cos(angles).float(), torch.sin(angles).float())
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    if causal:
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+"""),
+    Mistake("rope_attention_no_scale", "q6_rope_attention",
+            "the scores are not divided by sqrt(d) before the softmax.", """
+def rope_attention(q, k, v, causal=True):
+    T, d = q.shape[-2], q.shape[-1]
+    cos, sin = rope_cache(T, d)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    scores = q @ k.transpose(-2, -1)
+    if causal:
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+"""),
+    Mistake("alibi_sign_flipped", "q7_alibi",
+            "the ALiBi bias has the wrong sign: bias[h, i, j] = slope_h * (j - i) is negative for past keys.",
+            """
+def alibi_bias(num_heads, seq_len):
+    pos = torch.arange(seq_len, dtype=torch.float32)
+    return alibi_slopes(num_heads)[:, None, None] * (pos[:, None] - pos[None, :])
+"""),
+    Mistake("alibi_slopes_from_zero", "q7_alibi",
+            "the slopes start at h = 0 (the first slope is 1); they run over h = 1..H: 2^(-8h/H).", """
+def alibi_slopes(num_heads):
+    h = torch.arange(0, num_heads, dtype=torch.float64)
+    return (2.0 ** (-8.0 * h / num_heads)).float()
+"""),
+    Mistake("alibi_after_softmax", "q7_alibi",
+            "the bias is added after the softmax; it belongs to the scaled scores, before the mask and softmax.",
+            """
+def alibi_attention(q, k, v):
+    H, T, d = q.shape[-3], q.shape[-2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    weights = (weights + alibi_bias(H, T).to(weights.dtype)).masked_fill(future, 0.0)
+    return weights @ v
+"""),
+    Mistake("alibi_no_causal_mask", "q7_alibi",
+            "there is no causal mask: the bias alone does not hide future keys (it even favours them).", """
+def alibi_attention(q, k, v):
+    H, T, d = q.shape[-3], q.shape[-2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d) + alibi_bias(H, T).to(q.dtype)
+    return torch.softmax(scores, dim=-1) @ v
+"""),
+    Mistake("alibi_no_scale", "q7_alibi",
+            "the scores are not divided by sqrt(d) before the bias is added.", """
+def alibi_attention(q, k, v):
+    H, T, d = q.shape[-3], q.shape[-2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) + alibi_bias(H, T).to(q.dtype)
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+"""),
+)
