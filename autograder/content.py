@@ -200,9 +200,9 @@ def split_cells(body: str, path: Path, qid: str) -> list[Cell]:
 # --------------------------------------------------------------------------- loading
 
 
-def solution_source(names: list[str], path: Path, qid: str) -> str:
+def solution_source(names: list[str], path: Path, qid: str, reference_file: Path = REFERENCE_FILE) -> str:
     """Source of the named reference definitions, solution markers included, checked for balance."""
-    text = REFERENCE_FILE.read_text()
+    text = reference_file.read_text()
     tree = ast.parse(text)
     lines = text.splitlines()
     starts = [n.lineno - 1 for n in tree.body] + [len(lines)]
@@ -211,7 +211,7 @@ def solution_source(names: list[str], path: Path, qid: str) -> str:
     parts = []
     for name in names:
         if name not in found:
-            raise ContentError(f"{path}: question {qid}: solution {name!r} is not defined in {REFERENCE_FILE}")
+            raise ContentError(f"{path}: question {qid}: solution {name!r} is not defined in {reference_file}")
         src = found[name] or ""
         depth = 0
         for line in src.splitlines():
@@ -220,13 +220,13 @@ def solution_source(names: list[str], path: Path, qid: str) -> str:
             elif line.strip() == "# END SOLUTION":
                 depth -= 1
             if depth not in (0, 1):
-                raise ContentError(f"{REFERENCE_FILE}: question {qid}: solution markers of {name!r} are "
+                raise ContentError(f"{reference_file}: question {qid}: solution markers of {name!r} are "
                                    "nested or closed twice")
         if depth != 0:
-            raise ContentError(f"{REFERENCE_FILE}: question {qid}: '# BEGIN SOLUTION' in {name!r} is never "
+            raise ContentError(f"{reference_file}: question {qid}: '# BEGIN SOLUTION' in {name!r} is never "
                                "closed by '# END SOLUTION'")
         if "# BEGIN SOLUTION" not in src:
-            raise ContentError(f"{REFERENCE_FILE}: question {qid}: {name!r} has no '# BEGIN SOLUTION' "
+            raise ContentError(f"{reference_file}: question {qid}: {name!r} has no '# BEGIN SOLUTION' "
                                "marker, so the student would receive the solution")
         parts.append(src)
     return "\n\n\n".join(parts)
@@ -283,7 +283,8 @@ def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[dict[str,
     return out
 
 
-def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR) -> list[Question]:
+def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR,
+                   reference_file: Path = REFERENCE_FILE) -> list[Question]:
     """Every question file in order, validated against the config and the reference."""
     files = sorted(directory.glob("*.md"))
     if not files:
@@ -314,7 +315,7 @@ def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR) -> l
             raise ContentError(f"{path}: question {fm.id}: needs exactly one <!-- tests --> line")
         if fm.solution:
             idx = kinds.index("solution")
-            q.cells[idx].source = solution_source(fm.solution, path, fm.id)
+            q.cells[idx].source = solution_source(fm.solution, path, fm.id, reference_file)
         questions.append(q)
     missing = set(config.questions) - {q.id for q in questions}
     if missing:

@@ -97,6 +97,7 @@ def loads(text: str) -> Any:
 def run_probe(env: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run probe `name` on the namespace `env`; a student error becomes data, never an exception."""
     try:
+        _torch().manual_seed(0)  # modules with random init give the same values on every run
         out = PROBES[name](env, **args)
         return from_plain(to_plain(out))
     except Exception as exc:  # noqa: BLE001 - any student error is recorded, not raised
@@ -295,7 +296,6 @@ def learned_facts(env: dict[str, Any], max_len: int, d_model: int) -> dict[str, 
 @probe
 def learned_grad(env: dict[str, Any], max_len: int, d_model: int, T: int) -> dict[str, Any]:
     """Gradient norm of each row of the table after one backward pass at length T."""
-    torch = _torch()
     m = _get(env, "LearnedPE")(max_len, d_model)
     x = _seeded(7, 2, T, d_model).float()
     m(x).pow(2).sum().backward()

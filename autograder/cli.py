@@ -1,0 +1,85 @@
+"""Thin command line over the pipeline stages: `lesson83 release | selfcheck`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from autograder.build import BuildError
+from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError
+from autograder.content import ContentError
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    from autograder.build import release, stale_files
+
+    if args.check:
+        stale = stale_files(config_path=args.config)
+        if stale:
+            print("The committed student release is stale; run `make release` and commit:")
+            print("\n".join(f"  {s}" for s in stale))
+            return 1
+        print("student_templates/ is up to date with assignments/ and reference/.")
+        return 0
+    rel = release(config_path=args.config)
+    print(f"student release:      {rel.student_dir.relative_to(ROOT)}")
+    print(f"Otter autograder zip: {rel.otter_zip.relative_to(ROOT)}  (upload to Gradescope)")
+    print(f"Otter output:         {rel.otter_dir.relative_to(ROOT)}")
+    print(f"nbgrader course:      {rel.nbgrader_dir.relative_to(ROOT)}  (release/ is what students get)")
+    return 0
+
+
+def cmd_selfcheck(args: argparse.Namespace) -> int:
+    from autograder.judge import grade_namespace, load_suite, notebook_env, reference_env
+
+    suite = load_suite(args.config)
+    template = ROOT / "student_templates" / suite.config.assignment / f"{suite.config.assignment}.ipynb"
+    ref = grade_namespace(suite, reference_env(suite), name="reference")
+    env, _ = notebook_env(template)
+    blank = grade_namespace(suite, env, name="blank template")
+    rs, bs = ref.question_scores(), blank.question_scores()
+    rows = [["question", "points", "reference", "blank"]]
+    for q in suite.questions:
+        if q.graded and not q.manual:
+            rows.append([q.id, f"{q.points:g}", f"{rs.get(q.id, 0):g}", f"{bs.get(q.id, 0):g}"])
+        elif q.manual:
+            rows.append([q.id, f"{q.points:g}", "manual", "manual"])
+    rows.append(["total (auto-graded)", f"{suite.auto_points:g}", f"{ref.total:g}", f"{blank.total:g}"])
+    print(_table(rows))
+    ok = ref.total == suite.auto_points and blank.total == 0
+    for c in ref.cases:
+        if not c.passed:
+            print(f"reference fails {c.message}")
+    print("self-check passed: the reference earns full marks and the blank template earns none."
+          if ok else "SELF-CHECK FAILED")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lesson83", description=__doc__)
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="grading_config.yaml to use")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("release", help="build the student release, the Otter zip and the nbgrader release")
+    p.add_argument("--check", action="store_true", help="only report whether student_templates/ is stale")
+    p.set_defaults(func=cmd_release)
+    p = sub.add_parser("selfcheck", help="grade the reference and the blank template, print a table")
+    p.set_defaults(func=cmd_selfcheck)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, ContentError, BuildError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Grading the reference, the blank template, every catalogued mistake and correct alternatives."""
+
+from __future__ import annotations
+
+import pytest
+
+from autograder import lesson83_checks as checks
+from autograder.config import ROOT
+from autograder.judge import Suite, grade_namespace, notebook_env, reference_env
+from reference.mistakes import MISTAKES, reference_namespace
+
+TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+
+
+def _scores(suite: Suite, env: dict) -> dict[str, float]:
+    return grade_namespace(suite, env, name="t").question_scores()
+
+
+def test_reference_earns_full_marks_on_every_question(suite: Suite) -> None:
+    result = grade_namespace(suite, reference_env(suite), name="reference")
+    failed = [c.message for c in result.cases if not c.passed]
+    assert failed == []
+    for q in suite.questions:
+        if q.graded and not q.manual:
+            assert result.question_scores()[q.id] == pytest.approx(q.points), q.id
+
+
+def test_blank_template_earns_zero_without_crashing(suite: Suite) -> None:
+    env, _ = notebook_env(TEMPLATE)
+    result = grade_namespace(suite, env, name="blank")
+    assert result.total == 0
+    assert all(c.message for c in result.cases if c.max_points > 0)
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: m.id)
+def test_every_catalogued_mistake_loses_points_and_is_named(suite: Suite, mistake) -> None:
+    env = reference_namespace(mistake) | reference_env(suite)
+    env = {**reference_env(suite), **{k: v for k, v in reference_namespace(mistake).items()}}
+    result = grade_namespace(suite, env, name=mistake.id)
+    question_points = {q.id: q.points for q in suite.questions}
+    assert result.question_scores()[mistake.question] < question_points[mistake.question]
+    messages = "\n".join(c.message for c in result.cases if not c.passed)
+    named = mistake.description in messages
+    specific = mistake.id in ("pe_as_parameter", "pe_plain_attribute", "learned_no_length_check",
+                              "learned_transposed")
+    assert named or specific, messages
+
+
+CORRECT_VARIANTS = {
+    "loops_and_math": '''
+def sinusoidal_pe(max_len, d):
+    if d % 2 != 0:
+        raise ValueError("d must be even")
+    pe = np.zeros((max_len, d))
+    for pos in range(max_len):
+        for i in range(d // 2):
+            w = 10000 ** (2 * i / d)
+            pe[pos, 2 * i] = math.sin(pos / w)
+            pe[pos, 2 * i + 1] = math.cos(pos / w)
+    return pe
+''',
+    "exp_log_float32_module": '''
+class SinusoidalPE(nn.Module):
+    def __init__(self, d_model, max_len=512):
+        super().__init__()
+        self.max_len = max_len
+        pe = torch.zeros(max_len, d_model)
+        pos = torch.arange(max_len).float().unsqueeze(1)
+        div = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+        pe[:, 0::2] = torch.sin(pos * div)
+        pe[:, 1::2] = torch.cos(pos * div)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        if x.size(1) > self.max_len:
+            raise ValueError(f"got {x.size(1)} positions but max_len is {self.max_len}")
+        return x + self.pe[: x.size(1)].unsqueeze(0)
+''',
+    "einsum_attention": '''
+def self_attention(X, W_q, W_k, W_v, causal=False):
+    q, k, v = X @ W_q, X @ W_k, X @ W_v
+    s = torch.einsum("id,jd->ij", q, k) / q.shape[-1] ** 0.5
+    if causal:
+        s = s + torch.triu(torch.full_like(s, float("-inf")), diagonal=1)
+    return torch.einsum("ij,jd->id", s.softmax(-1), v)
+''',
+    "rope_numpy_inside": '''
+def rope_cache(seq_len, d, base=10000.0):
+    if d % 2:
+        raise ValueError("d must be even")
+    ang = np.outer(np.arange(seq_len), base ** (-np.arange(0, d, 2) / d))
+    return torch.from_numpy(np.cos(ang)).float(), torch.from_numpy(np.sin(ang)).float()
+
+def apply_rope(x, cos, sin):
+    h = x.shape[-1] // 2
+    rot = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+    return x * torch.cat([cos, cos], -1) + rot * torch.cat([sin, sin], -1)
+''',
+    "alibi_loops": '''
+def alibi_slopes(num_heads):
+    return torch.tensor([2 ** (-8 * h / num_heads) for h in range(1, num_heads + 1)])
+
+def alibi_bias(num_heads, seq_len):
+    j = torch.arange(seq_len)
+    return alibi_slopes(num_heads).view(-1, 1, 1) * (j.view(1, -1) - j.view(-1, 1))
+''',
+    "learned_parameter_lookup": '''
+class LearnedPE(nn.Module):
+    def __init__(self, max_len, d_model):
+        super().__init__()
+        self.max_len = max_len
+        self.pos = nn.Embedding(max_len, d_model)
+
+    def forward(self, x):
+        if x.shape[1] > self.max_len:
+            raise ValueError(f"length {x.shape[1]} exceeds max_len {self.max_len}")
+        return x + self.pos.weight[: x.shape[1]]
+''',
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT_VARIANTS))
+def test_correct_alternatives_keep_full_marks(suite: Suite, name: str) -> None:
+    env = reference_env(suite)
+    exec(CORRECT_VARIANTS[name], env)  # noqa: S102
+    result = grade_namespace(suite, env, name=name)
+    assert [c.message for c in result.cases if not c.passed] == []
+
+
+def test_failure_message_says_expected_received_and_what_to_revisit(suite: Suite) -> None:
+    mistake = next(m for m in MISTAKES if m.id == "pe_sin_cos_swapped")
+    env = {**reference_env(suite), **reference_namespace(mistake)}
+    result = grade_namespace(suite, env, name="swapped")
+    msg = next(c.message for c in result.cases if c.id == "q2_sinusoidal_pe/table_d4")
+    assert "expected" in msg and "received" in msg and "Revisit:" in msg
+    assert "Likely cause: sin and cos are swapped" in msg
+    assert len(msg) < 1200  # a few values, not a wall of numbers
+
+
+def test_storage_mistakes_say_which(suite: Suite) -> None:
+    for mistake_id, word in (("pe_as_parameter", "nn.Parameter"), ("pe_plain_attribute", "plain attribute")):
+        mistake = next(m for m in MISTAKES if m.id == mistake_id)
+        env = {**reference_env(suite), **reference_namespace(mistake)}
+        result = grade_namespace(suite, env, name=mistake_id)
+        msg = next(c.message for c in result.cases if c.id == "q3_sinusoidal_module/pe_is_buffer")
+        assert word in msg
+
+
+def test_local_check_raises_with_the_message(suite: Suite) -> None:
+    from autograder.build import _case_json
+
+    case = next(c for c in suite.cases if c["id"] == "q7_alibi/bias_values")
+    payload = _case_json(case, suite.expected[case["id"]])
+    env = {**reference_env(suite)}
+    checks.run_case(env, payload)  # the reference passes silently
+    mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
+    env.update(reference_namespace(mistake))
+    with pytest.raises(AssertionError) as info:
+        checks.run_case(env, payload)
+    assert "wrong sign" in str(info.value)
+
+
+def test_plain_data_round_trip_refuses_objects() -> None:
+    import numpy as np
+
+    data = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": [1, "x", None, float("nan")]}
+    back = checks.loads(checks.dumps(data))
+    assert back["a"].dtype == np.float32 and (back["a"] == data["a"]).all()
+    with pytest.raises(TypeError):
+        checks.to_plain(np.array([object()]))
+    with pytest.raises(TypeError):
+        checks.to_plain({"x": object()})

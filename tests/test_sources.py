@@ -1,0 +1,101 @@
+"""Bad input to the release builder stops with a clear message and writes nothing half-built."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autograder.build import release
+from autograder.config import ROOT, ConfigError, load_config
+from autograder.content import ASSIGNMENT_DIR, REFERENCE_FILE, ContentError, load_questions, shuffled
+
+CONFIG = ROOT / "grading_config.yaml"
+
+
+def _config(tmp_path: Path, old: str, new: str) -> Path:
+    path = tmp_path / "grading_config.yaml"
+    text = CONFIG.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_unknown_config_key_is_named(tmp_path: Path) -> None:
+    path = _config(tmp_path, "tolerances:\n  atol", "tolerances:\n  atoll: 1\n  atol")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(path) in str(info.value) and "tolerances.atoll" in str(info.value)
+    assert "unknown key" in str(info.value)
+
+
+def test_points_that_do_not_add_up(tmp_path: Path) -> None:
+    path = _config(tmp_path, "q2_sinusoidal_pe: {points: 14}", "q2_sinusoidal_pe: {points: 15}")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "do not add up" in str(info.value) and "q2_sinusoidal_pe 15" in str(info.value)
+
+
+def _assignments(tmp_path: Path) -> Path:
+    dest = tmp_path / "assignments"
+    shutil.copytree(ASSIGNMENT_DIR, dest)
+    return dest
+
+
+def test_question_without_tests(tmp_path: Path) -> None:
+    src = _assignments(tmp_path)
+    q2 = src / "q2_sinusoidal_pe.md"
+    text = q2.read_text()
+    front, body = text.split("\n---\n", 1)
+    q2.write_text(front.split("\ncases:")[0] + "\n---\n" + body)
+    with pytest.raises(ContentError) as info:
+        load_questions(load_config(), src)
+    assert "q2_sinusoidal_pe.md" in str(info.value) and "has no tests" in str(info.value)
+
+
+def test_solution_marker_left_open(tmp_path: Path) -> None:
+    ref = tmp_path / "lesson83.py"
+    text = REFERENCE_FILE.read_text()
+    cut = text.index("def rope_cache")
+    ref.write_text(text[:cut] + text[cut:].replace("    # END SOLUTION\n", "", 1))
+    with pytest.raises(ContentError) as info:
+        load_questions(load_config(), ASSIGNMENT_DIR, ref)
+    msg = str(info.value)
+    assert str(ref) in msg and "q5_rope" in msg and "never closed" in msg
+
+
+def test_failed_build_leaves_previous_release_untouched(tmp_path: Path) -> None:
+    dist, templates = tmp_path / "dist", tmp_path / "templates"
+    (dist / "otter").mkdir(parents=True)
+    (dist / "otter" / "keep.txt").write_text("old")
+    (templates / "lesson83").mkdir(parents=True)
+    (templates / "lesson83" / "keep.txt").write_text("old")
+    src = _assignments(tmp_path)
+    (src / "q3_sinusoidal_module.md").write_text(
+        (src / "q3_sinusoidal_module.md").read_text().replace("<!-- tests -->", ""))
+    with pytest.raises(ContentError) as info:
+        release(assignments=src, dist=dist, templates=templates)
+    assert "q3_sinusoidal_module" in str(info.value)
+    assert (dist / "otter" / "keep.txt").read_text() == "old"
+    assert (templates / "lesson83" / "keep.txt").read_text() == "old"
+    assert not list(tmp_path.glob(".build-*"))
+
+
+def test_numbers_in_prose_are_computed_not_typed() -> None:
+    for path in ASSIGNMENT_DIR.glob("*.md"):
+        front, body = path.read_text().split("\n---\n", 1)
+        meta = yaml.safe_load(front.removeprefix("---\n"))
+        prose = [body] + [str(v) for key in ("choices", "written") for item in meta.get(key, [])
+                          for v in item.values()]
+        text = re.sub(r"\{\{.*?\}\}", "", "\n".join(prose), flags=re.S)
+        typed = re.findall(r"(?<![\w.])-?\d+\.\d+", text)
+        assert typed == [], f"{path}: typed numbers {typed}: compute them from reference/ with {{{{ }}}}"
+
+
+def test_multiple_choice_answers_are_shuffled() -> None:
+    questions = load_questions(load_config())
+    letters = [shuffled(c)[1] for q in questions for c in q.choices]
+    assert len(letters) == 5 and len(set(letters)) >= 3
