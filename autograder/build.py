@@ -208,11 +208,17 @@ def nbgrader_source(questions: list[Question], expected: dict[str, dict[str, Any
 
 
 def _run(cmd: list[str], *, cwd: Path, what: str) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = tool_env()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         raise BuildError(f"{what} failed (exit {proc.returncode}):\n{textwrap.indent(tail, '  ')}")
+
+
+def tool_env() -> dict[str, str]:
+    """Environment for the Otter and nbgrader tools: this venv's bin first (nbgrader calls `alembic`)."""
+    path = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    return dict(os.environ, PATH=path, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 def _tool(name: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.build import diff_trees
+from autograder.build import diff_trees, tool_env
 from autograder.config import ROOT
 from autograder.judge import Suite
 
@@ -104,9 +104,9 @@ def test_nbgrader_autograde_gives_reference_full_marks(fresh_build: dict[str, Pa
     nbgrader = str(Path(sys.executable).with_name("nbgrader"))
     for student in ("reference", "blank"):
         subprocess.run([nbgrader, "db", "student", "add", student], cwd=course, check=True,
-                       capture_output=True)
+                       capture_output=True, env=tool_env())
     proc = subprocess.run([nbgrader, "autograde", "lesson83", "--force"], cwd=course, capture_output=True,
-                          text=True)
+                          text=True, env=tool_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     db = sqlite3.connect(course / "gradebook.db")
     rows = db.execute(
