@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import filecmp
 import json
 import os
@@ -25,6 +26,7 @@ from autograder.content import (
     Question,
     expected_values,
     load_questions,
+    mc_answers,
     shuffled,
 )
 
@@ -278,8 +280,9 @@ def build(*, config_path: Path = DEFAULT_CONFIG, assignments: Path = ASSIGNMENT_
                 "cases": [{k: c[k] for k in ("id", "question", "points", "hidden")}
                           for q in questions for c in q.cases]}
     (work / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    write_samples(student / f"{name}.ipynb", work / "samples", answers=mc_answers(questions))
     return {"student": student, "otter": otter_out, "otter_zip": zips[0], "nbgrader": course,
-            "manifest": work / "manifest.json"}
+            "manifest": work / "manifest.json", "samples": work / "samples"}
 
 
 def _replace_dir(new: Path, dest: Path) -> None:
@@ -311,6 +314,7 @@ def release(*, config_path: Path = DEFAULT_CONFIG, assignments: Path = ASSIGNMEN
         zip_name = "lesson83-otter-autograder.zip"
         shutil.copy(staged / "otter" / "autograder" / parts["otter_zip"].name, staged / zip_name)
         os.replace(parts["manifest"], staged / "manifest.json")
+        os.replace(parts["samples"], staged / "samples")
         name = parts["student"].name
         _replace_dir(parts["student"], templates / name)
         _replace_dir(staged, dist)
@@ -340,3 +344,77 @@ def stale_files(*, config_path: Path = DEFAULT_CONFIG, templates: Path = ROOT / 
     with tempfile.TemporaryDirectory(prefix="lesson83-check-") as tmp:
         parts = build(config_path=config_path, work=Path(tmp))
         return diff_trees(parts["student"], templates / parts["student"].name)
+
+
+# --------------------------------------------------------------------------- sample submissions
+
+ANSWER_TAG = "otter_assign_solution_cell"
+
+ADVERSARIAL = {
+    "cheat_allclose": "import numpy as np, torch\nnp.allclose = lambda *a, **k: True\n"
+                      "torch.allclose = lambda *a, **k: True\nnp.testing.assert_allclose = lambda *a, **k: None",
+    "infinite_loop": "while True:\n    pass",
+    "sys_exit": "import sys\nsys.exit(0)",
+    "read_reference": "print(open('/work/main/reference/lesson83.py').read())",
+}
+
+
+def _defined_names(source: str) -> list[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+
+
+def _strip_markers(source: str) -> str:
+    return "\n".join(line for line in source.splitlines()
+                     if line.strip() not in ("# BEGIN SOLUTION", "# END SOLUTION"))
+
+
+def filled_notebook(template: Path, *, extra: dict[str, str] | None = None,
+                    answers: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """The student template with every stub replaced by the reference; `extra` appends code to the cell
+    that defines a name (a catalogued mistake), `answers` fills the multiple-choice cell."""
+    from autograder.content import solution_source
+
+    nb = nbformat.read(str(template), as_version=4)
+    extra = dict(extra or {})
+    for cell in nb.cells:
+        if cell.cell_type != "code" or ANSWER_TAG not in cell.metadata.get("tags", []):
+            continue
+        names = _defined_names(cell.source)
+        if names:
+            cell.source = _strip_markers(solution_source(names, template, "sample"))
+        elif answers and "q8_" in cell.source:
+            cell.source = "\n".join(f'{k} = "{v}"' for k, v in answers.items())
+        for name in names:
+            if name in extra:
+                cell.source += "\n\n\n" + extra.pop(name)
+    return nb
+
+
+def write_samples(template: Path, dest: Path, *, answers: dict[str, str]) -> list[Path]:
+    """Sample class: the reference, the blank template, one per catalogued mistake and a few cheats."""
+    from reference.mistakes import MISTAKES
+
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def save(name: str, nb: nbformat.NotebookNode) -> None:
+        path = dest / f"{name}.ipynb"
+        nbformat.write(nb, str(path))
+        written.append(path)
+
+    save("reference", filled_notebook(template, answers=answers))
+    save("blank", nbformat.read(str(template), as_version=4))
+    for m in MISTAKES:
+        target = _defined_names(m.code)[0]
+        save(f"mistake_{m.id}", filled_notebook(template, extra={target: m.code}, answers=answers))
+    for name, code in ADVERSARIAL.items():
+        nb = filled_notebook(template, answers=answers)
+        nb.cells.insert(3, nbformat.v4.new_code_cell(code))
+        save(f"adversarial_{name}", nb)
+    (dest / "adversarial_not_json.ipynb").write_text("this is not a notebook {")
+    written.append(dest / "adversarial_not_json.ipynb")
+    return written

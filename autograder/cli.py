@@ -64,6 +64,27 @@ def cmd_selfcheck(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_grade(args: argparse.Namespace) -> int:
+    from autograder.judge import grade_batch
+
+    summary = grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
+                          config_path=args.config, progress=not args.quiet)
+    rows = summary.rows
+    print(f"graded {summary.graded_now} submission(s), reused {summary.reused} unchanged result(s); "
+          f"sandbox: {summary.sandbox}")
+    print("status:  " + ", ".join(f"{k} {v}" for k, v in sorted(summary.counts().items())))
+    if rows:
+        qids = [k for k in rows[0] if k not in ("id", "total", "status")]
+        table = [["question", "mean", "full marks"]]
+        for q in qids:
+            mean = sum(r[q] for r in rows) / len(rows)
+            full = sum(r[q] > 0 and abs(r[q] - max(x[q] for x in rows)) < 1e-9 for r in rows)
+            table.append([q, f"{mean:.2f}", f"{full}/{len(rows)}"])
+        print(_table(table))
+    print(f"grades: {args.out / 'grades.csv'}   per-submission results: {args.out / 'results'}/")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lesson83", description=__doc__)
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="grading_config.yaml to use")
@@ -73,6 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_release)
     p = sub.add_parser("selfcheck", help="grade the reference and the blank template, print a table")
     p.set_defaults(func=cmd_selfcheck)
+    p = sub.add_parser("grade", help="grade a folder of submissions in the sandbox")
+    p.add_argument("submissions", type=Path, help="folder of .ipynb files, per-student folders or zips")
+    p.add_argument("--out", type=Path, default=ROOT / "dist" / "grades", help="where to write the grades")
+    p.add_argument("--force", action="store_true", help="regrade even unchanged submissions")
+    p.add_argument("--workers", type=int, default=None, help="parallel workers (default: from the config)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_grade)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -1,0 +1,159 @@
+"""Plain data to bytes and back without pickle: JSON, numpy arrays as base64 bytes with dtype and shape."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+MAX_BYTES = 64 * 2**20
+MAX_DEPTH = 64
+ARRAY_TAG = "__ndarray__"
+_ARRAY_KEYS = {ARRAY_TAG, "dtype", "shape"}
+_DTYPE_RE = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")
+_NUMERIC_KINDS = "biufc"
+
+
+class WireError(ValueError):
+    """Data that is not plain, too large, too deep or malformed."""
+
+
+def encode(obj: Any, *, max_bytes: int = MAX_BYTES) -> bytes:
+    """Encode plain data (None, bool, int, float, str, list, tuple, dict with str keys, numeric ndarray)."""
+    try:
+        text = json.dumps(_pack(obj, 0), allow_nan=True, ensure_ascii=True, separators=(",", ":"))
+    except RecursionError as exc:
+        raise WireError("data nested too deeply") from exc
+    data = text.encode("ascii")
+    if len(data) > max_bytes:
+        raise WireError(f"encoded data is {len(data)} bytes, over the cap of {max_bytes}")
+    return data
+
+
+def decode(data: bytes, *, max_bytes: int = MAX_BYTES) -> Any:
+    """Decode bytes made by encode(); anything else (unknown tags, object dtypes, bad sizes): WireError."""
+    if type(data) is not bytes:
+        raise WireError(f"expected bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise WireError(f"{len(data)} bytes, over the cap of {max_bytes}")
+    try:
+        raw = json.loads(data.decode("utf-8"), object_pairs_hook=_object_pairs, parse_constant=_constant)
+    except WireError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise WireError(f"not valid wire data: {exc}") from exc
+    return _unpack(raw, 0)
+
+
+def to_plain(obj: Any, *, depth: int = 0) -> Any:
+    """Best-effort copy of obj as plain data: numpy scalars become Python scalars, other objects a marker str.
+
+    Only exact built-in types pass (an int subclass with a custom __eq__ does not), so no object with
+    behaviour of its own ever reaches encode().
+    """
+    t = type(obj)
+    if obj is None or t in (bool, int, float, str):
+        return obj
+    if depth >= MAX_DEPTH:
+        return "<not plain data: nested too deeply>"
+    if t in (list, tuple):
+        return [to_plain(v, depth=depth + 1) for v in obj]
+    if t is dict:
+        if not all(type(k) is str and not k.startswith("__") for k in obj):
+            return "<not plain data: dict keys must be str not starting with '__'>"
+        return {k: to_plain(v, depth=depth + 1) for k, v in obj.items()}
+    if t is np.ndarray:
+        return obj if _plain_dtype(obj.dtype) else f"<not plain data: ndarray of dtype {obj.dtype}>"
+    if isinstance(obj, np.generic) and t.__module__ == "numpy" and _plain_dtype(obj.dtype):
+        kind = obj.dtype.kind
+        if kind == "c":
+            return np.asarray(obj)
+        return bool(obj) if kind == "b" else int(obj) if kind in "iu" else float(obj)
+    return f"<not plain data: {_type_name(t)}>"
+
+
+def _type_name(t: type) -> str:
+    try:
+        return f"{type.__getattribute__(t, '__module__')}.{type.__getattribute__(t, '__qualname__')}"[:200]
+    except Exception:
+        return "unknown type"
+
+
+def _plain_dtype(dtype: np.dtype) -> bool:
+    return dtype.kind in _NUMERIC_KINDS and not dtype.hasobject and dtype.fields is None
+
+
+def _pack(obj: Any, depth: int) -> Any:
+    t = type(obj)
+    if obj is None or t in (bool, int, float, str):
+        return obj
+    if depth >= MAX_DEPTH:
+        raise WireError("data nested too deeply")
+    if t in (list, tuple):
+        return [_pack(v, depth + 1) for v in obj]
+    if t is dict:
+        for k in obj:
+            if type(k) is not str:
+                raise WireError(f"dict keys must be str, got {type(k).__name__}")
+            if k.startswith("__"):
+                raise WireError(f"dict key {k[:40]!r} is reserved (starts with '__')")
+        return {k: _pack(v, depth + 1) for k, v in obj.items()}
+    if t is np.ndarray:
+        if not _plain_dtype(obj.dtype):
+            raise WireError(f"ndarray dtype {obj.dtype} is not numeric or bool")
+        raw = np.ascontiguousarray(obj).tobytes()
+        b64 = base64.b64encode(raw).decode("ascii")
+        return {ARRAY_TAG: b64, "dtype": obj.dtype.str, "shape": list(obj.shape)}
+    raise WireError(f"not plain data: {_type_name(t)}")
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise WireError(f"duplicate key {k[:40]!r}")
+        out[k] = v
+    if any(k.startswith("__") for k in out) and set(out) != _ARRAY_KEYS:
+        raise WireError(f"unknown tag in {sorted(out)[:5]}")
+    return out
+
+
+def _constant(name: str) -> float:
+    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
+
+
+def _unpack(raw: Any, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise WireError("data nested too deeply")
+    if type(raw) is list:
+        return [_unpack(v, depth + 1) for v in raw]
+    if type(raw) is dict:
+        if ARRAY_TAG in raw:
+            return _array(raw)
+        return {k: _unpack(v, depth + 1) for k, v in raw.items()}
+    return raw
+
+
+def _array(tag: dict[str, Any]) -> np.ndarray:
+    b64, dtype_str, shape = tag[ARRAY_TAG], tag["dtype"], tag["shape"]
+    if type(b64) is not str or type(dtype_str) is not str or not _DTYPE_RE.fullmatch(dtype_str):
+        raise WireError(f"bad array tag (dtype {str(dtype_str)[:20]!r})")
+    if type(shape) is not list or len(shape) > 32 or not all(type(n) is int and n >= 0 for n in shape):
+        raise WireError("bad array shape")
+    try:
+        dtype = np.dtype(dtype_str)
+        raw = base64.b64decode(b64, validate=True)
+    except (TypeError, ValueError) as exc:
+        raise WireError(f"bad array data: {exc}") from exc
+    if not _plain_dtype(dtype):
+        raise WireError(f"array dtype {dtype_str!r} is not numeric or bool")
+    if math.prod(shape) * dtype.itemsize != len(raw):
+        raise WireError(f"array of shape {shape} and dtype {dtype_str} does not match {len(raw)} bytes")
+    arr = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    if dtype.kind == "b" and raw.translate(None, b"\x00\x01"):
+        raise WireError("bool array holds bytes other than 0 and 1")
+    return arr

@@ -1,0 +1,376 @@
+"""Execution stage under attack: each hostile notebook gets a clear status and none breaks the pool."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import sys
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+from autograder import wire
+from autograder.execute import (
+    STATUSES,
+    ExecResult,
+    Limits,
+    WorkerPool,
+    execute_batch,
+    execute_submission,
+    read_notebook,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
+PROBES = [("add", "add", {"args": [2, 3]}), ("value", "value", {})]
+ADD = "def add(a, b):\n    return a + b"
+FAKE_CHECKS = '''
+def run_probe(env, name, args):
+    fn = env.get(name)
+    if fn is None:
+        return {"error": {"type": "NameError", "message": f"{name} is not defined"}}
+    try:
+        return {"value": fn(*args.get("args", []))}
+    except Exception as exc:
+        return {"error": {"type": type(exc).__name__, "message": str(exc)[:200]}}
+'''
+
+
+def nb(*cells: str, tags: dict[int, list[str]] | None = None) -> bytes:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_markdown_cell("# Lesson 83")]
+    for i, src in enumerate(cells):
+        cell = nbformat.v4.new_code_cell(src)
+        cell.metadata["tags"] = (tags or {}).get(i, [])
+        notebook.cells.append(cell)
+    return nbformat.writes(notebook).encode()
+
+
+HONEST = nb("%time import torch\nimport numpy as np", ADD, "def value():\n    return np.arange(3.0)")
+FORGED_FRAME = "import os, struct\nfrom autograder import wire\n" \
+    "msg = wire.encode({'t': 'out', 'key': 'add', 'value': {'value': 999}})\n" \
+    "os.write(1, struct.pack('>Q', len(msg)) + msg)\nprint(msg.decode())"
+CASES = {
+    "honest": HONEST,
+    "syntax_error": nb("def broken(:\n    pass", ADD),
+    "not_json": b"this is not { json",
+    "empty": b"",
+    "json_not_notebook": b'{"hello": [1, 2, 3]}',
+    "pickle": pickle.dumps({"cells": []}),
+    "missing_function": nb("x = 1"),
+    "nan": nb("import numpy as np", "def add(a, b):\n    return float('nan')",
+              "def value():\n    return np.array([np.nan, np.inf, -np.inf, 1.0])"),
+    "infinite_loop": nb(ADD, "while True:\n    pass"),
+    "sleep_forever": nb(ADD, "import time\ntime.sleep(10_000)"),
+    "alloc_50gb_numpy": nb("import numpy as np\nbig = np.ones(50 * 2**30 // 8)", ADD),
+    "alloc_50gb_torch": nb("import torch\nbig = torch.ones(50 * 2**30, dtype=torch.uint8)", ADD),
+    "fork_bomb": nb("import os\nwhile True:\n    os.fork()", ADD),
+    "fork_sleepers": nb("import os, time\nwhile True:\n    if not os.fork():\n        time.sleep(999)", ADD),
+    "sys_exit": nb(ADD, "import sys\nsys.exit(0)", "def value():\n    return 1"),
+    "os_exit": nb(ADD, "import os\nos._exit(0)", "def value():\n    return 1"),
+    "exit_builtin": nb(ADD, "exit()", "def value():\n    return 1"),
+    "print_100mb": nb("print('x' * 100_000_000)", ADD),
+    "forged_frame": nb(FORGED_FRAME, ADD),
+    "socket": nb("import socket\ndef value():\n    try:\n        socket.create_connection(('1.1.1.1', 80), "
+                 "timeout=3)\n    except OSError as exc:\n        return 'blocked: ' + type(exc).__name__\n"
+                 "    return 'connected'"),
+    "write_outside": nb("import os\ndef value():\n    ok = []\n"
+                        f"    for p in ['/etc/evil', '/usr/evil', '/tmp/evil', {str(REPO / 'evil')!r}, "
+                        f"{str(Path.home() / 'evil')!r}]:\n"
+                        "        try:\n            open(p, 'w').write('x')\n            ok.append(p)\n"
+                        "        except OSError:\n            pass\n"
+                        "    open('scratch.txt', 'w').write('x')\n"
+                        "    return {'outside': ok, 'cwd': os.getcwd(),\n"
+                        "            'scratch': os.path.exists('scratch.txt')}"),
+    "read_reference": nb(f"import os\nREF = {str(REPO / 'reference' / 'lesson83.py')!r}\n"
+                         "try:\n    print(open(REF).read())\nexcept OSError as exc:\n    print('no', exc)",
+                         f"def value():\n    return [os.path.exists(REF), os.listdir({str(REPO)!r})]"),
+    "patch_np_allclose": nb("import numpy as np\nnp.allclose = lambda *a, **k: True", ADD),
+    "patch_np_testing": nb("import numpy as np\nnp.testing.assert_allclose = lambda *a, **k: None", ADD),
+    "patch_torch_allclose": nb("import torch\ntorch.allclose = lambda *a, **k: True", ADD),
+    "patch_torch_testing": nb("import torch\ntorch.testing.assert_close = lambda *a, **k: None", ADD),
+    "patch_builtins": nb("import builtins\nbuiltins.isinstance = lambda *a: True", ADD),
+    "patch_probe_module": nb("import fake_checks\nfake_checks.run_probe.__code__ = "
+                             "(lambda env, name, args: {'value': 999}).__code__", ADD),
+    "always_equal": nb("class Same:\n    def __eq__(self, other):\n        return True",
+                       "class Int(int):\n    def __eq__(self, other):\n        return True",
+                       "def add(a, b):\n    return Int(5)",
+                       "def value():\n    return [Same(), {'x': Same()}]"),
+    "skipped_cell": nb(ADD, "while True:\n    pass", tags={1: ["long-running"]}),
+}
+
+
+@pytest.fixture(scope="module")
+def fake_checks(tmp_path_factory: pytest.TempPathFactory) -> str:
+    folder = tmp_path_factory.mktemp("probes")
+    (folder / "fake_checks.py").write_text(FAKE_CHECKS)
+    sys.path.insert(0, str(folder))
+    yield "fake_checks"
+    sys.path.remove(str(folder))
+
+
+@pytest.fixture(scope="module")
+def batch(fake_checks: str) -> tuple[dict[str, ExecResult], ExecResult, str]:
+    """Every case through one two-worker pool at once, then an honest notebook on the same pool."""
+    with WorkerPool(2, limits=LIMITS, probe_module=fake_checks) as pool:
+        cases = dict(CASES)
+        if pool.sandbox != "bwrap" and not pool.drops_privileges:
+            del cases["fork_bomb"], cases["fork_sleepers"]  # root without a uid to drop to: no RLIMIT_NPROC
+        results = dict(pool.run_many(cases.items(), probes=PROBES))
+        after = pool.run(HONEST, probes=PROBES)
+        return results, after, pool.sandbox
+
+
+def result(batch: tuple[dict[str, ExecResult], ExecResult, str], case: str) -> ExecResult:
+    results = batch[0]
+    if case not in results:
+        pytest.skip(f"{case} is not run without a process limit")
+    return results[case]
+
+
+def needs_bwrap(batch: tuple[dict[str, ExecResult], ExecResult, str]) -> None:
+    if batch[2] != "bwrap":
+        pytest.skip("network and file isolation need bubblewrap")
+
+
+def value(res: ExecResult, key: str) -> object:
+    out = res.outputs[key]
+    assert "value" in out, out
+    return out["value"]
+
+
+def test_every_case_gets_a_known_status(batch):
+    results, _, _ = batch
+    assert set(results) <= set(CASES)
+    assert all(r.status in STATUSES for r in results.values())
+
+
+def test_honest_notebook_runs_and_pool_survives_the_rest(batch):
+    results, after, _ = batch
+    for res in (results["honest"], after):
+        assert res.status == "ok", res.notes
+        assert value(res, "add") == 5
+        np.testing.assert_array_equal(value(res, "value"), np.arange(3.0))
+        assert res.tampering == [] and res.skipped_cells == []
+        assert "Wall time" in res.stdout  # the %time magic ran
+
+
+def test_syntax_error_is_a_note_and_later_cells_run(batch):
+    res = result(batch, "syntax_error")
+    assert res.status == "ok"
+    assert any("SyntaxError" in n for n in res.notes)
+    assert value(res, "add") == 5
+
+
+@pytest.mark.parametrize("case, words", [("not_json", "not valid JSON"), ("empty", "empty"),
+                                         ("json_not_notebook", "without a list of cells"),
+                                         ("pickle", "not UTF-8")])
+def test_unreadable_inputs(batch, case, words):
+    res = result(batch, case)
+    assert res.status == "unreadable"
+    assert words in res.notes[0]
+    assert res.outputs == {}
+
+
+def test_read_notebook_reports_skipped_cells():
+    cells, skipped = read_notebook(nb("a = 1", "b = 2", tags={1: ["milestone-train"]}))
+    assert cells == [(1, "a = 1")] and skipped == [2]
+
+
+def test_missing_function_is_a_probe_error(batch):
+    res = result(batch, "missing_function")
+    assert res.status == "ok"
+    assert res.outputs["add"]["error"]["type"] == "NameError"
+
+
+def test_nan_output_round_trips(batch):
+    res = result(batch, "nan")
+    assert res.status == "ok"
+    assert math.isnan(value(res, "add"))
+    arr = value(res, "value")
+    assert arr.dtype == np.float64 and np.isnan(arr[0]) and arr[1] == np.inf and arr[2] == -np.inf
+
+
+@pytest.mark.parametrize("case, limit", [("infinite_loop", "CPU-time"), ("sleep_forever", "wall-clock")])
+def test_endless_cells_time_out(batch, case, limit):
+    res = result(batch, case)
+    assert res.status == "timeout"
+    assert any(limit in n and "cell 2" in n for n in res.notes), res.notes
+    assert res.outputs == {}
+
+
+@pytest.mark.parametrize("case", ["alloc_50gb_numpy", "alloc_50gb_torch"])
+def test_allocating_50_gb_is_out_of_memory(batch, case):
+    res = result(batch, case)
+    assert res.status == "oom", res.notes
+    assert value(res, "add") == 5
+
+
+@pytest.mark.parametrize("case", ["fork_bomb", "fork_sleepers"])
+def test_fork_bombs_hit_the_process_limit(batch, case):
+    res = result(batch, case)
+    assert res.status == "ok", res.notes
+    assert any("BlockingIOError" in n for n in res.notes), res.notes
+    assert value(res, "add") == 5
+
+
+@pytest.mark.parametrize("case, words", [("sys_exit", "sys.exit(0)"), ("os_exit", "exited with code 0"),
+                                         ("exit_builtin", "exit()")])
+def test_exiting_cells_crash_and_earn_nothing(batch, case, words):
+    res = result(batch, case)
+    assert res.status == "crashed"
+    assert any(words in n and "cell 2" in n for n in res.notes), res.notes
+    assert res.outputs == {}
+
+
+def test_printing_100_mb_is_capped(batch):
+    res = result(batch, "print_100mb")
+    assert res.status == "ok"
+    assert len(res.stdout.encode()) <= LIMITS.output_kb * 1024
+    assert any("output truncated" in n for n in res.notes)
+    assert value(res, "add") == 5
+
+
+def test_printed_frames_cannot_forge_results(batch):
+    res = result(batch, "forged_frame")
+    assert res.status == "ok"
+    assert value(res, "add") == 5
+
+
+def test_socket_has_no_network(batch):
+    needs_bwrap(batch)
+    res = result(batch, "socket")
+    assert str(value(res, "value")).startswith("blocked")
+
+
+def test_writes_outside_scratch_fail(batch):
+    needs_bwrap(batch)
+    got = value(result(batch, "write_outside"), "value")
+    assert got["outside"] == []
+    assert got["scratch"] is True and got["cwd"].startswith("/tmp/scratch/")
+
+
+def test_reference_and_repository_are_not_visible(batch):
+    needs_bwrap(batch)
+    res = result(batch, "read_reference")
+    exists, listing = value(res, "value")
+    assert exists is False and not {"reference", "tests", "autograder"} & set(listing)
+    source = (REPO / "reference" / "lesson83.py").read_text()
+    assert source.splitlines()[0] not in res.stdout
+
+
+@pytest.mark.parametrize("case, fact", [
+    ("patch_np_allclose", "numpy.allclose"), ("patch_np_testing", "numpy.testing.assert_allclose"),
+    ("patch_torch_allclose", "torch.allclose"), ("patch_torch_testing", "torch.testing.assert_close"),
+    ("patch_builtins", "builtins.isinstance"), ("patch_probe_module", "fake_checks.run_probe"),
+])
+def test_monkeypatching_is_reported_and_undone(batch, case, fact):
+    res = result(batch, case)
+    assert res.status == "tampering"
+    assert any(fact in f for f in res.tampering), res.tampering
+    assert value(res, "add") == 5
+
+
+def test_objects_with_their_own_eq_arrive_as_strings(batch):
+    res = result(batch, "always_equal")
+    assert res.status == "ok"
+    assert type(value(res, "add")) is str
+    same, nested = value(res, "value")
+    assert type(same) is str and same.startswith("<not plain data") and type(nested["x"]) is str
+
+
+def test_skipped_cells_are_reported(batch):
+    res = result(batch, "skipped_cell")
+    assert res.status == "ok"
+    assert res.skipped_cells == [2]
+    assert value(res, "add") == 5
+
+
+def test_one_off_and_batch_entry_points(fake_checks):
+    def run(source: bytes) -> ExecResult:
+        return execute_submission(source, probes=PROBES, limits=LIMITS, probe_module=fake_checks)
+
+    res = run(HONEST)
+    assert res.status == "ok" and value(res, "add") == 5
+    if res.sandbox == "bwrap":  # the same warm worker: nothing left behind reaches the next submission
+        assert run(nb("import os\nopen('/dev/shm/leak', 'w').write('x')\nopen('leak', 'w').write('x')\n"
+                      "os.mkdir('dir')\nos.chmod('dir', 0)")).status == "ok"
+        res = run(nb("import os\ndef value():\n"
+                     "    return [os.listdir('/dev/shm'), os.listdir('..'), os.listdir()]"))
+        shm, scratch_root, cwd = value(res, "value")
+        assert shm == [] and len(scratch_root) == 1 and cwd == []
+    items = [("a", HONEST), ("b", b"")]
+    got = dict(execute_batch(items, probes=PROBES, limits=LIMITS, probe_module=fake_checks, workers=1))
+    assert got["a"].status == "ok" and got["b"].status == "unreadable"
+
+
+def test_fallback_without_sandbox_still_runs(fake_checks):
+    with WorkerPool(1, limits=LIMITS, probe_module=fake_checks, sandbox="none") as pool:
+        res = pool.run(HONEST, probes=PROBES)
+        assert pool.sandbox == "none"
+    assert res.status == "ok" and value(res, "add") == 5
+
+
+@pytest.mark.parametrize("obj, expected", [
+    (None, None), (True, True), (-2**70, -2**70), (1.5, 1.5), ("naïve \udc80", "naïve \udc80"),
+    ((1, [2, {"a": 3}]), [1, [2, {"a": 3}]]), ({"x": (1, 2)}, {"x": [1, 2]}),
+])
+def test_wire_round_trips_plain_data(obj, expected):
+    back = wire.decode(wire.encode(obj))
+    assert back == expected and type(back) is type(expected)
+
+
+@pytest.mark.parametrize("arr", [
+    np.arange(6, dtype=np.int32).reshape(2, 3), np.array([True, False]), np.zeros((0, 4)),
+    np.array(2.5, dtype=np.float32), np.array([1 + 2j]), np.arange(4.0)[::2], np.arange(3, dtype=">u2"),
+])
+def test_wire_round_trips_arrays(arr):
+    back = wire.decode(wire.encode(arr))
+    assert back.dtype == arr.dtype and back.shape == arr.shape and np.array_equal(back, arr)
+    assert back.flags.writeable
+
+
+def test_wire_keeps_non_finite_floats():
+    back = wire.decode(wire.encode([math.nan, math.inf, -math.inf, np.array([np.nan])]))
+    assert math.isnan(back[0]) and back[1:3] == [math.inf, -math.inf] and np.isnan(back[3][0])
+
+
+@pytest.mark.parametrize("obj", [object(), np.array([object()]), {1: 2}, {"__x": 1}, b"x", np.float64(1.0)])
+def test_wire_refuses_what_is_not_plain(obj):
+    with pytest.raises(wire.WireError):
+        wire.encode(obj)
+
+
+@pytest.mark.parametrize("data", [
+    b'{"__ndarray__": "AAAA", "dtype": "|O8", "shape": [1]}',
+    b'{"__ndarray__": "AAAAAAAAAAA=", "dtype": "|V8", "shape": [1]}',
+    b'{"__ndarray__": "AAAAAAAAAAA=", "dtype": "<f8", "shape": [2]}',
+    b'{"__ndarray__": "AA==", "dtype": "|b1", "shape": [1], "extra": 1}',
+    b'{"__ndarray__": "Ag==", "dtype": "|b1", "shape": [1]}',
+    b'{"__pickle__": "gASVAAAAAAAAAAA="}',
+    b'{"a": 1, "a": 2}',
+    pickle.dumps([1, 2]),
+    b"[" * 100_000,
+])
+def test_wire_decoding_is_strict(data):
+    with pytest.raises(wire.WireError):
+        wire.decode(data)
+
+
+def test_wire_caps_size():
+    with pytest.raises(wire.WireError):
+        wire.encode("x" * 100, max_bytes=50)
+    with pytest.raises(wire.WireError):
+        wire.decode(wire.encode("x" * 100), max_bytes=50)
+
+
+def test_to_plain_makes_student_values_safe():
+    class Same:
+        def __eq__(self, other):
+            return True
+
+    plain = wire.to_plain({"a": Same(), "b": (np.float64(1.5), np.bool_(True)), "c": np.array([1])})
+    assert type(plain["a"]) is str and plain["b"] == [1.5, True] and type(plain["b"][0]) is float
+    wire.encode(plain)
