@@ -32,7 +32,9 @@ def cmd_release(args: argparse.Namespace) -> int:
         return 0
     rel = release(config_path=args.config)
     print(f"student release:      {rel.student_dir.relative_to(ROOT)}")
-    print(f"Otter autograder zip: {rel.otter_zip.relative_to(ROOT)}  (upload to Gradescope)")
+    print(f"Gradescope zip:       {rel.gradescope_zip.relative_to(ROOT)}  (upload to Gradescope: grades with "
+          "this package's sandboxed engine)")
+    print(f"Otter autograder zip: {rel.otter_zip.relative_to(ROOT)}  (the same tests run by `otter run`)")
     print(f"Otter output:         {rel.otter_dir.relative_to(ROOT)}")
     print(f"nbgrader course:      {rel.nbgrader_dir.relative_to(ROOT)}  (release/ is what students get)")
     return 0
@@ -85,6 +87,25 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gradescope(args: argparse.Namespace) -> int:
+    """Grade one Gradescope submission folder and write its results.json (used by run_autograder)."""
+    import json
+    import shutil
+    import tempfile
+
+    from autograder.judge import grade_batch
+
+    with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
+        subs = Path(tmp) / "in"
+        shutil.copytree(args.submission, subs / "submission")
+        summary = grade_batch(subs, out=Path(tmp) / "out", force=True, config_path=args.config, progress=False)
+        record = json.loads((Path(tmp) / "out" / "results" / "submission.json").read_text())
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(record["gradescope"], indent=1))
+    print(f"status: {record['status']}; score {record['total']:g}; sandbox: {summary.sandbox}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lesson83", description=__doc__)
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="grading_config.yaml to use")
@@ -101,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=None, help="parallel workers (default: from the config)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_grade)
+    p = sub.add_parser("gradescope", help="grade one Gradescope submission folder into results.json")
+    p.add_argument("submission", type=Path, help="the submission folder (/autograder/submission)")
+    p.add_argument("results", type=Path, help="where to write results.json")
+    p.set_defaults(func=cmd_gradescope)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

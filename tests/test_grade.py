@@ -1,0 +1,233 @@
+"""The grade command end to end: an adversarial class, resumability, and parity with Gradescope and Otter."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.build import filled_notebook, gradescope_bundle, tool_env
+from autograder.config import ROOT
+from autograder.content import mc_answers
+from autograder.judge import Suite, grade_batch
+
+TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+SIM = ROOT.parent / "shared" / "tools" / "gradescope-sim"
+
+# Code added as a new cell to the *blank* template (so every point would be unearned) ...
+BLANK_PLUS = {
+    "cheat_allclose": "import numpy as np\nnp.allclose = lambda *a, **k: True",
+    "cheat_testing": "import numpy as np, torch\nnp.testing.assert_allclose = lambda *a, **k: None\n"
+                     "torch.testing.assert_close = lambda *a, **k: None\ntorch.allclose = lambda *a, **k: True",
+    "cheat_builtins": "import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.len = lambda x: 0",
+    "cheat_grader": "import autograder.lesson83_checks as c\nc.judge = lambda *a, **k: c.Verdict(True)\n"
+                    "c.run_probe = lambda *a, **k: {}",
+    "eq_always_true": "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+                      "def sinusoidal_pe(max_len, d):\n    return Yes()\nq8_equivariance = Yes()",
+    "nan_output": "import numpy as np\ndef sinusoidal_pe(max_len, d):\n    return np.full((max_len, d), np.nan)",
+    "wrong_shape": "import numpy as np\ndef sinusoidal_pe(max_len, d):\n    return np.zeros((d, max_len))",
+    "wrong_type": "def sinusoidal_pe(max_len, d):\n    return 'a table'",
+    "infinite_loop": "while True:\n    pass",
+    "allocate_50gb": "import numpy as np\nx = np.ones(50 * 2**30 // 8)",
+    "fork_bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+    "sys_exit": "import sys\nsys.exit(0)",
+    "os_exit": "import os\nos._exit(0)",
+    "print_100mb": "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * 2**20)",
+    "socket": "import socket\nsocket.create_connection(('pypi.org', 443), timeout=3)",
+    "write_outside": "open('/usr/lib/pwned.txt', 'w').write('x')",
+    "read_hidden": "import glob\nfor p in glob.glob('/work/**/reference/*.py', recursive=True) + "
+                   "glob.glob('/work/**/tests/*.py', recursive=True):\n    print(open(p).read())",
+}
+# ... and their expected status (every one earns 0 points).
+STATUS = {"cheat_allclose": "tampering detected", "cheat_testing": "tampering detected",
+          "cheat_builtins": "tampering detected", "cheat_grader": "tampering detected",
+          "infinite_loop": "timed out", "allocate_50gb": "out of memory", "sys_exit": "crashed",
+          "os_exit": "crashed"}
+
+
+def _save(nb: nbformat.NotebookNode, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+
+
+def _config(tmp: Path) -> Path:
+    text = (ROOT / "grading_config.yaml").read_text()
+    text = text.replace("wall_timeout_s: 30", "wall_timeout_s: 10").replace("cpu_timeout_s: 30", "cpu_timeout_s: 10")
+    text = text.replace("memory_mb: 4096", "memory_mb: 3072")
+    path = tmp / "grading_config.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def adversarial_class(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tuple[Path, dict]:
+    tmp = tmp_path_factory.mktemp("class")
+    subs = tmp / "submissions"
+    answers = mc_answers(list(suite.questions))
+    blank = nbformat.read(str(TEMPLATE), as_version=4)
+    for name, code in BLANK_PLUS.items():
+        nb = nbformat.read(str(TEMPLATE), as_version=4)
+        nb.cells.insert(len(nb.cells) - 3, nbformat.v4.new_code_cell(code))
+        _save(nb, subs / f"{name}.ipynb")
+    _save(blank, subs / "blank.ipynb")
+    _save(filled_notebook(TEMPLATE, answers=answers), subs / "reference.ipynb")
+    missing = filled_notebook(TEMPLATE, answers=answers)
+    missing.cells = [c for c in missing.cells if "def rope_attention" not in c.source]
+    _save(missing, subs / "missing_function.ipynb")
+    syntax = filled_notebook(TEMPLATE, answers=answers)
+    syntax.cells.insert(4, nbformat.v4.new_code_cell("def broken(:\n    pass"))
+    _save(syntax, subs / "syntax_error.ipynb")
+    (subs / "not_json.ipynb").write_text("{ this is not json")
+    (subs / "empty.ipynb").write_bytes(b"")
+    (subs / "notes.txt").write_text("not a notebook")
+    # Gradescope-style inputs: a per-student folder, and a zip with a crafted .OTTER_LOG pickle.
+    _save(filled_notebook(TEMPLATE, answers=answers), subs / "student_folder" / "lesson83.ipynb")
+
+    class Boom:
+        def __reduce__(self):
+            return (os.system, ("touch /tmp/otter_log_was_unpickled",))
+
+    with zipfile.ZipFile(subs / "otter_log_zip.zip", "w") as zf:
+        zf.writestr("lesson83.ipynb", nbformat.writes(blank))
+        zf.writestr(".OTTER_LOG", pickle.dumps(Boom()))
+    out = tmp / "out"
+    summary = grade_batch(subs, out=out, config_path=_config(tmp), progress=False)
+    rows = {r["id"]: r for r in summary.rows}
+    return out, rows
+
+
+def test_every_input_gets_exactly_one_row(adversarial_class: tuple[Path, dict]) -> None:
+    out, rows = adversarial_class
+    with open(out / "grades.csv") as f:
+        ids = [r["id"] for r in csv.DictReader(f)]
+    expected = set(BLANK_PLUS) | {"blank", "reference", "missing_function", "syntax_error", "not_json", "empty",
+                                  "notes", "student_folder", "otter_log_zip"}
+    assert sorted(ids) == sorted(expected)
+    assert len(list((out / "results").glob("*.json"))) == len(expected)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["submissions"] == len(expected)
+
+
+def test_no_adversarial_submission_earns_a_point(adversarial_class: tuple[Path, dict], suite: Suite) -> None:
+    _, rows = adversarial_class
+    for name in [*BLANK_PLUS, "blank", "not_json", "empty", "notes", "otter_log_zip"]:
+        assert rows[name]["total"] == 0, (name, rows[name])
+    assert not Path("/tmp/otter_log_was_unpickled").exists()
+
+
+@pytest.mark.parametrize("name", sorted(STATUS))
+def test_status_names_what_happened(adversarial_class: tuple[Path, dict], name: str) -> None:
+    _, rows = adversarial_class
+    assert rows[name]["status"] == STATUS[name]
+
+
+def test_unreadable_inputs_say_why(adversarial_class: tuple[Path, dict]) -> None:
+    out, rows = adversarial_class
+    for name in ("not_json", "empty", "notes"):
+        assert rows[name]["status"] == "could not be read"
+        record = json.loads((out / "results" / f"{name}.json").read_text())
+        assert record["notes"] and record["gradescope"]["score"] == 0
+
+
+def test_honest_work_around_the_cheats_keeps_its_points(adversarial_class: tuple[Path, dict], suite: Suite) -> None:
+    _, rows = adversarial_class
+    assert rows["reference"]["total"] == suite.auto_points and rows["reference"]["status"] == "graded"
+    assert rows["student_folder"]["total"] == suite.auto_points
+    assert rows["syntax_error"]["total"] == suite.auto_points  # one broken cell, the rest still counts
+    assert rows["missing_function"]["q6_rope_attention"] == 0
+    assert rows["missing_function"]["total"] == suite.auto_points - 10
+
+
+def test_hidden_files_are_not_visible_and_output_is_capped(adversarial_class: tuple[Path, dict]) -> None:
+    out, _ = adversarial_class
+    record = json.loads((out / "results" / "read_hidden.json").read_text())
+    assert "BEGIN SOLUTION" not in record["stdout"] and "hidden_" not in record["stdout"]
+    big = json.loads((out / "results" / "print_100mb.json").read_text())
+    assert len(big["stdout"]) < 1_000_000
+
+
+def _grade_cli(subs: Path, out: Path, config: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "autograder.cli", "--config", str(config), "grade", str(subs),
+                             "--out", str(out), "--quiet", *extra], cwd=ROOT, env=tool_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_batch_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path: Path, suite: Suite) -> None:
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    answers = mc_answers(list(suite.questions))
+    for i in range(8):
+        _save(filled_notebook(TEMPLATE, answers=answers) if i % 2 else nbformat.read(str(TEMPLATE), as_version=4),
+              subs / f"s{i}.ipynb")
+    config = _config(tmp_path)
+    proc = _grade_cli(subs, out, config, "--workers", "1")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list((out / "results").glob("*.json"))) < 2:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(list((out / "results").glob("*.json")))
+    assert 2 <= done_before < 8
+    rerun = _grade_cli(subs, out, config)
+    text, _ = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, text
+    assert f"reused {done_before} unchanged" in text
+    with open(out / "grades.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["id"] for r in rows) == [f"s{i}" for i in range(8)]
+    assert all(float(r["total"]) == (suite.auto_points if int(r["id"][1]) % 2 else 0) for r in rows)
+    again = _grade_cli(subs, out, config)
+    text, _ = again.communicate(timeout=300)
+    assert "graded 0 submission(s), reused 8" in text
+
+
+@pytest.mark.skipif(not SIM.exists(), reason="gradescope-sim is not beside the repository")
+def test_gradescope_bundle_gives_the_same_scores_as_grade(tmp_path: Path, suite: Suite) -> None:
+    from reference.mistakes import MISTAKES
+
+    bundle = gradescope_bundle(tmp_path / "autograder.zip")
+    answers = mc_answers(list(suite.questions))
+    mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
+    notebooks = {"reference": filled_notebook(TEMPLATE, answers=answers),
+                 "blank": nbformat.read(str(TEMPLATE), as_version=4),
+                 "mistake": filled_notebook(TEMPLATE, extra={"alibi_bias": mistake.code}, answers=answers)}
+    subs = tmp_path / "subs"
+    for name, nb in notebooks.items():
+        _save(nb, subs / name / "lesson83.ipynb")
+    local = {r["id"]: r["total"] for r in grade_batch(subs, out=tmp_path / "out", progress=False).rows}
+    for name in notebooks:
+        proc = subprocess.run(["bash", str(SIM), str(bundle), str(subs / name), str(tmp_path / f"gs-{name}")],
+                              capture_output=True, text=True, env=tool_env(), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results = json.loads((tmp_path / f"gs-{name}" / "results.json").read_text())
+        assert results["score"] == pytest.approx(local[name]), name
+        per_test = {t["name"]: t["score"] for t in results["tests"]}
+        assert len(per_test) == sum(1 for c in suite.cases if c["points"] > 0)
+
+
+def test_otter_run_agrees_on_reference_and_blank(tmp_path: Path, suite: Suite,
+                                                 fresh_build: dict[str, Path]) -> None:
+    otter_zip = fresh_build["otter_zip"]
+    answers = mc_answers(list(suite.questions))
+    for name, nb, want in (("reference", filled_notebook(TEMPLATE, answers=answers), suite.auto_points),
+                           ("blank", nbformat.read(str(TEMPLATE), as_version=4), 0.0)):
+        _save(nb, tmp_path / name / "lesson83.ipynb")
+        out = tmp_path / f"otter-{name}"
+        out.mkdir()
+        otter = str(Path(sys.executable).with_name("otter"))
+        proc = subprocess.run([otter, "run", "-a", str(otter_zip), "-o", str(out), "--no-logo",
+                               str(tmp_path / name / "lesson83.ipynb")], capture_output=True, text=True,
+                              env=tool_env(), timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        results = json.loads((out / "results.json").read_text())
+        auto = sum(t["score"] for t in results["tests"] if "score" in t and not t["name"].startswith("q9_"))
+        assert auto == pytest.approx(want), name
