@@ -50,6 +50,7 @@ class CaseSpec(_Strict):
     dtype: str | None = None
     atol: float | None = None
     rtol: float | None = None
+    diagnosis: str | None = None  # the catalogued mistake behind any failure of this property check
     revisit: str
 
     @field_validator("probe")
@@ -274,9 +275,17 @@ def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[dict[str,
     points = [round(qcfg.points * s.weight / total_weight, 4) for s in specs]
     last = max(i for i, s in enumerate(specs) if s.weight > 0)
     points[last] = round(qcfg.points - sum(points) + points[last], 4)
+    from reference.mistakes import MISTAKES
+
+    known = {m.id: m for m in MISTAKES}
     out = []
     for spec, pts in zip(specs, points):
         case = spec.model_dump()
+        if spec.diagnosis:
+            if spec.diagnosis not in known:
+                raise ContentError(f"{path}: question {fm.id}: case {spec.name}: unknown diagnosis "
+                                   f"{spec.diagnosis!r}; known: {sorted(known)}")
+            case["known_cause"] = {"id": spec.diagnosis, "description": known[spec.diagnosis].description}
         case.update(id=f"{fm.id}/{spec.name}", question=fm.id, points=pts,
                     atol=spec.atol or config.tolerances.atol, rtol=spec.rtol or config.tolerances.rtol)
         out.append(case)

@@ -27,6 +27,8 @@ class CaseResult:
     passed: bool
     hidden: bool
     message: str = ""
+    diagnosis: str | None = None
+    received: Any = None  # the probe output of a failed case (plain data), for the TA report
 
 
 @dataclass
@@ -84,8 +86,10 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
                                      "case could run.")
         else:
             verdict = checks.judge(case, got, suite.expected[case["id"]])
+        received = None if verdict.passed or got is None else checks.to_plain(got)
         results.append(CaseResult(case["id"], case["question"], case["points"] if verdict.passed else 0.0,
-                                  case["points"], verdict.passed, case["hidden"], verdict.message))
+                                  case["points"], verdict.passed, case["hidden"], verdict.message,
+                                  verdict.diagnosis, received))
     return results
 
 

@@ -34,6 +34,7 @@ class Verdict:
 
     passed: bool
     message: str = ""
+    diagnosis: str | None = None  # id of the catalogued mistake the failure matches, if any
 
 
 def probe(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
@@ -406,18 +407,21 @@ def _close(a: Any, b: Any, atol: float, rtol: float) -> bool:
     return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=rtol))
 
 
-def _diagnose(got: dict[str, Any], expected: dict[str, Any], atol: float, rtol: float, key: str) -> str:
-    """Name the known mistake whose reference output matches what the student returned."""
+def _match(got: dict[str, Any], expected: dict[str, Any], atol: float, rtol: float, key: str) -> dict | None:
+    """The catalogued mistake whose output on this case matches what the student returned, if any."""
     for variant in expected.get("variants", []):
         if key in got and key in variant["output"] and _close(got[key], variant["output"][key], atol, rtol):
-            return f"\n  Likely cause: {variant['description']}"
-    return ""
+            return variant
+    return None
 
 
-def _fail(case: dict[str, Any], text: str) -> Verdict:
+def _fail(case: dict[str, Any], text: str, cause: dict[str, Any] | None = None) -> Verdict:
+    """A failing verdict: the case id, what went wrong, the likely cause if known, and what to revisit."""
+    if cause:
+        text += f"\n  Likely cause: {cause['description']}"
     revisit = case.get("revisit")
     tail = f"\n  Revisit: {revisit}" if revisit else ""
-    return Verdict(False, f"{case['id']}: {text}{tail}")
+    return Verdict(False, f"{case['id']}: {text}{tail}", cause["id"] if cause else None)
 
 
 # --------------------------------------------------------------------------- checks
@@ -432,8 +436,8 @@ def close(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -
         return _fail(case, f"calling {what} failed: {msg}")
     want, value = np.asarray(expected["value"]["value"]), np.asarray(got["value"])
     if value.shape != want.shape:
-        return _fail(case, f"{what} has shape {list(value.shape)}, expected {list(want.shape)}"
-                     + _diagnose(got, expected, atol, rtol, "value"))
+        return _fail(case, f"{what} has shape {list(value.shape)}, expected {list(want.shape)}",
+                     _match(got, expected, atol, rtol, "value"))
     if case.get("dtype") and got.get("dtype") != case["dtype"]:
         return _fail(case, f"{what} has dtype {got.get('dtype')}, expected {case['dtype']}")
     if np.isnan(value).any():
@@ -445,7 +449,7 @@ def close(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -
     label = f" row {list(row)}" if row else ""
     text = (f"{what} does not match the reference.\n  expected{label}: {_row(want, row)}\n"
             f"  received{label}: {_row(value, row)}\n  {_where(value, want, atol, rtol)}")
-    return _fail(case, text + _diagnose(got, expected, atol, rtol, "value"))
+    return _fail(case, text, _match(got, expected, atol, rtol, "value"))
 
 
 @check
@@ -462,7 +466,7 @@ def pair_equal(case: dict[str, Any], got: dict[str, Any], expected: dict[str, An
         return Verdict(True)
     text = (f"{case['first']} should equal {case['second']}.\n  {case['first']}: {_fmt(a)}\n"
             f"  {case['second']}: {_fmt(b)}")
-    return _fail(case, text + _diagnose(got, expected, atol, rtol, "first"))
+    return _fail(case, text, _match(got, expected, atol, rtol, "first") or case.get("known_cause"))
 
 
 @check
@@ -474,7 +478,7 @@ def pair_differ(case: dict[str, Any], got: dict[str, Any], expected: dict[str, A
     if a.shape == b.shape and not _close(a, b, case["atol"], case["rtol"]):
         return Verdict(True)
     return _fail(case, f"{case['first']} and {case['second']} came out identical: {_fmt(a)}.\n  "
-                 f"{case['why']}")
+                 f"{case['why']}", case.get("known_cause"))
 
 
 @check
@@ -484,10 +488,10 @@ def raises_value_error(case: dict[str, Any], got: dict[str, Any], expected: dict
         return _fail(case, msg)
     what = case.get("what", "the call")
     if got["raised"] is None:
-        return _fail(case, f"{what} returned normally; it should raise ValueError.")
+        return _fail(case, f"{what} returned normally; it should raise ValueError.", case.get("known_cause"))
     if got["raised"] != "ValueError":
         return _fail(case, f"{what} raised {got['raised']} ({got['message']}); it should raise ValueError "
-                     "with a message a student can act on.")
+                     "with a message a student can act on.", case.get("known_cause"))
     missing = [w for w in case.get("words", []) if w.lower() not in got["message"].lower()]
     if missing:
         return _fail(case, f"the ValueError message {got['message']!r} should mention "
@@ -501,12 +505,14 @@ def buffer_not_parameter(case: dict[str, Any], got: dict[str, Any], expected: di
     if (msg := _error_message(got)) is not None:
         return _fail(case, msg)
     if got["pe_is_parameter"] or "pe" in got["parameters"]:
-        return _fail(case, "the table `pe` is stored as nn.Parameter, so the optimiser would train a "
-                     "closed-form table. Store it with self.register_buffer('pe', table).")
+        return Verdict(False, _fail(case, "the table `pe` is stored as nn.Parameter, so the optimiser would train "
+                                    "a closed-form table. Store it with self.register_buffer('pe', table).").message,
+                       "pe_as_parameter")
     if "pe" not in got["buffers"]:
         kind = "a plain attribute" if got["pe_type"] else "missing"
-        return _fail(case, f"the table `pe` is {kind}, not a buffer: it is lost by state_dict() and left "
-                     "behind by .to(). Store it with self.register_buffer('pe', table).")
+        return Verdict(False, _fail(case, f"the table `pe` is {kind}, not a buffer: it is lost by state_dict() "
+                                    "and left behind by .to(). Store it with self.register_buffer('pe', table).")
+                       .message, "pe_plain_attribute" if got["pe_type"] else None)
     if "pe" not in got["state_dict"]:
         return _fail(case, "`pe` is a buffer but not in state_dict(); register it with persistent=True.")
     return Verdict(True)
@@ -520,7 +526,7 @@ def follows_to(case: dict[str, Any], got: dict[str, Any], expected: dict[str, An
     if got["pe_dtype_after_to"] == "float64":
         return Verdict(True)
     return _fail(case, f"after .to(torch.float64) the table `pe` is {got['pe_dtype_after_to']}, expected "
-                 "float64: only registered buffers and parameters move with the module.")
+                 "float64: only registered buffers and parameters move with the module.", case.get("known_cause"))
 
 
 @check
@@ -532,9 +538,11 @@ def learned_table(case: dict[str, Any], got: dict[str, Any], expected: dict[str,
     if len(got["tables"]) != 1:
         return _fail(case, f"expected exactly one nn.Embedding, found {len(got['tables'])}.")
     if got["tables"][0] != want["tables"][0]:
-        hint = " (transposed?)" if got["tables"][0][::-1] == want["tables"][0] else ""
-        return _fail(case, f"the table has shape {got['tables'][0]}, expected {want['tables'][0]}{hint}: "
-                     "one row per position, nn.Embedding(max_len, d_model).")
+        transposed = got["tables"][0][::-1] == want["tables"][0]
+        verdict = _fail(case, f"the table has shape {got['tables'][0]}, expected {want['tables'][0]}"
+                        f"{' (transposed?)' if transposed else ''}: one row per position, "
+                        "nn.Embedding(max_len, d_model).")
+        return Verdict(False, verdict.message, "learned_transposed" if transposed else None)
     if got["trainable"] != want["trainable"]:
         return _fail(case, f"{got['trainable']} trainable values, expected {want['trainable']} "
                      "(max_len x d_model).")
@@ -576,8 +584,8 @@ def pair_close(case: dict[str, Any], got: dict[str, Any], expected: dict[str, An
         a, b = np.asarray(got[key]), np.asarray(expected["value"][key])
         if not _close(a, b, atol, rtol):
             detail = _where(a, b, atol, rtol) if a.shape == b.shape else f"shape {list(a.shape)}"
-            return _fail(case, f"{label} does not match: expected {_fmt(b)}, received {_fmt(a)}; {detail}"
-                         + _diagnose(got, expected, atol, rtol, key))
+            return _fail(case, f"{label} does not match: expected {_fmt(b)}, received {_fmt(a)}; {detail}",
+                         _match(got, expected, atol, rtol, key))
     return Verdict(True)
 
 

@@ -33,17 +33,16 @@ def test_blank_template_earns_zero_without_crashing(suite: Suite) -> None:
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: m.id)
-def test_every_catalogued_mistake_loses_points_and_is_named(suite: Suite, mistake) -> None:
-    env = reference_namespace(mistake) | reference_env(suite)
-    env = {**reference_env(suite), **{k: v for k, v in reference_namespace(mistake).items()}}
+def test_every_catalogued_mistake_loses_points_and_is_diagnosed(suite: Suite, mistake) -> None:
+    env = {**reference_env(suite), **reference_namespace(mistake)}
     result = grade_namespace(suite, env, name=mistake.id)
     question_points = {q.id: q.points for q in suite.questions}
     assert result.question_scores()[mistake.question] < question_points[mistake.question]
-    messages = "\n".join(c.message for c in result.cases if not c.passed)
-    named = mistake.description in messages
-    specific = mistake.id in ("pe_as_parameter", "pe_plain_attribute", "learned_no_length_check",
-                              "learned_transposed")
-    assert named or specific, messages
+    diagnosed = {c.diagnosis for c in result.cases if c.question == mistake.question and not c.passed}
+    assert mistake.id in diagnosed, [c.message for c in result.cases if not c.passed]
+    messages = "\n".join(c.message for c in result.cases if c.diagnosis == mistake.id)
+    assert mistake.description in messages or mistake.id in ("pe_as_parameter", "pe_plain_attribute",
+                                                             "learned_transposed")
 
 
 CORRECT_VARIANTS = {
@@ -116,7 +115,66 @@ class LearnedPE(nn.Module):
             raise ValueError(f"length {x.shape[1]} exceeds max_len {self.max_len}")
         return x + self.pos.weight[: x.shape[1]]
 ''',
+    "float64_module_table": '''
+class SinusoidalPE(nn.Module):
+    def __init__(self, d_model, max_len=512):
+        super().__init__()
+        self.register_buffer("pe", torch.from_numpy(sinusoidal_pe(max_len, d_model)))
+
+    def forward(self, x):
+        if x.shape[1] > self.pe.shape[0]:
+            raise ValueError(f"T={x.shape[1]} > max_len={self.pe.shape[0]}")
+        return x + self.pe[: x.shape[1]].to(x.dtype)
+''',
+    "torch_inside_sinusoidal": '''
+def sinusoidal_pe(max_len, d):
+    if d % 2 == 1:
+        raise ValueError(f"d must be even, got {d}")
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    inv = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float64) / d)
+    pe = torch.stack([torch.sin(pos * inv), torch.cos(pos * inv)], dim=-1).reshape(max_len, d)
+    return pe.numpy()
+''',
+    "rope_inverse_frequency_explicit_base": '''
+def rope_cache(seq_len, d, base=10000.0):
+    if d % 2:
+        raise ValueError("RoPE needs an even d")
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2).double() / d))
+    t = torch.arange(seq_len).double()
+    freqs = t[:, None] * inv_freq[None, :]
+    return freqs.cos().float(), freqs.sin().float()
+
+def rope_attention(q, k, v, causal=True):
+    cos, sin = rope_cache(q.shape[-2], q.shape[-1], base=10000.0)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+''',
+    "alibi_einsum_float64": '''
+def alibi_attention(q, k, v):
+    H, T, d = q.shape[-3:]
+    s = torch.einsum("...id,...jd->...ij", q.double(), k.double()) / math.sqrt(d)
+    s = s + alibi_bias(H, T).double()
+    s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    return (s.softmax(-1) @ v.double()).to(q.dtype)
+''',
 }
+
+
+def test_mutation_score(suite: Suite, capsys: pytest.CaptureFixture) -> None:
+    caught = 0
+    for mistake in MISTAKES:
+        env = {**reference_env(suite), **reference_namespace(mistake)}
+        result = grade_namespace(suite, env, name=mistake.id)
+        caught += result.total < suite.auto_points
+    kept = 0
+    for code in CORRECT_VARIANTS.values():
+        env = reference_env(suite)
+        exec(code, env)  # noqa: S102
+        kept += grade_namespace(suite, env, name="variant").total == suite.auto_points
+    with capsys.disabled():
+        print(f"\nmutation score: {caught}/{len(MISTAKES)} mistakes caught ({100 * caught / len(MISTAKES):.0f}%), "
+              f"{kept}/{len(CORRECT_VARIANTS)} correct variants kept full marks")
+    assert caught == len(MISTAKES) and kept == len(CORRECT_VARIANTS) >= 8
 
 
 @pytest.mark.parametrize("name", sorted(CORRECT_VARIANTS))
