@@ -287,7 +287,7 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
         todo.append((sub, key))
 
     def save(sub: Submission, key: str, result: SubmissionResult, extra: dict[str, Any]) -> None:
-        record = {"key": key, "submission": str(sub.path), **result.to_dict(), **extra,
+        record = {"key": key, "path": str(sub.path), **result.to_dict(), **extra,
                   "gradescope": gradescope_results(result, stdout=extra.get("stdout", ""))}
         _write_atomic(results_dir / f"{sub.id}.json", json.dumps(record, indent=1))
 
