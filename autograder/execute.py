@@ -70,6 +70,7 @@ MAX_NOTEBOOK_BYTES = 64 * 2**20
 Probe = tuple[str, str, dict[str, Any]]
 
 _WARNED: set[str] = set()
+_VISIBLE_ROOTS = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/proc", "/sys"}
 _SANDBOX_STAGE = "/tmp/grader"
 _SANDBOX_SCRATCH = "/tmp/scratch"
 _UID_BASE = 1_500_000_000
@@ -368,8 +369,11 @@ def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits) -> tu
     """bubblewrap arguments, and the sys.path the zygote should use inside."""
     repo = str(Path(__file__).resolve().parent.parent)
     prefixes = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
-    hidden = sorted({os.path.realpath(p) for p in ("/tmp", "/root", "/home", repo, *hide)
-                     if os.path.isdir(p)}, key=len)
+    # Allow-list: only the system folders stay visible; every other top-level folder (/work, /srv, /opt,
+    # other checkouts of this repository ...) is an empty tmpfs, with the Python installation bound back in.
+    others = [os.path.join("/", d) for d in os.listdir("/") if os.path.join("/", d) not in _VISIBLE_ROOTS]
+    hidden = sorted({os.path.realpath(p) for p in ("/tmp", "/root", "/home", repo, *others, *hide)
+                     if os.path.isdir(p) and not os.path.islink(p)}, key=len)
     top = [h for h in hidden if not any(h != o and _under(h, o) for o in hidden)]
     path = [p for p in map(os.path.realpath, sys.path) if p and os.path.isdir(p)
             and (any(_under(p, x) for x in prefixes) or not any(_under(p, h) for h in top))]

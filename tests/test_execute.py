@@ -86,7 +86,9 @@ CASES = {
                         "            'scratch': os.path.exists('scratch.txt')}"),
     "read_reference": nb(f"import os\nREF = {str(REPO / 'reference' / 'lesson83.py')!r}\n"
                          "try:\n    print(open(REF).read())\nexcept OSError as exc:\n    print('no', exc)",
-                         f"def value():\n    return [os.path.exists(REF), os.listdir({str(REPO)!r})]"),
+                         f"def value():\n    repo = {str(REPO)!r}\n"
+                         "    return [os.path.exists(REF), os.listdir(repo) if os.path.isdir(repo) else [],\n"
+                         "            os.listdir('/work') if os.path.isdir('/work') else []]"),
     "patch_np_allclose": nb("import numpy as np\nnp.allclose = lambda *a, **k: True", ADD),
     "patch_np_testing": nb("import numpy as np\nnp.testing.assert_allclose = lambda *a, **k: None", ADD),
     "patch_torch_allclose": nb("import torch\ntorch.allclose = lambda *a, **k: True", ADD),
@@ -255,8 +257,9 @@ def test_writes_outside_scratch_fail(batch):
 def test_reference_and_repository_are_not_visible(batch):
     needs_bwrap(batch)
     res = result(batch, "read_reference")
-    exists, listing = value(res, "value")
+    exists, listing, work = value(res, "value")
     assert exists is False and not {"reference", "tests", "autograder"} & set(listing)
+    assert work == []  # other checkouts on the machine are hidden too (only system folders are visible)
     source = (REPO / "reference" / "lesson83.py").read_text()
     assert source.splitlines()[0] not in res.stdout
 

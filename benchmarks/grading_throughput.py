@@ -1,0 +1,372 @@
+"""Grading throughput: our sandboxed engine against `otter run` on the same honest submissions, side by side.
+
+One run builds N honest submissions (copies of the reference, the blank template and every catalogued
+mistake from dist/samples/, cycled to N), grades all of them with `autograder.judge.grade_batch` and a
+subset of them one by one with the real `otter run` CLI on the release's Otter autograder zip, then
+prints the timings, the ratio, the extrapolation to 100 submissions and a score comparison.
+
+    python benchmarks/grading_throughput.py                  # N=40, otter run on 8 of them
+    python benchmarks/grading_throughput.py --n 100 --otter-n 4
+
+The adversarial samples are left out on purpose: `otter run` has no timeout, so an infinite loop would
+never return. Nothing here is a timed test; the figures go into the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.metadata
+import itertools
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DIST = ROOT / "dist"
+SAMPLES = DIST / "samples"
+OTTER_ZIP = DIST / "lesson83-otter-autograder.zip"
+
+GOAL_MEDIAN_S = 1.0
+GOAL_SPEEDUP = 10.0
+GOAL_100_S = 60.0
+SCORE_TOL = 0.01
+
+
+@dataclass
+class EngineRun:
+    """What one engine did: wall time of the whole run, per-submission wall times and scores."""
+
+    engine: str
+    total_s: float
+    per_sub: dict[str, float]
+    totals: dict[str, float] = field(default_factory=dict)
+    questions: dict[str, dict[str, float]] = field(default_factory=dict)
+    statuses: dict[str, str] = field(default_factory=dict)
+    workers: int = 1
+    note: str = ""
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def honest_samples(*, samples: Path = SAMPLES) -> list[Path]:
+    """reference, blank, then every mistake_* notebook (sorted); never the adversarial ones."""
+    wanted = [samples / "reference.ipynb", samples / "blank.ipynb", *sorted(samples.glob("mistake_*.ipynb"))]
+    missing = [p for p in wanted[:2] if not p.is_file()]
+    if missing or len(wanted) < 3:
+        raise SystemExit(f"{samples} lacks the sample submissions ({', '.join(map(str, missing)) or 'mistake_*'}); "
+                         "build the release first: python -m autograder.cli release")
+    return wanted
+
+
+def build_submissions(dest: Path, *, n: int, samples: Path = SAMPLES) -> list[Path]:
+    """Copy the honest samples into `dest`, cycled to `n` files named NNN_<sample>.ipynb."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, src in zip(range(n), itertools.cycle(honest_samples(samples=samples))):
+        path = dest / f"{i:03d}_{src.stem}.ipynb"
+        shutil.copyfile(src, path)
+        out.append(path)
+    return out
+
+
+def sample_of(path: Path) -> str:
+    """The sample a copy came from: 007_mistake_pe_plain_attribute.ipynb -> mistake_pe_plain_attribute."""
+    return path.stem.split("_", 1)[1]
+
+
+def otter_subset(subs: list[Path], *, k: int) -> list[Path]:
+    """k submissions for `otter run`: the reference, the blank, then distinct mistakes spread over the catalogue."""
+    first: dict[str, Path] = {}
+    for p in subs:
+        first.setdefault(sample_of(p), p)
+    chosen = [first[s] for s in ("reference", "blank") if s in first][:k]
+    mistakes = [p for s, p in first.items() if s not in ("reference", "blank")]
+    need = k - len(chosen)
+    if need > 0 and mistakes:
+        step = len(mistakes) / need
+        picks = sorted({int(i * step) for i in range(need)})
+        chosen += [mistakes[i] for i in picks if i < len(mistakes)]
+    extra = [p for p in subs if p not in chosen]  # only when k exceeds the number of distinct samples
+    return chosen + extra[: max(0, k - len(chosen))]
+
+
+# --------------------------------------------------------------------------- our engine
+
+
+def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineRun, float]:
+    """Grade `folder` with grade_batch (force, no progress bar); returns the run and the import time."""
+    t0 = time.perf_counter()
+    from autograder.config import load_config
+    from autograder.judge import grade_batch
+
+    import_s = time.perf_counter() - t0
+    workers = workers or load_config().execution.workers
+    t1 = time.perf_counter()
+    summary = grade_batch(folder, out=out, force=True, workers=workers, progress=False)
+    total = time.perf_counter() - t1
+    per_sub, statuses = {}, {}
+    for row in summary.rows:
+        record = json.loads((out / "results" / f"{row['id']}.json").read_text())
+        per_sub[row["id"]] = float(record.get("wall_s", float("nan")))
+        statuses[row["id"]] = row["status"]
+    totals, questions = {}, {}
+    with (out / "grades.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            sid = row.pop("id")
+            totals[sid] = float(row.pop("total"))
+            row.pop("status")
+            questions[sid] = {q: float(v) for q, v in row.items()}
+    run = EngineRun("ours (grade_batch)", total, per_sub, totals, questions, statuses, workers=workers,
+                    note=f"sandbox: {summary.sandbox}, workers: {workers}")
+    return run, import_s
+
+
+# --------------------------------------------------------------------------- otter run
+
+
+def otter_command() -> list[str]:
+    """The otter CLI of this Python (the one next to sys.executable), else the first on PATH."""
+    local = Path(sys.executable).with_name("otter")
+    if local.is_file():
+        return [str(local)]
+    found = shutil.which("otter")
+    if not found:
+        raise SystemExit("the otter CLI (otter-grader 7) is not installed in this environment")
+    return [found]
+
+
+def otter_scores(results_json: Path) -> dict[str, float]:
+    """Per-question auto scores from otter run's results.json (Gradescope format: tests[].name/score)."""
+    data = json.loads(results_json.read_text())
+    return {t["name"]: float(t["score"]) for t in data.get("tests", []) if t.get("score") is not None}
+
+
+def grade_otter(subs: list[Path], *, autograder: Path, work: Path, timeout_s: float,
+                verbose: bool = False) -> EngineRun:
+    """Run `otter run -a ZIP -o DIR SUB` once per submission, serially, timing each call end to end."""
+    cmd = otter_command()
+    per_sub: dict[str, float] = {}
+    questions: dict[str, dict[str, float]] = {}
+    statuses: dict[str, str] = {}
+    t0 = time.perf_counter()
+    for i, sub in enumerate(subs, 1):
+        sid = sub.stem
+        run_dir = work / sid
+        out_dir = run_dir / "out"
+        out_dir.mkdir(parents=True)
+        local = run_dir / sub.name
+        shutil.copyfile(sub, local)
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run([*cmd, "run", "-a", str(autograder), "-o", str(out_dir), "--no-logo", local.name],
+                                  cwd=run_dir, capture_output=True, text=True, timeout=timeout_s)
+            rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-600:]
+        except subprocess.TimeoutExpired:
+            rc, tail = -1, f"killed after {timeout_s:g} s"
+        per_sub[sid] = time.perf_counter() - start
+        results = out_dir / "results.json"
+        if rc == 0 and results.is_file():
+            questions[sid] = otter_scores(results)
+            statuses[sid] = "graded"
+        else:
+            statuses[sid] = f"failed (rc {rc})"
+            print(f"  otter run failed on {sub.name}: {tail.strip()}", file=sys.stderr)
+        if verbose:
+            print(f"  otter run {i}/{len(subs)} {sub.name}: {per_sub[sid]:.1f} s", file=sys.stderr)
+    total = time.perf_counter() - t0
+    return EngineRun("otter run", total, per_sub, {}, questions, statuses, note="serial, one process per call")
+
+
+# --------------------------------------------------------------------------- report
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100), as numpy's default."""
+    xs = sorted(values)
+    if not xs:
+        return float("nan")
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def machine_lines() -> list[str]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = os.cpu_count() or 0
+
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    return [f"machine: {os.cpu_count()} cores ({affinity} usable), CPU: {model}",
+            f"python {platform.python_version()}, torch {version('torch')}, otter-grader {version('otter-grader')}, "
+            f"bwrap: {'yes' if shutil.which('bwrap') else 'no'}",
+            f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"]
+
+
+def table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [" | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def goal(ok: bool) -> str:
+    return "MET" if ok else "NOT MET"
+
+
+def compare_scores(ours: EngineRun, otter: EngineRun) -> list[str]:
+    """One line per submission graded by both: auto-graded totals side by side, disagreements flagged."""
+    lines = [f"{'submission':44s} {'ours':>7s} {'otter':>7s}  verdict"]
+    disagree = 0
+    for sid in otter.per_sub:
+        if sid not in ours.totals:
+            lines.append(f"{sid:44s} {'-':>7s} {'-':>7s}  not graded by ours")
+            continue
+        if sid not in otter.questions:
+            lines.append(f"{sid:44s} {ours.totals[sid]:7.3f} {'-':>7s}  otter run failed")
+            disagree += 1
+            continue
+        qids = list(ours.questions[sid])  # auto-graded questions only (grades.csv has no manual columns)
+        theirs = otter.questions[sid]
+        otter_total = sum(theirs.get(q, 0.0) for q in qids)
+        diffs = [f"{q} {ours.questions[sid][q]:g} vs {theirs.get(q, 0.0):g}" for q in qids
+                 if abs(ours.questions[sid][q] - theirs.get(q, 0.0)) > SCORE_TOL]
+        ignored = sorted(set(theirs) - set(qids))
+        verdict = "agree" if not diffs else "DISAGREE: " + "; ".join(diffs)
+        if ignored:
+            verdict += f" (otter-only tests not compared: {', '.join(ignored)})"
+        disagree += bool(diffs)
+        lines.append(f"{sid:44s} {ours.totals[sid]:7.3f} {otter_total:7.3f}  {verdict}")
+    lines.append(f"{disagree} disagreement(s) on auto-graded totals among {len(otter.per_sub)} submission(s); "
+                 "manual questions (q9) are not compared.")
+    return lines
+
+
+def report(ours: EngineRun, import_s: float, otter: EngineRun | None, *, n: int, cores: int) -> list[str]:
+    our_times = list(ours.per_sub.values())
+    our_med = statistics.median(our_times)
+    rows = [["engine", "submissions", "total wall s", "median s/submission", "p90 s/submission",
+             "wall s / submission"],
+            [ours.engine, str(len(our_times)), f"{ours.total_s:.1f}", f"{our_med:.3f}",
+             f"{percentile(our_times, 90):.3f}", f"{ours.total_s / len(our_times):.3f}"]]
+    otter_med = None
+    if otter and otter.per_sub:
+        ot = list(otter.per_sub.values())
+        otter_med = statistics.median(ot)
+        rows.append([otter.engine, str(len(ot)), f"{otter.total_s:.1f}", f"{otter_med:.3f}",
+                     f"{percentile(ot, 90):.3f}", f"{otter.total_s / len(ot):.3f}"])
+    lines = [table(rows),
+             f"ours: total includes worker start-up (grade_batch call, {ours.note}); importing "
+             f"autograder.judge took a further {import_s:.1f} s; per-submission times are results/<id>.json wall_s."]
+    if otter:
+        lines.append(f"otter run: {otter.note}; each time is the whole CLI call (Python start-up, kernel, tests).")
+    statuses: dict[str, int] = {}
+    for s in ours.statuses.values():
+        statuses[s] = statuses.get(s, 0) + 1
+    lines.append("ours, statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
+    lines.append("")
+    if otter_med is not None:
+        subset_med = statistics.median(ours.per_sub[s] for s in otter.per_sub if s in ours.per_sub)
+        ratio = otter_med / our_med
+        lines.append(f"ratio otter median / our median: {ratio:.1f}x (same subset only: "
+                     f"{otter_med / subset_med:.1f}x)   goal >= {GOAL_SPEEDUP:g}x: {goal(ratio >= GOAL_SPEEDUP)}")
+    lines.append(f"our median per submission: {our_med:.3f} s   goal <= {GOAL_MEDIAN_S:g} s: "
+                 f"{goal(our_med <= GOAL_MEDIAN_S)}")
+    # Fixed-cost estimate: the batch's wall time less the submissions' own wall time spread over the workers
+    # (worker start-up, plus judging and writing in the grader process where it does not overlap).
+    busy = sum(our_times) / max(1, ours.workers)
+    startup = max(0.0, ours.total_s - busy)
+    modelled_100 = startup + busy * 100 / len(our_times)
+    if n == 100:
+        ours_100, how = ours.total_s, "measured"
+    else:
+        ours_100, how = modelled_100, f"model from {n}: fixed cost + 100 x per-submission rate; --n 100 measures"
+    lines.append(f"100 submissions on {cores} cores, ours: {ours_100:.1f} s ({how})   goal <= {GOAL_100_S:g} s: "
+                 f"{goal(ours_100 <= GOAL_100_S)}")
+    lines.append(f"  ours, estimated split: fixed {startup:.1f} s (start-up, grader-side overhead) + "
+                 f"{busy / len(our_times):.3f} s per submission (sum of per-submission wall / {ours.workers} workers); "
+                 f"model for 100: {modelled_100:.1f} s")
+    if otter_med is not None:
+        lines.append(f"100 submissions on {cores} cores, otter run: {otter_med * 100 / cores:.0f} s "
+                     f"(100 x median / {cores}, ideal parallel calls; serial: {otter_med * 100:.0f} s)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=40, help="honest submissions to grade with our engine (>= 40)")
+    parser.add_argument("--otter-n", type=int, default=8,
+                        help="of those, how many to grade with `otter run` (about 10 s each; 0 skips otter)")
+    parser.add_argument("--workers", type=int, default=None, help="our engine's workers (default: grading_config)")
+    parser.add_argument("--otter-timeout", type=float, default=600.0, help="seconds before one otter run is killed")
+    parser.add_argument("--samples", type=Path, default=SAMPLES, help="folder of sample submissions")
+    parser.add_argument("--autograder", type=Path, default=OTTER_ZIP, help="the Otter autograder zip")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder and print its path")
+    parser.add_argument("--allow-small", action="store_true", help="allow --n below 40 (smoke runs only)")
+    args = parser.parse_args(argv)
+    if args.n < 40 and not args.allow_small:
+        parser.error("--n must be at least 40 (the benchmark's minimum); --allow-small for a smoke run")
+    if args.otter_n and not args.autograder.is_file():
+        parser.error(f"{args.autograder} is missing; build the release: python -m autograder.cli release")
+    sys.path.insert(0, str(ROOT))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+    print("\n".join(machine_lines()))
+    tmp = Path(tempfile.mkdtemp(prefix="grading-throughput-"))
+    try:
+        subs = build_submissions(tmp / "submissions", n=args.n, samples=args.samples)
+        distinct = len({sample_of(p) for p in subs})
+        print(f"{len(subs)} honest submissions ({distinct} distinct samples: reference, blank, "
+              f"{distinct - 2} catalogued mistakes, cycled) in {tmp / 'submissions'}")
+        print("grading with ours ...", flush=True)
+        ours, import_s = grade_ours(tmp / "submissions", out=tmp / "ours", workers=args.workers)
+        print(f"  ours: {len(ours.per_sub)} graded in {ours.total_s:.1f} s", flush=True)
+        otter = None
+        if args.otter_n > 0:
+            subset = otter_subset(subs, k=min(args.otter_n, len(subs)))
+            print(f"grading {len(subset)} with otter run, one by one: {', '.join(p.stem for p in subset)} ...",
+                  flush=True)
+            otter = grade_otter(subset, autograder=args.autograder.resolve(), work=tmp / "otter",
+                                timeout_s=args.otter_timeout, verbose=True)
+        print()
+        print("\n".join(report(ours, import_s, otter, n=args.n, cores=cores)))
+        if otter:
+            print()
+            print("scores, auto-graded questions only (ours: grades.csv; otter: results.json tests[].score)")
+            print("\n".join(compare_scores(ours, otter)))
+        print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    finally:
+        if args.keep:
+            print(f"kept: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
