@@ -200,14 +200,19 @@ def find_submissions(folder: Path) -> list[Submission]:
     return subs
 
 
-def suite_fingerprint(suite: Suite) -> str:
-    """Changes whenever a case, a reference value, a check or the executor changes."""
+def suite_fingerprint(config_path: Path = DEFAULT_CONFIG) -> str:
+    """Changes whenever a question, the reference, a check, the executor or the config changes."""
     import hashlib
 
+    from autograder.content import ASSIGNMENT_DIR, REFERENCE_FILE
+
+    here = Path(__file__).parent
+    files = [config_path, REFERENCE_FILE, REFERENCE_FILE.with_name("mistakes.py"),
+             *sorted(ASSIGNMENT_DIR.glob("*.md")),
+             *(here / m for m in ("lesson83_checks.py", "content.py", "execute.py", "wire.py", "judge.py"))]
     h = hashlib.sha256()
-    h.update(checks.dumps({"cases": list(suite.cases), "expected": suite.expected}).encode())
-    for module in ("lesson83_checks.py", "execute.py", "wire.py", "judge.py"):
-        h.update((Path(__file__).with_name(module)).read_bytes())
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -266,11 +271,12 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
     import hashlib
     import sys
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     from autograder.execute import Limits, WorkerPool
 
-    suite = load_suite(config_path)
-    fingerprint = suite_fingerprint(suite)
+    config = load_config(config_path)
+    fingerprint = suite_fingerprint(config_path)
     subs = find_submissions(submissions)
     results_dir = out / "results"
     todo, reused = [], 0
@@ -293,17 +299,24 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
 
     sandbox = "not started"
     runnable = [(s, k) for s, k in todo if s.source is not None]
+    pool_starting = None
+    if runnable:  # the sandboxed workers start (seconds) while this process computes the reference values
+        ex = config.execution
+        limits = Limits(wall_s=ex.wall_timeout_s, cpu_s=ex.cpu_timeout_s, memory_mb=ex.memory_mb,
+                        processes=ex.max_processes, file_mb=ex.max_file_mb, output_kb=ex.max_output_kb)
+        starter = ThreadPoolExecutor(1)
+        pool_starting = starter.submit(WorkerPool, workers or ex.workers, limits=limits,
+                                       hide=(submissions.resolve(), out.resolve()))
+        starter.shutdown(wait=False)
+    suite = load_suite(config_path)
     for sub, key in todo:
         if sub.source is None:
             save(sub, key, _result_from_exec(suite, sub, "unreadable", {}, [sub.problem]), {})
-    if runnable:
-        ex = suite.config.execution
-        limits = Limits(wall_s=ex.wall_timeout_s, cpu_s=ex.cpu_timeout_s, memory_mb=ex.memory_mb,
-                        processes=ex.max_processes, file_mb=ex.max_file_mb, output_kb=ex.max_output_kb)
+    if pool_starting is not None:
         probes = [(c["id"], c["probe"], c["args"]) for c in suite.cases]
         by_id = {s.id: (s, k) for s, k in runnable}
         start, done = time.monotonic(), 0
-        with WorkerPool(workers or ex.workers, limits=limits, hide=(submissions.resolve(), out.resolve())) as pool:
+        with pool_starting.result() as pool:
             sandbox = pool.sandbox
             for sid, ex_result in pool.run_many(((s.id, s.source) for s, _ in runnable), probes=probes):
                 sub, key = by_id[sid]
