@@ -8,6 +8,7 @@ from autograder import lesson83_checks as checks
 from autograder.config import ROOT
 from autograder.judge import Suite, grade_namespace, notebook_env, reference_env
 from reference.mistakes import MISTAKES, reference_namespace
+from reference.variants import CORRECT_VARIANTS
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 
@@ -45,136 +46,6 @@ def test_every_catalogued_mistake_loses_points_and_is_diagnosed(suite: Suite, mi
                                                              "learned_transposed")
 
 
-CORRECT_VARIANTS = {
-    "loops_and_math": '''
-def sinusoidal_pe(max_len, d):
-    if d % 2 != 0:
-        raise ValueError("d must be even")
-    pe = np.zeros((max_len, d))
-    for pos in range(max_len):
-        for i in range(d // 2):
-            w = 10000 ** (2 * i / d)
-            pe[pos, 2 * i] = math.sin(pos / w)
-            pe[pos, 2 * i + 1] = math.cos(pos / w)
-    return pe
-''',
-    "exp_log_float32_module": '''
-class SinusoidalPE(nn.Module):
-    def __init__(self, d_model, max_len=512):
-        super().__init__()
-        self.max_len = max_len
-        pe = torch.zeros(max_len, d_model)
-        pos = torch.arange(max_len).float().unsqueeze(1)
-        div = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
-        pe[:, 0::2] = torch.sin(pos * div)
-        pe[:, 1::2] = torch.cos(pos * div)
-        self.register_buffer("pe", pe)
-
-    def forward(self, x):
-        if x.size(1) > self.max_len:
-            raise ValueError(f"got {x.size(1)} positions but max_len is {self.max_len}")
-        return x + self.pe[: x.size(1)].unsqueeze(0)
-''',
-    "einsum_attention": '''
-def self_attention(X, W_q, W_k, W_v, causal=False):
-    q, k, v = X @ W_q, X @ W_k, X @ W_v
-    s = torch.einsum("id,jd->ij", q, k) / q.shape[-1] ** 0.5
-    if causal:
-        s = s + torch.triu(torch.full_like(s, float("-inf")), diagonal=1)
-    return torch.einsum("ij,jd->id", s.softmax(-1), v)
-''',
-    "rope_numpy_inside": '''
-def rope_cache(seq_len, d, base=10000.0):
-    if d % 2:
-        raise ValueError("d must be even")
-    ang = np.outer(np.arange(seq_len), base ** (-np.arange(0, d, 2) / d))
-    return torch.from_numpy(np.cos(ang)).float(), torch.from_numpy(np.sin(ang)).float()
-
-def apply_rope(x, cos, sin):
-    h = x.shape[-1] // 2
-    rot = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
-    return x * torch.cat([cos, cos], -1) + rot * torch.cat([sin, sin], -1)
-''',
-    "alibi_loops": '''
-def alibi_slopes(num_heads):
-    return torch.tensor([2 ** (-8 * h / num_heads) for h in range(1, num_heads + 1)])
-
-def alibi_bias(num_heads, seq_len):
-    j = torch.arange(seq_len)
-    return alibi_slopes(num_heads).view(-1, 1, 1) * (j.view(1, -1) - j.view(-1, 1))
-''',
-    "learned_parameter_lookup": '''
-class LearnedPE(nn.Module):
-    def __init__(self, max_len, d_model):
-        super().__init__()
-        self.max_len = max_len
-        self.pos = nn.Embedding(max_len, d_model)
-
-    def forward(self, x):
-        if x.shape[1] > self.max_len:
-            raise ValueError(f"length {x.shape[1]} exceeds max_len {self.max_len}")
-        return x + self.pos.weight[: x.shape[1]]
-''',
-    "float64_module_table": '''
-class SinusoidalPE(nn.Module):
-    def __init__(self, d_model, max_len=512):
-        super().__init__()
-        self.register_buffer("pe", torch.from_numpy(sinusoidal_pe(max_len, d_model)))
-
-    def forward(self, x):
-        if x.shape[1] > self.pe.shape[0]:
-            raise ValueError(f"T={x.shape[1]} > max_len={self.pe.shape[0]}")
-        return x + self.pe[: x.shape[1]].to(x.dtype)
-''',
-    "torch_inside_sinusoidal": '''
-def sinusoidal_pe(max_len, d):
-    if d % 2 == 1:
-        raise ValueError(f"d must be even, got {d}")
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    inv = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float64) / d)
-    pe = torch.stack([torch.sin(pos * inv), torch.cos(pos * inv)], dim=-1).reshape(max_len, d)
-    return pe.numpy()
-''',
-    "rope_inverse_frequency_explicit_base": '''
-def rope_cache(seq_len, d, base=10000.0):
-    if d % 2:
-        raise ValueError("RoPE needs an even d")
-    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2).double() / d))
-    t = torch.arange(seq_len).double()
-    freqs = t[:, None] * inv_freq[None, :]
-    return freqs.cos().float(), freqs.sin().float()
-
-def rope_attention(q, k, v, causal=True):
-    cos, sin = rope_cache(q.shape[-2], q.shape[-1], base=10000.0)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-''',
-    "alibi_einsum_float64": '''
-def alibi_attention(q, k, v):
-    H, T, d = q.shape[-3:]
-    s = torch.einsum("...id,...jd->...ij", q.double(), k.double()) / math.sqrt(d)
-    s = s + alibi_bias(H, T).double()
-    s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-    return (s.softmax(-1) @ v.double()).to(q.dtype)
-''',
-}
-
-
-def test_mutation_score(suite: Suite, capsys: pytest.CaptureFixture) -> None:
-    caught = 0
-    for mistake in MISTAKES:
-        env = {**reference_env(suite), **reference_namespace(mistake)}
-        result = grade_namespace(suite, env, name=mistake.id)
-        caught += result.total < suite.auto_points
-    kept = 0
-    for code in CORRECT_VARIANTS.values():
-        env = reference_env(suite)
-        exec(code, env)  # noqa: S102
-        kept += grade_namespace(suite, env, name="variant").total == suite.auto_points
-    with capsys.disabled():
-        print(f"\nmutation score: {caught}/{len(MISTAKES)} mistakes caught ({100 * caught / len(MISTAKES):.0f}%), "
-              f"{kept}/{len(CORRECT_VARIANTS)} correct variants kept full marks")
-    assert caught == len(MISTAKES) and kept == len(CORRECT_VARIANTS) >= 8
 
 
 @pytest.mark.parametrize("name", sorted(CORRECT_VARIANTS))

@@ -1,0 +1,51 @@
+"""Mutation suite: one submission per catalogued mistake and per correct variant, graded in the sandbox."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.build import _defined_names, filled_notebook
+from autograder.config import ROOT
+from autograder.content import mc_answers
+from autograder.judge import Suite, grade_batch
+from reference.mistakes import MISTAKES
+from reference.variants import CORRECT_VARIANTS
+
+TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+
+
+@pytest.fixture(scope="module")
+def graded_mutants(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> Path:
+    tmp = tmp_path_factory.mktemp("mutants")
+    (tmp / "subs").mkdir()
+    answers = mc_answers(list(suite.questions))
+    for name, code in [*((f"mistake_{m.id}", m.code) for m in MISTAKES),
+                       *((f"variant_{k}", v) for k, v in CORRECT_VARIANTS.items())]:
+        nb = filled_notebook(TEMPLATE, extra={_defined_names(code)[0]: code}, answers=answers)
+        nbformat.write(nb, str(tmp / "subs" / f"{name}.ipynb"))
+    grade_batch(tmp / "subs", out=tmp / "out", progress=False)
+    return tmp / "out" / "results"
+
+
+def test_mutation_score(graded_mutants: Path, suite: Suite, capsys: pytest.CaptureFixture) -> None:
+    points = {q.id: q.points for q in suite.questions}
+    caught, missed = 0, []
+    for m in MISTAKES:
+        record = json.loads((graded_mutants / f"mistake_{m.id}.json").read_text())
+        diagnoses = {c["diagnosis"] for c in record["cases"] if c["question"] == m.question and not c["passed"]}
+        if record["questions"][m.question] < points[m.question] and m.id in diagnoses:
+            caught += 1
+        else:
+            missed.append(m.id)
+    kept = [k for k in CORRECT_VARIANTS
+            if json.loads((graded_mutants / f"variant_{k}.json").read_text())["total"] == suite.auto_points]
+    with capsys.disabled():
+        print(f"\nmutation score: {caught}/{len(MISTAKES)} catalogued mistakes lose points on their question with "
+              f"the expected diagnosis ({100 * caught / len(MISTAKES):.0f}%); {len(kept)}/{len(CORRECT_VARIANTS)} "
+              "correct variants keep full marks")
+    assert missed == [] and len(MISTAKES) >= 20
+    assert len(kept) == len(CORRECT_VARIANTS) >= 8
