@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo release selfcheck grade test clean
+.PHONY: setup demo release selfcheck grade report test clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "Python 3.11 is needed (set PY=/path/to/python3.11)"; exit 1; }
-	# bubblewrap sandboxes the grader; without it grading falls back to resource limits and says so.
-	command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; } || echo "bubblewrap not installed: grading will run without the sandbox"
+	# Debian packages: bubblewrap sandboxes the grader (without it grading falls back to resource limits and
+	# says so); chromium renders the TA report in the tests.
+	command -v bwrap >/dev/null && command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq bubblewrap chromium >/dev/null; } || echo "could not install bubblewrap and chromium (not root?): see README"
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU build of torch first, so that nothing later pulls a CUDA build.
@@ -29,7 +30,10 @@ selfcheck: setup
 grade: setup
 	$(BIN)/lesson83 grade dist/samples --out dist/grades
 
-demo: release selfcheck grade
+report: setup
+	$(BIN)/lesson83 report dist/grades --out dist/report
+
+demo: release selfcheck grade report
 
 test: setup
 	$(BIN)/ruff check .

@@ -106,6 +106,19 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the TA failure report (HTML folder and report.csv) of a graded batch; print index.html's path."""
+    from autograder.report import write_report
+
+    try:
+        index = write_report(args.grades, out=args.out, config_path=args.config)
+    except (FileNotFoundError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(index)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lesson83", description=__doc__)
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="grading_config.yaml to use")
@@ -126,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("submission", type=Path, help="the submission folder (/autograder/submission)")
     p.add_argument("results", type=Path, help="where to write results.json")
     p.set_defaults(func=cmd_gradescope)
+    p = sub.add_parser("report", help="TA failure report of a graded batch: HTML folder and report.csv")
+    p.add_argument("grades", type=Path, help="folder written by `lesson83 grade` (results/, grades.csv)")
+    p.add_argument("--out", type=Path, default=ROOT / "dist" / "report", help="report folder (replaced whole)")
+    p.set_defaults(func=cmd_report)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -68,8 +68,13 @@ class Suite:
         return round(sum(c["points"] for c in self.cases), 4)
 
 
-@cache
 def load_suite(config_path: Path = DEFAULT_CONFIG) -> Suite:
+    """The suite for a config file (cached per resolved path: computing reference values takes seconds)."""
+    return _load_suite(Path(config_path).resolve())
+
+
+@cache
+def _load_suite(config_path: Path) -> Suite:
     config = load_config(config_path)
     questions = load_questions(config)
     cases = tuple(c for q in questions for c in q.cases)
@@ -293,7 +298,7 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
         todo.append((sub, key))
 
     def save(sub: Submission, key: str, result: SubmissionResult, extra: dict[str, Any]) -> None:
-        record = {"key": key, "path": str(sub.path), **result.to_dict(), **extra,
+        record = {"key": key, "path": str(sub.path.resolve()), **result.to_dict(), **extra,
                   "gradescope": gradescope_results(result, stdout=extra.get("stdout", ""))}
         _write_atomic(results_dir / f"{sub.id}.json", json.dumps(record, indent=1))
 

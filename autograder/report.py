@@ -1,0 +1,778 @@
+"""TA failure report: a static HTML folder (index, one page per student) and report.csv from a graded batch."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import hashlib
+import html
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+
+from autograder import lesson83_checks as checks
+from autograder.config import DEFAULT_CONFIG, ROOT
+from autograder.content import Question
+from autograder.judge import Suite, load_suite
+
+UNRECOGNISED = "unrecognised"
+UNFINISHED = "unfinished"
+UNDIAGNOSED = (UNFINISHED, UNRECOGNISED)
+STUB_WORDS = "the stub is not filled in yet"  # what the probes say when a stub returned None or ...
+MARKER = ".lesson83-report"  # only a folder holding this file is ever replaced by a new report
+GRID = 8  # at most GRID x GRID values of an array are shown
+CODE_CHARS = 20_000  # per cell
+MESSAGE_CHARS = 4_000
+
+CSS = """
+*{box-sizing:border-box}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1f2328;background:#f6f7f9;margin:0}
+main{max-width:1220px;margin:0 auto;padding:18px 24px 40px}
+h1{font-size:22px;margin:0 0 2px}h2{font-size:17px;margin:26px 0 8px}h3{font-size:15px;margin:14px 0 6px}
+a{color:#0b57d0;text-decoration:none}a:hover{text-decoration:underline}
+.sub{color:#59636e;margin:0 0 12px}
+table{border-collapse:collapse;background:#fff}
+th,td{padding:4px 8px;border-bottom:1px solid #e3e6ea;text-align:left;vertical-align:top}
+th{font-weight:600;color:#59636e;font-size:12px;text-transform:uppercase;letter-spacing:.03em}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+.qt{width:100%}.qt td{padding:6px 8px}
+.qtitle{color:#59636e;font-size:12px}
+.bar{display:inline-block;width:90px;height:8px;background:#e3e6ea;border-radius:4px;vertical-align:middle;margin-left:6px}
+.bar i{display:block;height:8px;border-radius:4px;background:#2da44e}
+.bar i.mid{background:#d4a72c}.bar i.low{background:#cf222e}
+.chip{display:inline-block;border-radius:10px;padding:0 8px;margin:1px 4px 1px 0;font-size:12px;background:#eef1f4;
+white-space:nowrap}
+.chip b{font-weight:700;margin-right:4px}
+.cl{margin:1px 0;line-height:1.7}
+.chip.diag{background:#ffebe9;color:#82071e}.chip.lead{background:#cf222e;color:#fff}
+.chip.unk{background:#fff8c5;color:#6a5400}.chip.fin{background:#eef1f4;color:#59636e}
+.who{font-size:12px}
+.qsec{background:#fff;border:1px solid #e3e6ea;border-radius:8px;padding:4px 14px 10px;margin:12px 0}
+.qsec h3 .meta{font-weight:400;color:#59636e;font-size:13px}
+.cluster{border-left:4px solid #cf222e;padding:4px 10px;margin:8px 0;background:#fffafa}
+.cluster.unk{border-left-color:#d4a72c;background:#fffdf0}
+.cluster .head{font-weight:600}
+.count{display:inline-block;min-width:26px;text-align:center;background:#cf222e;color:#fff;border-radius:10px;
+padding:0 7px;margin-right:6px}
+.cluster.unk .count{background:#9a6700}
+.cluster.fin{border-left-color:#8c959f;background:#f6f8fa}.cluster.fin .count{background:#6e7781}
+.desc{margin:2px 0}
+code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+pre{background:#f6f8fa;border:1px solid #e3e6ea;border-radius:6px;padding:8px;overflow:auto;white-space:pre-wrap;
+margin:4px 0}
+pre.ex{max-height:10em;margin-bottom:6px}
+details summary{cursor:pointer;color:#59636e;font-size:12px}
+.status{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;background:#dafbe1;color:#116329}
+.status.bad{background:#ffebe9;color:#82071e}
+.case{border-top:1px solid #e3e6ea;padding:6px 0}
+.badge{font-size:11px;border-radius:8px;padding:0 6px;background:#eef1f4;color:#59636e;margin-left:6px;font-weight:400}
+.badge.diag{background:#ffebe9;color:#82071e}
+.cmp{display:flex;gap:18px;flex-wrap:wrap;margin:6px 0}
+.grid td{font:12px ui-monospace,Menlo,Consolas,monospace;text-align:right;border:1px solid #eaeef2;padding:2px 6px}
+.grid caption{caption-side:top;text-align:left;font-size:12px;color:#59636e;padding:2px 0}
+td.bad,tr.bad td{background:#ffd7d5;color:#82071e;font-weight:600}
+.kv td{font:12px ui-monospace,Menlo,Consolas,monospace}
+.scores td.lost{background:#fff1f0}
+.note{color:#59636e;font-size:12px}
+ul.notes{margin:4px 0;padding-left:18px}
+"""
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class Student:
+    """One submission's stored result, plus what the report derives from it."""
+
+    id: str
+    record: dict[str, Any]
+    page: str  # file name under students/
+    cells: list[tuple[int, str]] = field(default_factory=list)  # (index, source) of the notebook's code cells
+    code_problem: str = ""  # why there are no cells, when there are none
+
+    @property
+    def status(self) -> str:
+        return str(self.record.get("status", "unknown"))
+
+    @property
+    def ran(self) -> bool:
+        return self.status == "graded"
+
+    def failed(self, qid: str | None = None) -> list[dict[str, Any]]:
+        return [c for c in self.record.get("cases", [])
+                if not c.get("passed") and (qid is None or c.get("question") == qid)]
+
+    def diagnoses(self, qid: str | None = None) -> list[str]:
+        seen: list[str] = []
+        for c in self.failed(qid):
+            d = c.get("diagnosis")
+            if d and d not in seen:
+                seen.append(str(d))
+        return seen
+
+    def labels(self, q: Question) -> list[str]:
+        """The groups this student falls in on question `q` (none when they lost no points there).
+
+        Every diagnosis on the failed cases; but a question whose stubs were all left as they were is
+        only "unfinished" (a diagnosis there describes the stub's output, not a mistake), and one with
+        some stubs left is "unfinished" too. Failures with no diagnosis are "unrecognised".
+        """
+        failed = self.failed(q.id)
+        if not failed or not self.ran:
+            return []
+        names = set(q.solution) | {c.var for c in q.choices}
+        stubs = stub_state(self.cells, names)
+        if names and all(stubs.get(n) for n in names):
+            return [UNFINISHED]
+        found = self.diagnoses(q.id)
+        if any(stubs.values()) or (not found and any(STUB_WORDS in str(c.get("message", "")) for c in failed)):
+            return [*found, UNFINISHED]
+        return found or [UNRECOGNISED]
+
+    def diagnosis_ids(self, questions: list[Question]) -> list[str]:
+        """The catalogued mistakes this student's failures were grouped under, question by question."""
+        ids = [d for q in questions for d in self.labels(q) if d not in UNDIAGNOSED]
+        return list(dict.fromkeys(ids))
+
+    def score(self, qid: str) -> float:
+        return float(self.record.get("questions", {}).get(qid, 0.0))
+
+
+@dataclass
+class Cluster:
+    """Students who failed one question the same way (one diagnosis, or none recognised)."""
+
+    question: str
+    diagnosis: str
+    students: list[Student] = field(default_factory=list)
+
+    @property
+    def anchor(self) -> str:
+        return f"{self.question}--{self.diagnosis}"
+
+
+def _page_name(sid: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", sid).lstrip(".")
+    if slug != sid or not slug:
+        slug = f"{slug[:60]}-{hashlib.sha256(sid.encode()).hexdigest()[:8]}"
+    return f"{slug}.html"
+
+
+def load_students(grades: Path) -> list[Student]:
+    """The results of the batch, in the order of grades.csv (all results/*.json when there is none)."""
+    results = grades / "results"
+    if not results.is_dir():
+        raise FileNotFoundError(f"{grades}: no results/ folder; run `lesson83 grade` first")
+    table = grades / "grades.csv"
+    if table.exists():
+        with table.open(newline="") as f:
+            ids = [row["id"] for row in csv.DictReader(f)]
+    else:
+        ids = sorted(p.stem for p in results.glob("*.json"))
+    students = []
+    for sid in ids:
+        path = results / f"{sid}.json"
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            record = {"submission": sid, "status": "no stored result", "cases": [], "questions": {}, "total": 0,
+                      "notes": [f"{path.name}: {exc}"]}
+        student = Student(sid, record, _page_name(sid))
+        if student.status != "could not be read":
+            student.cells, student.code_problem = notebook_cells(record.get("path"), grades)
+        students.append(student)
+    pages = [s.page.lower() for s in students]
+    for s in students:  # Alice and alice must not share a page on a case-insensitive disk
+        if pages.count(s.page.lower()) > 1:
+            s.page = f"{s.page[:-5]}-{hashlib.sha256(s.id.encode()).hexdigest()[:8]}.html"
+    return students
+
+
+def catalogue(suite: Suite) -> dict[str, tuple[str, str]]:
+    """Every diagnosis id the judge can give: (the question it belongs to, its description with the fix)."""
+    from reference.mistakes import MISTAKES
+
+    known = {c["known_cause"]["id"]: (c["question"], c["known_cause"]["description"])
+             for c in suite.cases if c.get("known_cause")}
+    return known | {m.id: (m.question, m.description) for m in MISTAKES}
+
+
+def clusters(students: list[Student], questions: list[Question]) -> dict[str, list[Cluster]]:
+    """Per question: students who lost points there, grouped by diagnosis, largest group first.
+
+    A student goes into every diagnosis found on the failed cases of that question; when none has one,
+    into "unfinished" (a stub was left as it was) or else "unrecognised". Submissions that did not run
+    normally (timed out, crashed, ...) are left out: the status section lists them.
+    """
+    out: dict[str, list[Cluster]] = {}
+    for q in questions:
+        groups: dict[str, Cluster] = {}
+        for s in students:
+            for d in s.labels(q):
+                groups.setdefault(d, Cluster(q.id, d)).students.append(s)
+        out[q.id] = sorted(groups.values(), key=lambda c: (c.diagnosis in UNDIAGNOSED, c.diagnosis == UNFINISHED,
+                                                           -len(c.students),
+                                                           c.diagnosis))
+    return out
+
+
+# --------------------------------------------------------------------------- html helpers
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters)"
+
+
+def _num(v: Any) -> str:
+    if isinstance(v, bool | np.bool_):
+        return str(bool(v))
+    if isinstance(v, int | np.integer):
+        return str(int(v))
+    f = float(v)
+    if not np.isfinite(f):
+        return str(f)
+    return f"{f:.4f}" if abs(f) < 1e5 else f"{f:.4g}"
+
+
+def _score(v: float) -> str:
+    return f"{v:.2f}".rstrip("0").rstrip(".") if v % 1 else f"{v:g}"
+
+
+def _page(title: str, body: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+            f'<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">'
+            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n{body}\n</main></body></html>\n")
+
+
+def _link(s: Student, prefix: str = "students/") -> str:
+    return f'<a href="{esc(prefix + quote(s.page))}">{esc(s.id)}</a>'
+
+
+def _bar(frac: float) -> str:
+    cls = "" if frac >= 0.8 else "mid" if frac >= 0.5 else "low"
+    return f'<span class="bar"><i class="{cls}" style="width:{max(0.0, min(frac, 1.0)) * 100:.0f}%"></i></span>'
+
+
+# --------------------------------------------------------------------------- expected versus received
+
+
+def _window(n: int, at: int) -> range:
+    start = min(max(0, at - 2), max(0, n - GRID))
+    return range(start, min(n, start + GRID))
+
+
+def _plane(arr: np.ndarray, at: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...], int, int]:
+    """The 2-D slice of `arr` that holds index `at`: (slice, leading index, row, column)."""
+    if arr.ndim == 0:
+        return arr.reshape(1, 1), (), 0, 0
+    if arr.ndim == 1:
+        return arr.reshape(1, -1), (), 0, at[0]
+    return arr[at[:-2]], at[:-2], at[-2], at[-1]
+
+
+def _grid(arr: np.ndarray, bad: np.ndarray | None, at: tuple[int, ...], caption: str) -> str:
+    """A GRID x GRID window of `arr` around index `at`, cells where `bad` is true marked `bad` (red)."""
+    plane, _, row, col = _plane(arr, at)
+    plane_bad = None if bad is None else _plane(bad, at)[0]
+    body = []
+    for i in _window(plane.shape[0], row):
+        cells = "".join(f'<td{" class=bad" if plane_bad is not None and plane_bad[i, j] else ""}>'
+                        f"{esc(_num(plane[i, j]))}</td>" for j in _window(plane.shape[1], col))
+        body.append(f"<tr>{cells}</tr>")
+    return f'<table class="grid"><caption>{esc(caption)}</caption>{"".join(body)}</table>'
+
+
+def _span(r: range, n: int, what: str) -> str:
+    return f"{what} {r.start}–{r.stop - 1} of {n}" if len(r) < n else f"all {n} {what}"
+
+
+def _compare_arrays(key: str, want: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> str:
+    if want.shape != got.shape:
+        return (f'<table class="kv"><tr><th>{esc(key)}</th><th>expected</th><th>received</th></tr>'
+                f'<tr class="bad"><td>shape</td><td>{esc(list(want.shape))}</td><td>{esc(list(got.shape))}</td></tr>'
+                f'</table><div class="cmp">{_grid(want, None, (0,) * want.ndim, "expected " + key)}'
+                f'{_grid(got, None, (0,) * got.ndim, "received " + key)}</div>')
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = ~np.isclose(got.astype(np.float64), want.astype(np.float64), atol=atol, rtol=rtol)
+    at = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else (0,) * want.ndim
+    plane, lead, row, col = _plane(want, at)
+    shown = [_span(_window(plane.shape[0], row), plane.shape[0], "rows")] if want.ndim >= 2 else []
+    shown.append(_span(_window(plane.shape[1], col), plane.shape[1], "columns" if want.ndim >= 2 else "values"))
+    name = f"{key}[{', '.join(map(str, lead))}, :, :]" if lead else key
+    summary = f"{int(bad.sum())} of {bad.size} values differ (atol {atol:g}, rtol {rtol:g})"
+    if bad.any():
+        summary += f"; first at index {list(at)}"
+    return (f'<div class="note"><b>{esc(name)}</b> · shape {esc(list(want.shape))} · showing {esc(", ".join(shown))}'
+            f" · {esc(summary)}</div>"
+            f'<div class="cmp">{_grid(want, bad, at, "expected")}{_grid(got, bad, at, "received")}</div>')
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(not returned)"
+
+
+_MISSING = _Missing()
+
+
+def _short(value: Any) -> str:
+    if value is _MISSING:
+        return repr(value)
+    if isinstance(value, np.ndarray):
+        return f"array {list(value.shape)} {value.dtype}"
+    if isinstance(value, dict) and set(value) >= {"type", "message"}:
+        where = f" ({value['where']})" if value.get("where") else ""
+        return f"{value['type']}: {value['message']}{where}"
+    try:
+        text = json.dumps(checks.to_plain(value))
+    except (TypeError, ValueError):
+        text = repr(value)
+    return _clip(text, 300)
+
+
+def _same(a: Any, b: Any, atol: float, rtol: float) -> bool:
+    numbers = (float, int)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
+        return bool(np.isclose(float(b), float(a), atol=atol, rtol=rtol))
+    if a is _MISSING or b is _MISSING:
+        return False
+    try:
+        return checks.dumps(a) == checks.dumps(b)
+    except TypeError:
+        return False
+
+
+def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float) -> str:
+    """Expected-versus-received HTML for one failed case: array windows and key rows, wrong cells marked."""
+    if received is None:
+        return '<p class="note">No output was recorded for this case (the submission stopped before it ran).</p>'
+    try:
+        got = checks.from_plain(received)
+    except (TypeError, ValueError, KeyError) as exc:
+        return f'<p class="note">The stored output could not be decoded: {esc(exc)}</p>'
+    if not isinstance(expected, dict) or not isinstance(got, dict):
+        expected, got = {"value": expected}, {"value": got}
+    if set(got) == {"error"}:
+        return ""  # nothing came back but the exception, shown on its own below
+    labels = {"first": case.get("first"), "second": case.get("second")}
+    parts, rows = [], []
+    for key in [*expected, *(k for k in got if k not in expected)]:
+        want, have = expected.get(key), got.get(key, _MISSING)
+        name = f"{key} — {labels[key]}" if labels.get(key) else key
+        if isinstance(want, np.ndarray) and isinstance(have, np.ndarray):
+            parts.append(_compare_arrays(name, want, have, atol, rtol))
+            continue
+        if key == "error" and want is None:
+            rows.append((name, "no error", _short(have), True))
+            continue
+        rows.append((name, _short(want) if key in expected else "(not expected)", _short(have),
+                     not _same(want, have, atol, rtol)))
+    table = ""
+    if rows:
+        body = "".join(f'<tr{" class=bad" if wrong else ""}><td>{esc(k)}</td><td>{esc(w)}</td><td>{esc(h)}</td></tr>'
+                       for k, w, h, wrong in rows)
+        table = f'<table class="kv"><tr><th>key</th><th>expected</th><th>received</th></tr>{body}</table>'
+    return table + "".join(parts)
+
+
+def _traceback(received: Any) -> str:
+    err = received.get("error") if isinstance(received, dict) else None
+    if not isinstance(err, dict):
+        return ""
+    where = f"\n  at {err.get('where')}" if err.get("where") else ""
+    return (f'<div class="note">Your code raised:</div>'
+            f"<pre>{esc(err.get('type', '?'))}: {esc(_clip(str(err.get('message', '')), 1000))}{esc(where)}</pre>")
+
+
+# --------------------------------------------------------------------------- student code
+
+
+def _resolve(path: str | None, grades: Path) -> Path | None:
+    if not path:
+        return None
+    p = Path(path)
+    candidates = [p] if p.is_absolute() else [Path.cwd() / p, ROOT / p, grades.parent / p]
+    return next((c for c in candidates if c.exists()), None)
+
+
+def notebook_cells(path: str | None, grades: Path) -> tuple[list[tuple[int, str]], str]:
+    """The code cells (index, source) of a submission, read as data only, or why there are none."""
+    import zipfile
+
+    file = _resolve(path, grades)
+    if file is None:
+        return [], f"the submission file {path!r} was not found" if path else "the result does not name its file"
+    if file.is_dir():
+        notebooks = [p for p in file.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts]
+        zips = list(file.rglob("*.zip"))
+        file = notebooks[0] if len(notebooks) == 1 else zips[0] if not notebooks and len(zips) == 1 else None
+        if file is None:
+            return [], "the submission folder does not hold exactly one notebook"
+    try:
+        if file.suffix == ".zip":
+            with zipfile.ZipFile(file) as zf:
+                names = [n for n in zf.namelist() if n.endswith(".ipynb") and "__MACOSX" not in n
+                         and not Path(n).name.startswith(".")]
+                if len(names) != 1 or zf.getinfo(names[0]).file_size > 64 * 2**20:
+                    return [], "the zip does not hold exactly one notebook of at most 64 MiB"
+                raw = zf.read(names[0])
+        else:
+            if file.stat().st_size > 64 * 2**20:
+                return [], "the notebook is larger than 64 MiB"
+            raw = file.read_bytes()
+        nb = json.loads(raw.decode("utf-8", errors="replace"))
+        cells = nb.get("cells", []) if isinstance(nb, dict) else []
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        return [], f"the notebook could not be read: {exc}"
+    out = []
+    for n, cell in enumerate(cells):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        out.append((n, "".join(str(s) for s in src) if isinstance(src, list) else str(src)))
+    return out, ""
+
+
+@lru_cache(maxsize=4096)
+def _tree(source: str) -> ast.Module | None:
+    """The parsed cell (never run), or None when it is not plain Python (magics, a syntax error, too big)."""
+    try:
+        return ast.parse(source[:200_000])
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def defined_names(source: str) -> set[str]:
+    """Top-level names a cell defines (def, class, assignment), found without running it."""
+    names: set[str] = set()
+    tree = _tree(source)
+    if tree is None:
+        for m in re.finditer(r"^(?:(?:async\s+)?def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*[:=]", source, re.M):
+            names.add(m.group(1) or m.group(2))
+        return names
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def _is_stub(node: ast.stmt) -> bool:
+    """A definition still as the template left it: a body of only a docstring and `...` (or pass)."""
+    if isinstance(node, ast.ClassDef):
+        return any(_is_stub(n) for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        body = [n for n in node.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+                                             and isinstance(n.value.value, str))]
+        return all(isinstance(n, ast.Pass) or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+                                               and n.value.value is Ellipsis) for n in body)
+    if isinstance(node, ast.Assign):
+        return isinstance(node.value, ast.Constant) and node.value.value in (Ellipsis, None)
+    return False
+
+
+def stub_state(cells: list[tuple[int, str]], names: set[str]) -> dict[str, bool]:
+    """For each of `names` the cells define: whether its last definition (cells run in order) is a stub."""
+    state: dict[str, bool] = {}
+    for _, src in cells:
+        tree = _tree(src)
+        if tree is None:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                defined = {node.name}
+            elif isinstance(node, ast.Assign):
+                defined = {t.id for t in node.targets if isinstance(t, ast.Name)}
+            else:
+                continue
+            for name in defined & names:
+                state[name] = _is_stub(node)
+    return state
+
+
+def question_code(cells: list[tuple[int, str]], q: Question) -> list[tuple[int, str]]:
+    """The cells that define the names a question grades (its solution names or its q8_* answers)."""
+    wanted = set(q.solution) | {c.var for c in q.choices}
+    return [(n, src) for n, src in cells if wanted & defined_names(src)]
+
+
+# --------------------------------------------------------------------------- pages
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    suite: Suite
+    questions: list[Question]
+    known: dict[str, tuple[str, str]]
+    grades: Path
+
+
+_KIND = {UNRECOGNISED: "unk", UNFINISHED: "fin"}
+
+
+def _diag_text(ctx: _Ctx, d: str, qid: str) -> str:
+    if d == UNFINISHED:
+        return ("not attempted or left unfinished: a stub of this question still holds `...` (or returns None), "
+                "so there is nothing to diagnose.")
+    if d == UNRECOGNISED:
+        return ("no catalogued mistake matches these outputs; read each student's message and code "
+                "(a stub left empty, an exception, or a new kind of mistake).")
+    home, text = ctx.known.get(d, (qid, "(no description in the catalogue)"))
+    return text if home == qid else f"{text} (a {home} mistake that carries over into {qid})"
+
+
+def _carried(ctx: _Ctx, d: str, qid: str) -> str:
+    home = ctx.known.get(d, (qid, ""))[0]
+    return "" if d in UNDIAGNOSED or home == qid else f" ← {home.split('_')[0]}"
+
+
+def _names(students: list[Student], limit: int = 8) -> str:
+    more = f' <span class="note">+{len(students) - limit} more</span>' if len(students) > limit else ""
+    return ", ".join(_link(s) for s in students[:limit]) + more
+
+
+def _example(cluster: Cluster) -> tuple[Student, dict[str, Any]] | None:
+    for prefer_public in (True, False):
+        for s in cluster.students:
+            for c in s.failed(cluster.question):
+                if (cluster.diagnosis in UNDIAGNOSED or c.get("diagnosis") == cluster.diagnosis) and (
+                        not prefer_public or not c.get("hidden")):
+                    return s, c
+    return None
+
+
+def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluster]]) -> str:
+    n = len(students)
+    ran = [s for s in students if s.ran]
+    counts: dict[str, int] = {}
+    for s in students:
+        counts[s.status] = counts.get(s.status, 0) + 1
+    auto = ctx.suite.auto_points
+    mean_total = sum(float(s.record.get("total", 0)) for s in students) / n if n else 0.0
+    manual = [q for q in ctx.suite.questions if q.manual]
+    status_line = " · ".join(f"{v} {esc(k)}" if k == "graded" else f'<a href="#statuses">{v} {esc(k)}</a>'
+                             for k, v in sorted(counts.items(), key=lambda kv: (kv[0] != "graded", -kv[1])))
+    out = ["<h1>Lesson 83 · failure report</h1>",
+           f'<p class="sub">{n} submission{"s" if n != 1 else ""} ({status_line}) · mean total '
+           f"{_score(mean_total)} / {_score(auto)} auto-graded points"
+           + (f" · {', '.join(esc(q.id) for q in manual)} graded by hand" if manual else "")
+           + '<br><span class="note">For staff only: shows hidden test cases and reference values.</span></p>']
+
+    # per-question pass rates, with the failure clusters of each at a glance
+    rows = []
+    for q in ctx.questions:
+        scores = [s.score(q.id) for s in students]
+        mean = sum(scores) / n if n else 0.0
+        full = sum(v >= q.points - 1e-6 for v in scores)
+        lines = []
+        sizes = sorted((len(c.students) for c in groups[q.id] if c.diagnosis not in UNDIAGNOSED), reverse=True)
+        lead = sizes[0] if sizes and sizes[0] >= 2 and (len(sizes) == 1 or sizes[1] < sizes[0]) else 0
+        for c in groups[q.id][:5]:
+            cls = _KIND.get(c.diagnosis) or ("lead" if len(c.students) == lead else "diag")
+            lines.append(f'<div class="cl"><a class="chip {cls}" href="#{esc(c.anchor)}"><b>{len(c.students)}</b>'
+                         f"{esc(c.diagnosis + _carried(ctx, c.diagnosis, q.id))}</a> "
+                         f'<span class="who">{_names(c.students, 6)}</span></div>')
+        if len(groups[q.id]) > 5:
+            lines.append(f'<div class="note"><a href="#{esc(q.id)}">{len(groups[q.id]) - 5} more groups</a></div>')
+        frac = mean / q.points if q.points else 1.0
+        rows.append(f'<tr><td><a href="#{esc(q.id)}"><b>{esc(q.id)}</b></a>'
+                    f'<div class="qtitle">{esc(q.title)}</div></td>'
+                    f'<td class="num">{_score(mean)} / {_score(q.points)}{_bar(frac)}</td>'
+                    f'<td class="num">{100 * full / n if n else 0:.0f}% <span class="note">({full}/{n})</span></td>'
+                    f"<td>{''.join(lines) or '<span class=note>none</span>'}</td></tr>")
+    out.append('<h2>Questions</h2><table class="qt"><tr><th>question</th><th class="num">mean score</th>'
+               '<th class="num">full marks</th><th>who lost points, grouped by diagnosis (largest first)</th></tr>'
+               + "".join(rows) + "</table>")
+
+    # clusters, per question
+    out.append(f"<h2>Failures by diagnosis</h2><p class=\"note\">Students of the {len(ran)} submissions that ran "
+               "normally, grouped by the catalogued mistake their outputs match, per question.</p>")
+    for q in ctx.questions:
+        cl = groups[q.id]
+        lost = {s.id for c in cl for s in c.students}
+        head = (f'<h3 id="{esc(q.id)}">{esc(q.id)} <span class="meta">{esc(q.title)} · '
+                f"{len(lost)} of {len(ran)} lost points</span></h3>")
+        if not cl:
+            out.append(f'<section class="qsec">{head}<p class="note">Every submission that ran earned full '
+                       "marks here.</p></section>")
+            continue
+        cards = []
+        for c in cl:
+            ex = _example(c)
+            example = ""
+            if ex:
+                s, case = ex
+                example = (f'<div class="note">example: {esc(s.id)}, {esc(case.get("id", ""))}</div>'
+                           f'<pre class="ex">{esc(_clip(str(case.get("message", "")), MESSAGE_CHARS))}</pre>')
+            kind = f"cluster {_KIND[c.diagnosis]}" if c.diagnosis in _KIND else "cluster"
+            cards.append(f'<div class="{kind}" id="{esc(c.anchor)}"><div class="head">'
+                         f'<span class="count">{len(c.students)}</span>'
+                         f"{esc(c.diagnosis + _carried(ctx, c.diagnosis, q.id))}</div>"
+                         f'<p class="desc">{esc(_diag_text(ctx, c.diagnosis, q.id))}</p>'
+                         f'<div class="who">students: {_names(c.students, 40)}</div>{example}</div>')
+        out.append(f'<section class="qsec">{head}{"".join(cards)}</section>')
+
+    # statuses
+    odd = [s for s in students if not s.ran]
+    out.append('<h2 id="statuses">Submissions that did not run normally</h2>')
+    if odd:
+        body = "".join(f'<tr><td><span class="status bad">{esc(s.status)}</span></td><td>{_link(s)}</td>'
+                       f'<td>{esc(_clip("; ".join(str(x) for x in s.record.get("notes", [])), 400))}</td></tr>'
+                       for s in sorted(odd, key=lambda s: (s.status, s.id)))
+        out.append(f"<table><tr><th>status</th><th>student</th><th>notes</th></tr>{body}</table>")
+    else:
+        out.append('<p class="note">None: every submission ran to the end.</p>')
+
+    # everyone
+    head = "".join(f'<th class="num" title="{esc(q.title)}">{esc(q.id.split("_")[0])}</th>' for q in ctx.questions)
+    body = []
+    for s in students:
+        cells = "".join(f'<td class="num{" lost" if s.score(q.id) < q.points - 1e-6 else ""}">'
+                        f"{_score(s.score(q.id))}</td>" for q in ctx.questions)
+        st = f'<span class="status{"" if s.ran else " bad"}">{esc(s.status)}</span>'
+        body.append(f'<tr><td>{_link(s)}</td><td>{st}</td><td class="num">{_score(float(s.record.get("total", 0)))}'
+                    f'</td>{cells}<td>{esc(" ".join(s.diagnosis_ids(ctx.questions)))}</td></tr>')
+    out.append(f'<h2>All students</h2><table class="scores"><tr><th>student</th><th>status</th>'
+               f'<th class="num">total</th>{head}<th>diagnoses</th></tr>{"".join(body)}</table>'
+               f'<p class="note">report.csv holds this table for a gradebook.</p>')
+    return _page("Lesson 83 failure report", "\n".join(out))
+
+
+def student_page(ctx: _Ctx, s: Student) -> str:
+    rec = s.record
+    cells, why = s.cells, s.code_problem
+    tol = ctx.suite.config.tolerances
+    by_id = {c["id"]: c for c in ctx.suite.cases}
+    out = ['<p><a href="../index.html">← class report</a></p>', f"<h1>{esc(s.id)}</h1>",
+           f'<p class="sub"><span class="status{"" if s.ran else " bad"}">{esc(s.status)}</span> · total '
+           f"{_score(float(rec.get('total', 0)))} / {_score(ctx.suite.auto_points)}"
+           + (f" · file <code>{esc(rec['path'])}</code>" if rec.get("path") else "") + "</p>"]
+    notes = [str(x) for x in rec.get("notes", [])]
+    if notes:
+        out.append("<h2>Notes from the grader</h2><ul class=\"notes\">"
+                   + "".join(f"<li>{esc(_clip(x, 1000))}</li>" for x in notes) + "</ul>")
+    rows = []
+    for q in ctx.questions:
+        lost = s.failed(q.id)
+        name = f'<a href="#{esc(q.id)}">{esc(q.id)}</a>' if lost else esc(q.id)
+        rows.append(f'<tr><td>{name}</td><td class="num{" lost" if lost else ""}">{_score(s.score(q.id))} / '
+                    f'{_score(q.points)}</td><td class="num">{len(lost)}</td>'
+                    f'<td>{esc(" ".join(s.labels(q)))}</td></tr>')
+    out.append('<h2>Scores</h2><table class="scores"><tr><th>question</th><th class="num">score</th>'
+               '<th class="num">failed cases</th><th>diagnoses</th></tr>' + "".join(rows) + "</table>")
+    for q in ctx.questions:
+        lost = s.failed(q.id)
+        if not lost:
+            continue
+        part = [f'<section class="qsec"><h3 id="{esc(q.id)}">{esc(q.id)} <span class="meta">{esc(q.title)} · '
+                f"{_score(s.score(q.id))} / {_score(q.points)}</span></h3>"]
+        for c in lost:
+            case = by_id.get(str(c.get("id")), {})
+            badges = (' <span class="badge">hidden</span>' if c.get("hidden") else "") + (
+                f' <span class="badge diag">{esc(c["diagnosis"] + _carried(ctx, c["diagnosis"], q.id))}</span>'
+                if c.get("diagnosis") else "")
+            want = ctx.suite.expected.get(str(c.get("id")), {}).get("value")
+            part.append(f'<div class="case"><h3>{esc(c.get("id", ""))}{badges} <span class="meta note">'
+                        f'−{_score(float(c.get("max_points", 0)))} points</span></h3>'
+                        f'<pre>{esc(_clip(str(c.get("message", "")), MESSAGE_CHARS))}</pre>'
+                        + compare(case, want, c.get("received"), atol=case.get("atol", tol.atol),
+                                  rtol=case.get("rtol", tol.rtol))
+                        + _traceback(c.get("received")) + "</div>")
+        code = question_code(cells, q)
+        if code:
+            blocks = "".join(f'<div class="note">cell {n}</div><pre>{esc(_clip(src, CODE_CHARS))}</pre>'
+                             for n, src in code)
+            part.append(f"<details open><summary>student code for {esc(q.id)}</summary>{blocks}</details>")
+        else:
+            names = ", ".join(q.solution or [c.var for c in q.choices])
+            part.append(f'<p class="note">No cell of the notebook defines {esc(names)}'
+                        f"{': ' + esc(why) if why else ''}.</p>")
+        out.append("".join(part) + "</section>")
+    stdout = str(rec.get("stdout") or "")
+    if stdout.strip():
+        out.append(f"<details><summary>notebook output ({len(stdout)} characters)</summary>"
+                   f"<pre>{esc(_clip(stdout, 8000))}</pre></details>")
+    return _page(f"{s.id} · Lesson 83", "\n".join(out))
+
+
+def report_csv(students: list[Student], questions: list[Question]) -> str:
+    """One row per student for a gradebook: id, status, total, per-question scores and the diagnosis ids."""
+    def cell(text: str) -> str:  # a spreadsheet must not read a student-chosen id as a formula
+        return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["id", "status", "total", *(q.id for q in questions), "diagnoses"])
+    for s in students:
+        writer.writerow([cell(s.id), s.status, _score(float(s.record.get("total", 0))),
+                         *(_score(s.score(q.id)) for q in questions), " ".join(s.diagnosis_ids(questions))])
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _check_replaceable(dest: Path) -> None:
+    if dest.exists() and (not dest.is_dir() or (any(dest.iterdir()) and not (dest / MARKER).exists())):
+        raise FileExistsError(f"{dest} exists and is not a report written by `lesson83 report`; "
+                              "choose another --out")
+
+
+def _swap_in(new: Path, dest: Path) -> None:
+    _check_replaceable(dest)
+    old = dest.with_name(f".{dest.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if dest.exists():
+        os.replace(dest, old)
+    os.replace(new, dest)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def write_report(grades: Path, *, out: Path, config_path: Path = DEFAULT_CONFIG) -> Path:
+    """Write the report of the batch graded into `grades` to the folder `out`; returns out/index.html.
+
+    Built in a temporary folder beside `out` and renamed into place, so `out` is never half-written.
+    """
+    suite = load_suite(config_path)
+    questions = [q for q in suite.questions if q.graded and not q.manual]
+    ctx = _Ctx(suite, questions, catalogue(suite), grades.resolve())
+    students = load_students(grades)
+    groups = clusters(students, questions)
+    out = out.resolve()
+    _check_replaceable(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        (tmp / "students").mkdir()
+        (tmp / "index.html").write_text(index_page(ctx, students, groups), encoding="utf-8")
+        for s in students:
+            (tmp / "students" / s.page).write_text(student_page(ctx, s), encoding="utf-8")
+        (tmp / "report.csv").write_text(report_csv(students, questions), encoding="utf-8")
+        (tmp / MARKER).write_text("written by `lesson83 report`; the whole folder is replaced on the next run\n")
+        tmp.chmod(0o755)
+        _swap_in(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out / "index.html"

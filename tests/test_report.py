@@ -1,0 +1,179 @@
+"""The report command: a small graded class, report.csv, escaping of hostile input, and headless Chromium."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import struct
+import subprocess
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.build import filled_notebook
+from autograder.cli import main as cli_main
+from autograder.config import DEFAULT_CONFIG, ROOT
+from autograder.content import mc_answers
+from autograder.judge import Suite, grade_batch, load_suite
+from autograder.report import MARKER, UNFINISHED, UNRECOGNISED, write_report
+from reference.mistakes import MISTAKES
+
+TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+ARTIFACTS = ROOT / "dist" / "test-artifacts"  # dist/ is not committed; CI keeps the screenshots from here
+MISTAKE = {m.id: m for m in MISTAKES}
+SCRIPT = "</pre><script>alert(1)</script>"
+HOSTILE_ID = "mallory<b>&'\""  # a file name a student chose: every character here must be escaped
+RAISER = f'def sinusoidal_pe(max_len, d):\n    raise ValueError("{SCRIPT}")'
+
+
+def _with_mistake(mistake_id: str, answers: dict[str, str], *, tail: str = "") -> nbformat.NotebookNode:
+    m = MISTAKE[mistake_id]
+    target = re.search(r"^(?:def|class) (\w+)", m.code, re.M).group(1)
+    return filled_notebook(TEMPLATE, extra={target: m.code + tail}, answers=answers)
+
+
+@pytest.fixture(scope="module")
+def suite() -> Suite:
+    return load_suite(DEFAULT_CONFIG)  # the cache entry grade_batch and write_report use: computed once
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, Path]:
+    """Seven students graded for real, then reported: ids map to what each submission holds."""
+    tmp = tmp_path_factory.mktemp("report")
+    subs = tmp / "submissions"
+    subs.mkdir()
+    answers = mc_answers(list(suite.questions))
+    nbformat.write(filled_notebook(TEMPLATE, answers=answers), str(subs / "reference.ipynb"))
+    shutil.copy(TEMPLATE, subs / "blank.ipynb")
+    buf = nbformat.writes(_with_mistake("rope_interleaved", answers))
+    with zipfile.ZipFile(subs / "alice.zip", "w") as zf:  # a zip upload: the report reads its code in memory
+        zf.writestr("lesson83.ipynb", buf)
+    nbformat.write(_with_mistake("rope_interleaved", answers, tail=f"\n\n# {SCRIPT}\n"),
+                   str(subs / f"{HOSTILE_ID}.ipynb"))
+    nbformat.write(_with_mistake("rope_rotates_v", answers), str(subs / "carol.ipynb"))
+    nbformat.write(_with_mistake("alibi_sign_flipped", answers), str(subs / "dave.ipynb"))
+    nbformat.write(filled_notebook(TEMPLATE, extra={"sinusoidal_pe": RAISER}, answers=answers),
+                   str(subs / "erin.ipynb"))
+    grades = tmp / "grades"
+    summary = grade_batch(subs, out=grades, progress=False)
+    assert summary.counts() == {"graded": 7}
+    out = tmp / "report"
+    index = write_report(grades, out=out)
+    return {"grades": grades, "out": out, "index": index, "tmp": tmp}
+
+
+def _page(out: Path, sid: str) -> str:
+    """The HTML of a student's page, found through the link the index gives for them."""
+    index = (out / "index.html").read_text()
+    import html
+
+    href = re.search(r'<a href="(students/[^"]+)">' + re.escape(html.escape(sid, quote=True)) + "</a>", index)
+    assert href, f"no link to {sid} in index.html"
+    from urllib.parse import unquote
+
+    return (out / unquote(html.unescape(href.group(1)))).read_text()
+
+
+def test_report_csv_rows_and_diagnoses(report: dict[str, Path], suite: Suite) -> None:
+    with (report["out"] / "report.csv").open(newline="") as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"reference", "blank", "alice", HOSTILE_ID, "carol", "dave", "erin"}
+    auto = [q.id for q in suite.questions if q.graded and not q.manual]
+    assert list(next(iter(rows.values()))) == ["id", "status", "total", *auto, "diagnoses"]
+    assert all(r["status"] == "graded" for r in rows.values())
+    assert float(rows["reference"]["total"]) == suite.auto_points and rows["reference"]["diagnoses"] == ""
+    assert float(rows["blank"]["total"]) == 0
+    for sid in ("alice", HOSTILE_ID):
+        assert "rope_interleaved" in rows[sid]["diagnoses"].split()
+        assert float(rows[sid]["q5_rope"]) < 14 and float(rows[sid]["q1_equivariance"]) == 10
+    assert rows["carol"]["diagnoses"].split() == ["rope_rotates_v"]
+    assert rows["dave"]["diagnoses"].split() == ["alibi_sign_flipped"]
+    assert float(rows["erin"]["q2_sinusoidal_pe"]) < 14
+
+
+def test_student_pages_escape_hostile_input(report: dict[str, Path]) -> None:
+    out = report["out"]
+    pages = [out / "index.html", *sorted((out / "students").glob("*.html"))]
+    assert len(pages) == 8 and (out / MARKER).exists()
+    for page in pages:  # no page carries a script: nothing a student wrote can run in a TA's browser
+        assert "<script" not in page.read_text().lower(), page.name
+    mallory = _page(out, HOSTILE_ID)
+    assert "# &lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in mallory  # their code cell, escaped
+    assert "def apply_rope(x, cos, sin):" in mallory and "<h1>mallory&lt;b&gt;&amp;&#x27;&quot;</h1>" in mallory
+    erin = _page(out, "erin")  # an exception message the student wrote, escaped too
+    assert "ValueError: &lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in erin
+    alice = _page(out, "alice")  # code read from inside the zip, expected-versus-received with wrong cells
+    assert "x1, x2 = x[..., 0::2], x[..., 1::2]" in alice
+    assert 'class="grid"' in alice and "<td class=bad>" in alice and "q5_rope/scores_seed42" in alice
+    blank = _page(out, "blank")  # facts as key rows, the wrong ones marked
+    assert "<tr class=bad><td>buffers</td>" in blank
+
+
+def _chromium() -> str:
+    exe = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    if exe is None:
+        message = "headless Chromium is needed (Debian packages chromium and chromium-driver; `make setup`)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return exe
+
+
+def _run_chromium(exe: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+           f"--user-data-dir={profile}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()[:24]
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_index_renders_in_headless_chromium(report: dict[str, Path]) -> None:
+    exe = _chromium()
+    url = report["index"].as_uri()
+    dom = _run_chromium(exe, report["tmp"] / "profile-dom", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert "Lesson 83 · failure report" in html and "q5_rope" in html
+    # the RoPE cluster: two students, both named and linked to their pages
+    block = re.search(r'<div class="cluster" id="q5_rope--rope_interleaved">.*?(?=<div class="cluster|</section>)',
+                      html, re.S)
+    assert block, "no rope_interleaved cluster on q5_rope"
+    text = block.group(0)
+    assert '<span class="count">2</span>' in text
+    assert ">alice</a>" in text and ">mallory&lt;b&gt;&amp;'\"</a>" in text
+    assert re.search(r'id="q6_rope_attention--rope_rotates_v".*?<span class="count">1</span>.*?>carol</a>', html, re.S)
+    assert re.search(r'id="q7_alibi--alibi_sign_flipped".*?<span class="count">1</span>.*?>dave</a>', html, re.S)
+    assert re.search(f'id="q5_rope--{UNFINISHED}".*?>blank</a>', html, re.S)  # stubs left as they were
+    assert re.search(f'id="q2_sinusoidal_pe--{UNRECOGNISED}".*?>erin</a>', html, re.S)  # no known cause
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for name, target in (("report-index.png", url), ("report-student.png", _student_url(report["out"], "alice"))):
+        shot = ARTIFACTS / name
+        shot.unlink(missing_ok=True)
+        res = _run_chromium(exe, report["tmp"] / f"profile-{name}", f"--screenshot={shot}", "--window-size=1280,1600",
+                            "--hide-scrollbars", target)
+        assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
+        assert _png_size(shot) == (1280, 1600) and shot.stat().st_size > 20_000
+
+
+def _student_url(out: Path, sid: str) -> str:
+    return next(p for p in (out / "students").glob("*.html") if p.stem == sid).as_uri()
+
+
+def test_report_replaces_itself_but_nothing_else(report: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["report", str(report["grades"]), "--out", str(report["out"])]) == 0
+    assert capsys.readouterr().out.strip() == str(report["index"])
+    other = report["tmp"] / "not-a-report"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    assert cli_main(["report", str(report["grades"]), "--out", str(other)]) == 2
+    assert (other / "keep.txt").read_text() == "mine" and sorted(p.name for p in other.iterdir()) == ["keep.txt"]
+    assert not [p for p in report["tmp"].iterdir() if ".tmp-" in p.name]  # no temporary folder left behind
