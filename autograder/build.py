@@ -287,7 +287,7 @@ def build(*, config_path: Path = DEFAULT_CONFIG, assignments: Path = ASSIGNMENT_
             "manifest": work / "manifest.json", "samples": work / "samples"}
 
 
-def _replace_dir(new: Path, dest: Path) -> None:
+def replace_dir(new: Path, dest: Path) -> None:
     """Swap `new` into place at `dest` with renames only, so `dest` is never half-written."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     old = dest.with_name(dest.name + ".old")
@@ -319,8 +319,8 @@ def release(*, config_path: Path = DEFAULT_CONFIG, assignments: Path = ASSIGNMEN
         os.replace(parts["manifest"], staged / "manifest.json")
         os.replace(parts["samples"], staged / "samples")
         name = parts["student"].name
-        _replace_dir(parts["student"], templates / name)
-        _replace_dir(staged, dist)
+        replace_dir(parts["student"], templates / name)
+        replace_dir(staged, dist)
     return Release(templates / name, dist / GRADESCOPE_ZIP, dist / zip_name, dist / "otter", dist / "nbgrader")
 
 

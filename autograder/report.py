@@ -8,7 +8,6 @@ import hashlib
 import html
 import io
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -738,15 +737,10 @@ def _check_replaceable(dest: Path) -> None:
 
 
 def _swap_in(new: Path, dest: Path) -> None:
+    from autograder.build import replace_dir
+
     _check_replaceable(dest)
-    old = dest.with_name(f".{dest.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if dest.exists():
-        os.replace(dest, old)
-    os.replace(new, dest)
-    if old.exists():
-        shutil.rmtree(old)
+    replace_dir(new, dest)
 
 
 def write_report(grades: Path, *, out: Path, config_path: Path = DEFAULT_CONFIG) -> Path:
