@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import ast
+import csv
+import hashlib
+import io
 import json
+import os
+import sys
+import tempfile
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
@@ -13,7 +22,15 @@ import nbformat
 
 from autograder import lesson83_checks as checks
 from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
-from autograder.content import Question, expected_values, load_questions, mc_answers
+from autograder.content import (
+    ASSIGNMENT_DIR,
+    REFERENCE_FILE,
+    Question,
+    expected_values,
+    load_questions,
+    mc_answers,
+)
+from autograder.execute import Limits, WorkerPool
 
 
 @dataclass
@@ -154,7 +171,6 @@ class Submission:
 
 def _notebook_from_zip(path: Path) -> tuple[bytes | None, str]:
     """The one .ipynb inside a zip, read in memory; nothing else in the zip (a .OTTER_LOG) is ever loaded."""
-    import zipfile
 
     try:
         with zipfile.ZipFile(path) as zf:
@@ -207,9 +223,6 @@ def find_submissions(folder: Path) -> list[Submission]:
 
 def suite_fingerprint(config_path: Path = DEFAULT_CONFIG) -> str:
     """Changes whenever a question, the reference, a check, the executor or the config changes."""
-    import hashlib
-
-    from autograder.content import ASSIGNMENT_DIR, REFERENCE_FILE
 
     here = Path(__file__).parent
     files = [config_path, REFERENCE_FILE, REFERENCE_FILE.with_name("mistakes.py"),
@@ -222,8 +235,6 @@ def suite_fingerprint(config_path: Path = DEFAULT_CONFIG) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    import os
-    import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -273,13 +284,6 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
     again (unless `force`); each result is written atomically as soon as it is known, so a batch killed
     at any point and re-run ends with every submission graded exactly once.
     """
-    import hashlib
-    import sys
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    from autograder.execute import Limits, WorkerPool
-
     config = load_config(config_path)
     fingerprint = suite_fingerprint(config_path)
     subs = find_submissions(submissions)
@@ -344,8 +348,6 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
 
 def write_tables(suite: Suite, subs: list[Submission], out: Path) -> list[dict[str, Any]]:
     """grades.csv and summary.json from the stored results of exactly these submissions (atomic writes)."""
-    import csv
-    import io
 
     qids = [q.id for q in suite.questions if q.graded and not q.manual]
     rows = []
