@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "grading_config.yaml"
@@ -39,18 +39,47 @@ class Execution(_Strict):
     workers: int = Field(2, gt=0, description="submissions graded in parallel")
 
 
+SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
+CONTEXTS = (128, 256, 512)
+
+
+class PresetRule(_Strict):
+    credit: float = Field(1.0, ge=0, le=1, description="share of a scheme's points a passing checkpoint earns")
+    thresholds: dict[str, dict[int, float]] = Field(
+        {}, description="scheme -> {context: largest re-evaluated perplexity that passes}")
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known(cls, v: dict[str, dict[int, float]]) -> dict[str, dict[int, float]]:
+        for pos, bounds in v.items():
+            if pos not in SCHEMES:
+                raise ValueError(f"unknown scheme {pos!r}; schemes are {', '.join(SCHEMES)}")
+            if bad := [c for c in bounds if c not in CONTEXTS]:
+                raise ValueError(f"{pos}: contexts {bad} are not measured; use {', '.join(map(str, CONTEXTS))}")
+        return v
+
+
+class Milestone(_Strict):
+    points: float = Field(0, ge=0, description="points of the checkpoint verification (question m1_checkpoint)")
+    rel_tol: float = Field(0.02, gt=0, description="largest relative gap between milestone.json and re-evaluation")
+    verify_windows: int = Field(300, gt=0, le=3000, description="validation windows re-evaluated per context")
+    presets: dict[str, PresetRule] = Field({}, description="accepted presets (full, quick) and their rules")
+
+
 class GradingConfig(_Strict):
     assignment: str = Field("lesson83", description="assignment name used by Otter and nbgrader")
     total_points: float = Field(gt=0, description="sum of all question points")
     tolerances: Tolerances = Tolerances()
     questions: dict[str, QuestionPoints]
     execution: Execution = Execution()
+    milestone: Milestone = Milestone()
 
     @model_validator(mode="after")
     def _points_add_up(self) -> GradingConfig:
-        total = sum(q.points for q in self.questions.values())
+        total = sum(q.points for q in self.questions.values()) + self.milestone.points
         if abs(total - self.total_points) > 1e-9:
             parts = " + ".join(f"{k} {v.points:g}" for k, v in self.questions.items())
+            parts += f" + milestone {self.milestone.points:g}" if self.milestone.points else ""
             raise ValueError(f"question points do not add up: {parts} = {total:g}, but total_points is "
                              f"{self.total_points:g}; change a question's points or total_points")
         return self

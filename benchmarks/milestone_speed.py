@@ -12,15 +12,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder import milestone
-from reference.lesson83 import alibi_bias, apply_rope, rope_cache, sinusoidal_pe
-from reference.tinycharlm import SCHEMES, TinyCharLM
+from autograder import lesson83_milestone as milestone
+from reference.lesson83 import TinyCharLM, alibi_bias, apply_rope, rope_cache, sinusoidal_pe
 
 
 class StraightforwardLM(nn.Module):
     """TinyCharLM as the textbook writes it: explicit softmax attention, positions recomputed on every call.
 
-    It has the same state-dict names as reference.tinycharlm.TinyCharLM, so both load the same weights.
+    It has the same state-dict names as reference.lesson83.TinyCharLM, so both load the same weights.
     """
 
     def __init__(self, vocab_size: int, num_hiddens: int = 128, num_heads: int = 4, num_blks: int = 2,
@@ -111,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default 10 CPU, 300 CUDA)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps before each scheme")
     parser.add_argument("--repeats", type=int, default=3, help="alternating timed runs; the best counts")
-    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES)
+    parser.add_argument("--schemes", nargs="+", default=list(milestone.SCHEMES), choices=milestone.SCHEMES)
     parser.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
     parser.add_argument("--compile", action="store_true", help="also time the trainer with torch.compile")
     args = parser.parse_args(argv)
@@ -129,9 +128,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         ratios: dict[str, list[float]] = {n: [] for n in names if n != "simple"}
         for pos in args.schemes:
             impls = {
-                "trainer": partial(milestone.train, pos, device=device, progress=False, **shapes),
+                "trainer": partial(milestone.train, TinyCharLM, pos, device=device, progress=False, **shapes),
                 "simple": partial(straightforward_train, pos, device=device, **shapes),
-                "compiled": partial(milestone.train, pos, device=device, progress=False, compile=True, **shapes),
+                "compiled": partial(milestone.train, TinyCharLM, pos, device=device, progress=False,
+                                    compile=True, **shapes),
             }
             for n in names:
                 impls[n](steps=args.warmup)  # warm-up (and compilation)

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -149,3 +150,96 @@ def alibi_attention(q, k, v):
     scores = scores.masked_fill(future, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
     # END SOLUTION
+
+
+class TinyCharLM(nn.Module):
+    """Attention-only character language model for Milestone M1.
+
+    A token embedding, num_blks residual causal self-attention blocks (one qkv and one output projection
+    each; no feed-forward layer, no normalisation) and an output head tied to the embedding.
+    pos picks the positional scheme: "learned", "sinusoidal", "rope", "alibi" or "none".
+
+    Keep the names token_emb, pos_emb, pe and blks: the grader loads your trained weights into its own
+    copy of this class by name. Tables for "rope" and "alibi" must not enter the state dict.
+    """
+
+    SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
+
+    def __init__(self, vocab_size, num_hiddens=128, num_heads=4, num_blks=2, pos="rope", max_len=512,
+                 bias=False):
+        super().__init__()
+        if pos not in self.SCHEMES:
+            raise ValueError(f"pos must be one of {self.SCHEMES}, got {pos!r}")
+        if num_hiddens % num_heads:
+            raise ValueError(f"num_hiddens={num_hiddens} is not divisible by num_heads={num_heads}")
+        self.pos, self.num_heads, self.max_len = pos, num_heads, max_len
+        self.head_dim = num_hiddens // num_heads
+        self.token_emb = nn.Embedding(vocab_size, num_hiddens)
+        nn.init.normal_(self.token_emb.weight, std=0.02)
+        # Positional state: learned -> self.pos_emb, an nn.Embedding(max_len, num_hiddens) with normal
+        # init (std 0.02); sinusoidal -> the float32 table of sinusoidal_pe as a buffer named pe;
+        # rope and alibi -> optional precomputed tables, registered with persistent=False.
+        # BEGIN SOLUTION
+        if pos == "learned":
+            self.pos_emb = nn.Embedding(max_len, num_hiddens)
+            nn.init.normal_(self.pos_emb.weight, std=0.02)
+        elif pos == "sinusoidal":
+            self.register_buffer("pe", torch.tensor(sinusoidal_pe(max_len, num_hiddens), dtype=torch.float32))
+        elif pos == "rope":
+            cos, sin = rope_cache(max_len, self.head_dim)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        elif pos == "alibi":
+            future = torch.ones(max_len, max_len, dtype=torch.bool).triu(1)
+            mask = alibi_bias(num_heads, max_len).masked_fill(future, float("-inf"))
+            self.register_buffer("alibi_mask", mask, persistent=False)
+        # END SOLUTION
+        self.blks = nn.ModuleList(
+            nn.ModuleDict({"qkv": nn.Linear(num_hiddens, 3 * num_hiddens, bias=bias),
+                           "proj": nn.Linear(num_hiddens, num_hiddens, bias=bias)})
+            for _ in range(num_blks))
+
+    def add_positions(self, H):
+        """H of shape (B, T, num_hiddens) plus the position vectors of learned or sinusoidal, else H."""
+        # BEGIN SOLUTION
+        T = H.shape[1]
+        if self.pos in ("learned", "sinusoidal") and T > self.max_len:
+            raise ValueError(f"{self.pos} positions exist only up to max_len={self.max_len}, got length {T}")
+        if self.pos == "learned":
+            return H + self.pos_emb.weight[:T]
+        if self.pos == "sinusoidal":
+            return H + self.pe[:T]
+        return H
+        # END SOLUTION
+
+    def attend(self, q, k, v):
+        """Causal attention for q, k, v of shape (B, num_heads, T, head_dim) under this model's scheme:
+        RoPE on q and k (never v) for "rope", the ALiBi bias on the scaled scores for "alibi", and the
+        causal mask alone otherwise. Returns (B, num_heads, T, head_dim)."""
+        # BEGIN SOLUTION
+        T = q.shape[-2]
+        if self.pos == "rope":
+            if T <= self.max_len:
+                cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+            else:
+                cos, sin = (t.to(q.device) for t in rope_cache(T, self.head_dim))
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.pos != "alibi":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if T <= self.max_len:
+            mask = self.alibi_mask[:, :T, :T]
+        else:
+            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+            mask = alibi_bias(self.num_heads, T).to(q.device).masked_fill(future, float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
+        # END SOLUTION
+
+    def forward(self, X):
+        """Logits of shape (B, T, vocab_size) for token ids X of shape (B, T)."""
+        B, T = X.shape
+        H = self.add_positions(self.token_emb(X))
+        for blk in self.blks:
+            q, k, v = (u.reshape(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+                       for u in blk["qkv"](H).chunk(3, dim=-1))
+            H = H + blk["proj"](self.attend(q, k, v).transpose(1, 2).reshape(B, T, -1))
+        return F.linear(H, self.token_emb.weight)  # the output head shares the embedding's weights

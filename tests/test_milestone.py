@@ -10,18 +10,26 @@ import pytest
 import torch
 from torch import nn
 
+from autograder import lesson83_milestone as lm
 from autograder import milestone as ms
-from reference.lesson83 import sinusoidal_pe
-from reference.tinycharlm import SCHEMES, TinyCharLM
+from autograder.config import Milestone, load_config
+from reference.lesson83 import TinyCharLM, sinusoidal_pe
 
 DATA = Path(__file__).parent / "data"
-QUICK = ms.PRESETS["quick"]
+QUICK = lm.PRESETS["quick"]
+
+
+def rules(**thresholds: dict[int, float]) -> Milestone:
+    """The configured milestone rules with the quick preset's thresholds replaced."""
+    base = load_config().milestone
+    quick = base.presets["quick"].model_copy(update={"thresholds": thresholds})
+    return base.model_copy(update={"presets": {**base.presets, "quick": quick}})
 
 
 def model_with_large_weights(pos: str, seed: int = 0) -> TinyCharLM:
     """A TinyCharLM whose weights are large enough that logits are O(1) and positions matter."""
     torch.manual_seed(seed)
-    model = TinyCharLM(pos=pos, **ms.ARCH).eval()
+    model = TinyCharLM(pos=pos, **lm.ARCH).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.normal_(std=1.0 if "emb" in name else 0.15)
@@ -29,16 +37,16 @@ def model_with_large_weights(pos: str, seed: int = 0) -> TinyCharLM:
 
 
 def tokens_without_unk(*shape: int) -> torch.Tensor:
-    return torch.randint(1, len(ms.VOCAB), shape, generator=torch.Generator().manual_seed(1))
+    return torch.randint(1, len(lm.VOCAB), shape, generator=torch.Generator().manual_seed(1))
 
 
-@pytest.mark.parametrize("pos", SCHEMES)
+@pytest.mark.parametrize("pos", lm.SCHEMES)
 def test_output_shape(pos: str) -> None:
     logits = model_with_large_weights(pos)(tokens_without_unk(3, 50))
-    assert logits.shape == (3, 50, len(ms.VOCAB))
+    assert logits.shape == (3, 50, len(lm.VOCAB))
 
 
-@pytest.mark.parametrize("pos", SCHEMES)
+@pytest.mark.parametrize("pos", lm.SCHEMES)
 def test_causal(pos: str) -> None:
     model, X = model_with_large_weights(pos), tokens_without_unk(2, 96)
     Y = X.clone()
@@ -49,14 +57,14 @@ def test_causal(pos: str) -> None:
     assert (a[:, 60:] - b[:, 60:]).abs().amax() > 0.1
 
 
-@pytest.mark.parametrize("pos", SCHEMES)
+@pytest.mark.parametrize("pos", lm.SCHEMES)
 def test_prefix_of_long_input(pos: str) -> None:
     model, X = model_with_large_weights(pos), tokens_without_unk(2, 512)
     with torch.no_grad():
         torch.testing.assert_close(model(X)[:, :128], model(X[:, :128]), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("pos", SCHEMES)
+@pytest.mark.parametrize("pos", lm.SCHEMES)
 def test_output_head_is_tied(pos: str) -> None:
     model, X = model_with_large_weights(pos), tokens_without_unk(2, 40)  # token 0 never in the input
     with torch.no_grad():
@@ -65,35 +73,35 @@ def test_output_head_is_tied(pos: str) -> None:
         after = model(X)
     assert (after[..., 0] - before[..., 0]).abs().amin() > 1e-3
     torch.testing.assert_close(after[..., 1:], before[..., 1:])
-    assert all(p.shape[0] != len(ms.VOCAB) for n, p in model.named_parameters() if n != "token_emb.weight")
+    assert all(p.shape[0] != len(lm.VOCAB) for n, p in model.named_parameters() if n != "token_emb.weight")
 
 
 def test_sinusoidal_table_is_a_buffer() -> None:
-    model = TinyCharLM(pos="sinusoidal", **ms.ARCH)
+    model = TinyCharLM(pos="sinusoidal", **lm.ARCH)
     assert "pe" in dict(model.named_buffers()) and "pe" not in dict(model.named_parameters())
-    expected = torch.tensor(sinusoidal_pe(ms.ARCH["max_len"], ms.ARCH["num_hiddens"]), dtype=torch.float32)
+    expected = torch.tensor(sinusoidal_pe(lm.ARCH["max_len"], lm.ARCH["num_hiddens"]), dtype=torch.float32)
     torch.testing.assert_close(model.state_dict()["pe"], expected)
 
 
 def test_parameters_and_state_dict_names() -> None:
-    keys = {pos: set(TinyCharLM(pos=pos, **ms.ARCH).state_dict()) for pos in SCHEMES}
-    params = {pos: {n: p.shape for n, p in TinyCharLM(pos=pos, **ms.ARCH).named_parameters()}
-              for pos in SCHEMES}
+    keys = {pos: set(TinyCharLM(pos=pos, **lm.ARCH).state_dict()) for pos in lm.SCHEMES}
+    params = {pos: {n: p.shape for n, p in TinyCharLM(pos=pos, **lm.ARCH).named_parameters()}
+              for pos in lm.SCHEMES}
     blocks = {f"blks.{i}.{m}.weight" for i in range(2) for m in ("qkv", "proj")}
     assert keys["none"] == {"token_emb.weight"} | blocks
     assert keys["rope"] == keys["alibi"] == keys["none"]
     assert params["rope"] == params["alibi"] == params["none"] == params["sinusoidal"]
     assert keys["sinusoidal"] == keys["none"] | {"pe"}
     assert keys["learned"] == keys["none"] | {"pos_emb.weight"}
-    assert params["learned"]["pos_emb.weight"] == (ms.ARCH["max_len"], ms.ARCH["num_hiddens"])
+    assert params["learned"]["pos_emb.weight"] == (lm.ARCH["max_len"], lm.ARCH["num_hiddens"])
 
 
 def test_values_are_not_rotated() -> None:
     # With q = k = 0 every score is 0, so RoPE can only change the output through v.
     none = model_with_large_weights("none")
-    rope = TinyCharLM(pos="rope", **ms.ARCH).eval()
+    rope = TinyCharLM(pos="rope", **lm.ARCH).eval()
     rope.load_state_dict(none.state_dict())
-    d = ms.ARCH["num_hiddens"]
+    d = lm.ARCH["num_hiddens"]
     with torch.no_grad():
         for model in (none, rope):
             for blk in model.blks:
@@ -102,47 +110,39 @@ def test_values_are_not_rotated() -> None:
         torch.testing.assert_close(rope(X), none(X))
 
 
-def test_fused_attention_matches_explicit_maps() -> None:
-    model, X = model_with_large_weights("alibi"), tokens_without_unk(2, 32)
-    maps = model.attention_weights(X)
-    assert len(maps) == 2 and maps[0].shape == (2, 4, 32, 32)
-    assert maps[0].triu(1).abs().amax() == 0
-    torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 4, 32))
-
-
 def test_corpus_vocab_and_windows() -> None:
-    tokens = ms.corpus_tokens()
-    assert len(tokens) == 173_428 and len(ms.VOCAB) == 28
-    assert ms.VOCAB[:3] == ("<unk>", " ", "a") and tokens.min() >= 1 and tokens.max() == 27
-    assert "".join(ms.VOCAB[i] for i in tokens[:16]) == "the time machine"
-    X, Y = ms.windows(tokens, torch.tensor([5, 100_000]), 128)
+    tokens = lm.corpus_tokens()
+    assert len(tokens) == 173_428 and len(lm.VOCAB) == 28
+    assert lm.VOCAB[:3] == ("<unk>", " ", "a") and tokens.min() >= 1 and tokens.max() == 27
+    assert "".join(lm.VOCAB[i] for i in tokens[:16]) == "the time machine"
+    X, Y = lm.windows(tokens, torch.tensor([5, 100_000]), 128)
     assert X.shape == Y.shape == (2, 128)
     assert torch.equal(X[1], tokens[100_000:100_128]) and torch.equal(Y[1], tokens[100_001:100_129])
-    assert torch.equal(ms.val_starts(max_windows=300), 100_000 + 10 * torch.arange(300))
-    assert torch.equal(ms.val_starts(), torch.arange(100_000, 103_000))
+    assert torch.equal(lm.val_starts(max_windows=300), 100_000 + 10 * torch.arange(300))
+    assert torch.equal(lm.val_starts(), torch.arange(100_000, 103_000))
 
 
 def test_preprocess() -> None:
-    assert ms.preprocess("It's 1895--The Time\nMachine!") == "it s the time machine "
+    assert lm.preprocess("It's 1895--The Time\nMachine!") == "it s the time machine "
 
 
 def test_corpus_hash_mismatch_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "timemachine.txt"
-    bad.write_bytes(ms.DATA_PATH.read_bytes().replace(b"Time Traveller", b"Time Traveler", 1))
+    bad.write_bytes(lm.data_path().read_bytes().replace(b"Time Traveller", b"Time Traveler", 1))
     with pytest.raises(ValueError, match="timemachine.txt.*sha256"):
-        ms.load_corpus(path=bad)
+        lm.load_corpus(path=bad)
 
 
 def test_batch_starts_are_seeded_shuffles() -> None:
-    a = ms.batch_starts(steps=3000, batch_size=64, seed=0)
-    assert a.shape == (3000, 64) and 0 <= a.min() and a.max() < ms.NUM_TRAIN
-    assert len(a.flatten()[: ms.NUM_TRAIN].unique()) == ms.NUM_TRAIN  # the first epoch is a permutation
-    assert torch.equal(a, ms.batch_starts(steps=3000, batch_size=64, seed=0))
-    assert not torch.equal(a, ms.batch_starts(steps=3000, batch_size=64, seed=1))
+    a = lm.batch_starts(steps=3000, batch_size=64, seed=0)
+    assert a.shape == (3000, 64) and 0 <= a.min() and a.max() < lm.NUM_TRAIN
+    assert len(a.flatten()[: lm.NUM_TRAIN].unique()) == lm.NUM_TRAIN  # the first epoch is a permutation
+    assert torch.equal(a, lm.batch_starts(steps=3000, batch_size=64, seed=0))
+    assert not torch.equal(a, lm.batch_starts(steps=3000, batch_size=64, seed=1))
 
 
 def test_quick_training_lowers_the_loss() -> None:
-    _, history = ms.train("rope", steps=40, batch_size=QUICK["batch_size"], context=QUICK["context"],
+    _, history = lm.train(TinyCharLM, "rope", steps=40, batch_size=QUICK["batch_size"], context=QUICK["context"],
                           lr=QUICK["lr"], seed=0, device="cpu", progress=False, report_every=10)
     assert len(history) == 4
     assert history[-1] < history[0] - 0.2 and history[-1] < 3.0
@@ -150,7 +150,7 @@ def test_quick_training_lowers_the_loss() -> None:
 
 def test_training_is_deterministic() -> None:
     def weights(seed: int) -> dict[str, torch.Tensor]:
-        model, _ = ms.train("learned", steps=4, batch_size=8, context=32, seed=seed, device="cpu",
+        model, _ = lm.train(TinyCharLM, "learned", steps=4, batch_size=8, context=32, seed=seed, device="cpu",
                             progress=False)
         return model.state_dict()
 
@@ -163,10 +163,10 @@ def test_training_is_deterministic() -> None:
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A checkpoint of two briefly trained schemes, its table measured on 20 validation windows."""
     folder = tmp_path_factory.mktemp("tiny")
-    models = {pos: ms.train(pos, steps=10, batch_size=8, context=64, device="cpu", progress=False)[0]
+    models = {pos: lm.train(TinyCharLM, pos, steps=10, batch_size=8, context=64, device="cpu", progress=False)[0]
               for pos in ("rope", "alibi")}
-    table = {pos: ms.evaluate_ppl(m, max_windows=20) for pos, m in models.items()}
-    ms.save_checkpoint(models, table, preset="quick", pt_path=folder / "milestone.pt",
+    table = {pos: lm.evaluate_ppl(m, max_windows=20) for pos, m in models.items()}
+    lm.save_checkpoint(models, table, preset="quick", pt_path=folder / "milestone.pt",
                        json_path=folder / "milestone.json")
     return folder / "milestone.pt", folder / "milestone.json"
 
@@ -174,7 +174,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
 def test_checkpoint_round_trip(tiny_checkpoint: tuple[Path, Path]) -> None:
     pt, js = tiny_checkpoint
     config, state_dicts = ms.load_checkpoint(pt)
-    assert config["preset"] == "quick" and config["vocab"] == list(ms.VOCAB) and config["arch"] == ms.ARCH
+    assert config["preset"] == "quick" and config["vocab"] == list(lm.VOCAB) and config["arch"] == lm.ARCH
     assert set(state_dicts) == {"rope", "alibi"}
     model = ms.build_model("rope", state_dicts["rope"])
     assert all(torch.equal(v, state_dicts["rope"][k]) for k, v in model.state_dict().items())
@@ -183,25 +183,32 @@ def test_checkpoint_round_trip(tiny_checkpoint: tuple[Path, Path]) -> None:
 
 def test_verify_tiny_checkpoint(tiny_checkpoint: tuple[Path, Path], tmp_path: Path) -> None:
     pt, js = tiny_checkpoint
-    result = ms.verify_checkpoint(pt, js, schemes=("rope", "alibi"), thresholds={"alibi": {128: 1.0}},
-                                  max_windows=20)
+    strict = rules(alibi={128: 1.0})
+    result = ms.verify_checkpoint(pt, js, schemes=("rope", "alibi"), rules=strict, max_windows=20)
     assert result["ok"] and result["preset"] == "quick"
     rope, alibi = result["schemes"]["rope"], result["schemes"]["alibi"]
     assert rope["passed"] and max(rope["rel_diff"].values()) < 1e-4
     assert alibi["agrees"] and not alibi["meets_thresholds"] and not alibi["passed"]
-    assert "above 1.0" in alibi["message"]
+    assert "above the quick preset's bound 1" in alibi["message"]
     json.dumps(result)  # plain data
 
     claims = json.loads(js.read_text())
     claims["ppl"]["rope"]["512"] *= 1.05
     (tmp_path / "milestone.json").write_text(json.dumps(claims))
-    result = ms.verify_checkpoint(pt, tmp_path / "milestone.json", schemes=("rope",), thresholds={},
-                                  max_windows=20)
+    result = ms.verify_checkpoint(pt, (tmp_path / "milestone.json").read_bytes(), schemes=("rope",),
+                                  rules=rules(), max_windows=20)
     assert not result["schemes"]["rope"]["agrees"] and result["schemes"]["rope"]["rel_diff"][512] > 0.04
+    assert "same run" in result["schemes"]["rope"]["message"]
+
+    other = rules()
+    other = other.model_copy(update={"presets": {"full": other.presets["quick"]}})
+    result = ms.verify_checkpoint(pt.read_bytes(), js, schemes=("rope",), rules=other, max_windows=20)
+    assert not result["ok"] and "preset 'quick' earns no points" in result["message"]
 
 
 def test_missing_checkpoint_says_what_to_upload(tmp_path: Path) -> None:
     result = ms.verify_checkpoint(tmp_path / "milestone.pt", tmp_path / "milestone.json")
+    assert not result["ok"] and ms.verify_checkpoint(None, None)["message"] == result["message"]
     assert not result["ok"] and not any(r["passed"] for r in result["schemes"].values())
     assert "milestone.pt" in result["message"] and "Upload" in result["message"]
 
@@ -241,7 +248,7 @@ def test_wrong_weights_fail_only_their_scheme(tiny_checkpoint: tuple[Path, Path]
     result = ms.verify_checkpoint(tmp_path / "milestone.pt", js, schemes=("alibi", "none"), max_windows=20)
     assert result["ok"]
     assert "do not fit" in result["schemes"]["alibi"]["message"]
-    assert "no state dict" in result["schemes"]["none"]["message"]
+    assert "no weights for 'none'" in result["schemes"]["none"]["message"]
     assert not result["schemes"]["alibi"]["passed"] and not result["schemes"]["none"]["passed"]
 
 
@@ -257,11 +264,11 @@ def test_committed_quick_checkpoint_verifies() -> None:
 
 def test_plot(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    path = ms.plot_table({"rope": {128: 5.0, 256: 9.0, 512: 30.0}}, path=tmp_path / "ppl.png")
+    path = lm.plot_table({"rope": {128: 5.0, 256: 9.0, 512: 30.0}}, path=tmp_path / "ppl.png")
     assert path is not None and path.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_model_rejects_unknown_scheme() -> None:
     with pytest.raises(ValueError, match="pos must be one of"):
-        TinyCharLM(pos="relative", **{k: v for k, v in ms.ARCH.items()})
+        TinyCharLM(pos="relative", **{k: v for k, v in lm.ARCH.items()})
     assert isinstance(TinyCharLM(pos="none", vocab_size=28).token_emb, nn.Embedding)

@@ -1,0 +1,230 @@
+"""Milestone M1 trainer, shipped to students: data, training, evaluation, saving and plotting for TinyCharLM.
+
+It trains whatever model class it is given (your TinyCharLM in the notebook), so it holds no solution.
+Everything here follows the milestone protocol: The Time Machine, characters as tokens (a vocabulary of
+28: <unk>, space, a-z), context 128, AdamW, and validation perplexity at contexts 128, 256 and 512.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import string
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+# Next to this file in the student folder; under data/ inside the lesson83 package.
+DATA_CANDIDATES = (HERE / "timemachine.txt", HERE / "data" / "timemachine.txt")
+CORPUS_SHA256 = "8424dbd9532ac81f7e5f0b6add90e6952baea29158309d7d1bf3884f4e12c516"
+SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
+# Token ids: 0 = <unk> (never occurs after preprocessing), 1 = space, 2..27 = a..z.
+VOCAB = ("<unk>", " ", *string.ascii_lowercase)
+NUM_TRAIN, NUM_VAL = 100_000, 3_000  # training windows start at 0..99,999, validation at 100,000..102,999
+CONTEXTS = (128, 256, 512)
+# The fixed architecture: TinyCharLM's keyword arguments apart from pos. The grader builds the same.
+ARCH = {"vocab_size": len(VOCAB), "num_hiddens": 128, "num_heads": 4, "num_blks": 2, "max_len": 512,
+        "bias": False}
+# full: the protocol (meant for a GPU). quick: about 5 minutes for all five schemes on 2 CPU cores; its
+# larger learning rate lets 1000 small steps go far enough for the learned table to matter.
+# eval_windows: validation windows per context for the table (None = all 3,000; 300 = every 10th).
+PRESETS: dict[str, dict[str, Any]] = {
+    "full": {"steps": 3000, "batch_size": 64, "context": 128, "lr": 1e-3, "seed": 0, "eval_windows": None},
+    "quick": {"steps": 1000, "batch_size": 16, "context": 128, "lr": 3e-3, "seed": 0, "eval_windows": 300},
+}
+
+
+def data_path() -> Path:
+    """Where timemachine.txt is: next to this module, or in its data/ folder."""
+    for path in DATA_CANDIDATES:
+        if path.exists():
+            return path
+    raise FileNotFoundError(f"timemachine.txt is missing: put the copy shipped with the homework in {HERE}")
+
+
+def load_corpus(*, path: str | Path | None = None) -> str:
+    """The raw text of The Time Machine, after checking its sha256."""
+    path = Path(path) if path is not None else data_path()
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != CORPUS_SHA256:
+        raise ValueError(f"{path} is not the expected corpus: its sha256 is {digest}, expected "
+                         f"{CORPUS_SHA256}. Restore the timemachine.txt shipped with the homework.")
+    return data.decode("ascii")
+
+
+def preprocess(text: str) -> str:
+    """Replace every run of non-letters with one space and lowercase."""
+    return re.sub("[^A-Za-z]+", " ", text).lower()
+
+
+def encode(text: str) -> torch.Tensor:
+    """Token ids (int64) of a preprocessed text; characters outside the vocabulary map to <unk>."""
+    index = {ch: i for i, ch in enumerate(VOCAB)}
+    return torch.tensor([index.get(ch, 0) for ch in text], dtype=torch.long)
+
+
+def corpus_tokens(*, path: str | Path | None = None) -> torch.Tensor:
+    """The whole corpus as token ids: load (hash-checked), preprocess, encode."""
+    return encode(preprocess(load_corpus(path=path)))
+
+
+def windows(tokens: torch.Tensor, starts: torch.Tensor, context: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and next-character targets, each (len(starts), context), from windows of context + 1 tokens."""
+    seq = tokens[starts[:, None] + torch.arange(context + 1, device=tokens.device)]
+    return seq[:, :-1], seq[:, 1:]
+
+
+def val_starts(*, max_windows: int | None = None) -> torch.Tensor:
+    """Validation window starts: all 3,000, or max_windows evenly spaced ones (300 -> every 10th)."""
+    if max_windows is None or max_windows >= NUM_VAL:
+        return torch.arange(NUM_TRAIN, NUM_TRAIN + NUM_VAL)
+    return NUM_TRAIN + torch.arange(max_windows) * NUM_VAL // max_windows
+
+
+def batch_starts(*, steps: int, batch_size: int, seed: int) -> torch.Tensor:
+    """Training window starts, (steps, batch_size): shuffled passes over 0..99,999, fixed by the seed."""
+    gen = torch.Generator().manual_seed(seed)
+    epochs = -(-steps * batch_size // NUM_TRAIN)
+    order = torch.cat([torch.randperm(NUM_TRAIN, generator=gen) for _ in range(epochs)])
+    return order[: steps * batch_size].reshape(steps, batch_size)
+
+
+def default_device() -> torch.device:
+    """CUDA when available, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, batch_size: int = 64,
+          context: int = 128, lr: float = 1e-3, seed: int = 0, device: str | torch.device | None = None,
+          progress: bool = True, report_every: int = 100, compile: bool = False) -> tuple[nn.Module, list[float]]:
+    """Train one model_cls(pos=pos, **ARCH); returns the model and the mean training loss per report interval.
+
+    AdamW (weight decay 0), bf16 autocast on CUDA only. The loss is summed on the device and read back
+    once per report interval, so the loop has no per-step host synchronisation. compile=True trains
+    through torch.compile (worth its start-up time only for long runs; needs a C++ compiler on a CPU).
+    """
+    device = torch.device(device) if device is not None else default_device()
+    tokens = corpus_tokens().to(device)
+    torch.manual_seed(seed)
+    model = model_cls(pos=pos, **ARCH).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, fused=device.type == "cuda")
+    forward = torch.compile(model) if compile else model
+    starts = batch_starts(steps=steps, batch_size=batch_size, seed=seed).to(device)
+    offsets = torch.arange(context + 1, device=device)
+    total, history = torch.zeros((), device=device), []
+    tick, last = time.perf_counter(), 0
+    model.train()
+    for step in range(steps):
+        seq = tokens[starts[step, :, None] + offsets]
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            logits = forward(seq[:, :-1])
+        loss = F.cross_entropy(logits.float().flatten(0, 1), seq[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        total += loss.detach()
+        if (step + 1) % report_every == 0 or step + 1 == steps:
+            history.append((total / (step + 1 - last)).item())
+            total.zero_()
+            now = time.perf_counter()
+            if progress:
+                rate = (step + 1 - last) * batch_size * context / (now - tick)
+                bar = "#" * (20 * (step + 1) // steps)
+                print(f"\r{pos:>10} [{bar:<20}] {step + 1}/{steps} loss {history[-1]:.3f} {rate:,.0f} tok/s",
+                      end="\n" if step + 1 == steps else "", flush=True)
+            tick, last = now, step + 1
+    return model, history
+
+
+@torch.inference_mode()
+def evaluate_ppl(model: nn.Module, *, contexts: Sequence[int] = CONTEXTS, batch_size: int = 16,
+                 max_windows: int | None = None) -> dict[int, float]:
+    """Validation perplexity per context, in float32 on the model's device (token-weighted mean loss)."""
+    device = next(model.parameters()).device
+    tokens = corpus_tokens().to(device)
+    starts = val_starts(max_windows=max_windows).to(device)
+    was_training = model.training
+    model.eval()
+    ppl = {}
+    for context in contexts:
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        for batch in starts.split(batch_size):
+            X, Y = windows(tokens, batch, context)
+            total += F.cross_entropy(model(X).float().flatten(0, 1), Y.flatten(), reduction="sum")
+        ppl[context] = math.exp(total.item() / (len(starts) * context))
+    model.train(was_training)
+    return ppl
+
+
+def format_table(table: Mapping[str, Mapping[int, float]]) -> str:
+    """The perplexity table as aligned text: one row per scheme, one column per context."""
+    lines = [f"{'scheme':>10} " + " ".join(f"{c:>8}" for c in CONTEXTS)]
+    lines += [f"{pos:>10} " + " ".join(f"{row[c]:8.2f}" for c in CONTEXTS) for pos, row in table.items()]
+    return "\n".join(lines)
+
+
+def run_milestone(model_cls: Callable[..., nn.Module], preset: str = "quick", *,
+                  schemes: Sequence[str] = SCHEMES, device: str | torch.device | None = None,
+                  progress: bool = True) -> tuple[dict[str, nn.Module], dict[str, dict[int, float]]]:
+    """Train and evaluate one model per scheme with a preset; returns the models and the perplexity table."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    cfg = PRESETS[preset]
+    models, table = {}, {}
+    for pos in schemes:
+        models[pos], _ = train(model_cls, pos, steps=cfg["steps"], batch_size=cfg["batch_size"],
+                               context=cfg["context"], lr=cfg["lr"], seed=cfg["seed"], device=device,
+                               progress=progress)
+        table[pos] = evaluate_ppl(models[pos], max_windows=cfg["eval_windows"])
+    if progress:
+        print(format_table(table))
+    return models, table
+
+
+def save_checkpoint(models: Mapping[str, nn.Module], table: Mapping[str, Mapping[int, float]], *,
+                    preset: str, pt_path: str | Path = "milestone.pt",
+                    json_path: str | Path = "milestone.json") -> None:
+    """Write milestone.pt (config and state dicts: tensors and plain data only) and milestone.json."""
+    config = {"preset": preset, "train": dict(PRESETS[preset]), "arch": dict(ARCH), "vocab": list(VOCAB),
+              "corpus_sha256": CORPUS_SHA256, "schemes": list(models)}
+    state_dicts = {pos: {k: v.detach().cpu().clone() for k, v in m.state_dict().items()}
+                   for pos, m in models.items()}
+    torch.save({"config": config, "state_dicts": state_dicts}, pt_path)
+    record = {"preset": preset, "eval_windows": PRESETS[preset]["eval_windows"], "contexts": list(CONTEXTS),
+              "ppl": {pos: {str(c): float(v) for c, v in row.items()} for pos, row in table.items()}}
+    Path(json_path).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def plot_table(table: Mapping[str, Mapping[int, float]], *,
+               path: str | Path = "milestone.png") -> Path | None:
+    """Plot ppl against context (log scale, one line per scheme) to a PNG; None without matplotlib."""
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import NullLocator, ScalarFormatter
+    except ImportError:
+        print("matplotlib is not installed; skipping the plot (pip install matplotlib)")
+        return None
+    fig = Figure(figsize=(5, 3.5))
+    ax = fig.add_subplot()
+    for pos, row in table.items():
+        ax.plot(list(row), list(row.values()), marker="o", label=pos)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(list(CONTEXTS), [str(c) for c in CONTEXTS])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
+    ax.set(xlabel="evaluation context length", ylabel="validation perplexity")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return Path(path)
