@@ -100,6 +100,7 @@ class Cell:
 
     kind: Literal["markdown", "code", "solution", "tests", "choices", "written"]
     source: str = ""
+    tags: list[str] = field(default_factory=list)  # e.g. milestone-train: never run by a grader
 
 
 @dataclass
@@ -119,7 +120,12 @@ class Question:
 
     @property
     def graded(self) -> bool:
-        return self.id.startswith("q")
+        return is_graded(self.id)
+
+
+def is_graded(qid: str) -> bool:
+    """Questions (q1, q2, ...) and milestones (m1, ...) carry points; other files (00_intro) are prose."""
+    return re.match(r"^[qm]\d", qid) is not None
 
 
 # --------------------------------------------------------------------------- rendering helpers
@@ -152,13 +158,27 @@ def reference_module() -> Any:
     return ref
 
 
-def _render(text: str, path: Path, qid: str) -> str:
+def milestone_bounds(config: GradingConfig) -> str:
+    """Markdown table of the checkpoint thresholds per preset, scheme and context (from the config)."""
+    from autograder import lesson83_milestone as lm
+
+    presets = config.milestone.presets
+    header = ["scheme", *(f"`{name}` preset: perplexity at most" for name in presets)]
+    rows = [[f"`{pos}`", *("; ".join(f"{bound:g} at {c}" for c, bound in sorted(rule.thresholds.get(pos, {}).items()))
+                         or "no bound" for rule in presets.values())] for pos in lm.SCHEMES]
+    return table(header, rows)
+
+
+def _render(text: str, path: Path, qid: str, config: GradingConfig) -> str:
     import torch
+
+    from autograder import lesson83_milestone as lm
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     try:
         return env.from_string(text).render(ref=reference_module(), np=np, torch=torch, math=math, fmt=fmt,
-                                            table=table)
+                                            table=table, lm=lm, lm_small=checks.LM_SMALL, grading=config,
+                                            milestone_bounds=milestone_bounds(config))
     except Exception as exc:  # noqa: BLE001 - any template error is reported with its file
         raise ContentError(f"{path}: question {qid}: cannot render the text: {type(exc).__name__}: {exc}") \
             from exc
@@ -170,10 +190,12 @@ def split_cells(body: str, path: Path, qid: str) -> list[Cell]:
     buf: list[str] = []
     in_code = False
 
+    tags: list[str] = []
+
     def flush(kind: Literal["markdown", "code"]) -> None:
         text = "\n".join(buf).strip("\n")
         if text.strip():
-            cells.append(Cell(kind, text))
+            cells.append(Cell(kind, text, list(tags) if kind == "code" else []))
         buf.clear()
 
     for line in body.splitlines():
@@ -183,9 +205,10 @@ def split_cells(body: str, path: Path, qid: str) -> list[Cell]:
                 in_code = False
             else:
                 buf.append(line)
-        elif line.strip() == "```python":
+        elif line.strip().startswith("```python"):
             flush("markdown")
             in_code = True
+            tags = line.strip().removeprefix("```python").split()
         elif m := DIRECTIVE.match(line.strip()):
             flush("markdown")
             if m.group(1) != "cell":
@@ -295,7 +318,8 @@ def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[dict[str,
 def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR,
                    reference_file: Path = REFERENCE_FILE) -> list[Question]:
     """Every question file in order, validated against the config and the reference."""
-    files = sorted(directory.glob("*.md"))
+    # Prose (00_intro) first, then the questions, then the milestones that build on them.
+    files = sorted(directory.glob("*.md"), key=lambda p: ({"q": 1, "m": 2}.get(p.stem[0], 0), p.stem))
     if not files:
         raise ContentError(f"{directory}: no question files (*.md)")
     questions: list[Question] = []
@@ -303,7 +327,7 @@ def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR,
         fm, body = _read(path)
         if fm.id in {q.id for q in questions}:
             raise ContentError(f"{path}: question {fm.id}: the id is used by another file")
-        graded = fm.id.startswith("q")
+        graded = is_graded(fm.id)
         if graded and fm.id not in config.questions:
             raise ContentError(f"{path}: question {fm.id}: no points in grading_config.yaml (questions.{fm.id})")
         qcfg = config.questions.get(fm.id)
@@ -316,7 +340,7 @@ def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR,
             q.cases = _cases(fm, config, path)
         if manual and not fm.written:
             raise ContentError(f"{path}: question {fm.id}: a manual question needs `written:` parts")
-        q.cells = split_cells(_render(body, path, fm.id), path, fm.id)
+        q.cells = split_cells(_render(body, path, fm.id, config), path, fm.id)
         kinds = [c.kind for c in q.cells]
         if fm.solution and kinds.count("solution") != 1:
             raise ContentError(f"{path}: question {fm.id}: needs exactly one <!-- solution --> line")

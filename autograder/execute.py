@@ -337,7 +337,8 @@ def _choose_sandbox(wanted: str) -> tuple[str, str]:
 
 
 def _stage_modules(stage: Path, probe_module: str) -> None:
-    """Copy only this module, wire.py and the probe module into a folder the sandbox sees read-only."""
+    """Copy only this module, wire.py, the probe module and the shipped milestone trainer into a folder the
+    sandbox sees read-only."""
     spec = importlib.util.find_spec(probe_module)
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         raise WorkerError(f"cannot find the source of probe module {probe_module!r}")
@@ -348,6 +349,8 @@ def _stage_modules(stage: Path, probe_module: str) -> None:
     for n in range(1, len(parts)):
         files.setdefault("/".join(parts[:n]) + "/__init__.py", "")
     files["/".join(parts) + ".py"] = Path(spec.origin).read_text()
+    # Student notebooks import the shipped milestone trainer at top level (its training cells never run here).
+    files["lesson83_milestone.py"] = (here / "lesson83_milestone.py").read_text()
     for rel, text in files.items():
         path = stage / rel
         path.parent.mkdir(parents=True, exist_ok=True)

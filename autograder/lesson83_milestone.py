@@ -204,9 +204,36 @@ def save_checkpoint(models: Mapping[str, nn.Module], table: Mapping[str, Mapping
     Path(json_path).write_text(json.dumps(record, indent=2) + "\n")
 
 
+def train_or_load(model_cls: Callable[..., nn.Module], preset: str = "quick", *, retrain: bool = False,
+                  device: str | torch.device | None = None, pt_path: str | Path = "milestone.pt",
+                  json_path: str | Path = "milestone.json") -> tuple[dict[str, nn.Module], dict[str, dict[int, float]]]:
+    """Load the models and table of an earlier run of this preset, or train all five schemes and save them."""
+    pt_path, json_path = Path(pt_path), Path(json_path)
+    if not retrain and pt_path.exists() and json_path.exists():
+        ckpt = torch.load(pt_path, map_location="cpu", weights_only=True)
+        record = json.loads(json_path.read_text())
+        if ckpt["config"]["preset"] == preset == record["preset"]:
+            models = {}
+            for pos, state in ckpt["state_dicts"].items():
+                models[pos] = model_cls(pos=pos, **ARCH)
+                models[pos].load_state_dict(state)
+            table = {pos: {int(c): v for c, v in row.items()} for pos, row in record["ppl"].items()}
+            print(f"loaded {pt_path} and {json_path} ({preset} preset) from an earlier run; delete them or "
+                  "pass retrain=True to train again")
+            print(format_table(table))
+            return models, table
+    start = time.perf_counter()
+    models, table = run_milestone(model_cls, preset, device=device)
+    save_checkpoint(models, table, preset=preset, pt_path=pt_path, json_path=json_path)
+    print(f"trained and evaluated in {time.perf_counter() - start:.0f} s; saved {pt_path} and {json_path}: "
+          "submit both with your notebook")
+    return models, table
+
+
 def plot_table(table: Mapping[str, Mapping[int, float]], *,
                path: str | Path = "milestone.png") -> Path | None:
-    """Plot ppl against context (log scale, one line per scheme) to a PNG; None without matplotlib."""
+    """Plot ppl against context (log scale, one line per scheme) to a PNG, shown inline in a notebook;
+    None without matplotlib."""
     try:
         from matplotlib.figure import Figure
         from matplotlib.ticker import NullLocator, ScalarFormatter
@@ -227,4 +254,12 @@ def plot_table(table: Mapping[str, Mapping[int, float]], *,
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    try:
+        from IPython import get_ipython
+        from IPython.display import Image, display
+
+        if get_ipython() is not None:
+            display(Image(filename=str(path)))
+    except ImportError:
+        pass
     return Path(path)

@@ -256,4 +256,103 @@ def alibi_attention(q, k, v):
     scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
 """),
+    Mistake("lm_rotates_v", "m1_tinycharlm",
+            "RoPE is applied to v as well; rotate q and k only and pass v through untouched.", """
+class TinyCharLM(TinyCharLM):
+    def attend(self, q, k, v):
+        if self.pos == "rope":
+            T = q.shape[-2]
+            cos, sin = rope_cache(T, self.head_dim)
+            q, k, v = apply_rope(q, cos, sin), apply_rope(k, cos, sin), apply_rope(v, cos, sin)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return super().attend(q, k, v)
+"""),
+    Mistake("lm_not_causal", "m1_tinycharlm",
+            "attention is not causal: without is_causal=True (or a -inf mask) every position reads the future.",
+            """
+class TinyCharLM(TinyCharLM):
+    def attend(self, q, k, v):
+        if self.pos == "rope":
+            cos, sin = rope_cache(q.shape[-2], self.head_dim)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.pos == "alibi":
+            return super().attend(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v)
+"""),
+    Mistake("lm_alibi_no_causal", "m1_tinycharlm",
+            "the ALiBi mask holds the bias only: a float attn_mask replaces the causal mask, so it needs -inf "
+            "above the diagonal.", """
+class TinyCharLM(TinyCharLM):
+    def attend(self, q, k, v):
+        if self.pos == "alibi":
+            bias = alibi_bias(self.num_heads, q.shape[-2]).to(q.dtype)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        return super().attend(q, k, v)
+"""),
+    Mistake("lm_alibi_unscaled", "m1_tinycharlm",
+            "the ALiBi scores are not divided by sqrt(head_dim) before the bias is added.", """
+class TinyCharLM(TinyCharLM):
+    def attend(self, q, k, v):
+        if self.pos == "alibi":
+            T = q.shape[-2]
+            scores = q @ k.transpose(-2, -1) + alibi_bias(self.num_heads, T).to(q.dtype)
+            scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            return scores.softmax(-1) @ v
+        return super().attend(q, k, v)
+"""),
+    Mistake("lm_pe_parameter", "m1_tinycharlm",
+            "the sinusoidal table pe is an nn.Parameter, so it is trained; register it as a buffer.", """
+class TinyCharLM(TinyCharLM):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.pos == "sinusoidal":
+            table = self.pe
+            del self.pe
+            self.pe = nn.Parameter(table.clone())
+"""),
+    Mistake("lm_tables_in_state_dict", "m1_tinycharlm",
+            "the RoPE tables are persistent buffers, so they enter the state dict and the checkpoint no longer "
+            "loads into the grader's model; register them with persistent=False.", """
+class TinyCharLM(TinyCharLM):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.pos == "rope":
+            cos, sin = rope_cache(self.max_len, self.head_dim)
+            self.register_buffer("rope_cos", cos)
+            self.register_buffer("rope_sin", sin)
+"""),
+    Mistake("lm_untied_head", "m1_tinycharlm",
+            "the output head is a separate nn.Linear; it must reuse token_emb.weight (a tied head).", """
+class TinyCharLM(TinyCharLM):
+    def __init__(self, vocab_size, num_hiddens=128, *args, **kwargs):
+        super().__init__(vocab_size, num_hiddens, *args, **kwargs)
+        self.head = nn.Linear(num_hiddens, vocab_size, bias=False)
+        self.head.weight.data.copy_(self.token_emb.weight.data)
+
+    def forward(self, X):
+        B, T = X.shape
+        H = self.add_positions(self.token_emb(X))
+        for blk in self.blks:
+            q, k, v = (u.reshape(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+                       for u in blk["qkv"](H).chunk(3, dim=-1))
+            H = H + blk["proj"](self.attend(q, k, v).transpose(1, 2).reshape(B, T, -1))
+        return self.head(H)
+"""),
+    Mistake("lm_learned_last_rows", "m1_tinycharlm",
+            "the learned table is read from its last T rows; position t uses row t: pos_emb.weight[:T].", """
+class TinyCharLM(TinyCharLM):
+    def add_positions(self, H):
+        if self.pos == "learned":
+            return H + self.pos_emb.weight[-H.shape[1]:]
+        return super().add_positions(H)
+"""),
+    Mistake("lm_sinusoidal_scaled_embedding", "m1_tinycharlm",
+            "the token embeddings are multiplied by sqrt(d) before the sinusoidal table is added; this "
+            "protocol adds the table to the embeddings as they are.", """
+class TinyCharLM(TinyCharLM):
+    def add_positions(self, H):
+        if self.pos == "sinusoidal":
+            return H * math.sqrt(H.shape[-1]) + self.pe[: H.shape[1]]
+        return super().add_positions(H)
+"""),
 )

@@ -112,4 +112,34 @@ def alibi_attention(q, k, v):
     s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
     return (s.softmax(-1) @ v.double()).to(q.dtype)
 ''',
+    "lm_explicit_softmax": '''
+class TinyCharLM(TinyCharLM):
+    def attend(self, q, k, v):
+        T, d = q.shape[-2], q.shape[-1]
+        if self.pos == "rope":
+            cos, sin = rope_cache(T, d)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+        if self.pos == "alibi":
+            scores = scores + alibi_bias(self.num_heads, T)
+        future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ v
+''',
+    "lm_lookup_positions_and_additive_mask": '''
+class TinyCharLM(TinyCharLM):
+    def add_positions(self, H):
+        T = H.shape[1]
+        if self.pos == "learned":
+            return H + self.pos_emb(torch.arange(T, device=H.device))
+        if self.pos == "sinusoidal":
+            return H + self.pe[:T].unsqueeze(0)
+        return H
+
+    def attend(self, q, k, v):
+        if self.pos != "alibi":
+            return super().attend(q, k, v)
+        T = q.shape[-2]
+        causal = torch.zeros(T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=alibi_bias(self.num_heads, T) + causal)
+''',
 }

@@ -26,7 +26,8 @@ CHECKS: dict[str, Callable[..., Verdict]] = {}
 LETTERS = ("A", "B", "C", "D")
 # Checks that compare with the reference value; the others judge a property of the student's output alone,
 # so their cases carry no reference value (a multiple-choice format check must not carry the answers).
-USES_EXPECTED = {"close", "learned_table", "grad_rows", "shape", "pair_close", "long_bias", "choice_correct"}
+USES_EXPECTED = {"close", "learned_table", "grad_rows", "shape", "pair_close", "long_bias", "choice_correct",
+                 "lm_names"}
 
 
 @dataclass
@@ -375,6 +376,107 @@ def answers(env: dict[str, Any], names: list[str]) -> dict[str, Any]:
     return out
 
 
+# --------------------------------------------------------------------------- milestone probes
+
+LM_VOCAB = 28  # <unk>, space, a-z
+LM_SMALL = {"num_hiddens": 32, "num_heads": 4, "num_blks": 2, "max_len": 512}  # cheap to run on a CPU
+
+
+def _lm(env: dict[str, Any], pos: str, seed: int = 0) -> Any:
+    """The student's TinyCharLM for pos, small, in eval mode, every parameter filled from its name.
+
+    Filling by name (not by creation order) gives every correct model the same weights. Embeddings get
+    std 1 and projections std 1/sqrt(fan_in), so attention is far from uniform and positions matter.
+    """
+    import zlib
+
+    torch = _torch()
+    model = _get(env, "TinyCharLM")(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            gen = torch.Generator().manual_seed(seed + zlib.crc32(name.encode()))
+            std = 1.0 if p.dim() < 2 or "emb" in name else p.shape[-1] ** -0.5
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
+    return model.eval()
+
+
+def _tokens(seed: int, T: int, batch: int = 2):
+    torch = _torch()
+    return torch.randint(1, LM_VOCAB, (batch, T), generator=torch.Generator().manual_seed(seed))
+
+
+def _logits(model: Any, X: Any) -> np.ndarray:
+    torch = _torch()
+    with torch.no_grad():
+        out = as_array(model(X), "TinyCharLM.forward")
+    if out.ndim != 3 or out.shape[:2] != tuple(X.shape):
+        raise TypeError(f"TinyCharLM returned shape {list(out.shape)} for input {list(X.shape)}; expected "
+                        f"(batch, T, vocab_size) = {[*X.shape, LM_VOCAB]}")
+    return out
+
+
+@probe
+def lm_logits(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str, Any]:
+    """Logits of the filled small model on seeded tokens of shape (2, T)."""
+    return {"value": _logits(_lm(env, pos, seed), _tokens(seed, T))}
+
+
+@probe
+def lm_causal(env: dict[str, Any], pos: str, T: int, t: int, seed: int) -> dict[str, Any]:
+    """Logits at positions 0..t-1 for two inputs that differ only from position t on."""
+    model, X = _lm(env, pos, seed), _tokens(seed, T)
+    Y = X.clone()
+    Y[:, t:] = X[:, t:] % (LM_VOCAB - 1) + 1  # every later token changes
+    return {"first": _logits(model, Y)[:, :t], "second": _logits(model, X)[:, :t]}
+
+
+@probe
+def lm_prefix(env: dict[str, Any], pos: str, T: int, prefix: int, seed: int,
+              positions: list[int]) -> dict[str, Any]:
+    """Logits at some positions below `prefix`, from a T-token input and from its first `prefix` tokens."""
+    model, X = _lm(env, pos, seed), _tokens(seed, T)
+    return {"first": _logits(model, X)[:, positions], "second": _logits(model, X[:, :prefix])[:, positions]}
+
+
+@probe
+def lm_tied_head(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str, Any]:
+    """How the logits move when row 0 of token_emb (token 0 never occurs in the input) is shifted by 1."""
+    torch = _torch()
+    model, X = _lm(env, pos, seed), _tokens(seed, T)
+    before = _logits(model, X)
+    with torch.no_grad():
+        model.token_emb.weight[0] += 1.0
+    after = _logits(model, X)
+    return {"own_column": float(np.abs(after[..., 0] - before[..., 0]).min()),
+            "other_columns": float(np.abs(after[..., 1:] - before[..., 1:]).max())}
+
+
+@probe
+def lm_structure(env: dict[str, Any], schemes: list[str]) -> dict[str, Any]:
+    """Per scheme: state-dict entries and parameters with their shapes, and the names of the buffers."""
+    out = {}
+    for pos in schemes:
+        model = _get(env, "TinyCharLM")(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL)
+        out[pos] = {"state_dict": {k: list(v.shape) for k, v in model.state_dict().items()},
+                    "parameters": {k: list(v.shape) for k, v in model.named_parameters()},
+                    "buffers": sorted(k for k, _ in model.named_buffers())}
+    return out
+
+
+@probe
+def lm_values_unrotated(env: dict[str, Any], T: int, seed: int) -> dict[str, Any]:
+    """RoPE and none models with the same weights and q = k = 0: only a rotated v could tell them apart."""
+    torch = _torch()
+    models = [_lm(env, "rope", seed), _lm(env, "none", seed)]
+    d = LM_SMALL["num_hiddens"]
+    with torch.no_grad():
+        for model in models:
+            for blk in model.blks:
+                blk["qkv"].weight[: 2 * d] = 0.0
+    X = _tokens(seed, T)
+    return {"first": _logits(models[0], X), "second": _logits(models[1], X)}
+
+
 # --------------------------------------------------------------------------- message helpers
 
 
@@ -621,6 +723,58 @@ def choice_correct(case: dict[str, Any], got: dict[str, Any], expected: dict[str
     if got.get(name) == expected["value"][name]:
         return Verdict(True)
     return _fail(case, f"{name} = {got.get(name)!r} is not the right answer.")
+
+
+@check
+def tied_head(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """Shifting embedding row 0 moves every logit of token 0 and no other logit."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    if got["own_column"] > 1e-3 and got["other_columns"] < 1e-4:
+        return Verdict(True)
+    return _fail(case, "after adding 1 to token_emb.weight[0] the logits of token 0 moved by at least "
+                 f"{got['own_column']:.4g} and the other logits by up to {got['other_columns']:.4g}; a head "
+                 "tied to the embedding moves only token 0's logits. Compute the logits as "
+                 "F.linear(H, self.token_emb.weight), with no separate output layer.",
+                 case.get("known_cause"))
+
+
+@check
+def lm_names(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """Per scheme, the state dict and the parameters have exactly the reference names and shapes."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    want = expected["value"]
+    for pos, facts in want.items():
+        mine = got[pos]
+        if "pe" in mine["parameters"]:
+            return Verdict(False, _fail(case, f"pos={pos!r}: `pe` is an nn.Parameter, so the optimiser would "
+                                        "train the closed-form table. Register it with "
+                                        "self.register_buffer('pe', table).").message, "lm_pe_parameter")
+        extra = sorted(set(mine["state_dict"]) - set(facts["state_dict"]))
+        missing = sorted(set(facts["state_dict"]) - set(mine["state_dict"]))
+        if extra and all(k in mine["buffers"] for k in extra):
+            return Verdict(False, _fail(case, f"pos={pos!r}: the state dict holds the buffers {extra}, which "
+                                        "the grader's model does not have, so your checkpoint would not "
+                                        "load. Register precomputed RoPE/ALiBi tables with "
+                                        "persistent=False.").message, "lm_tables_in_state_dict")
+        vocab_shaped = [k for k in extra if mine["state_dict"][k][:1] == [LM_VOCAB] and k not in mine["buffers"]]
+        if vocab_shaped:
+            return Verdict(False, _fail(case, f"pos={pos!r}: {vocab_shaped} is a separate output layer; the "
+                                        "head must reuse token_emb.weight (tied).").message, "lm_untied_head")
+        if extra or missing:
+            return _fail(case, f"pos={pos!r}: state-dict names differ from the skeleton's: unexpected {extra}, "
+                         f"missing {missing}. Keep the names token_emb, pos_emb, pe and blks: the grader "
+                         "loads your weights by name.")
+        shapes = {k: (mine["state_dict"][k], v) for k, v in facts["state_dict"].items()
+                  if mine["state_dict"][k] != v}
+        if shapes:
+            name, (have, need) = next(iter(shapes.items()))
+            return _fail(case, f"pos={pos!r}: {name} has shape {have}, expected {need}.")
+        if set(mine["parameters"]) != set(facts["parameters"]):
+            return _fail(case, f"pos={pos!r}: trainable parameters {sorted(mine['parameters'])}, expected "
+                         f"{sorted(facts['parameters'])}: rope, alibi and none add no parameters.")
+    return Verdict(True)
 
 
 # --------------------------------------------------------------------------- entry points
