@@ -409,8 +409,12 @@ def filled_notebook(template: Path, *, extra: dict[str, str] | None = None,
     return nb
 
 
+REFERENCE_CHECKPOINT = ROOT / "reference" / "milestone"  # a quick-preset run of the reference TinyCharLM
+
+
 def write_samples(template: Path, dest: Path, *, answers: dict[str, str]) -> list[Path]:
-    """Sample class: the reference, the blank template, one per catalogued mistake and a few cheats."""
+    """Sample class: the reference (a folder with its milestone checkpoint), the same with an inflated
+    milestone.json, the blank template, one per catalogued mistake and a few cheats."""
     from reference.mistakes import MISTAKES
 
     dest.mkdir(parents=True, exist_ok=True)
@@ -421,7 +425,16 @@ def write_samples(template: Path, dest: Path, *, answers: dict[str, str]) -> lis
         nbformat.write(nb, str(path))
         written.append(path)
 
-    save("reference", filled_notebook(template, answers=answers))
+    reference_nb = filled_notebook(template, answers=answers)
+    claims = json.loads((REFERENCE_CHECKPOINT / "milestone.json").read_text())
+    inflated = claims | {"ppl": {pos: {c: v * 0.9 for c, v in row.items()} for pos, row in claims["ppl"].items()}}
+    for name, record in (("reference", claims), ("checkpoint_inflated_claims", inflated)):
+        folder = dest / name
+        folder.mkdir()
+        nbformat.write(reference_nb, str(folder / template.name))
+        shutil.copy(REFERENCE_CHECKPOINT / "milestone.pt", folder / "milestone.pt")
+        (folder / "milestone.json").write_text(json.dumps(record, indent=2) + "\n")
+        written.append(folder)
     save("blank", nbformat.read(str(template), as_version=4))
     for m in MISTAKES:
         target = _defined_names(m.code)[0]
@@ -474,6 +487,6 @@ def gradescope_bundle(dest: Path) -> Path:
             add(zf, ROOT / name, f"lesson83/{name}")
         for folder in BUNDLE_DIRS:
             for path in sorted((ROOT / folder).rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts:
+                if path.is_file() and "__pycache__" not in path.parts and REFERENCE_CHECKPOINT not in path.parents:
                     add(zf, path, f"lesson83/{path.relative_to(ROOT)}")
     return dest

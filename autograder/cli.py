@@ -51,13 +51,15 @@ def cmd_selfcheck(args: argparse.Namespace) -> int:
     rs, bs = ref.question_scores(), blank.question_scores()
     rows = [["question", "points", "reference", "blank"]]
     for q in suite.questions:
-        if q.graded and not q.manual:
+        if not q.cells:  # the milestone checkpoint: graded from uploaded files, not from the notebook
+            rows.append([q.id, f"{q.points:g}", "(files)", "(files)"])
+        elif q.graded and not q.manual:
             rows.append([q.id, f"{q.points:g}", f"{rs.get(q.id, 0):g}", f"{bs.get(q.id, 0):g}"])
         elif q.manual:
             rows.append([q.id, f"{q.points:g}", "manual", "manual"])
-    rows.append(["total (auto-graded)", f"{suite.auto_points:g}", f"{ref.total:g}", f"{blank.total:g}"])
+    rows.append(["total (notebook)", f"{suite.notebook_points:g}", f"{ref.total:g}", f"{blank.total:g}"])
     print(_table(rows))
-    ok = ref.total == suite.auto_points and blank.total == 0
+    ok = ref.total == suite.notebook_points and blank.total == 0
     for c in ref.cases:
         if not c.passed:
             print(f"reference fails {c.message}")

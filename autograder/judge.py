@@ -31,6 +31,11 @@ from autograder.content import (
     mc_answers,
 )
 from autograder.execute import Limits, WorkerPool
+from autograder.lesson83_milestone import SCHEMES
+
+CHECKPOINT_QUESTION = "m1_checkpoint"
+CHECKPOINT_FILES = ("milestone.pt", "milestone.json")
+MAX_CHECKPOINT_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -81,8 +86,29 @@ class Suite:
     expected: dict[str, dict[str, Any]]
 
     @property
-    def auto_points(self) -> float:
+    def notebook_points(self) -> float:
+        """Points a notebook alone can earn (every probe case)."""
         return round(sum(c["points"] for c in self.cases), 4)
+
+    @property
+    def auto_points(self) -> float:
+        """All automatically graded points: the notebook's and the milestone checkpoint's."""
+        return round(self.notebook_points + self.config.milestone.points, 4)
+
+    def question_points(self) -> dict[str, float]:
+        """Automatically graded questions (grades.csv columns) and their points, checkpoint last."""
+        return {q.id: q.points for q in self.questions if q.graded and not q.manual}
+
+    @property
+    def checkpoint_cases(self) -> list[dict[str, Any]]:
+        """One case per scheme for the milestone checkpoint (none when the config gives it no points)."""
+        pts = self.config.milestone.points
+        if not pts:
+            return []
+        share = [round(pts / len(SCHEMES), 4) for _ in SCHEMES]
+        share[-1] = round(pts - sum(share[:-1]), 4)
+        return [{"id": f"{CHECKPOINT_QUESTION}/{pos}", "question": CHECKPOINT_QUESTION, "points": p,
+                 "hidden": False, "scheme": pos} for pos, p in zip(SCHEMES, share)]
 
 
 def load_suite(config_path: Path = DEFAULT_CONFIG) -> Suite:
@@ -95,7 +121,13 @@ def _load_suite(config_path: Path) -> Suite:
     config = load_config(config_path)
     questions = load_questions(config)
     cases = tuple(c for q in questions for c in q.cases)
-    return Suite(config, tuple(questions), cases, expected_values(questions))
+    expected = expected_values(questions)
+    if config.milestone.points:  # graded from uploaded files, not from the notebook: no probe cases
+        milestone = next((q for q in questions if q.id.startswith("m1")), None)
+        questions.append(Question(CHECKPOINT_QUESTION, "Milestone M1 — checkpoint",
+                                  milestone.path if milestone else config_path, [], [], [], [],
+                                  points=config.milestone.points))
+    return Suite(config, tuple(questions), cases, expected)
 
 
 def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[CaseResult]:
@@ -113,6 +145,34 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
                                   case["points"], verdict.passed, case["hidden"], verdict.message,
                                   verdict.diagnosis, received))
     return results
+
+
+def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] | None = None) -> list[CaseResult]:
+    """Milestone checkpoint cases: re-evaluate milestone.pt on the CPU and compare with milestone.json."""
+    cases = suite.checkpoint_cases
+    if not cases:
+        return []
+    from autograder.milestone import verify_checkpoint
+
+    pt, claims = files.get("milestone.pt"), files.get("milestone.json")
+    if problems:
+        verdict = {"ok": False, "message": "; ".join(problems), "credit": 0.0, "schemes": {}}
+    else:
+        verdict = verify_checkpoint(pt, claims, rules=suite.config.milestone)
+    out = []
+    for case in cases:
+        row = verdict["schemes"].get(case["scheme"], {})
+        passed = bool(verdict["ok"] and row.get("passed"))
+        earned = round(case["points"] * verdict["credit"], 4) if passed else 0.0
+        if passed:
+            message = "" if verdict["credit"] == 1 else (f"{case['id']}: the {verdict['preset']} preset earns "
+                                                         f"{verdict['credit']:.0%} of these points")
+        else:
+            message = f"{case['id']}: {row.get('message') or verdict['message']}"
+        received = {k: row[k] for k in ("ppl", "claimed") if row.get(k)} or None
+        out.append(CaseResult(case["id"], case["question"], earned, case["points"], passed, False, message,
+                              None, checks.to_plain({str(k): v for k, v in (received or {}).items()}) or None))
+    return out
 
 
 def probe_namespace(suite: Suite, env: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -167,23 +227,50 @@ class Submission:
     path: Path
     source: bytes | None
     problem: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)  # milestone.pt / milestone.json, when uploaded
+    file_problems: list[str] = field(default_factory=list)
 
 
-def _notebook_from_zip(path: Path) -> tuple[bytes | None, str]:
-    """The one .ipynb inside a zip, read in memory; nothing else in the zip (a .OTTER_LOG) is ever loaded."""
-
+def _from_zip(path: Path) -> Submission:
+    """The one .ipynb inside a zip (and milestone.pt/.json if present), read in memory; nothing else in
+    the zip (a .OTTER_LOG) is ever loaded."""
+    sid = path.stem
     try:
         with zipfile.ZipFile(path) as zf:
-            names = [n for n in zf.namelist() if n.endswith(".ipynb") and "__MACOSX" not in n
-                     and not Path(n).name.startswith(".")]
+            members = [i for i in zf.infolist() if "__MACOSX" not in i.filename and not i.is_dir()
+                       and not Path(i.filename).name.startswith(".")]
+            names = [i.filename for i in members if i.filename.endswith(".ipynb")]
             if len(names) != 1:
-                return None, f"the zip holds {len(names)} notebooks (.ipynb); upload exactly one"
+                return Submission(sid, path, None, f"the zip holds {len(names)} notebooks (.ipynb); upload "
+                                  "exactly one")
             info = zf.getinfo(names[0])
             if info.file_size > 64 * 2**20:
-                return None, f"{names[0]} is larger than 64 MiB"
-            return zf.read(names[0]), ""
+                return Submission(sid, path, None, f"{names[0]} is larger than 64 MiB")
+            sub = Submission(sid, path, zf.read(names[0]))
+            for name in CHECKPOINT_FILES:
+                found = [i for i in members if Path(i.filename).name == name]
+                if len(found) > 1:
+                    sub.file_problems.append(f"the zip holds {len(found)} files named {name}; keep one")
+                elif found and found[0].file_size > MAX_CHECKPOINT_BYTES:
+                    sub.file_problems.append(f"{name} is larger than {MAX_CHECKPOINT_BYTES >> 20} MiB")
+                elif found:
+                    sub.files[name] = zf.read(found[0])
+            return sub
     except (zipfile.BadZipFile, OSError) as exc:
-        return None, f"not a readable zip: {exc}"
+        return Submission(sid, path, None, f"not a readable zip: {exc}")
+
+
+def _files_in_folder(folder: Path, sub: Submission) -> Submission:
+    """Attach milestone.pt/.json found anywhere in a submission folder."""
+    for name in CHECKPOINT_FILES:
+        found = sorted(p for p in folder.rglob(name) if ".ipynb_checkpoints" not in p.parts and p.is_file())
+        if len(found) > 1:
+            sub.file_problems.append(f"the folder holds {len(found)} files named {name}; keep one")
+        elif found and found[0].stat().st_size > MAX_CHECKPOINT_BYTES:
+            sub.file_problems.append(f"{name} is larger than {MAX_CHECKPOINT_BYTES >> 20} MiB")
+        elif found:
+            sub.files[name] = found[0].read_bytes()
+    return sub
 
 
 def find_submissions(folder: Path) -> list[Submission]:
@@ -198,18 +285,20 @@ def find_submissions(folder: Path) -> list[Submission]:
         if path.is_dir():
             notebooks = sorted(p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
             if len(notebooks) == 1:
-                subs.append(Submission(sid, notebooks[0], notebooks[0].read_bytes()))
+                subs.append(_files_in_folder(path, Submission(sid, notebooks[0], notebooks[0].read_bytes())))
             else:
                 zips = sorted(path.rglob("*.zip"))
                 if not notebooks and len(zips) == 1:
-                    source, problem = _notebook_from_zip(zips[0])
-                    subs.append(Submission(sid, zips[0], source, problem))
+                    sub = _from_zip(zips[0])
+                    sub.id = sid
+                    if not sub.files and not sub.file_problems:
+                        _files_in_folder(path, sub)  # the export zip, with the checkpoint uploaded beside it
+                    subs.append(sub)
                 else:
                     subs.append(Submission(sid, path, None, f"the folder holds {len(notebooks)} notebooks; "
                                            "submit exactly one .ipynb"))
         elif path.suffix == ".zip":
-            source, problem = _notebook_from_zip(path)
-            subs.append(Submission(sid, path, source, problem))
+            subs.append(_from_zip(path))
         elif path.suffix == ".ipynb":
             subs.append(Submission(sid, path, path.read_bytes()))
         else:
@@ -227,7 +316,8 @@ def suite_fingerprint(config_path: Path = DEFAULT_CONFIG) -> str:
     here = Path(__file__).parent
     files = [config_path, REFERENCE_FILE, REFERENCE_FILE.with_name("mistakes.py"),
              *sorted(ASSIGNMENT_DIR.glob("*.md")),
-             *(here / m for m in ("lesson83_checks.py", "content.py", "execute.py", "wire.py", "judge.py"))]
+             *(here / m for m in ("lesson83_checks.py", "content.py", "execute.py", "wire.py", "judge.py",
+                                "milestone.py", "lesson83_milestone.py"))]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
@@ -255,8 +345,8 @@ def gradescope_results(result: SubmissionResult, *, stdout: str = "") -> dict[st
 
 def _result_from_exec(suite: Suite, sub: Submission, status: str, outputs: dict[str, Any],
                       notes: list[str]) -> SubmissionResult:
-    result = SubmissionResult(sub.id, STATUS_WORDS[status], judge_outputs(suite, outputs), list(notes))
-    return result
+    cases = judge_outputs(suite, outputs) + judge_checkpoint(suite, sub.files, sub.file_problems)
+    return SubmissionResult(sub.id, STATUS_WORDS[status], cases, list(notes))
 
 
 @dataclass
@@ -290,7 +380,9 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
     results_dir = out / "results"
     todo, reused = [], 0
     for sub in subs:
-        key = hashlib.sha256((sub.source or sub.problem.encode()) + fingerprint.encode()).hexdigest()
+        extra = b"".join(hashlib.sha256(sub.files.get(n, b"")).digest() for n in CHECKPOINT_FILES)
+        key = hashlib.sha256((sub.source or sub.problem.encode()) + extra + "".join(sub.file_problems).encode()
+                             + fingerprint.encode()).hexdigest()
         sub_file = results_dir / f"{sub.id}.json"
         if not force and sub_file.exists():
             try:
@@ -349,7 +441,7 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
 def write_tables(suite: Suite, subs: list[Submission], out: Path) -> list[dict[str, Any]]:
     """grades.csv and summary.json from the stored results of exactly these submissions (atomic writes)."""
 
-    qids = [q.id for q in suite.questions if q.graded and not q.manual]
+    qids = list(suite.question_points())
     rows = []
     for sub in subs:
         record = json.loads((out / "results" / f"{sub.id}.json").read_text())
@@ -367,7 +459,7 @@ def write_tables(suite: Suite, subs: list[Submission], out: Path) -> list[dict[s
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     summary = {"submissions": len(rows), "status_counts": counts, "mean_per_question": means,
-               "max_per_question": {q.id: q.points for q in suite.questions if q.graded and not q.manual},
+               "max_per_question": suite.question_points(),
                "mean_total": round(sum(r["total"] for r in rows) / len(rows), 3) if rows else 0.0,
                "auto_points": suite.auto_points}
     _write_atomic(out / "summary.json", json.dumps(summary, indent=1))

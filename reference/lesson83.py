@@ -164,6 +164,7 @@ class TinyCharLM(nn.Module):
     """
 
     SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
+    INIT_STD = 0.02  # standard deviation of the normal init of the token and learned position tables
 
     def __init__(self, vocab_size, num_hiddens=128, num_heads=4, num_blks=2, pos="rope", max_len=512,
                  bias=False):
@@ -175,14 +176,14 @@ class TinyCharLM(nn.Module):
         self.pos, self.num_heads, self.max_len = pos, num_heads, max_len
         self.head_dim = num_hiddens // num_heads
         self.token_emb = nn.Embedding(vocab_size, num_hiddens)
-        nn.init.normal_(self.token_emb.weight, std=0.02)
+        nn.init.normal_(self.token_emb.weight, std=self.INIT_STD)
         # Positional state: learned -> self.pos_emb, an nn.Embedding(max_len, num_hiddens) with normal
-        # init (std 0.02); sinusoidal -> the float32 table of sinusoidal_pe as a buffer named pe;
+        # init (std INIT_STD); sinusoidal -> the float32 table of sinusoidal_pe as a buffer named pe;
         # rope and alibi -> optional precomputed tables, registered with persistent=False.
         # BEGIN SOLUTION
         if pos == "learned":
             self.pos_emb = nn.Embedding(max_len, num_hiddens)
-            nn.init.normal_(self.pos_emb.weight, std=0.02)
+            nn.init.normal_(self.pos_emb.weight, std=self.INIT_STD)
         elif pos == "sinusoidal":
             self.register_buffer("pe", torch.tensor(sinusoidal_pe(max_len, num_hiddens), dtype=torch.float32))
         elif pos == "rope":

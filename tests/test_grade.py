@@ -141,11 +141,12 @@ def test_unreadable_inputs_say_why(adversarial_class: tuple[Path, dict]) -> None
 
 def test_honest_work_around_the_cheats_keeps_its_points(adversarial_class: tuple[Path, dict], suite: Suite) -> None:
     _, rows = adversarial_class
-    assert rows["reference"]["total"] == suite.auto_points and rows["reference"]["status"] == "graded"
-    assert rows["student_folder"]["total"] == suite.auto_points
-    assert rows["syntax_error"]["total"] == suite.auto_points  # one broken cell, the rest still counts
+    assert rows["reference"]["total"] == suite.notebook_points and rows["reference"]["status"] == "graded"
+    assert rows["student_folder"]["total"] == suite.notebook_points
+    assert rows["syntax_error"]["total"] == suite.notebook_points  # one broken cell, the rest still counts
     assert rows["missing_function"]["q6_rope_attention"] == 0
-    assert rows["missing_function"]["total"] == suite.auto_points - 10
+    q6 = suite.config.questions["q6_rope_attention"].points
+    assert rows["missing_function"]["total"] == suite.notebook_points - q6
 
 
 def test_hidden_files_are_not_visible_and_output_is_capped(adversarial_class: tuple[Path, dict]) -> None:
@@ -154,6 +155,40 @@ def test_hidden_files_are_not_visible_and_output_is_capped(adversarial_class: tu
     assert "BEGIN SOLUTION" not in record["stdout"] and "hidden_" not in record["stdout"]
     big = json.loads((out / "results" / "print_100mb.json").read_text())
     assert len(big["stdout"]) < 1_000_000
+
+
+CHECKPOINT = ROOT / "reference" / "milestone"
+
+
+def test_milestone_checkpoint_is_graded_from_folders_and_zips(tmp_path: Path, suite: Suite) -> None:
+    answers = mc_answers(list(suite.questions))
+    nb = filled_notebook(TEMPLATE, answers=answers)
+    pt, claims = (CHECKPOINT / "milestone.pt").read_bytes(), (CHECKPOINT / "milestone.json").read_bytes()
+    subs = tmp_path / "subs"
+    for name, files in (("folder", {"milestone.pt": pt, "milestone.json": claims}), ("notebook_only", {}),
+                        ("corrupt", {"milestone.pt": b"not a checkpoint", "milestone.json": claims}),
+                        ("nested", {"run/milestone.pt": pt, "run/milestone.json": claims})):
+        _save(nb, subs / name / "lesson83.ipynb")
+        for rel, data in files.items():
+            (subs / name / rel).parent.mkdir(parents=True, exist_ok=True)
+            (subs / name / rel).write_bytes(data)
+    with zipfile.ZipFile(subs / "zipped.zip", "w") as zf:  # an Otter export zip with the files added
+        zf.writestr("lesson83.ipynb", nbformat.writes(nb))
+        zf.writestr("milestone.pt", pt)
+        zf.writestr("milestone.json", claims)
+    out = tmp_path / "out"
+    rows = {r["id"]: r for r in grade_batch(subs, out=out, progress=False).rows}
+    full = suite.config.milestone.points
+    for name in ("folder", "nested", "zipped"):
+        assert rows[name]["m1_checkpoint"] == full and rows[name]["total"] == suite.auto_points, name
+    record = {name: json.loads((out / "results" / f"{name}.json").read_text()) for name in rows}
+    for name, words in (("notebook_only", "milestone.pt was not found. Upload milestone.pt and milestone.json"),
+                        ("corrupt", "could not be read as plain weights")):
+        assert rows[name]["m1_checkpoint"] == 0 and rows[name]["total"] == suite.notebook_points
+        failed = [c for c in record[name]["cases"] if c["question"] == "m1_checkpoint"]
+        assert len(failed) == 5 and all(words in c["message"] and not c["passed"] for c in failed), failed
+    shown = {t["name"] for t in record["zipped"]["gradescope"]["tests"]}
+    assert {f"m1_checkpoint/{pos}" for pos in ("learned", "sinusoidal", "rope", "alibi", "none")} <= shown
 
 
 def _grade_cli(subs: Path, out: Path, config: Path, *extra: str) -> subprocess.Popen:
@@ -184,7 +219,7 @@ def test_batch_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path: 
     with open(out / "grades.csv") as f:
         rows = list(csv.DictReader(f))
     assert sorted(r["id"] for r in rows) == [f"s{i}" for i in range(8)]
-    assert all(float(r["total"]) == (suite.auto_points if int(r["id"][1]) % 2 else 0) for r in rows)
+    assert all(float(r["total"]) == (suite.notebook_points if int(r["id"][1]) % 2 else 0) for r in rows)
     again = _grade_cli(subs, out, config)
     text, _ = again.communicate(timeout=300)
     assert "graded 0 submission(s), reused 8" in text
@@ -203,6 +238,8 @@ def test_gradescope_bundle_gives_the_same_scores_as_grade(tmp_path: Path, suite:
     subs = tmp_path / "subs"
     for name, nb in notebooks.items():
         _save(nb, subs / name / "lesson83.ipynb")
+    for f in ("milestone.pt", "milestone.json"):  # the reference also uploads its checkpoint
+        (subs / "reference" / f).write_bytes((CHECKPOINT / f).read_bytes())
     local = {r["id"]: r["total"] for r in grade_batch(subs, out=tmp_path / "out", progress=False).rows}
     local_cases = {name: {c["id"]: c["points"] for c in json.loads(
         (tmp_path / "out" / "results" / f"{name}.json").read_text())["cases"] if c["max_points"] > 0}
@@ -221,7 +258,7 @@ def test_otter_run_agrees_on_reference_and_blank(tmp_path: Path, suite: Suite,
                                                  fresh_build: dict[str, Path]) -> None:
     otter_zip = fresh_build["otter_zip"]
     answers = mc_answers(list(suite.questions))
-    for name, nb, want in (("reference", filled_notebook(TEMPLATE, answers=answers), suite.auto_points),
+    for name, nb, want in (("reference", filled_notebook(TEMPLATE, answers=answers), suite.notebook_points),
                            ("blank", nbformat.read(str(TEMPLATE), as_version=4), 0.0)):
         _save(nb, tmp_path / name / "lesson83.ipynb")
         out = tmp_path / f"otter-{name}"

@@ -12,10 +12,10 @@ from torch import nn
 
 from autograder import lesson83_milestone as lm
 from autograder import milestone as ms
-from autograder.config import Milestone, load_config
+from autograder.config import ROOT, Milestone, load_config
 from reference.lesson83 import TinyCharLM, sinusoidal_pe
 
-DATA = Path(__file__).parent / "data"
+CHECKPOINT = ROOT / "reference" / "milestone"  # a quick-preset run of the reference, committed
 QUICK = lm.PRESETS["quick"]
 
 
@@ -253,13 +253,15 @@ def test_wrong_weights_fail_only_their_scheme(tiny_checkpoint: tuple[Path, Path]
 
 
 def test_committed_quick_checkpoint_verifies() -> None:
-    result = ms.verify_checkpoint(DATA / "milestone_quick.pt", DATA / "milestone_quick.json",
-                                  schemes=("learned", "alibi"))
+    result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", CHECKPOINT / "milestone.json")
     assert result["ok"] and result["preset"] == "quick"
-    learned, alibi = result["schemes"]["learned"], result["schemes"]["alibi"]
-    assert learned["passed"] and alibi["passed"], result
-    assert alibi["ppl"][512] < 1.1 * alibi["ppl"][128]  # ALiBi stays flat
-    assert learned["ppl"][512] > 1.3 * learned["ppl"][128]  # learned degrades beyond its training length
+    rows = result["schemes"]
+    assert all(r["passed"] for r in rows.values()), result
+    for flat in ("alibi", "none"):  # no absolute positions: as good at 512 as at 128
+        assert rows[flat]["ppl"][512] < 1.1 * rows[flat]["ppl"][128]
+    for pos in ("learned", "sinusoidal"):  # absolute tables degrade beyond the training length
+        assert rows[pos]["ppl"][512] > 1.3 * rows[pos]["ppl"][128]
+    assert min(rows, key=lambda p: rows[p]["ppl"][128]) == "rope"  # the best at the training length
 
 
 def test_plot(tmp_path: Path) -> None:

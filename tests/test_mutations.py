@@ -42,7 +42,7 @@ def test_mutation_score(graded_mutants: Path, suite: Suite, capsys: pytest.Captu
         else:
             missed.append(m.id)
     kept = [k for k in CORRECT_VARIANTS
-            if json.loads((graded_mutants / f"variant_{k}.json").read_text())["total"] == suite.auto_points]
+            if json.loads((graded_mutants / f"variant_{k}.json").read_text())["total"] == suite.notebook_points]
     with capsys.disabled():
         print(f"\nmutation score: {caught}/{len(MISTAKES)} catalogued mistakes lose points on their question with "
               f"the expected diagnosis ({100 * caught / len(MISTAKES):.0f}%); {len(kept)}/{len(CORRECT_VARIANTS)} "

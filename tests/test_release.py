@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.build import diff_trees, tool_env
+from autograder.build import TRAIN_TAG, diff_trees, tool_env
 from autograder.config import ROOT
 from autograder.judge import Suite
 
@@ -81,10 +81,13 @@ def test_notebook_runs_top_to_bottom_with_stubs_unfilled(tmp_path: Path) -> None
     work = tmp_path / "lesson83"
     shutil.copytree(TEMPLATES, work)
     nb = nbformat.read(str(work / "lesson83.ipynb"), as_version=4)
+    train = [c for c in nb.cells if TRAIN_TAG in c.metadata.get("tags", [])]
+    assert len(train) == 1 and "otter_ignore" in train[0].metadata["tags"]
+    nb.cells = [c for c in nb.cells if c not in train]  # training is the student's long run, not a check
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(work)}}).execute()
     checks = [c for c in nb.cells if c.cell_type == "code" and "grader.check(" in c.source]
-    assert len(checks) == 8
+    assert len(checks) == 9
     for cell in checks:  # every check ran and reported failures, none crashed the notebook
         text = json.dumps(cell.outputs)
         assert "Test case failed" in text or "failed" in text, cell.source
@@ -100,7 +103,8 @@ def test_nbgrader_autograde_gives_reference_full_marks(fresh_build: dict[str, Pa
         dest = course / "submitted" / student / "lesson83"
         dest.mkdir(parents=True)
         shutil.copy(folder / "lesson83.ipynb", dest / "lesson83.ipynb")
-        shutil.copy(folder / "lesson83_checks.py", dest / "lesson83_checks.py")
+        for shipped in ("lesson83_checks.py", "lesson83_milestone.py", "timemachine.txt"):
+            shutil.copy(folder / shipped, dest / shipped)
     nbgrader = str(Path(sys.executable).with_name("nbgrader"))
     for student in ("reference", "blank"):
         subprocess.run([nbgrader, "db", "student", "add", student], cwd=course, check=True,
@@ -115,7 +119,7 @@ def test_nbgrader_autograde_gives_reference_full_marks(fresh_build: dict[str, Pa
         "join submitted_assignment s on n.assignment_id = s.id where gc.cell_type = 'code' "
         "group by s.student_id").fetchall()
     scores = {r[0]: (round(r[1] or 0, 3), round(r[2], 3)) for r in rows}
-    assert scores["reference"] == (suite.auto_points, suite.auto_points)
+    assert scores["reference"] == (suite.notebook_points, suite.notebook_points)
     assert scores["blank"][0] == 0
     manual = db.execute("select count(*) from grade_cells where cell_type = 'markdown'").fetchone()[0]
     assert manual == 3  # the three written answers are manually graded cells

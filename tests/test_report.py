@@ -86,7 +86,7 @@ def test_report_csv_rows_and_diagnoses(report: dict[str, Path], suite: Suite) ->
     auto = [q.id for q in suite.questions if q.graded and not q.manual]
     assert list(next(iter(rows.values()))) == ["id", "status", "total", *auto, "diagnoses"]
     assert all(r["status"] == "graded" for r in rows.values())
-    assert float(rows["reference"]["total"]) == suite.auto_points and rows["reference"]["diagnoses"] == ""
+    assert float(rows["reference"]["total"]) == suite.notebook_points and rows["reference"]["diagnoses"] == ""
     assert float(rows["blank"]["total"]) == 0
     for sid in ("alice", HOSTILE_ID):
         assert "rope_interleaved" in rows[sid]["diagnoses"].split()

@@ -33,10 +33,18 @@ def test_unknown_config_key_is_named(tmp_path: Path) -> None:
 
 
 def test_points_that_do_not_add_up(tmp_path: Path) -> None:
-    path = _config(tmp_path, "q2_sinusoidal_pe: {points: 14}", "q2_sinusoidal_pe: {points: 15}")
+    path = _config(tmp_path, "q2_sinusoidal_pe: {points: 12}", "q2_sinusoidal_pe: {points: 13}")
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert "do not add up" in str(info.value) and "q2_sinusoidal_pe 15" in str(info.value)
+    assert "do not add up" in str(info.value) and "q2_sinusoidal_pe 13" in str(info.value)
+    assert "milestone 8" in str(info.value)  # the checkpoint's points count towards the total
+
+
+def test_milestone_rules_are_checked(tmp_path: Path) -> None:
+    path = _config(tmp_path, "        rope: {128: 6.0}", "        rope: {1024: 6.0}\n        relative: {128: 1}")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "milestone.presets.full.thresholds" in str(info.value) and "1024" in str(info.value)
 
 
 def _assignments(tmp_path: Path) -> Path:
