@@ -30,7 +30,7 @@ from autograder.content import (
     load_questions,
     mc_answers,
 )
-from autograder.execute import Limits, WorkerPool
+from autograder.execute import SKIP_TAGS, Limits, WorkerPool
 from autograder.lesson83_milestone import SCHEMES
 
 CHECKPOINT_QUESTION = "m1_checkpoint"
@@ -169,9 +169,10 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
                                                          f"{verdict['credit']:.0%} of these points")
         else:
             message = f"{case['id']}: {row.get('message') or verdict['message']}"
-        received = {k: row[k] for k in ("ppl", "claimed") if row.get(k)} or None
+        received = {k: {str(c): v for c, v in row[k].items()} for k in ("ppl", "claimed") if row.get(k)}
+        problem = None if passed else row.get("problem") or verdict.get("problem")
         out.append(CaseResult(case["id"], case["question"], earned, case["points"], passed, False, message,
-                              None, checks.to_plain({str(k): v for k, v in (received or {}).items()}) or None))
+                              problem, received or None))
     return out
 
 
@@ -198,13 +199,15 @@ def notebook_env(path: Path) -> tuple[dict[str, Any], list[str]]:
     """Execute a trusted notebook's code cells in this process (Otter's own cells skipped).
 
     Used for the committed student template in the self-check; student submissions go through the
-    sandboxed executor instead. A cell that raises is recorded and execution continues.
+    sandboxed executor instead. A cell that raises is recorded and execution continues; cells tagged
+    as the sandbox skips them (training) are skipped here too.
     """
     nb = nbformat.read(str(path), as_version=4)
     env: dict[str, Any] = {"__name__": "__main__"}
     errors = []
     for n, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or _is_otter_cell(cell.source):
+        skipped = set(SKIP_TAGS) & set(cell.metadata.get("tags", []))
+        if cell.cell_type != "code" or _is_otter_cell(cell.source) or skipped:
             continue
         try:
             exec(compile(ast.parse(cell.source), f"{path.name}[cell {n}]", "exec"), env)  # noqa: S102

@@ -53,17 +53,30 @@ def build_model(pos: str, state_dict: Mapping[str, torch.Tensor]) -> TinyCharLM:
     return model.eval()
 
 
+# Why a scheme of a checkpoint earns nothing: the diagnosis ids the grader and the TA report use.
+PROBLEMS = {
+    "checkpoint_missing": "milestone.pt or milestone.json was not uploaded: upload both next to the notebook.",
+    "checkpoint_unreadable": "the upload is not a milestone checkpoint (not plain weights, not the milestone "
+                             "table, another vocabulary, or files of two runs): re-save with save_checkpoint.",
+    "checkpoint_wrong_weights": "a scheme is missing or its weights do not fit TinyCharLM (names or shapes "
+                                "changed): keep the skeleton's names and train all five schemes.",
+    "checkpoint_claims_disagree": "milestone.json does not match the uploaded weights: upload the two files "
+                                  "of the same run.",
+    "checkpoint_above_bound": "the re-evaluated perplexity is above the preset's bound: check the positional "
+                              "code, or train the full preset.",
+    "checkpoint_preset_not_accepted": "the checkpoint was trained with a preset this course does not accept.",
+}
 _MEASURED: dict[tuple[str, str, int, int], dict[int, float]] = {}
 
 
-def _row(message: str = "") -> dict[str, Any]:
+def _row(message: str = "", problem: str | None = None) -> dict[str, Any]:
     return {"passed": False, "agrees": False, "meets_thresholds": False, "ppl": {}, "claimed": {},
-            "rel_diff": {}, "thresholds": {}, "message": message}
+            "rel_diff": {}, "thresholds": {}, "message": message, "problem": problem}
 
 
-def _failure(message: str, schemes: Sequence[str]) -> dict[str, Any]:
-    return {"ok": False, "message": message, "preset": None, "credit": 0.0, "seconds": 0.0,
-            "schemes": {pos: _row(message) for pos in schemes}}
+def _failure(message: str, schemes: Sequence[str], problem: str = "checkpoint_unreadable") -> dict[str, Any]:
+    return {"ok": False, "message": message, "problem": problem, "preset": None, "credit": 0.0, "seconds": 0.0,
+            "schemes": {pos: _row(message, problem) for pos in schemes}}
 
 
 def _read(data: str | Path | bytes | None, name: str) -> bytes:
@@ -95,7 +108,7 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
         digest = hashlib.sha256(pt_bytes).hexdigest()
         config, state_dicts = load_checkpoint(pt_bytes)
     except FileNotFoundError:
-        return _failure(f"milestone.pt was not found. {UPLOAD_HINT}", schemes)
+        return _failure(f"milestone.pt was not found. {UPLOAD_HINT}", schemes, "checkpoint_missing")
     except Exception as err:  # weights_only refusals, corrupt zips, wrong layout, too large
         first = str(err).splitlines()[0] if str(err) else ""
         return _failure(f"milestone.pt could not be read as plain weights ({type(err).__name__}: {first}). "
@@ -104,7 +117,7 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
         record = json.loads(_read(claims, "milestone.json"))
         preset, claimed_ppl = record["preset"], record["ppl"]
     except FileNotFoundError:
-        return _failure(f"milestone.json was not found. {UPLOAD_HINT}", schemes)
+        return _failure(f"milestone.json was not found. {UPLOAD_HINT}", schemes, "checkpoint_missing")
     except (ValueError, KeyError, TypeError) as err:
         return _failure(f"milestone.json is not a milestone table ({type(err).__name__}: {err}). "
                         f"{UPLOAD_HINT}", schemes)
@@ -115,7 +128,7 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
                         f"{preset!r}; upload the two files from the same run.", schemes)
     if preset not in rules.presets:
         return _failure(f"preset {preset!r} earns no points here; train with one of "
-                        f"{sorted(rules.presets)}.", schemes)
+                        f"{sorted(rules.presets)}.", schemes, "checkpoint_preset_not_accepted")
     rule = rules.presets[preset]
     windows = max_windows if max_windows is not None else rules.verify_windows
     results = {}
@@ -123,11 +136,13 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
         row = results[pos] = _row()
         if pos not in state_dicts:
             row["message"] = f"no weights for {pos!r} in milestone.pt: train and save all five schemes"
+            row["problem"] = "checkpoint_wrong_weights"
             continue
         try:
             model = build_model(pos, state_dicts[pos])
         except Exception as err:
             row["message"] = f"the {pos!r} weights do not fit TinyCharLM: {str(err).splitlines()[0]}"
+            row["problem"] = "checkpoint_wrong_weights"
             continue
         key = (digest, pos, windows, batch_size)
         if key not in _MEASURED:  # the same weights uploaded twice are evaluated once
@@ -137,6 +152,7 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
             row["claimed"] = {c: float(claimed_ppl[pos][str(c)]) for c in CONTEXTS}
         except (KeyError, TypeError, ValueError):
             row["message"] = f"milestone.json has no perplexity for {pos!r} at every context {CONTEXTS}"
+            row["problem"] = "checkpoint_unreadable"
             continue
         row["rel_diff"] = {c: abs(row["ppl"][c] - row["claimed"][c]) / row["claimed"][c] for c in CONTEXTS}
         row["agrees"] = all(d <= rules.rel_tol for d in row["rel_diff"].values())  # False for nan
@@ -151,6 +167,8 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
                   f"{bound:g}: train longer or check the scheme" for c, bound in bounds.items()
                   if not row["ppl"][c] <= bound]
         row["message"] = "; ".join(notes) or "ok"
+        row["problem"] = (None if row["passed"] else
+                          "checkpoint_claims_disagree" if not row["agrees"] else "checkpoint_above_bound")
     return {"ok": True, "message": "checkpoint loaded", "preset": preset, "credit": rule.credit,
             "seconds": time.perf_counter() - start, "schemes": results}
 

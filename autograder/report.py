@@ -200,11 +200,14 @@ def load_students(grades: Path) -> list[Student]:
 
 def catalogue(suite: Suite) -> dict[str, tuple[str, str]]:
     """Every diagnosis id the judge can give: (the question it belongs to, its description with the fix)."""
+    from autograder.judge import CHECKPOINT_QUESTION
+    from autograder.milestone import PROBLEMS
     from reference.mistakes import MISTAKES
 
     known = {c["known_cause"]["id"]: (c["question"], c["known_cause"]["description"])
              for c in suite.cases if c.get("known_cause")}
-    return known | {m.id: (m.question, m.description) for m in MISTAKES}
+    checkpoint = {k: (CHECKPOINT_QUESTION, v) for k, v in PROBLEMS.items()}
+    return known | {m.id: (m.question, m.description) for m in MISTAKES} | checkpoint
 
 
 def clusters(students: list[Student], questions: list[Question]) -> dict[str, list[Cluster]]:

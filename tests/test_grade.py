@@ -182,11 +182,14 @@ def test_milestone_checkpoint_is_graded_from_folders_and_zips(tmp_path: Path, su
     for name in ("folder", "nested", "zipped"):
         assert rows[name]["m1_checkpoint"] == full and rows[name]["total"] == suite.auto_points, name
     record = {name: json.loads((out / "results" / f"{name}.json").read_text()) for name in rows}
-    for name, words in (("notebook_only", "milestone.pt was not found. Upload milestone.pt and milestone.json"),
-                        ("corrupt", "could not be read as plain weights")):
+    for name, words, problem in (
+            ("notebook_only", "milestone.pt was not found. Upload milestone.pt and milestone.json",
+             "checkpoint_missing"),
+            ("corrupt", "could not be read as plain weights", "checkpoint_unreadable")):
         assert rows[name]["m1_checkpoint"] == 0 and rows[name]["total"] == suite.notebook_points
         failed = [c for c in record[name]["cases"] if c["question"] == "m1_checkpoint"]
         assert len(failed) == 5 and all(words in c["message"] and not c["passed"] for c in failed), failed
+        assert {c["diagnosis"] for c in failed} == {problem}
     shown = {t["name"] for t in record["zipped"]["gradescope"]["tests"]}
     assert {f"m1_checkpoint/{pos}" for pos in ("learned", "sinusoidal", "rope", "alibi", "none")} <= shown
 

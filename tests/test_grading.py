@@ -22,7 +22,7 @@ def test_reference_earns_full_marks_on_every_question(suite: Suite) -> None:
     failed = [c.message for c in result.cases if not c.passed]
     assert failed == []
     for q in suite.questions:
-        if q.graded and not q.manual:
+        if q.graded and not q.manual and q.cases:  # the milestone checkpoint is graded from files
             assert result.question_scores()[q.id] == pytest.approx(q.points), q.id
 
 
@@ -42,8 +42,9 @@ def test_every_catalogued_mistake_loses_points_and_is_diagnosed(suite: Suite, mi
     diagnosed = {c.diagnosis for c in result.cases if c.question == mistake.question and not c.passed}
     assert mistake.id in diagnosed, [c.message for c in result.cases if not c.passed]
     messages = "\n".join(c.message for c in result.cases if c.diagnosis == mistake.id)
+    # Property checks that recognise a mistake by its symptom write their own message instead.
     assert mistake.description in messages or mistake.id in ("pe_as_parameter", "pe_plain_attribute",
-                                                             "learned_transposed")
+                                                             "learned_transposed", "lm_tables_in_state_dict")
 
 
 

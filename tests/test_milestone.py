@@ -199,6 +199,8 @@ def test_verify_tiny_checkpoint(tiny_checkpoint: tuple[Path, Path], tmp_path: Pa
                                   rules=rules(), max_windows=20)
     assert not result["schemes"]["rope"]["agrees"] and result["schemes"]["rope"]["rel_diff"][512] > 0.04
     assert "same run" in result["schemes"]["rope"]["message"]
+    assert result["schemes"]["rope"]["problem"] == "checkpoint_claims_disagree" and alibi["problem"] == \
+        "checkpoint_above_bound" and rope["problem"] is None
 
     other = rules()
     other = other.model_copy(update={"presets": {"full": other.presets["quick"]}})
