@@ -235,12 +235,16 @@ class TinyCharLM(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
         # END SOLUTION
 
-    def forward(self, X):
-        """Logits of shape (B, T, vocab_size) for token ids X of shape (B, T)."""
+    def hidden(self, X):
+        """The last block's output, (B, T, num_hiddens), for token ids X of shape (B, T)."""
         B, T = X.shape
         H = self.add_positions(self.token_emb(X))
         for blk in self.blks:
             q, k, v = (u.reshape(B, T, self.num_heads, self.head_dim).transpose(1, 2)
                        for u in blk["qkv"](H).chunk(3, dim=-1))
             H = H + blk["proj"](self.attend(q, k, v).transpose(1, 2).reshape(B, T, -1))
-        return F.linear(H, self.token_emb.weight)  # the output head shares the embedding's weights
+        return H
+
+    def forward(self, X):
+        """Logits of shape (B, T, vocab_size) for token ids X of shape (B, T)."""
+        return F.linear(self.hidden(X), self.token_emb.weight)  # the head shares the embedding's weights
