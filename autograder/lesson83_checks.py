@@ -568,6 +568,8 @@ def pair_equal(case: dict[str, Any], got: dict[str, Any], expected: dict[str, An
         return Verdict(True)
     text = (f"{case['first']} should equal {case['second']}.\n  {case['first']}: {_fmt(a)}\n"
             f"  {case['second']}: {_fmt(b)}")
+    if not np.isnan(a).any() and not np.isnan(b).any():
+        text += f"\n  {_where(a, b, atol, rtol)}"
     return _fail(case, text, _match(got, expected, atol, rtol, "first") or case.get("known_cause"))
 
 
