@@ -169,7 +169,8 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
                                                          f"{verdict['credit']:.0%} of these points")
         else:
             message = f"{case['id']}: {row.get('message') or verdict['message']}"
-        received = {k: {str(c): v for c, v in row[k].items()} for k in ("ppl", "claimed") if row.get(k)}
+        received = {k: {str(c): v for c, v in row[k].items()} for k in ("ppl", "claimed", "thresholds")
+                    if row.get(k)}
         problem = None if passed else row.get("problem") or verdict.get("problem")
         out.append(CaseResult(case["id"], case["question"], earned, case["points"], passed, False, message,
                               problem, received or None))

@@ -393,6 +393,21 @@ def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, 
     return table + "".join(parts)
 
 
+def checkpoint_table(received: Any, *, rel_tol: float) -> str:
+    """Per context: the re-evaluated perplexity, the one in milestone.json and the bound (failures marked)."""
+    if not isinstance(received, dict) or not received.get("ppl"):
+        return ""
+    ppl, claimed, bound = (received.get(k) or {} for k in ("ppl", "claimed", "thresholds"))
+    rows = []
+    for c, value in ppl.items():
+        said, limit = claimed.get(c), bound.get(c)
+        bad = (limit is not None and not value <= limit) or (said is not None and abs(value - said) > rel_tol * said)
+        cells = [c, f"{value:.2f}", "—" if said is None else f"{said:.2f}", "—" if limit is None else f"{limit:g}"]
+        rows.append(f'<tr{" class=bad" if bad else ""}>' + "".join(f"<td>{esc(x)}</td>" for x in cells) + "</tr>")
+    return ('<table class="kv"><tr><th>context</th><th>re-evaluated</th><th>milestone.json</th><th>bound</th></tr>'
+            + "".join(rows) + "</table>")
+
+
 def _traceback(received: Any) -> str:
     err = received.get("error") if isinstance(received, dict) else None
     if not isinstance(err, dict):
@@ -664,6 +679,7 @@ def student_page(ctx: _Ctx, s: Student) -> str:
     cells, why = s.cells, s.code_problem
     tol = ctx.suite.config.tolerances
     by_id = {c["id"]: c for c in ctx.suite.cases}
+    rel_tol = ctx.suite.config.milestone.rel_tol
     out = ['<p><a href="../index.html">← class report</a></p>', f"<h1>{esc(s.id)}</h1>",
            f'<p class="sub"><span class="status{"" if s.ran else " bad"}">{esc(s.status)}</span> · total '
            f"{_score(float(rec.get('total', 0)))} / {_score(ctx.suite.auto_points)}"
@@ -696,8 +712,9 @@ def student_page(ctx: _Ctx, s: Student) -> str:
             part.append(f'<div class="case"><h3>{esc(c.get("id", ""))}{badges} <span class="meta note">'
                         f'−{_score(float(c.get("max_points", 0)))} points</span></h3>'
                         f'<pre>{esc(_clip(str(c.get("message", "")), MESSAGE_CHARS))}</pre>'
-                        + compare(case, want, c.get("received"), atol=case.get("atol", tol.atol),
-                                  rtol=case.get("rtol", tol.rtol))
+                        + (checkpoint_table(c.get("received"), rel_tol=rel_tol) if not case else
+                           compare(case, want, c.get("received"), atol=case.get("atol", tol.atol),
+                                   rtol=case.get("rtol", tol.rtol)))
                         + _traceback(c.get("received")) + "</div>")
         code = question_code(cells, q)
         if code:

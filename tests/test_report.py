@@ -19,7 +19,7 @@ from autograder.cli import main as cli_main
 from autograder.config import DEFAULT_CONFIG, ROOT
 from autograder.content import mc_answers
 from autograder.judge import Suite, grade_batch, load_suite
-from autograder.report import MARKER, UNFINISHED, UNRECOGNISED, write_report
+from autograder.report import MARKER, UNFINISHED, UNRECOGNISED, checkpoint_table, write_report
 from reference.mistakes import MISTAKES
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
@@ -182,3 +182,12 @@ def test_report_replaces_itself_but_nothing_else(report: dict[str, Path], capsys
     assert cli_main(["report", str(report["grades"]), "--out", str(other)]) == 2
     assert (other / "keep.txt").read_text() == "mine" and sorted(p.name for p in other.iterdir()) == ["keep.txt"]
     assert not [p for p in report["tmp"].iterdir() if ".tmp-" in p.name]  # no temporary folder left behind
+
+
+def test_checkpoint_table_marks_disagreement_and_bounds() -> None:
+    received = {"ppl": {"128": 5.0, "256": 7.0, "512": 9.0}, "claimed": {"128": 5.01, "256": 6.0, "512": 9.0},
+                "thresholds": {"128": 4.5}}
+    html_text = checkpoint_table(received, rel_tol=0.02)
+    rows = re.findall(r"<tr( class=bad)?><td>(\d+)</td>", html_text)
+    assert [(bad != "", c) for bad, c in rows] == [(True, "128"), (True, "256"), (False, "512")]
+    assert checkpoint_table(None, rel_tol=0.02) == ""
