@@ -276,3 +276,19 @@ def test_model_rejects_unknown_scheme() -> None:
     with pytest.raises(ValueError, match="pos must be one of"):
         TinyCharLM(pos="relative", **{k: v for k, v in lm.ARCH.items()})
     assert isinstance(TinyCharLM(pos="none", vocab_size=28).token_emb, nn.Embedding)
+
+
+def test_train_or_load_reuses_a_saved_run(tiny_checkpoint: tuple[Path, Path], capsys: pytest.CaptureFixture,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    pt, js = tiny_checkpoint
+    monkeypatch.setattr(lm, "run_milestone", lambda *a, **k: pytest.fail("trained instead of loading"))
+    models, table = lm.train_or_load(TinyCharLM, "quick", pt_path=pt, json_path=js)
+    assert "loaded" in capsys.readouterr().out and set(models) == {"rope", "alibi"}
+    saved = json.loads(js.read_text())["ppl"]
+    assert table == {pos: {int(c): v for c, v in row.items()} for pos, row in saved.items()}
+    _, state_dicts = ms.load_checkpoint(pt)
+    assert all(torch.equal(v, state_dicts["rope"][k]) for k, v in models["rope"].state_dict().items())
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # nbgrader runs every cell: never train there
+    assert lm.train_or_load(TinyCharLM, "full", pt_path=pt, json_path=js) == ({}, {})
+    assert lm.plot_table({}) is None
