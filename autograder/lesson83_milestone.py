@@ -8,6 +8,7 @@ Everything here follows the milestone protocol: The Time Machine, characters as 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -205,6 +206,16 @@ def save_checkpoint(models: Mapping[str, nn.Module], table: Mapping[str, Mapping
     Path(json_path).write_text(json.dumps(record, indent=2) + "\n")
 
 
+def load_checkpoint(pt: str | Path | bytes) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:
+    """Config and state dicts from milestone.pt (a path or its bytes), loaded with weights_only=True."""
+    source = io.BytesIO(pt) if isinstance(pt, bytes) else pt
+    ckpt = torch.load(source, map_location="cpu", weights_only=True)
+    if not (isinstance(ckpt, dict) and isinstance(ckpt.get("config"), dict)
+            and isinstance(ckpt.get("state_dicts"), dict)):
+        raise ValueError("milestone.pt must hold a dict with 'config' and 'state_dicts'")
+    return ckpt["config"], ckpt["state_dicts"]
+
+
 def train_or_load(model_cls: Callable[..., nn.Module], preset: str = "quick", *, retrain: bool = False,
                   device: str | torch.device | None = None, pt_path: str | Path = "milestone.pt",
                   json_path: str | Path = "milestone.json") -> tuple[dict[str, nn.Module], dict[str, dict[int, float]]]:
@@ -218,11 +229,11 @@ def train_or_load(model_cls: Callable[..., nn.Module], preset: str = "quick", *,
         print("autograding: training skipped (the grader verifies the uploaded milestone.pt instead)")
         return {}, {}
     if not retrain and pt_path.exists() and json_path.exists():
-        ckpt = torch.load(pt_path, map_location="cpu", weights_only=True)
+        config, state_dicts = load_checkpoint(pt_path)
         record = json.loads(json_path.read_text())
-        if ckpt["config"]["preset"] == preset == record["preset"]:
+        if config.get("preset") == preset == record["preset"]:
             models = {}
-            for pos, state in ckpt["state_dicts"].items():
+            for pos, state in state_dicts.items():
                 models[pos] = model_cls(pos=pos, **ARCH)
                 models[pos].load_state_dict(state)
             table = {pos: {int(c): v for c, v in row.items()} for pos, row in record["ppl"].items()}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import sys
 import time
@@ -22,6 +21,7 @@ from autograder.lesson83_milestone import (
     SCHEMES,
     VOCAB,
     evaluate_ppl,
+    load_checkpoint,
     plot_table,
     run_milestone,
     save_checkpoint,
@@ -34,16 +34,6 @@ VERIFY_BATCH = 50  # larger batches than the protocol's 16 run faster on a CPU a
 MAX_CHECKPOINT_MB = 64  # five models in float32 take about 4 MB
 UPLOAD_HINT = ("Upload milestone.pt and milestone.json next to your notebook, exactly as the milestone's "
                "save cell writes them (save_checkpoint).")
-
-
-def load_checkpoint(pt: str | Path | bytes) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:
-    """Config and state dicts from milestone.pt (a path or its bytes), loaded with weights_only=True."""
-    source = io.BytesIO(pt) if isinstance(pt, bytes) else pt
-    ckpt = torch.load(source, map_location="cpu", weights_only=True)
-    if not (isinstance(ckpt, dict) and isinstance(ckpt.get("config"), dict)
-            and isinstance(ckpt.get("state_dicts"), dict)):
-        raise ValueError("milestone.pt must hold a dict with 'config' and 'state_dicts'")
-    return ckpt["config"], ckpt["state_dicts"]
 
 
 def build_model(pos: str, state_dict: Mapping[str, torch.Tensor]) -> TinyCharLM:
