@@ -7,6 +7,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autograder.lesson83_milestone import CONTEXTS, SCHEMES
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "grading_config.yaml"
 
@@ -39,8 +41,6 @@ class Execution(_Strict):
     workers: int = Field(2, gt=0, description="submissions graded in parallel")
 
 
-SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
-CONTEXTS = (128, 256, 512)
 
 
 class PresetRule(_Strict):

@@ -12,9 +12,10 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,10 @@ from autograder.content import (
 )
 from autograder.execute import SKIP_TAGS, Limits, WorkerPool
 from autograder.lesson83_milestone import SCHEMES
+from autograder.milestone import MAX_CHECKPOINT_MB, verify_checkpoint
 
 CHECKPOINT_QUESTION = "m1_checkpoint"
 CHECKPOINT_FILES = ("milestone.pt", "milestone.json")
-MAX_CHECKPOINT_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -152,8 +153,6 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
     cases = suite.checkpoint_cases
     if not cases:
         return []
-    from autograder.milestone import verify_checkpoint
-
     pt, claims = files.get("milestone.pt"), files.get("milestone.json")
     if problems:
         verdict = {"ok": False, "message": "; ".join(problems), "credit": 0.0, "schemes": {}}
@@ -252,28 +251,28 @@ def _from_zip(path: Path) -> Submission:
                 return Submission(sid, path, None, f"{names[0]} is larger than 64 MiB")
             sub = Submission(sid, path, zf.read(names[0]))
             for name in CHECKPOINT_FILES:
-                found = [i for i in members if Path(i.filename).name == name]
-                if len(found) > 1:
-                    sub.file_problems.append(f"the zip holds {len(found)} files named {name}; keep one")
-                elif found and found[0].file_size > MAX_CHECKPOINT_BYTES:
-                    sub.file_problems.append(f"{name} is larger than {MAX_CHECKPOINT_BYTES >> 20} MiB")
-                elif found:
-                    sub.files[name] = zf.read(found[0])
+                found = [(i.file_size, partial(zf.read, i)) for i in members if Path(i.filename).name == name]
+                _attach(sub, name, found, "zip")
             return sub
     except (zipfile.BadZipFile, OSError) as exc:
         return Submission(sid, path, None, f"not a readable zip: {exc}")
 
 
+def _attach(sub: Submission, name: str, found: list[tuple[int, Callable[[], bytes]]], where: str) -> None:
+    """Keep the one file called `name` (its size and a reader), or note why it cannot be used."""
+    if len(found) > 1:
+        sub.file_problems.append(f"the {where} holds {len(found)} files named {name}; keep one")
+    elif found and found[0][0] > MAX_CHECKPOINT_MB * 2**20:
+        sub.file_problems.append(f"{name} is larger than {MAX_CHECKPOINT_MB} MiB")
+    elif found:
+        sub.files[name] = found[0][1]()
+
+
 def _files_in_folder(folder: Path, sub: Submission) -> Submission:
     """Attach milestone.pt/.json found anywhere in a submission folder."""
     for name in CHECKPOINT_FILES:
-        found = sorted(p for p in folder.rglob(name) if ".ipynb_checkpoints" not in p.parts and p.is_file())
-        if len(found) > 1:
-            sub.file_problems.append(f"the folder holds {len(found)} files named {name}; keep one")
-        elif found and found[0].stat().st_size > MAX_CHECKPOINT_BYTES:
-            sub.file_problems.append(f"{name} is larger than {MAX_CHECKPOINT_BYTES >> 20} MiB")
-        elif found:
-            sub.files[name] = found[0].read_bytes()
+        paths = sorted(p for p in folder.rglob(name) if ".ipynb_checkpoints" not in p.parts and p.is_file())
+        _attach(sub, name, [(p.stat().st_size, p.read_bytes) for p in paths], "folder")
     return sub
 
 
