@@ -6,6 +6,8 @@ import ast
 import math
 import random
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -364,8 +366,65 @@ def mc_answers(questions: list[Question]) -> dict[str, str]:
 # --------------------------------------------------------------------------- expected values
 
 
+def stored_precision(*, atol: float, rtol: float) -> tuple[int, int]:
+    """Decimal places and significant digits kept of a stored float for a case with these tolerances.
+
+    Two more digits than the tolerances resolve: the rounding moves a value by at most 1% of atol plus
+    5% of rtol * |value|, so a correct answer still passes, and the ulp noise of a machine, a thread count
+    or a SIMD width (1e-16 in float64, 1e-7 in float32) almost never reaches a rounding boundary.
+    """
+    decimals = math.ceil(-math.log10(atol) - 1e-9) + 2
+    digits = min(math.ceil(-math.log10(rtol) - 1e-9) + 2, 15) if rtol > 0 else 15
+    return max(decimals, 0), max(digits, 1)
+
+
+def canonical(value: Any, *, atol: float, rtol: float) -> Any:
+    """Probe data with every float rounded to `stored_precision` (Python's exact decimal rounding, so the
+    stored bytes are the same on every machine); integers, booleans and strings are left as they are."""
+    decimals, digits = stored_precision(atol=atol, rtol=rtol)
+
+    def one(x: float) -> float:
+        if not math.isfinite(x):
+            return x
+        return float(f"{float(f'{x:.{decimals}f}'):.{digits - 1}e}") + 0.0  # + 0.0 turns -0.0 into 0.0
+
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        flat = [one(x) for x in value.astype(np.float64).ravel().tolist()]
+        return np.array(flat, dtype=np.float64).reshape(value.shape).astype(value.dtype)
+    if isinstance(value, dict):
+        return {k: canonical(v, atol=atol, rtol=rtol) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [canonical(v, atol=atol, rtol=rtol) for v in value]
+    if isinstance(value, float | np.floating):
+        return one(float(value))
+    return value
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run torch on one thread: a reduction split across threads can change the last bit of a result."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
-    """Reference output of every case, plus the outputs of the catalogued mistakes that this case catches."""
+    """Reference output of every case, plus the outputs of the catalogued mistakes that this case catches.
+
+    Every stored float is rounded by `canonical` to the case's tolerances, the same values whether they
+    go into a generated test file or stay in the grader's memory, so a build is byte-identical on every
+    machine and thread count; the reference must still pass its own case after the rounding.
+    """
+    with _one_thread():
+        return _expected_values(questions)
+
+
+def _expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
     from reference.mistakes import MISTAKES, reference_namespace
 
     answers = mc_answers(questions)
@@ -374,18 +433,21 @@ def expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for q in questions:
         for case in q.cases:
+            tol = {"atol": case["atol"], "rtol": case["rtol"]}
             value = checks.run_probe(ref_ns, case["probe"], case["args"])
             if "error" in value:
                 raise ContentError(f"{q.path}: question {q.id}: the reference fails case {case['name']}: "
                                    f"{value['error']}")
-            expected: dict[str, Any] = {"value": value, "variants": []}
+            expected: dict[str, Any] = {"value": canonical(value, **tol), "variants": []}
             verdict = checks.judge(case, value, expected)
             if not verdict.passed:
                 raise ContentError(f"{q.path}: question {q.id}: the reference does not pass its own case "
-                                   f"{case['name']}: {verdict.message}")
+                                   f"{case['name']} (its expected value rounded to the case's tolerances): "
+                                   f"{verdict.message}")
             for m in MISTAKES:
                 got = checks.run_probe(mutant_ns[m.id], case["probe"], case["args"])
                 if "error" not in got and not checks.judge(case, got, expected).passed:
-                    expected["variants"].append({"id": m.id, "description": m.description, "output": got})
+                    expected["variants"].append({"id": m.id, "description": m.description,
+                                                 "output": canonical(got, **tol)})
             out[case["id"]] = expected
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -139,3 +140,59 @@ def test_public_checks_are_valid_otter_test_files() -> None:
         tree = ast.parse(test_file.read_text())
         names = {n.targets[0].id for n in tree.body if isinstance(n, ast.Assign)}
         assert {"OK_FORMAT", "name", "points"} <= names, test_file
+
+
+# Builds every generated part that holds numbers (expected values, the Otter master notebook whose test cells
+# become the student test files, the nbgrader source notebook) and prints one hash per part.
+NUMBERED_PARTS = """
+import hashlib, json, sys
+import torch
+torch.set_num_threads(int(sys.argv[1]))
+from autograder import build, lesson83_checks as checks
+from autograder.config import load_config
+from autograder.content import expected_values, load_questions
+questions = load_questions(load_config())
+expected = expected_values(questions)
+parts = {"expected values": checks.dumps(expected)}
+for name, nb in (("otter master", build.otter_master(questions, expected, name="lesson83")),
+                 ("nbgrader source", build.nbgrader_source(questions, expected))):
+    parts[name] = json.dumps([[c.cell_type, c.source, c.metadata] for c in nb.cells], sort_keys=True)
+parts |= {f"test file of {c['id']}": build._otter_test(c, expected[c["id"]]) for q in questions for c in q.cases}
+print(json.dumps({k: hashlib.sha256(v.encode()).hexdigest() for k, v in parts.items()}))
+"""
+
+
+def _numbered_parts(threads: int) -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               OPENBLAS_NUM_THREADS=str(threads))
+    proc = subprocess.run([sys.executable, "-c", NUMBERED_PARTS, str(threads)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_numbers_in_the_release_are_identical_with_one_and_two_threads() -> None:
+    one, two = _numbered_parts(1), _numbered_parts(2)
+    assert len(one) > 60 and one.keys() == two.keys()
+    assert [k for k in one if one[k] != two[k]] == []
+
+
+def test_stored_floats_are_rounded_within_the_tolerances() -> None:
+    import numpy as np
+
+    from autograder.content import canonical
+
+    rng = np.random.default_rng(0)
+    for atol, rtol in ((1e-4, 1e-4), (1e-3, 1e-3), (1e-6, 0.0)):
+        x = rng.standard_normal(2000) * 10.0 ** rng.integers(-8, 4, 2000)
+        for dtype in (np.float64, np.float32):
+            a = x.astype(dtype)
+            stored = canonical(a, atol=atol, rtol=rtol)
+            assert stored.dtype == dtype
+            moved = np.abs(stored.astype(float) - a.astype(float))
+            assert (moved <= 0.06 * (atol + rtol * np.abs(a)) + np.abs(np.spacing(a))).all()
+        # One ulp of noise (another machine, another thread count) almost never changes what is stored.
+        noisy = np.nextafter(x, np.inf)
+        assert (canonical(x, atol=atol, rtol=rtol) == canonical(noisy, atol=atol, rtol=rtol)).mean() > 0.999
+    plain = canonical({"v": [-0.0, 1 / 3, float("nan"), 7, True, "x"]}, atol=1e-4, rtol=1e-4)["v"]
+    assert plain[:2] == [0.0, 0.333333] and plain[3:] == [7, True, "x"] and str(plain[0]) == "0.0"
