@@ -53,6 +53,9 @@ class CaseSpec(_Strict):
     atol: float | None = None
     rtol: float | None = None
     diagnosis: str | None = None  # the catalogued mistake behind any failure of this property check
+    # Value cases of the same question that must pass before this (property) case earns its points: a
+    # property such as "PE[pos + k] is a rotation of PE[pos]" also holds of a table of zeros.
+    requires: list[str] = []
     revisit: str
 
     @field_validator("probe")
@@ -293,6 +296,7 @@ def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[dict[str,
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ContentError(f"{path}: question {fm.id}: duplicate case names {sorted(names)}")
+    _check_requires(specs, path, fm.id)
     qcfg = config.questions[fm.id]
     total_weight = sum(s.weight for s in specs)
     if total_weight <= 0:
@@ -315,6 +319,34 @@ def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[dict[str,
                     atol=spec.atol or config.tolerances.atol, rtol=spec.rtol or config.tolerances.rtol)
         out.append(case)
     return out
+
+
+def _check_requires(specs: list[CaseSpec], path: Path, qid: str) -> None:
+    """`requires` names cases of the same question, never a hidden one from a public case, and has no cycle."""
+    by_name = {s.name: s for s in specs}
+    for spec in specs:
+        for name in spec.requires:
+            where = f"{path}: question {qid}: case {spec.name}: requires {name!r}"
+            if name not in by_name:
+                raise ContentError(f"{where}, which is not a case of this question; its cases: {sorted(by_name)}")
+            if by_name[name].hidden and not spec.hidden:
+                raise ContentError(f"{where}, a hidden case: a public case cannot wait for a hidden one")
+    state: dict[str, str] = {}  # name -> "open" while on the current path, "done" once its requirements are
+
+    def visit(name: str, trail: list[str]) -> None:
+        if state.get(name) == "done":
+            return
+        if state.get(name) == "open":
+            cycle = trail[trail.index(name):] + [name]
+            raise ContentError(f"{path}: question {qid}: the requires of cases form a cycle: "
+                               + " -> ".join(cycle))
+        state[name] = "open"
+        for required in by_name[name].requires:
+            visit(required, [*trail, name])
+        state[name] = "done"
+
+    for spec in specs:
+        visit(spec.name, [])
 
 
 def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR,

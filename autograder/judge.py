@@ -132,15 +132,34 @@ def _load_suite(config_path: Path) -> Suite:
 
 
 def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[CaseResult]:
-    """Judge probe outputs (case id -> plain data); a case with no output fails with a clear message."""
-    results = []
+    """Judge probe outputs (case id -> plain data); a case with no output fails with a clear message.
+
+    A case that `requires` value cases of its question passes only when they pass too (recursively): a
+    property such as "shuffling the input shuffles the output" also holds of code that returns zeros.
+    """
+    verdicts: dict[str, checks.Verdict] = {}
     for case in suite.cases:
         got = outputs.get(case["id"])
         if got is None:
-            verdict = checks.Verdict(False, f"{case['id']}: no result: the submission stopped before this "
-                                     "case could run.")
+            verdicts[case["id"]] = checks.Verdict(False, f"{case['id']}: no result: the submission stopped "
+                                                  "before this case could run.")
         else:
-            verdict = checks.judge(case, got, suite.expected[case["id"]])
+            verdicts[case["id"]] = checks.judge(case, got, suite.expected[case["id"]])
+    by_id = {c["id"]: c for c in suite.cases}
+
+    def holds(case_id: str) -> bool:  # its own check and every requirement pass (content.py forbids cycles)
+        case = by_id[case_id]
+        return verdicts[case_id].passed and all(holds(f"{case['question']}/{r}") for r in case.get("requires", []))
+
+    results = []
+    for case in suite.cases:
+        verdict, got = verdicts[case["id"]], outputs.get(case["id"])
+        blocked = [f"{case['question']}/{r}" for r in case.get("requires", []) if not holds(f"{case['question']}/{r}")]
+        if verdict.passed and blocked:
+            verdict = checks.Verdict(False, f"{case['id']}: earns its points only once {' and '.join(blocked)} "
+                                     f"passes: make {blocked[0]} pass first. This property also holds of code "
+                                     "that computes nothing (zeros, an identity), so it counts only with correct "
+                                     "values.")
         received = None if verdict.passed or got is None else checks.to_plain(got)
         results.append(CaseResult(case["id"], case["question"], case["points"] if verdict.passed else 0.0,
                                   case["points"], verdict.passed, case["hidden"], verdict.message,

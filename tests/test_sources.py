@@ -107,3 +107,50 @@ def test_multiple_choice_answers_are_shuffled() -> None:
     questions = load_questions(load_config())
     letters = [shuffled(c)[1] for q in questions for c in q.choices]
     assert len(letters) == 5 and len(set(letters)) >= 3
+
+
+def _with_requires(tmp_path: Path, case: str, requires: str) -> Path:
+    """A copy of the assignments where case `case` of Q2 requires `requires`."""
+    src = _assignments(tmp_path)
+    q2 = src / "q2_sinusoidal_pe.md"
+    text = q2.read_text()
+    anchor = f"  - name: {case}\n"
+    head, tail = text.split(anchor)
+    block, rest = tail.split("\n  - name: ", 1)
+    block = "\n".join(line for line in block.splitlines() if not line.startswith("    requires:"))
+    q2.write_text(f"{head}{anchor}    requires: {requires}\n{block}\n  - name: {rest}")
+    return src
+
+
+@pytest.mark.parametrize(("case", "requires", "words"), [
+    ("odd_d_raises", "[table_d5]", ["odd_d_raises", "'table_d5'", "not a case of this question"]),
+    ("odd_d_raises", "[table_q4]", ["not a case of this question"]),
+    ("odd_d_raises", "[hidden_table_d6]", ["odd_d_raises", "hidden", "public case"]),
+    ("table_d4", "[relative_identity_d4]", ["cycle", "table_d4 -> relative_identity_d4 -> table_d4"]),
+    ("table_d4", "[table_d4]", ["cycle", "table_d4 -> table_d4"]),
+])
+def test_requires_names_cases_of_the_same_question_without_cycles(tmp_path: Path, case: str, requires: str,
+                                                                  words: list[str]) -> None:
+    src = _with_requires(tmp_path, case, requires)
+    with pytest.raises(ContentError) as info:
+        load_questions(load_config(), src)
+    msg = str(info.value)
+    assert "q2_sinusoidal_pe.md" in msg and "question q2_sinusoidal_pe" in msg
+    for word in words:
+        assert word in msg, msg
+
+
+def test_every_property_case_is_gated_on_a_value_case() -> None:
+    """A check that judges a property of the output alone must wait for a value case of its question."""
+    from autograder.lesson83_checks import USES_EXPECTED
+
+    properties = {"pair_equal", "pair_differ", "raises_value_error", "buffer_not_parameter", "follows_to",
+                  "learned_table", "grad_rows", "shape"}
+    for q in load_questions(load_config()):
+        if q.id.startswith("m1"):
+            continue  # m1_tinycharlm.md belongs to the milestone's owner (see README)
+        for case in q.cases:
+            if case["check"] in properties:
+                assert case["requires"], f"{case['id']} ({case['check']}) has no `requires:`"
+                assert all(f"{q.id}/{r}" != case["id"] for r in case["requires"])
+                assert {c["check"] for c in q.cases if c["name"] in case["requires"]} <= USES_EXPECTED
