@@ -256,6 +256,20 @@ def alibi_attention(q, k, v):
     scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
 """),
+    Mistake("alibi_paper_slopes", "q7_alibi",
+            "the slopes follow the ALiBi paper's get_slopes, which for a head count that is not a power of two "
+            "takes the slopes of the next lower power of two and interleaves some of the next higher; this "
+            "lesson defines slope_h = 2^(-8h/H), h = 1..H, for every H.", """
+def alibi_slopes(num_heads):
+    def power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start ** i for i in range(n)]
+    if math.log2(num_heads).is_integer():
+        return torch.tensor(power_of_2(num_heads))
+    closest = 2 ** math.floor(math.log2(num_heads))
+    extra = alibi_slopes(2 * closest).tolist()[0::2][: num_heads - closest]
+    return torch.tensor(power_of_2(closest) + extra)
+"""),
     Mistake("lm_rotates_v", "m1_tinycharlm",
             "RoPE is applied to v as well; rotate q and k only and pass v through untouched.", """
 class TinyCharLM(TinyCharLM):
