@@ -227,9 +227,10 @@ def _claimed_row(ppl: dict[str, Any], pos: str) -> dict[int, float]:
 
 
 def _child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "TORCH", "OMP_", "MKL_"))}
-    env.update(PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2", OMP_NUM_THREADS=
-               str(max(1, min(4, os.cpu_count() or 1))))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP", "PYTHONINSPECT")}
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+               PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2",
+               OMP_NUM_THREADS=str(max(1, min(4, os.cpu_count() or 1))))
     return env
 
 
