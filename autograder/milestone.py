@@ -416,9 +416,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("."), help="folder for milestone.pt/.json/.png")
     parser.add_argument("--verify", action="store_true", help="verify OUT/milestone.pt instead of training")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the limited reader
+    parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)  # 3 steps of batch 4 (tests)
     args = parser.parse_args(argv)
     if args.child:
         return _child_main()
+    if args.smoke:  # this process only: a tiny run of the same code path, saved under the preset's name
+        PRESETS[args.preset].update(steps=3, batch_size=4, eval_windows=20)
     pt_path, json_path = args.out / "milestone.pt", args.out / "milestone.json"
     if args.verify:
         result = verify_checkpoint(pt_path if pt_path.exists() else None,
