@@ -36,7 +36,7 @@ def test_gpu_check_smoke_runs_every_section_on_the_cpu(tmp_path: Path) -> None:
                         "training speed": True, "kernels per step": True, "full protocol": True,
                         "checkpoint verification": True}, finished
     kinds = {r["section"] for r in records}
-    assert {"first_steps", "curve", "speed", "kernels", "protocol", "verify"} <= kinds
+    assert {"first_steps", "fallback", "curve", "speed", "kernels", "protocol", "verify"} <= kinds
     curve = next(r for r in records if r["section"] == "curve")
     assert set(curve["curves"]) == {"cpu", "graphed-bf16", "graphed-bf16-no-cudnn", "eager-bf16", "graphed-tf32"}
     assert curve["gaps"]["graphed-bf16"] < 1e-5  # on the CPU the graphed body is the same math as train()
