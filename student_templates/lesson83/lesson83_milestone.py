@@ -212,7 +212,8 @@ def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, b
         tick, last = now, done
 
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cuda and precision == "tf32"
+    if cuda and precision == "tf32":  # restored below; bf16 leaves the global settings alone
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     began = time.perf_counter()
     model.train()
     try:
