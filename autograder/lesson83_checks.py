@@ -476,6 +476,139 @@ def lm_values_unrotated(env: dict[str, Any], T: int, seed: int) -> dict[str, Any
     return {"first": _logits(models[0], X), "second": _logits(models[1], X)}
 
 
+# Ops that may take tensors of two devices on a GPU too: they move data, or take CPU indices or values.
+_MOVES = {"to", "copy_", "cuda", "cpu", "type", "new_tensor", "__getitem__", "__setitem__", "index_put_",
+          "index_put", "as_tensor", "tensor"}
+
+
+class DeviceMismatch(Exception):
+    """Raised inside a traced forward pass at the first op that mixes devices; carries plain data."""
+
+    def __init__(self, finding: dict[str, Any]) -> None:
+        super().__init__(finding.get("op", ""))
+        self.finding = finding
+
+
+def _student_line() -> str:
+    import traceback as tb
+
+    mine = [f"line {frame.lineno} in {frame.name}" for frame in reversed(tb.extract_stack())
+            if "/torch/" not in frame.filename.replace("\\", "/")
+            and not frame.filename.endswith(("lesson83_checks.py", "lesson83_milestone.py"))]
+    return ", called from ".join(mine[:2])
+
+
+def trace_devices(model: Any, X: Any) -> dict[str, Any] | None:
+    """Run model(X) once and report the first op that combines tensors of different devices, or None.
+
+    X and the model's parameters and buffers live on one device (the probe uses `meta`, so nothing is
+    computed). A TorchFunctionMode sees every torch call of the forward pass, so a table made on the CPU
+    inside forward (or kept as a plain attribute) is caught even where an op would accept it (on torch 2.13 a
+    matmul of a meta tensor with a CPU tensor succeeds). 0-dim CPU tensors count as Python numbers, as they
+    do on a GPU. The report says which tensor, made where (module, line, op, shape), met which op.
+    """
+    torch = _torch()
+    from torch.overrides import TorchFunctionMode
+
+    device = X.device
+    origins: dict[int, tuple[Any, str]] = {}  # id -> (tensor, where it was made), for tensors off the device
+    for mod_name, mod in model.named_modules():
+        for attr, value in vars(mod).items():
+            if isinstance(value, torch.Tensor) and value.device != device:
+                owner = f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
+                origins[id(value)] = (value, f"the plain attribute self.{attr} of {owner}, which "
+                                             "is not a registered buffer and so did not move with the model")
+    stack: list[str] = []
+    hooks = []
+    for mod_name, mod in model.named_modules():
+        label = f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
+        hooks.append(mod.register_forward_pre_hook(lambda m, a, label=label: stack.append(label)))
+        hooks.append(mod.register_forward_hook(lambda m, a, o: None if not stack else stack.pop() and None))
+
+    def tensors(value: Any) -> list[Any]:
+        if isinstance(value, torch.Tensor):
+            return [value]
+        if isinstance(value, list | tuple):
+            return [t for v in value for t in tensors(v)]
+        if isinstance(value, dict):
+            return [t for v in value.values() for t in tensors(v)]
+        return []
+
+    def describe(t: Any) -> str:
+        known = origins.get(id(t))
+        made = known[1] if known and known[0] is t else "a tensor the forward pass made there"
+        return f"a {str(t.dtype).replace('torch.', '')} tensor of shape {list(t.shape)} on {t.device.type}: {made}"
+
+    class Tracker(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", str(func))
+            inputs = tensors(args) + tensors(kwargs)
+            off = [t for t in inputs if t.device != device and not (t.device.type == "cpu" and t.dim() == 0)]
+            on = [t for t in inputs if t.device == device]
+            if off and on and name not in _MOVES:
+                raise DeviceMismatch({"op": name, "module": stack[-1] if stack else "",
+                                      "line": _student_line(), "device": device.type,
+                                      "tensor": describe(off[0]), "shape": list(off[0].shape)})
+            out = func(*args, **kwargs)
+            made = [t for t in tensors(out) if t.device != device]
+            if made and name not in ("__get__",):
+                parent = next((origins[id(t)][1] for t in off if id(t) in origins and origins[id(t)][0] is t),
+                              None)
+                where = parent or (f"made by torch.{name} at {_student_line() or 'an unknown line'}"
+                                   f"{' in ' + stack[-1] if stack else ''}")
+                for t in made:
+                    origins.setdefault(id(t), (t, where))
+            return out
+
+    try:
+        with Tracker():
+            out = model(X)
+        bad = [t for t in tensors(out) if t.device != device]
+        if bad:
+            return {"op": "the returned logits", "module": type(model).__name__, "line": "",
+                    "device": device.type, "tensor": describe(bad[0]), "shape": list(bad[0].shape)}
+    except DeviceMismatch as exc:
+        return exc.finding
+    finally:
+        for h in hooks:
+            h.remove()
+    return None
+
+
+def device_message(pos: str, finding: dict[str, Any]) -> str:
+    """What a device finding means for TinyCharLM(pos=pos) and how to fix it (shared with the trainer)."""
+    where = ", ".join(w for w in (finding.get("line"), finding.get("module") and f"module {finding['module']}")
+                      if w)
+    return (f"pos={pos!r}: TinyCharLM runs on the CPU only. With the model and its input on the "
+            f"{finding['device']} device, {finding['op']}{f' ({where})' if where else ''} received "
+            f"{finding['tensor']}. On a GPU this stops the first training step. Fix: register fixed tables "
+            "in __init__ with self.register_buffer(name, table, persistent=False) so that they move with "
+            "the model, and create anything you build inside forward on the input's device "
+            "(device=q.device, or table.to(q.device)).")
+
+
+@probe
+def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]:
+    """Per scheme, the first op of a forward pass on the `meta` device that mixes devices (None: clean)."""
+    torch = _torch()
+    out: dict[str, Any] = {}
+    for pos in schemes:
+        model = _get(env, "TinyCharLM")(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL).to("meta")
+        X = torch.zeros((2, T), dtype=torch.long, device="meta")
+        try:
+            out[pos] = {"finding": trace_devices(model, X), "note": ""}
+        except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
+            text = str(exc).splitlines()[0][:200] if str(exc) else ""
+            if "device" in text and ("cpu" in text or "meta" in text):
+                out[pos] = {"finding": {"op": "an operation", "module": "", "line": error_record(exc)["where"],
+                                        "device": "meta", "tensor": f"a tensor on another device ({text})",
+                                        "shape": []}, "note": ""}
+            else:
+                out[pos] = {"finding": None, "note": f"{type(exc).__name__}: {text}"}
+    return out
+
+
 # --------------------------------------------------------------------------- message helpers
 
 
@@ -778,6 +911,18 @@ def lm_names(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]
     return Verdict(True)
 
 
+@check
+def lm_same_device(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """Every scheme's forward pass keeps to the device of its input and parameters."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    for pos, result in got.items():
+        if result.get("finding"):
+            return Verdict(False, _fail(case, device_message(pos, result["finding"])).message,
+                           "lm_tables_on_cpu")
+    return Verdict(True)
+
+
 # --------------------------------------------------------------------------- entry points
 
 
@@ -799,4 +944,4 @@ def run_case(env: dict[str, Any], case_json: str) -> None:
 
 
 __all__ = ["PROBES", "CHECKS", "Verdict", "run_probe", "judge", "run_case", "to_plain", "from_plain",
-           "dumps", "loads"]
+           "dumps", "loads", "trace_devices", "device_message"]

@@ -105,46 +105,182 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def _checks() -> Any:
+    """The shipped checks module: inside the lesson83 package, or next to this file in the student folder."""
+    import importlib
+    import sys
+
+    if __package__:
+        return importlib.import_module(f"{__package__}.lesson83_checks")
+    if str(HERE) not in sys.path:
+        sys.path.append(str(HERE))
+    return importlib.import_module("lesson83_checks")
+
+
+def check_devices(model_cls: Callable[..., nn.Module], pos: str) -> None:
+    """Refuse (ValueError) a model whose forward pass mixes devices, as the M1 check lm_device does.
+
+    One forward pass of model_cls(pos=pos, **ARCH) on the `meta` device (nothing is computed) catches tables
+    built on the CPU inside forward or kept as plain attributes, which would stop the first step on a GPU.
+    A model that cannot run on `meta` at all (for example one that calls .item()) is not refused here.
+    """
+    try:
+        checks = _checks()
+    except ImportError:  # lesson83_checks.py was not kept next to this file
+        return
+    model = model_cls(pos=pos, **ARCH).to("meta")
+    try:
+        finding = checks.trace_devices(model, torch.zeros((2, 32), dtype=torch.long, device="meta"))
+    except Exception:  # noqa: BLE001 - nothing to conclude on meta; training will tell
+        return
+    if finding:
+        raise ValueError(checks.device_message(pos, finding))
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor, starts: torch.Tensor,
+               offsets: torch.Tensor, index: torch.Tensor, total: torch.Tensor, *,
+               amp_dtype: torch.dtype | None) -> None:
+    """One training step with its state on the device: the batch of step index[0], forward (autocast to
+    amp_dtype unless None), loss, backward, optimiser step; adds the loss to total and 1 to index.
+
+    It never synchronises with the host, so on a GPU it is captured once as a CUDA graph and replayed; it
+    runs eagerly anywhere else, and computes what one iteration of train's loop computes.
+    """
+    seq = tokens[starts.index_select(0, index)[0][:, None] + offsets]
+    with torch.autocast(tokens.device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None,
+                        cache_enabled=False):
+        logits = model(seq[:, :-1])
+    loss = F.cross_entropy(logits.float().flatten(0, 1), seq[:, 1:].flatten())
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    total.add_(loss.detach())
+    index.add_(1)
+
+
+PRECISIONS = ("bf16", "tf32")  # on CUDA: bf16 autocast, or float32 with TF32 matrix products
+GRAPH_WARMUP = 3  # eager steps on a side stream before a CUDA graph is captured (they are real steps)
+
+
 def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, batch_size: int = 64,
           context: int = 128, lr: float = 1e-3, seed: int = 0, device: str | torch.device | None = None,
-          progress: bool = True, report_every: int = 100, compile: bool = False) -> tuple[nn.Module, list[float]]:
+          progress: bool = True, report_every: int = 100, compile: bool = False, precision: str = "bf16",
+          graph: bool | None = None, info: dict[str, Any] | None = None) -> tuple[nn.Module, list[float]]:
     """Train one model_cls(pos=pos, **ARCH); returns the model and the mean training loss per report interval.
 
-    AdamW (weight decay 0), bf16 autocast on CUDA only. The loss is summed on the device and read back
-    once per report interval, so the loop has no per-step host synchronisation. compile=True trains
-    through torch.compile (worth its start-up time only for long runs; needs a C++ compiler on a CPU).
+    AdamW (weight decay 0). On CUDA, precision "bf16" trains under bf16 autocast and "tf32" in float32
+    with TF32 matrix products; the CPU always trains in float32. The loss is summed on the device and read
+    back once per report interval, so no step waits for the host. graph (default: on CUDA without compile)
+    captures the whole step (train_step) as a CUDA graph after a few warm-up steps and replays it; when
+    capture fails (a model that synchronises or keeps tables on the CPU) it says so and trains eagerly.
+    compile=True trains through torch.compile (worth its start-up time only for long runs; needs a C++
+    compiler on a CPU). A model whose forward pass mixes devices is refused before any training. info, if
+    given, receives graph (whether steps were replayed from a CUDA graph), note and seconds (the steps alone).
     """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     device = torch.device(device) if device is not None else default_device()
+    check_devices(model_cls, pos)
+    cuda = device.type == "cuda"
+    graph = (cuda and not compile) if graph is None else graph
+    amp_dtype = torch.bfloat16 if cuda and precision == "bf16" else None
     tokens = corpus_tokens().to(device)
     torch.manual_seed(seed)
     model = model_cls(pos=pos, **ARCH).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, fused=device.type == "cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, fused=cuda, capturable=cuda and graph)
     forward = torch.compile(model) if compile else model
     starts = batch_starts(steps=steps, batch_size=batch_size, seed=seed).to(device)
     offsets = torch.arange(context + 1, device=device)
     total, history = torch.zeros((), device=device), []
     tick, last = time.perf_counter(), 0
+    info = info if info is not None else {}
+    info.update(graph=False, note="", seconds=0.0)
+
+    def report(done: int) -> None:
+        nonlocal tick, last
+        if done % report_every and done != steps:
+            return
+        history.append((total / (done - last)).item())
+        total.zero_()
+        now = time.perf_counter()
+        if progress:
+            rate = (done - last) * batch_size * context / (now - tick)
+            bar = "#" * (20 * done // steps)
+            print(f"\r{pos:>10} [{bar:<20}] {done}/{steps} loss {history[-1]:.3f} {rate:,.0f} tok/s",
+                  end="\n" if done == steps else "", flush=True)
+        tick, last = now, done
+
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    if cuda and precision == "tf32":  # restored below; bf16 leaves the global settings alone
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    began = time.perf_counter()
     model.train()
-    for step in range(steps):
-        seq = tokens[starts[step, :, None] + offsets]
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            logits = forward(seq[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), seq[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        total += loss.detach()
-        if (step + 1) % report_every == 0 or step + 1 == steps:
-            history.append((total / (step + 1 - last)).item())
-            total.zero_()
-            now = time.perf_counter()
-            if progress:
-                rate = (step + 1 - last) * batch_size * context / (now - tick)
-                bar = "#" * (20 * (step + 1) // steps)
-                print(f"\r{pos:>10} [{bar:<20}] {step + 1}/{steps} loss {history[-1]:.3f} {rate:,.0f} tok/s",
-                      end="\n" if step + 1 == steps else "", flush=True)
-            tick, last = now, step + 1
+    try:
+        if graph:
+            _graphed_steps(model, opt, tokens, starts, offsets, total, amp_dtype=amp_dtype, steps=steps,
+                           report=report, info=info)
+        else:
+            for step in range(steps):
+                seq = tokens[starts[step, :, None] + offsets]
+                with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+                    logits = forward(seq[:, :-1])
+                loss = F.cross_entropy(logits.float().flatten(0, 1), seq[:, 1:].flatten())
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += loss.detach()
+                report(step + 1)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    info["seconds"] = time.perf_counter() - began
     return model, history
+
+
+def _graphed_steps(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor, starts: torch.Tensor,
+                   offsets: torch.Tensor, total: torch.Tensor, *, amp_dtype: torch.dtype | None, steps: int,
+                   report: Callable[[int], None], info: dict[str, Any]) -> None:
+    """train's loop through train_step: GRAPH_WARMUP eager steps (on a side stream on CUDA), then one CUDA
+    graph captured and replayed for the other steps; eager steps where capture is impossible."""
+    device = tokens.device
+    index = torch.zeros(1, dtype=torch.long, device=device)
+
+    def step() -> None:
+        train_step(model, opt, tokens, starts, offsets, index, total, amp_dtype=amp_dtype)
+
+    done, graph = 0, None
+    if device.type != "cuda":
+        info["note"] = "CUDA graphs need a GPU: train_step ran eagerly"
+    else:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            while done < min(GRAPH_WARMUP, steps):
+                step()
+                done += 1
+                report(done)
+        torch.cuda.current_stream(device).wait_stream(side)
+        if done < steps:
+            try:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    step()  # recorded, not run: index and total are unchanged
+            except Exception as err:  # noqa: BLE001 - a model that synchronises or moves tables every step
+                graph = None
+                torch.cuda.synchronize(device)
+                index.fill_(done)
+                first = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+                info["note"] = (f"this model cannot be captured as a CUDA graph ({first}); training eagerly "
+                                "instead. Keep tables as buffers and avoid .item(), .cpu() and printing tensors "
+                                "inside forward.")
+                print(f"note: {info['note']}", flush=True)
+    info["graph"] = graph is not None
+    while done < steps:
+        if graph is not None:
+            graph.replay()
+        else:
+            step()
+        done += 1
+        report(done)
 
 
 @torch.inference_mode()
@@ -176,16 +312,21 @@ def format_table(table: Mapping[str, Mapping[int, float]]) -> str:
 
 def run_milestone(model_cls: Callable[..., nn.Module], preset: str = "quick", *,
                   schemes: Sequence[str] = SCHEMES, device: str | torch.device | None = None,
-                  progress: bool = True) -> tuple[dict[str, nn.Module], dict[str, dict[int, float]]]:
-    """Train and evaluate one model per scheme with a preset; returns the models and the perplexity table."""
+                  progress: bool = True, precision: str = "bf16",
+                  graph: bool | None = None) -> tuple[dict[str, nn.Module], dict[str, dict[int, float]]]:
+    """Train and evaluate one model per scheme with a preset; returns the models and the perplexity table.
+
+    Every scheme's model is checked for mixed devices before the first one trains (ValueError)."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
     cfg = PRESETS[preset]
+    for pos in schemes:
+        check_devices(model_cls, pos)
     models, table = {}, {}
     for pos in schemes:
         models[pos], _ = train(model_cls, pos, steps=cfg["steps"], batch_size=cfg["batch_size"],
                                context=cfg["context"], lr=cfg["lr"], seed=cfg["seed"], device=device,
-                               progress=progress)
+                               progress=progress, precision=precision, graph=graph)
         table[pos] = evaluate_ppl(models[pos], max_windows=cfg["eval_windows"])
     if progress:
         print(format_table(table))

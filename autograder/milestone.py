@@ -1,22 +1,32 @@
-"""Milestone stage: train the reference TinyCharLM on the protocol, and verify submitted checkpoints on the CPU."""
+"""Milestone stage: train the reference TinyCharLM on the protocol, and verify submitted checkpoints on the CPU.
+
+This module and everything it imports run on a bare PyTorch image (no pydantic): the milestone rules are read
+from grading_config.yaml by a small reader here, with the same validation as autograder/config.py.
+A submitted milestone.pt is loaded and evaluated in a child process with a memory, CPU-time and wall-clock
+limit, so a hostile file can only ever give a verdict.
+"""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import math
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from autograder.config import Milestone, load_config
 from autograder.lesson83_milestone import (
     ARCH,
     CONTEXTS,
+    PRECISIONS,
     PRESETS,
     SCHEMES,
     VOCAB,
@@ -28,12 +38,102 @@ from autograder.lesson83_milestone import (
 )
 from reference.lesson83 import TinyCharLM
 
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = ROOT / "grading_config.yaml"
 # Verification re-evaluates on 300 evenly spaced validation windows, starting at 100,000 + 10 i (i = 0..299).
 VERIFY_WINDOWS = 300
 VERIFY_BATCH = 50  # larger batches than the protocol's 16 run faster on a CPU and give the same mean
 MAX_CHECKPOINT_MB = 64  # five models in float32 take about 4 MB
+MAX_CLAIMS_KB = 256  # milestone.json is about 1 KB
+# The child that loads and evaluates a checkpoint may allocate this much beyond the interpreter with torch
+# imported (a legitimate checkpoint needs about 300 MB), and gets this much CPU and wall-clock time.
+CHILD_MEMORY_MB = 1024
+CHILD_TIMEOUT_S = 300
 UPLOAD_HINT = ("Upload milestone.pt and milestone.json next to your notebook, exactly as the milestone's "
                "save cell writes them (save_checkpoint).")
+
+
+class RulesError(ValueError):
+    """A problem in grading_config.yaml's milestone section, with the file and the key in the message."""
+
+
+@dataclass(frozen=True)
+class PresetRule:
+    """Credit and perplexity bounds of one accepted preset."""
+
+    credit: float = 1.0
+    thresholds: dict[str, dict[int, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MilestoneRules:
+    """The milestone section of grading_config.yaml (the same keys and checks as config.Milestone)."""
+
+    points: float = 0.0
+    rel_tol: float = 0.02
+    verify_windows: int = 300
+    presets: dict[str, PresetRule] = field(default_factory=dict)
+
+
+def _number(value: Any, key: str, *, low: float, high: float = math.inf, low_open: bool = False,
+            integer: bool = False) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and (not integer or isinstance(value, int))
+    if not ok or not math.isfinite(value) or value > high or (value <= low if low_open else value < low):
+        kind = "an integer" if integer else "a number"
+        bounds = f"{'>' if low_open else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
+        raise RulesError(f"{key}: expected {kind} {bounds}, got {value!r}")
+    return value
+
+
+def _mapping(value: Any, key: str, allowed: Sequence[str] | None = None) -> dict[Any, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RulesError(f"{key}: expected a mapping, got {type(value).__name__}")
+    if allowed is not None and (extra := [k for k in value if k not in allowed]):
+        raise RulesError(f"{key}.{extra[0]}: unknown key (allowed keys: {', '.join(allowed)})")
+    return value
+
+
+def parse_rules(section: Any, *, where: str = "milestone") -> MilestoneRules:
+    """Validate a milestone section (a dict from YAML) into MilestoneRules; RulesError names the key."""
+    raw = _mapping(section, where, ("points", "rel_tol", "verify_windows", "presets"))
+    presets = {}
+    for name, rule in _mapping(raw.get("presets"), f"{where}.presets").items():
+        key = f"{where}.presets.{name}"
+        rule = _mapping(rule, key, ("credit", "thresholds"))
+        thresholds: dict[str, dict[int, float]] = {}
+        for pos, bounds in _mapping(rule.get("thresholds"), f"{key}.thresholds").items():
+            if pos not in SCHEMES:
+                raise RulesError(f"{key}.thresholds: unknown scheme {pos!r}; schemes are {', '.join(SCHEMES)}")
+            row = {}
+            for c, bound in _mapping(bounds, f"{key}.thresholds.{pos}").items():
+                if c not in CONTEXTS:
+                    raise RulesError(f"{key}.thresholds.{pos}: context {c!r} is not measured; use "
+                                     f"{', '.join(map(str, CONTEXTS))}")
+                row[c] = float(_number(bound, f"{key}.thresholds.{pos}.{c}", low=-math.inf))
+            thresholds[pos] = row
+        credit = float(_number(rule.get("credit", 1.0), f"{key}.credit", low=0, high=1))
+        presets[str(name)] = PresetRule(credit=credit, thresholds=thresholds)
+    return MilestoneRules(
+        points=float(_number(raw.get("points", 0), f"{where}.points", low=0)),
+        rel_tol=float(_number(raw.get("rel_tol", 0.02), f"{where}.rel_tol", low=0, low_open=True)),
+        verify_windows=int(_number(raw.get("verify_windows", 300), f"{where}.verify_windows", low=0, high=3000,
+                                   low_open=True, integer=True)),
+        presets=presets)
+
+
+def load_rules(path: Path = DEFAULT_CONFIG) -> MilestoneRules:
+    """The milestone rules of a grading config, read with PyYAML alone (no pydantic)."""
+    import yaml  # part of the PyTorch images this runs on; imported here so that importing stays light
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise RulesError(f"{path}: cannot read the grading config: {exc}") from exc
+    if not isinstance(raw, dict | None):
+        raise RulesError(f"{path}: the grading config is not a mapping")
+    return parse_rules((raw or {}).get("milestone"), where=f"{path}: milestone")
 
 
 def build_model(pos: str, state_dict: Mapping[str, torch.Tensor]) -> TinyCharLM:
@@ -56,7 +156,9 @@ PROBLEMS = {
                               "code, or train the full preset.",
     "checkpoint_preset_not_accepted": "the checkpoint was trained with a preset this course does not accept.",
 }
-_MEASURED: dict[tuple[str, str, int, int], dict[int, float]] = {}
+# Per checkpoint digest: what the child found in its config, and per (scheme, windows, batch) its result.
+_CONFIGS: dict[str, dict[str, Any]] = {}
+_MEASURED: dict[tuple[str, str, int, int], dict[str, Any]] = {}
 
 
 def _row(message: str = "", problem: str | None = None) -> dict[str, Any]:
@@ -69,80 +171,220 @@ def _failure(message: str, schemes: Sequence[str], problem: str = "checkpoint_un
             "schemes": {pos: _row(message, problem) for pos in schemes}}
 
 
-def _read(data: str | Path | bytes | None, name: str) -> bytes:
+def _read(data: str | Path | bytes | None, name: str, limit: int) -> bytes:
     if data is None:
         raise FileNotFoundError(name)
     if isinstance(data, bytes):
-        return data
-    path = Path(data)
-    if path.stat().st_size > MAX_CHECKPOINT_MB * 2**20:
-        raise ValueError(f"{name} is larger than {MAX_CHECKPOINT_MB} MB")
-    return path.read_bytes()
+        size = len(data)
+    else:
+        path = Path(data)
+        size = path.stat().st_size
+    if size > limit:
+        raise ValueError(f"{name} is larger than {limit // 2**10:,} KB")
+    return data if isinstance(data, bytes) else path.read_bytes()
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number")
+
+
+def read_claims(data: bytes) -> tuple[str, dict[str, Any]]:
+    """The preset and the ppl table of milestone.json; ValueError (never another exception) when malformed."""
+    try:
+        record = json.loads(data, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("it is nested too deeply") from None
+    except (UnicodeDecodeError, OverflowError) as err:
+        raise ValueError(str(err)) from None
+    if not isinstance(record, dict):
+        raise ValueError(f"it holds a {type(record).__name__}, not a table")
+    preset, ppl = record.get("preset"), record.get("ppl")
+    if not isinstance(preset, str):
+        raise ValueError(f"'preset' must be a preset name, got {type(preset).__name__}")
+    if not isinstance(ppl, dict):
+        raise ValueError(f"'ppl' must map schemes to perplexities, got {type(ppl).__name__}")
+    return preset, ppl
+
+
+def _claimed_row(ppl: dict[str, Any], pos: str) -> dict[int, float]:
+    """The claimed perplexity of one scheme per context: positive finite numbers only, else ValueError."""
+    row = ppl.get(pos)
+    if not isinstance(row, dict):
+        raise ValueError(f"milestone.json has no perplexity for {pos!r} at every context {CONTEXTS}")
+    out = {}
+    for c in CONTEXTS:
+        value = row.get(str(c))
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"milestone.json has no perplexity for {pos!r} at every context {CONTEXTS}")
+        try:
+            out[c] = float(value)
+        except OverflowError:
+            out[c] = math.inf
+        if not (math.isfinite(out[c]) and out[c] > 0):
+            raise ValueError(f"milestone.json gives {pos!r} the perplexity {value!r} at context {c}: a "
+                             "perplexity is a positive finite number")
+    return out
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP", "PYTHONINSPECT")}
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+               PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2",
+               OMP_NUM_THREADS=str(max(1, min(4, os.cpu_count() or 1))))
+    return env
+
+
+def _run_child(pt_bytes: bytes, request: dict[str, Any], *, memory_mb: int, timeout_s: float) -> dict[str, Any]:
+    """Load and evaluate milestone.pt in a limited child process; any failure comes back as {"error": ...}."""
+    request = {**request, "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1}
+    stdin = json.dumps(request).encode() + b"\n" + pt_bytes
+    try:
+        proc = subprocess.run([sys.executable, "-m", "autograder.milestone", "--child"], input=stdin,
+                              capture_output=True, timeout=timeout_s, cwd=ROOT, env=_child_env())
+    except subprocess.TimeoutExpired:
+        return {"error": f"reading and evaluating it took longer than the grader's limit of {timeout_s:g} s"}
+    except OSError as err:
+        return {"error": f"the grader could not start its reader ({err})"}
+    lines = proc.stdout.decode(errors="replace").strip().splitlines()
+    if proc.returncode == 0 and lines:
+        try:
+            result = json.loads(lines[-1])
+            if isinstance(result, dict):
+                return result
+        except ValueError:
+            pass
+    tail = proc.stderr.decode(errors="replace").strip().splitlines()
+    if proc.returncode < 0 or "MemoryError" in "".join(tail[-3:]) or "alloc" in "".join(tail[-3:]):
+        why = (f"the reader stopped with signal {-proc.returncode}" if proc.returncode < 0 else "the reader "
+               "failed")
+        return {"error": f"{why}; loading it needs more than the grader's {memory_mb} MB or crashes the reader"}
+    return {"error": f"the reader failed ({tail[-1][:200] if tail else f'exit status {proc.returncode}'})"}
+
+
+def _child_main() -> int:
+    """Inside the child: limit memory and CPU time, read the request and milestone.pt from stdin, load it
+    with weights_only=True, evaluate the requested schemes, print one JSON line."""
+    import resource
+
+    header = sys.stdin.buffer.readline()
+    request = json.loads(header)
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    status = Path("/proc/self/status")
+    base = next((int(line.split()[1]) * 1024 for line in status.read_text().splitlines()
+                 if line.startswith("VmSize:")), 0) if status.exists() else 0
+    limit = base + int(request["memory_mb"]) * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CPU, (request["cpu_s"], request["cpu_s"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    pt_bytes = sys.stdin.buffer.read()
+    out: dict[str, Any]
+    try:
+        config, state_dicts = load_checkpoint(pt_bytes)
+    except Exception as err:  # noqa: BLE001 - weights_only refusals, corrupt zips, out of memory, wrong layout
+        first = str(err).splitlines()[0][:300] if str(err) else ""
+        out = {"error": f"{type(err).__name__}: {first}"}
+    else:
+        preset = config.get("preset") if isinstance(config.get("preset"), str) else None
+        out = {"config": {"preset": preset, "vocab_ok": config.get("vocab") == list(VOCAB)}, "schemes": {}}
+        evaluate = (out["config"]["vocab_ok"] and preset is not None and preset == request["preset"]
+                    and preset in request["accepted"])
+        for pos in request["schemes"] if evaluate else []:
+            if pos not in state_dicts:
+                out["schemes"][pos] = {"missing": True}
+                continue
+            try:
+                model = build_model(pos, state_dicts[pos])
+            except Exception as err:  # noqa: BLE001 - names, shapes or types that do not fit
+                out["schemes"][pos] = {"unfit": (str(err).splitlines() or [type(err).__name__])[0][:300]}
+                continue
+            try:
+                ppl = evaluate_ppl(model, batch_size=request["batch"], max_windows=request["windows"])
+            except Exception as err:  # noqa: BLE001 - out of memory while evaluating
+                out["schemes"][pos] = {"unfit": f"evaluating them failed ({type(err).__name__})"}
+                continue
+            out["schemes"][pos] = {"ppl": {str(c): v for c, v in ppl.items()}}
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+    return 0
 
 
 def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes | None, *,
-                      schemes: Sequence[str] = SCHEMES, rules: Milestone | None = None,
-                      max_windows: int | None = None, batch_size: int = VERIFY_BATCH) -> dict[str, Any]:
+                      schemes: Sequence[str] = SCHEMES, rules: Any = None, max_windows: int | None = None,
+                      batch_size: int = VERIFY_BATCH, memory_mb: int = CHILD_MEMORY_MB,
+                      timeout_s: float = CHILD_TIMEOUT_S) -> dict[str, Any]:
     """Re-evaluate a submitted checkpoint on the CPU and compare with its claimed table and the thresholds.
 
     pt and claims are milestone.pt and milestone.json as paths or bytes (None: not submitted). rules are
-    the milestone section of the grading config (default: grading_config.yaml): accepted presets with
-    their credit and thresholds, rel_tol and the number of validation windows (max_windows overrides it).
-    Returns plain data: ok, message, preset, credit, seconds and, per scheme, the re-evaluated ppl, the
-    claimed ppl, the relative differences, the thresholds and the flags agrees, meets_thresholds, passed.
+    the milestone section of the grading config (MilestoneRules or config.Milestone; default: read from
+    grading_config.yaml): accepted presets with their credit and thresholds, rel_tol and the number of
+    validation windows (max_windows overrides it). milestone.pt is loaded (weights_only=True) and evaluated
+    in a child process limited to memory_mb beyond its start-up size and timeout_s; whatever the files hold,
+    the answer is a verdict, never an exception. Returns plain data: ok, message, problem, preset, credit,
+    seconds and, per scheme, the re-evaluated ppl, the claimed ppl, the relative differences, the thresholds
+    and the flags agrees, meets_thresholds, passed. The same weights are evaluated once per process.
     """
     start = time.perf_counter()
-    rules = rules or load_config().milestone
+    rules = rules or load_rules()
     try:
-        pt_bytes = _read(pt, "milestone.pt")
-        digest = hashlib.sha256(pt_bytes).hexdigest()
-        config, state_dicts = load_checkpoint(pt_bytes)
+        pt_bytes = _read(pt, "milestone.pt", MAX_CHECKPOINT_MB * 2**20)
     except FileNotFoundError:
         return _failure(f"milestone.pt was not found. {UPLOAD_HINT}", schemes, "checkpoint_missing")
-    except Exception as err:  # weights_only refusals, corrupt zips, wrong layout, too large
-        first = str(err).splitlines()[0] if str(err) else ""
-        return _failure(f"milestone.pt could not be read as plain weights ({type(err).__name__}: {first}). "
+    except (OSError, ValueError) as err:
+        return _failure(f"milestone.pt could not be read as plain weights ({type(err).__name__}: {err}). "
                         f"{UPLOAD_HINT}", schemes)
     try:
-        record = json.loads(_read(claims, "milestone.json"))
-        preset, claimed_ppl = record["preset"], record["ppl"]
+        claims_bytes = _read(claims, "milestone.json", MAX_CLAIMS_KB * 2**10)
     except FileNotFoundError:
         return _failure(f"milestone.json was not found. {UPLOAD_HINT}", schemes, "checkpoint_missing")
-    except (ValueError, KeyError, TypeError) as err:
-        return _failure(f"milestone.json is not a milestone table ({type(err).__name__}: {err}). "
-                        f"{UPLOAD_HINT}", schemes)
-    if config.get("vocab") != list(VOCAB):
+    except (OSError, ValueError) as err:
+        return _failure(f"milestone.json is not a milestone table ({err}). {UPLOAD_HINT}", schemes)
+    try:
+        preset, claimed_ppl = read_claims(claims_bytes)
+        claims_error = None
+    except ValueError as err:
+        preset, claimed_ppl, claims_error = None, {}, str(err)
+    windows = max_windows if max_windows is not None else rules.verify_windows
+    digest = hashlib.sha256(pt_bytes).hexdigest()
+    accepted = sorted(rules.presets)
+    wanted = list(schemes) if claims_error is None and preset in accepted else []
+    todo = [pos for pos in wanted if (digest, pos, windows, batch_size) not in _MEASURED]
+    if digest not in _CONFIGS or todo:  # the same weights uploaded twice are evaluated once
+        found = _run_child(pt_bytes, {"schemes": todo, "windows": windows, "batch": batch_size,
+                                      "preset": preset, "accepted": accepted},
+                           memory_mb=memory_mb, timeout_s=timeout_s)
+        if "error" in found or not isinstance(found.get("config"), dict):
+            return _failure(f"milestone.pt could not be read as plain weights ({found.get('error')}). "
+                            f"{UPLOAD_HINT}", schemes)
+        _CONFIGS[digest] = found["config"]
+        for pos, result in found.get("schemes", {}).items():
+            _MEASURED[(digest, pos, windows, batch_size)] = result
+    config = _CONFIGS[digest]
+    if claims_error is not None:
+        return _failure(f"milestone.json is not a milestone table ({claims_error}). {UPLOAD_HINT}", schemes)
+    if not config["vocab_ok"]:
         return _failure("milestone.pt uses another vocabulary; train with the milestone's VOCAB.", schemes)
-    if config.get("preset") != preset:
-        return _failure(f"milestone.pt says preset {config.get('preset')!r} but milestone.json says "
+    if config["preset"] != preset:
+        return _failure(f"milestone.pt says preset {config['preset']!r} but milestone.json says "
                         f"{preset!r}; upload the two files from the same run.", schemes)
     if preset not in rules.presets:
         return _failure(f"preset {preset!r} earns no points here; train with one of "
-                        f"{sorted(rules.presets)}.", schemes, "checkpoint_preset_not_accepted")
+                        f"{accepted}.", schemes, "checkpoint_preset_not_accepted")
     rule = rules.presets[preset]
-    windows = max_windows if max_windows is not None else rules.verify_windows
     results = {}
     for pos in schemes:
         row = results[pos] = _row()
-        if pos not in state_dicts:
-            row["message"] = f"no weights for {pos!r} in milestone.pt: train and save all five schemes"
+        measured = _MEASURED.get((digest, pos, windows, batch_size), {})
+        if "ppl" not in measured:
             row["problem"] = "checkpoint_wrong_weights"
+            row["message"] = (f"the {pos!r} weights do not fit TinyCharLM: {measured['unfit']}" if "unfit" in
+                              measured else f"no weights for {pos!r} in milestone.pt: train and save all five "
+                              "schemes")
             continue
+        row["ppl"] = {int(c): v for c, v in measured["ppl"].items()}
         try:
-            model = build_model(pos, state_dicts[pos])
-        except Exception as err:
-            row["message"] = f"the {pos!r} weights do not fit TinyCharLM: {str(err).splitlines()[0]}"
-            row["problem"] = "checkpoint_wrong_weights"
-            continue
-        key = (digest, pos, windows, batch_size)
-        if key not in _MEASURED:  # the same weights uploaded twice are evaluated once
-            _MEASURED[key] = evaluate_ppl(model, batch_size=batch_size, max_windows=windows)
-        row["ppl"] = dict(_MEASURED[key])
-        try:
-            row["claimed"] = {c: float(claimed_ppl[pos][str(c)]) for c in CONTEXTS}
-        except (KeyError, TypeError, ValueError):
-            row["message"] = f"milestone.json has no perplexity for {pos!r} at every context {CONTEXTS}"
-            row["problem"] = "checkpoint_unreadable"
+            row["claimed"] = _claimed_row(claimed_ppl, pos)
+        except ValueError as err:
+            row["message"], row["problem"] = str(err), "checkpoint_unreadable"
             continue
         row["rel_diff"] = {c: abs(row["ppl"][c] - row["claimed"][c]) / row["claimed"][c] for c in CONTEXTS}
         row["agrees"] = all(d <= rules.rel_tol for d in row["rel_diff"].values())  # False for nan
@@ -159,8 +401,8 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
         row["message"] = "; ".join(notes) or "ok"
         row["problem"] = (None if row["passed"] else
                           "checkpoint_claims_disagree" if not row["agrees"] else "checkpoint_above_bound")
-    return {"ok": True, "message": "checkpoint loaded", "preset": preset, "credit": rule.credit,
-            "seconds": time.perf_counter() - start, "schemes": results}
+    return {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": preset,
+            "credit": rule.credit, "seconds": time.perf_counter() - start, "schemes": results}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -168,9 +410,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="bf16",
+                        help="CUDA only: bf16 autocast (default) or float32 with TF32 matrix products")
+    parser.add_argument("--no-graph", action="store_true", help="CUDA only: train eagerly, not as a CUDA graph")
     parser.add_argument("--out", type=Path, default=Path("."), help="folder for milestone.pt/.json/.png")
     parser.add_argument("--verify", action="store_true", help="verify OUT/milestone.pt instead of training")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the limited reader
+    parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)  # 3 steps of batch 4 (tests)
     args = parser.parse_args(argv)
+    if args.child:
+        return _child_main()
+    if args.smoke:  # this process only: a tiny run of the same code path, saved under the preset's name
+        PRESETS[args.preset].update(steps=3, batch_size=4, eval_windows=20)
     pt_path, json_path = args.out / "milestone.pt", args.out / "milestone.json"
     if args.verify:
         result = verify_checkpoint(pt_path if pt_path.exists() else None,
@@ -179,7 +430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if result["ok"] and all(r["passed"] for r in result["schemes"].values()) else 1
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    models, table = run_milestone(TinyCharLM, args.preset, device=args.device)
+    models, table = run_milestone(TinyCharLM, args.preset, device=args.device, precision=args.precision,
+                                  graph=False if args.no_graph else None)
     print(f"trained and evaluated in {time.perf_counter() - start:.0f} s")
     save_checkpoint(models, table, preset=args.preset, pt_path=pt_path, json_path=json_path)
     plot_table(table, path=args.out / "milestone.png")

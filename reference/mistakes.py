@@ -363,4 +363,16 @@ class TinyCharLM(TinyCharLM):
             return H * math.sqrt(H.shape[-1]) + self.pe[: H.shape[1]]
         return super().add_positions(H)
 """),
+    Mistake("lm_tables_on_cpu", "m1_tinycharlm",
+            "the RoPE tables are built on the CPU inside forward (rope_cache in attend, never moved to q's "
+            "device): right on a CPU, a crash at the first GPU step. Register them as buffers in __init__ "
+            "(persistent=False), or create them on q.device.", """
+class TinyCharLM(TinyCharLM):
+    def attend(self, q, k, v):
+        if self.pos == "rope":
+            cos, sin = rope_cache(q.shape[-2], self.head_dim)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return super().attend(q, k, v)
+"""),
 )

@@ -117,12 +117,12 @@ class TinyCharLM(TinyCharLM):
     def attend(self, q, k, v):
         T, d = q.shape[-2], q.shape[-1]
         if self.pos == "rope":
-            cos, sin = rope_cache(T, d)
+            cos, sin = (t.to(q.device) for t in rope_cache(T, d))
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         scores = q @ k.transpose(-2, -1) / math.sqrt(d)
         if self.pos == "alibi":
-            scores = scores + alibi_bias(self.num_heads, T)
-        future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+            scores = scores + alibi_bias(self.num_heads, T).to(q.device)
+        future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=q.device), diagonal=1)
         return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ v
 ''',
     "lm_lookup_positions_and_additive_mask": '''
@@ -139,7 +139,9 @@ class TinyCharLM(TinyCharLM):
         if self.pos != "alibi":
             return super().attend(q, k, v)
         T = q.shape[-2]
-        causal = torch.zeros(T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=alibi_bias(self.num_heads, T) + causal)
+        causal = torch.zeros(T, T, device=q.device).masked_fill(
+            torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        bias = alibi_bias(self.num_heads, T).to(q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias + causal)
 ''',
 }

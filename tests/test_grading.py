@@ -374,7 +374,6 @@ def test_code_that_computes_nothing_earns_nothing(suite: Suite, name: str) -> No
     assert earned == {}
 
 
-@pytest.mark.xfail(strict=True, reason="m1_tinycharlm.md still needs `requires:` on its property cases")
 def test_a_milestone_model_that_computes_nothing_earns_nothing(suite: Suite) -> None:
     earned = {name: _do_nothing_scores(name)[0].get("m1_tinycharlm", 0) for name in DO_NOTHING}
     assert earned == {name: 0 for name in DO_NOTHING}

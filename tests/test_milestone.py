@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import pickle
+import re
+import resource
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from autograder import lesson83_milestone as lm
 from autograder import milestone as ms
 from autograder.config import ROOT, Milestone, load_config
-from reference.lesson83 import TinyCharLM, sinusoidal_pe
+from reference.lesson83 import TinyCharLM, apply_rope, rope_cache, sinusoidal_pe
 
 CHECKPOINT = ROOT / "reference" / "milestone"  # a quick-preset run of the reference, committed
 QUICK = lm.PRESETS["quick"]
@@ -292,3 +302,230 @@ def test_train_or_load_reuses_a_saved_run(tiny_checkpoint: tuple[Path, Path], ca
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # nbgrader runs every cell: never train there
     assert lm.train_or_load(TinyCharLM, "full", pt_path=pt, json_path=js) == ({}, {})
     assert lm.plot_table({}) is None
+
+
+# --------------------------------------------------------------------------- a bare PyTorch image
+
+BLOCKED = ("pydantic", "pydantic_core", "nbformat", "nbclient", "nbgrader", "otter", "IPython", "ipykernel")
+BLOCKER = f'''
+import sys
+BLOCKED = {BLOCKED!r}
+class _Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{{name}} is not installed on the device image (blocked by the test)")
+        return None
+sys.meta_path.insert(0, _Blocker())
+'''
+
+
+def image_env(tmp_path: Path) -> dict[str, str]:
+    """An environment whose Python cannot import what the GPU image lacks (a sitecustomize blocker)."""
+    (tmp_path / "blocker").mkdir(exist_ok=True)
+    (tmp_path / "blocker" / "sitecustomize.py").write_text(BLOCKER)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "blocker"), str(ROOT)])}
+
+
+def test_rules_reader_matches_the_config_schema() -> None:
+    plain, typed = ms.load_rules(), load_config().milestone
+    assert (plain.points, plain.rel_tol, plain.verify_windows) == (typed.points, typed.rel_tol, typed.verify_windows)
+    assert set(plain.presets) == set(typed.presets)
+    for name, rule in plain.presets.items():
+        assert rule.credit == typed.presets[name].credit and rule.thresholds == typed.presets[name].thresholds
+
+
+@pytest.mark.parametrize(("section", "words"), [
+    ({"points": 8, "rel_tol": 0.02, "surplus": 1}, "milestone.surplus: unknown key"),
+    ({"rel_tol": 0}, "milestone.rel_tol"),
+    ({"verify_windows": 3001}, "milestone.verify_windows"),
+    ({"verify_windows": True}, "milestone.verify_windows"),
+    ({"presets": {"quick": {"thresholds": {"relative": {128: 1.0}}}}}, "unknown scheme 'relative'"),
+    ({"presets": {"quick": {"thresholds": {"rope": {1024: 1.0}}}}}, "context 1024 is not measured"),
+    ({"presets": {"quick": {"credit": 1.5}}}, "milestone.presets.quick.credit"),
+    ({"presets": ["quick"]}, "milestone.presets: expected a mapping"),
+])
+def test_rules_reader_rejects_what_the_schema_rejects(section: dict, words: str) -> None:
+    with pytest.raises(ms.RulesError, match=re.escape(words)):
+        ms.parse_rules(section)
+
+
+def test_training_and_verification_run_without_pydantic(tmp_path: Path) -> None:
+    env = image_env(tmp_path)
+    blocked = subprocess.run([sys.executable, "-c", "import pydantic"], env=env, capture_output=True, text=True)
+    assert blocked.returncode != 0 and "blocked by the test" in blocked.stderr
+    script = f'''
+from pathlib import Path
+from autograder import lesson83_milestone as lm
+from reference.lesson83 import TinyCharLM
+out = Path({str(tmp_path)!r})
+info = {{}}
+model, history = lm.train(TinyCharLM, "rope", steps=3, batch_size=4, context=32, device="cpu", progress=False,
+                          graph=True, info=info)
+table = {{"rope": lm.evaluate_ppl(model, max_windows=5)}}
+lm.save_checkpoint({{"rope": model}}, table, preset="quick", pt_path=out / "milestone.pt",
+                   json_path=out / "milestone.json")
+print("trained", len(history), info["graph"])
+'''
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0 and "trained 1 False" in run.stdout, run.stderr[-2000:]
+    verify = subprocess.run([sys.executable, "-m", "autograder.milestone", "--verify", "--out", str(tmp_path)],
+                            env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert verify.returncode == 1, verify.stderr[-2000:]  # only one scheme was trained
+    result = json.loads(verify.stdout)
+    assert result["ok"] and result["schemes"]["rope"]["ppl"] and result["schemes"]["rope"]["problem"] in (
+        None, "checkpoint_claims_disagree", "checkpoint_above_bound")  # 300 windows here, 5 in the table
+    assert result["schemes"]["none"]["problem"] == "checkpoint_wrong_weights"
+
+
+MILESTONE_FILES = ["autograder/lesson83_milestone.py", "autograder/milestone.py", "autograder/lesson83_checks.py",
+                   "reference/lesson83.py", "benchmarks/gpu_check.py", "benchmarks/milestone_speed.py"]
+
+
+def test_milestone_code_compiles_under_python_312(tmp_path: Path) -> None:
+    found = subprocess.run(["pyenv", "which", "python"], env={**os.environ, "PYENV_VERSION": "3.12.1"},
+                           capture_output=True, text=True) if shutil.which("pyenv") else None
+    python = found.stdout.strip() if found and found.returncode == 0 else shutil.which("python3.12")
+    if not python:
+        pytest.skip("no Python 3.12 here (pyenv 3.12.1 or python3.12): cannot check the GPU image's Python")
+    for rel in MILESTONE_FILES:
+        done = subprocess.run([python, "-m", "py_compile", str(ROOT / rel)], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPYCACHEPREFIX": str(tmp_path)})
+        assert done.returncode == 0, f"{rel}: {done.stderr}"
+
+
+# --------------------------------------------------------------------------- the graphed step and devices
+
+
+def test_graphed_step_body_computes_what_train_computes() -> None:
+    kw = {"steps": 8, "batch_size": 8, "context": 32, "lr": 3e-3, "seed": 0}
+    for pos in ("rope", "alibi"):
+        _, expected = lm.train(TinyCharLM, pos, device="cpu", progress=False, report_every=1, graph=False, **kw)
+        torch.manual_seed(kw["seed"])
+        model = TinyCharLM(pos=pos, **lm.ARCH)
+        opt = torch.optim.AdamW(model.parameters(), lr=kw["lr"], weight_decay=0.0)
+        tokens = lm.corpus_tokens()
+        starts = lm.batch_starts(steps=kw["steps"], batch_size=kw["batch_size"], seed=kw["seed"])
+        offsets, index, total = torch.arange(kw["context"] + 1), torch.zeros(1, dtype=torch.long), torch.zeros(())
+        body = []
+        for _ in range(kw["steps"]):
+            lm.train_step(model, opt, tokens, starts, offsets, index, total, amp_dtype=None)
+            body.append(total.item())
+            total.zero_()
+        assert index.item() == kw["steps"]
+        assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(body, expected, strict=True)), (body, expected)
+        info: dict = {}
+        _, looped = lm.train(TinyCharLM, pos, device="cpu", progress=False, report_every=1, graph=True, info=info,
+                             **kw)
+        assert looped == pytest.approx(expected, rel=1e-5) and not info["graph"] and "GPU" in info["note"]
+
+
+class CpuTablesInForward(TinyCharLM):
+    """Builds the RoPE tables on the CPU inside forward: right on a CPU, a crash on a GPU."""
+
+    def attend(self, q, k, v):
+        if self.pos == "rope":
+            cos, sin = rope_cache(q.shape[-2], self.head_dim)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return super().attend(q, k, v)
+
+
+def test_trainer_refuses_a_model_with_cpu_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="register_buffer") as info:
+        lm.train(CpuTablesInForward, "rope", steps=2, batch_size=2, context=16, device="cpu", progress=False)
+    assert "rope_cache" in str(info.value) and "shape [32, " in str(info.value)
+    monkeypatch.setattr(lm, "train", lambda *a, **k: pytest.fail("trained before checking every scheme"))
+    with pytest.raises(ValueError, match="pos='rope'"):
+        lm.run_milestone(CpuTablesInForward, "quick", progress=False)
+    with pytest.raises(ValueError, match="pos='rope'"):
+        lm.train_or_load(CpuTablesInForward, "quick", retrain=True)
+    lm.check_devices(TinyCharLM, "rope")  # the reference is clean
+
+
+# --------------------------------------------------------------------------- hostile uploads
+
+
+@pytest.mark.parametrize("claims", [
+    {"preset": "quick", "ppl": {"rope": {"128": 0, "256": 0, "512": 0}}},
+    {"preset": "quick", "ppl": {"rope": {"128": -5.0, "256": -5.0, "512": -5.0}}},
+    {"preset": "quick", "ppl": {"rope": {"128": True, "256": 1, "512": 1}}},
+    {"preset": "quick", "ppl": {"rope": {"128": "5", "256": "5", "512": "5"}}},
+    {"preset": "quick", "ppl": {"rope": [5, 5, 5]}},
+    {"preset": "quick", "ppl": [1, 2]},
+    {"preset": ["quick"], "ppl": {}},
+    {"preset": {"a": 1}, "ppl": {}},
+    [1, 2, 3],
+    "quick",
+])
+def test_hostile_claims_give_a_verdict(tiny_checkpoint: tuple[Path, Path], claims: object) -> None:
+    pt, _ = tiny_checkpoint
+    result = ms.verify_checkpoint(pt, json.dumps(claims).encode(), schemes=("rope",), rules=rules(),
+                                  max_windows=20)
+    assert not result["schemes"]["rope"]["passed"] and result["schemes"]["rope"]["message"]
+    json.dumps(result)
+
+
+@pytest.mark.parametrize("text", [
+    b'{"preset": "quick", "ppl": {"rope": {"128": NaN, "256": NaN, "512": NaN}}}',
+    b'{"preset": "quick", "ppl": {"rope": {"128": Infinity, "256": 1e999, "512": -Infinity}}}',
+    b'{"preset": "quick", "ppl": {"rope": {"128": 1e400, "256": 1e400, "512": 1e400}}}',
+    b'{"preset": "quick", "ppl": {"rope": {"128": ' + b"9" * 5000 + b', "256": 1, "512": 1}}}',
+    b"[" * 200_000 + b"]" * 200_000,
+    b'{"preset": "quick", "ppl": ' + b'{"a": ' * 200_000 + b"1" + b"}" * 200_000 + b"}",
+    b"\xff\xfe not json",
+])
+def test_malformed_claims_give_a_verdict(tiny_checkpoint: tuple[Path, Path], text: bytes) -> None:
+    pt, _ = tiny_checkpoint
+    result = ms.verify_checkpoint(pt, text, schemes=("rope",), rules=rules(), max_windows=20)
+    assert not result["schemes"]["rope"]["passed"]
+    assert result["schemes"]["rope"]["problem"] == "checkpoint_unreadable", result
+
+
+def zip_bomb(path: Path, *, mib: int) -> None:
+    """A milestone.pt whose one tensor record is deflate-compressed: about mib/230 MiB on disk, mib when read."""
+    small, numel = 70_000, mib * 2**20 // 4
+    buf = io.BytesIO()
+    torch.save({"config": {"preset": "quick", "vocab": list(lm.VOCAB)},
+                "state_dicts": {"rope": {"token_emb.weight": torch.zeros(small)}}}, buf)
+    src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename.endswith("/data/0"):
+                with dst.open(item.filename, "w", force_zip64=True) as f:
+                    for _ in range(mib):
+                        f.write(bytes(2**20))
+                continue
+            if item.filename.endswith("data.pkl"):  # the pickle declares the large size, as the record holds
+                data = data.replace(b"J" + struct.pack("<i", small), b"J" + struct.pack("<i", numel))
+            dst.writestr(item.filename, data, compress_type=zipfile.ZIP_STORED)
+
+
+def test_compressed_checkpoint_is_read_in_a_limited_child(tmp_path: Path) -> None:
+    zip_bomb(tmp_path / "milestone.pt", mib=256)
+    assert (tmp_path / "milestone.pt").stat().st_size < 4 * 2**20
+    claims = json.dumps({"preset": "quick", "ppl": {}}).encode()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = ms.verify_checkpoint(tmp_path / "milestone.pt", claims, schemes=("rope",), rules=rules(),
+                                  max_windows=20, memory_mb=96)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert not result["ok"] and result["problem"] == "checkpoint_unreadable"
+    assert "could not be read" in result["message"] and "allocate" in result["message"], result["message"]
+    assert grown_mb < 64, f"the grader process grew by {grown_mb:.0f} MB"
+
+
+def test_a_reader_that_runs_too_long_gives_a_verdict(tiny_checkpoint: tuple[Path, Path],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pt, js = tiny_checkpoint
+    monkeypatch.setattr(ms, "_MEASURED", {})
+    monkeypatch.setattr(ms, "_CONFIGS", {})
+    result = ms.verify_checkpoint(pt, js, schemes=("rope",), rules=rules(), max_windows=20, timeout_s=0.5)
+    assert not result["ok"] and "longer than" in result["message"] and result["problem"] == "checkpoint_unreadable"
+
+
+def test_same_weights_are_evaluated_once(tiny_checkpoint: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    pt, js = tiny_checkpoint
+    first = ms.verify_checkpoint(pt, js, schemes=("rope",), rules=rules(), max_windows=20)
+    monkeypatch.setattr(ms, "_run_child", lambda *a, **k: pytest.fail("evaluated the same weights again"))
+    again = ms.verify_checkpoint(pt.read_bytes(), js, schemes=("rope",), rules=rules(), max_windows=20)
+    assert again["schemes"]["rope"]["ppl"] == first["schemes"]["rope"]["ppl"]
