@@ -62,6 +62,7 @@ import ctypes
 import importlib
 import importlib.util
 import io
+import itertools
 import json
 import logging
 import os
@@ -249,6 +250,7 @@ class WorkerPool:
         self._tmp.chmod(0o755)
         stage = self._tmp / "stage"
         size = max(1, size)
+        self._slots = [next(_SLOTS) % 64 for _ in range(size)]  # this process's workers, all pools together
         try:
             _stage_modules(stage, probe_module)
             self.sandbox, why = _choose_sandbox(sandbox)
@@ -264,7 +266,7 @@ class WorkerPool:
         root = os.geteuid() == 0
         workers = []
         for i in range(size):
-            uid = _UID_BASE + ((os.getpid() % 2000) * 64 + i % 64) * _UIDS_PER_WORKER if root else None
+            uid = _UID_BASE + ((os.getpid() % 2000) * 64 + self._slots[i]) * _UIDS_PER_WORKER if root else None
             if self.sandbox == "none" and not all(map(_world_readable, (sys.prefix, sys.base_prefix))):
                 uid = None  # the child could not import from a Python it cannot read
             workers.append(_Worker(i, self, stage, uid, tuple(hide), tuple(preload), start_timeout_s,
@@ -297,7 +299,7 @@ class WorkerPool:
             for i in range(size):
                 made = {}
                 for ctrl, root in roots.items():
-                    path = os.path.join(root, f"lesson83-grader-{os.getpid()}-{i}")
+                    path = os.path.join(root, f"lesson83-grader-{os.getpid()}-{self._slots[i]}")
                     os.mkdir(path, 0o755)
                     self._cgroups.append(path)
                     made[ctrl] = path
@@ -396,6 +398,7 @@ class WorkerPool:
 
 
 _POOLS: dict[tuple[Any, ...], WorkerPool] = {}
+_SLOTS = itertools.count()
 _POOLS_LOCK = threading.Lock()
 
 
@@ -908,9 +911,12 @@ class _Conversation:
             self.phase = "over"
         else:
             key = msg.get("key")
-            if kind == "out" and type(key) is str and key in self.wanted:
-                self.void.add(key)  # a second or early answer for a case: it earns nothing
-                t.outputs.pop(key, None)
+            named = [key] if kind == "out" and type(key) is str and key in self.wanted else []
+            if self.phase == "probes":  # the case being answered when the frame came earns nothing either
+                named.append(self.probes[self.probe][0])
+            for k in named:  # a second, early or stray answer: the case earns nothing
+                self.void.add(k)
+                t.outputs.pop(k, None)
             name = f"{str(kind)[:20]!r} frame" + (f" for {str(key)[:60]!r}" if key is not None else "")
             self._violation(f"{name} {t.where}")
 
