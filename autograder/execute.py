@@ -340,6 +340,12 @@ class WorkerPool:
         except NotebookError as exc:
             return ExecResult("unreadable", notes=[str(exc)], wall_s=time.monotonic() - start,
                               sandbox=self.sandbox, memory_guard=self.memory_guard)
+        try:  # the cells travel as one frame straight to the child; JSON escapes may make it larger
+            job = wire.encode({"t": "cells", "cells": [[i, s] for i, s in cells]}, max_bytes=4 * MAX_NOTEBOOK_BYTES)
+        except wire.WireError as exc:
+            return ExecResult("unreadable", notes=[f"the notebook's code cells cannot be sent: {exc}"],
+                              wall_s=time.monotonic() - start, sandbox=self.sandbox,
+                              memory_guard=self.memory_guard)
         worker = self._idle.get()
         try:
             failures: list[str] = []
@@ -350,7 +356,7 @@ class WorkerPool:
                     if err:
                         raise WorkerError(err)
                 try:
-                    raw = worker.run(cells, ordered)
+                    raw = worker.run(job, cells, ordered)
                 except (WorkerError, OSError) as exc:
                     failures.append(str(exc)[:300])
                     log.warning("worker %d failed (%s); restarting it", worker.index, exc)
@@ -673,7 +679,7 @@ class _Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and self.ctl is not None
 
-    def run(self, cells: list[tuple[int, str]],
+    def run(self, job: bytes, cells: list[tuple[int, str]],
             probes: list[tuple[str, str, dict[str, Any]]]) -> tuple[dict[str, Any], bytes, int, _Transcript]:
         """One job: make the child's channels, hand them over, talk to the child, collect the facts."""
         if not self.alive():
@@ -697,7 +703,7 @@ class _Worker:
             finally:
                 job_c.close()
                 os.close(out_w)
-            talk = _Conversation(self, job_g, out_r, cells, probes)
+            talk = _Conversation(self, job_g, out_r, job, cells, probes)
             try:
                 return talk.run()
             finally:
@@ -796,10 +802,10 @@ def _fits(msg: dict[str, Any], shape: dict[str, Any]) -> bool:
 class _Conversation:
     """The grader's side of one job: send the cells, then one probe request per answer, strictly in order."""
 
-    def __init__(self, worker: _Worker, sock: socket.socket, out_r: int, cells: list[tuple[int, str]],
+    def __init__(self, worker: _Worker, sock: socket.socket, out_r: int, job: bytes, cells: list[tuple[int, str]],
                  probes: list[tuple[str, str, dict[str, Any]]]):
         limits = worker.pool.limits
-        self.worker, self.sock, self.out_r, self.cells, self.probes = worker, sock, out_r, cells, probes
+        self.worker, self.sock, self.out_r, self.job, self.cells, self.probes = worker, sock, out_r, job, cells, probes
         self.out_cap, self.res_cap = limits.output_kb * 1024, limits.result_mb * 2**20
         self.output, self.total = bytearray(), 0
         self.buf, self.received = bytearray(), 0
@@ -818,7 +824,7 @@ class _Conversation:
             sel.register(self.out_r, selectors.EVENT_READ)
             sel.register(self.worker.ctl, selectors.EVENT_READ)
             self._where()
-            self._send({"t": "cells", "cells": [[i, s] for i, s in self.cells]})
+            self._send_bytes(self.job)
             while header is None:
                 left = self.deadline - time.monotonic()
                 if left <= 0:
@@ -960,9 +966,11 @@ class _Conversation:
             self.worker.ctl.send(wire.encode({"t": "kill"}))
 
     def _send(self, msg: dict[str, Any]) -> None:
+        self._send_bytes(wire.encode(msg, max_bytes=4 * MAX_NOTEBOOK_BYTES))
+
+    def _send_bytes(self, data: bytes) -> None:
         if self.phase == "over":
             return
-        data = wire.encode(msg, max_bytes=4 * MAX_NOTEBOOK_BYTES)
         try:
             self.sock.settimeout(max(0.1, self.deadline - time.monotonic()))
             self.sock.sendall(_LEN.pack(len(data)) + data)
