@@ -458,7 +458,7 @@ def scan():
     local, remote = IOV(ctypes.addressof(buf), 0), IOV(0, 0)
     for line in open("/proc/self/maps").read().splitlines():
         parts = line.split()
-        if "r" not in parts[1] or (len(parts) > 5 and parts[5].startswith("[v")):
+        if not parts[1].startswith("rw") or (len(parts) > 5 and parts[5].startswith("[v")):  # data lives in rw
             continue
         lo, hi = (int(x, 16) for x in parts[0].split("-"))
         addr = lo
