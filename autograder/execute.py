@@ -296,6 +296,8 @@ class WorkerPool:
         groups: list[dict[str, str]] = []
         try:
             roots = {c: _own_cgroup(c) for c in ("memory", "pids")}
+            for root in roots.values():
+                _remove_stale_cgroups(root)
             for i in range(size):
                 made = {}
                 for ctrl, root in roots.items():
@@ -467,6 +469,20 @@ def _own_cgroup(controller: str) -> str:
     if not os.access(path, os.W_OK):
         raise OSError(f"{path} is not writable")
     return path
+
+
+def _remove_stale_cgroups(root: str) -> None:
+    """Empty groups left by a grader that was killed (SIGKILL skips close())."""
+    for name in os.listdir(root):
+        parts = name.split("-")
+        if name.startswith("lesson83-grader-") and len(parts) == 4 and parts[2].isdigit():
+            try:
+                os.kill(int(parts[2]), 0)
+            except ProcessLookupError:
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(root, name))  # fails while a process is still in it
+            except OSError:
+                pass
 
 
 def _remove_cgroup(path: str) -> None:
