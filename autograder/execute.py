@@ -1,42 +1,68 @@
 """Execution stage: run student notebooks in a sandbox, call probes inside them and return plain data.
 
 Layout. A WorkerPool starts one warm *zygote* per worker, inside bubblewrap when it works: a Python process
-with numpy, torch, IPython and the probe module imported. It forks one child per submission; the child
-drops to an unprivileged uid (when the grader runs as root), applies rlimits, runs the notebook's code
-cells in-process with IPython's InteractiveShell, calls the probes and streams framed wire messages
-(never pickles) back. The zygote watches the child (wall clock, CPU, exit status, output caps), kills
-the child's whole process tree afterwards and replies to the grader. Judging happens in the grader.
+with numpy, torch, IPython and the probe module imported. Per submission the grader creates the child's
+channels itself (a socketpair for the job and the result frames, a pipe for stdout/stderr) and hands only
+the child's ends to the zygote over a Unix control socket (SCM_RIGHTS). The zygote forks a child, closes
+its copies and only *watches* it: exit status, wall clock, CPU, memory of the submission as a whole; then
+it kills the child's process tree, wipes the scratch folder, /dev/shm and System V IPC objects, and
+replies with a small header of facts. The child drops to an unprivileged uid (when the grader runs as
+root), applies the limits, receives its cells from the grader, runs them in-process with IPython's
+InteractiveShell and answers the grader's probe requests one at a time with framed wire messages (never
+pickles). The grader reads stdout (capped) and the frames itself; judging happens in the grader.
 
-Threat model, briefly. Student code is hostile and runs with the child's privileges.
+Threat model. Student code is hostile and runs with the child's privileges.
+- Copying between submissions: the zygote never holds a job's cells, outputs, streams or results (not
+  even freed: only fds and small headers pass through it), so a child forked for the next submission
+  cannot find them in its memory. What a submission leaves behind (processes, scratch files, /dev/shm,
+  System V shared memory, semaphores and message queues) is removed before the next one starts; each
+  job runs under its own uid (as root), so per-uid kernel state is not shared either.
 - Sandbox: no network (own net namespace); the system is read-only; /tmp, /root, /home, the repository
-  (so reference/ and hidden tests) and any `hide` path are empty tmpfs, except the Python installation;
-  cwd and $HOME are a fresh scratch dir on a size-capped tmpfs; /proc shows only the sandbox. Without
-  bubblewrap only the rlimits, the scratch dir and (as root) the uid drop remain: said once in the log.
-- Limits: RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_NPROC (fork bombs; the child gets its own uid as
-  root, since root ignores RLIMIT_NPROC), RLIMIT_FSIZE, RLIMIT_CORE; wall clock and captured output
-  (the rest is read and discarded) are enforced by the zygote.
-- Forgery: stdout/stderr go to a separate pipe, so nothing printed can become a result. The result
-  pipe (fd 3 in the child) is reachable by code in the child, so a determined student could write
-  probe outputs there; that is no stronger than hard-coding return values, because the grader computes
-  the expected values itself. What the zygote reports (exit status, signal, timeout, CPU time) comes
-  from outside the child and cannot be forged. The zygote is not dumpable, so the child cannot open
-  its fds through /proc; the wire format is strict JSON, and any malformed stream makes the run crash.
-- Tampering: identities of numpy/torch comparison functions, builtins, sys.modules entries and the
-  globals (and function code) of the probe, wire and execute modules are recorded before student code
-  runs; changes are reported as facts and undone after every cell and probe, so the harness keeps
-  working. The facts come from the child: best-effort evidence for the report; scores never use them.
-- Between submissions: the child's process tree is killed, the scratch tmpfs and /dev/shm are wiped;
-  each child is a fresh fork of the untouched zygote. The zygote exits when its stdin closes.
+  (so reference/ and hidden tests), every non-system top-level folder and any `hide` path are empty
+  tmpfs. Only the Python installation is bound back in at its own path, and the virtual environment's
+  site-packages at a neutral path (/tmp/site/N), never the checkout around it. cwd and $HOME are a fresh
+  scratch dir on a size-capped tmpfs; /proc shows only the sandbox. Without bubblewrap only the limits,
+  the scratch dir and (as root) the uid drop remain: said once in the log.
+- Limits: the submission as a whole is limited in memory and processes by a cgroup (v1 memory and pids
+  controllers, one group per worker, created outside the sandbox and bound writable into it; the child
+  joins it before dropping privileges) or, where cgroups are not writable, by a watchdog in the zygote
+  that sums the memory of the child's process tree every 50 ms and kills the tree when it is over;
+  ExecResult.memory_guard says which held. Per process: RLIMIT_AS (a clean MemoryError for one huge
+  allocation), RLIMIT_CPU, RLIMIT_NPROC (as root the child gets its own uid, since root ignores it),
+  RLIMIT_FSIZE, RLIMIT_CORE. Wall clock is enforced by the zygote, captured output by the grader (the
+  rest is read and discarded).
+- Forgery: the protocol is grader-driven and strict. The grader sends the cells, waits for one frame
+  per cell and the end-of-cells frame, then sends the probe requests one at a time (public cases first,
+  hidden cases only once every public one is answered) and accepts exactly one answer each, for that
+  key. Any other frame (unknown, duplicate, out of order, for another key, malformed, oversized, absurd
+  array shapes) voids the case it names and flags the submission ("tampering") without ever raising;
+  a malformed stream ends the conversation (the remaining probes return nothing). stdout/stderr go to a
+  separate pipe, so nothing printed can become a result. A forged answer is no stronger than a
+  hard-coded return value: the grader computes the expected values itself. What the zygote reports
+  (exit status, signal, timeout, CPU time, memory) comes from outside the child and cannot be forged.
+  The zygote is not dumpable, so the child cannot open its fds through /proc.
+- Tampering: identities of the comparison and core functions the probes use (numpy, torch, math,
+  operator, torch.Tensor and nn.Module methods), builtins, sys.modules entries and the globals (and
+  function code) of the probe, wire and execute modules are recorded before student code runs; changes
+  are reported as facts and undone after every cell and probe, so the harness keeps working. Probe
+  outputs that are not plain arrays (ndarray or Tensor subclasses, objects with __array__) earn nothing
+  and are reported too. The facts come from the child: best-effort evidence for the report; scores never
+  use them.
+- Infrastructure: a worker that fails for reasons that are not the student's (zygote killed, out of
+  fds, job not sent) is restarted and the submission retried once; a second failure is the student's
+  ("crashed"). When no worker can be started at all, run() raises WorkerError.
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import ctypes
 import importlib
 import importlib.util
 import io
+import itertools
 import json
 import logging
 import os
@@ -45,6 +71,7 @@ import resource
 import selectors
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -63,40 +90,64 @@ from autograder import wire
 log = logging.getLogger(__name__)
 
 STATUSES = ("ok", "timeout", "oom", "unreadable", "crashed", "tampering")
+MEMORY_GUARDS = ("cgroup", "watchdog")
+MEMORY_GUARD_ENV = "LESSON83_MEMORY_GUARD"  # "watchdog" forces the watchdog where "auto" would pick a cgroup
 SKIP_TAGS = ("long-running", "milestone-train")
 PROBE_MODULE = "autograder.lesson83_checks"
 PRELOAD = ("numpy", "torch", "IPython.core.interactiveshell")
 MAX_NOTEBOOK_BYTES = 64 * 2**20
-Probe = tuple[str, str, dict[str, Any]]
+Probe = tuple[Any, ...]  # (case key, probe name, args) or (case key, probe name, args, hidden)
 
 _WARNED: set[str] = set()
 _VISIBLE_ROOTS = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/proc", "/sys"}
 _SANDBOX_STAGE = "/tmp/grader"
 _SANDBOX_SCRATCH = "/tmp/scratch"
+_SANDBOX_SITE = "/tmp/site"
 _UID_BASE = 1_500_000_000
-_RESULT_FD = 3
+_UIDS_PER_WORKER = 1024  # each job of a worker runs under the next uid of its block
+_JOB_FD = 3
 _SETUP_FAILED, _HARNESS_FAILED = 70, 71
 _LEN = struct.Struct(">Q")
+_CTL_BYTES = 1 << 16
+_WATCH_S = 0.05
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+_IPC_RMID = 0
 _OOM_TYPES = ("MemoryError", "_ArrayMemoryError", "OutOfMemoryError")
 _CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 _GUARDED = (
     ("numpy", "allclose"), ("numpy", "isclose"), ("numpy", "array_equal"), ("numpy", "ndarray"),
+    ("numpy", "asarray"), ("numpy", "array"), ("numpy", "ascontiguousarray"), ("numpy", "frombuffer"),
+    ("numpy", "abs"), ("numpy", "isnan"), ("numpy", "isfinite"), ("numpy", "concatenate"),
+    ("numpy", "diagonal"), ("numpy", "empty"), ("numpy", "arange"), ("numpy", "sin"), ("numpy", "cos"),
+    ("numpy", "dtype"), ("numpy", "generic"), ("numpy.linalg", "norm"),
     ("numpy.testing", "assert_allclose"), ("numpy.testing", "assert_array_equal"),
     ("numpy.testing", "assert_array_almost_equal"), ("numpy.testing", "assert_equal"),
     ("torch", "allclose"), ("torch", "isclose"), ("torch", "equal"), ("torch", "Tensor"),
+    ("torch", "tensor"), ("torch", "randn"), ("torch", "randint"), ("torch", "randperm"),
+    ("torch", "zeros"), ("torch", "zeros_like"), ("torch", "arange"), ("torch", "manual_seed"),
+    ("torch", "Generator"), ("torch", "no_grad"), ("torch", "float64"), ("torch", "float32"),
     ("torch.testing", "assert_close"), ("torch", "Tensor.__eq__"), ("torch", "Tensor.allclose"),
-    ("json", "dumps"), ("json", "loads"), ("base64", "b64encode"), ("os", "write"), ("os", "_exit"),
+    *(("torch", f"Tensor.{m}") for m in ("detach", "cpu", "clone", "numpy", "float", "to", "norm", "pow",
+                                          "sum", "backward", "__matmul__", "__getitem__", "__array__")),
+    ("torch.nn", "Parameter"), ("torch.nn", "Embedding"), ("torch.nn", "Module"),
+    *(("torch.nn", f"Module.{m}") for m in ("__call__", "_call_impl", "parameters", "named_parameters",
+                                             "named_buffers", "buffers", "modules", "state_dict", "to",
+                                             "eval", "__getattr__", "__setattr__")),
+    ("json", "dumps"), ("json", "loads"), ("base64", "b64encode"), ("base64", "b64decode"),
+    ("os", "write"), ("os", "read"), ("os", "_exit"),
 )
-_GUARDED_MODULES = ("builtins", "sys", "os", "json", "base64", "numpy", "numpy.testing", "torch",
-                    "torch.testing", "autograder.wire", "autograder.execute")
+_GUARDED_WHOLE = ("math", "operator")  # every attribute of these modules is recorded
+_GUARDED_MODULES = ("builtins", "sys", "os", "json", "base64", "math", "operator", "numpy", "numpy.testing",
+                    "numpy.linalg", "torch", "torch.testing", "torch.nn", "autograder.wire",
+                    "autograder.execute")
 
 
 @dataclass(frozen=True)
 class Limits:
     """Per-submission limits, as in grading_config.yaml's `execution` section (wall_timeout_s: wall_s...).
 
-    scratch_mb (the scratch tmpfs) and threads (torch/BLAS threads) are fixed when a pool starts.
+    memory_mb and processes hold for the submission as a whole (every process it starts); scratch_mb
+    (the scratch tmpfs) and threads (torch/BLAS threads) are fixed when a pool starts.
     """
 
     wall_s: float = 60.0
@@ -123,6 +174,7 @@ class ExecResult:
     wall_s: float = 0.0
     cpu_s: float = 0.0
     sandbox: str = ""
+    memory_guard: str = ""  # "cgroup" or "watchdog": what limited the submission's memory as a whole
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,7 +185,7 @@ class NotebookError(ValueError):
 
 
 class WorkerError(RuntimeError):
-    """A zygote that failed to start or stopped answering."""
+    """A zygote that failed to start or stopped answering (infrastructure, not the student)."""
 
 
 # --------------------------------------------------------------------------- grader side
@@ -185,30 +237,40 @@ class WorkerPool:
 
     def __init__(self, size: int = 1, *, limits: Limits = Limits(), probe_module: str = PROBE_MODULE,
                  skip_tags: Iterable[str] = SKIP_TAGS, hide: Iterable[str | Path] = (),
-                 sandbox: str = "auto", preload: Iterable[str] = PRELOAD, start_timeout_s: float = 180.0):
+                 sandbox: str = "auto", preload: Iterable[str] = PRELOAD, start_timeout_s: float = 180.0,
+                 memory_guard: str = "auto"):
         if sandbox not in ("auto", "bwrap", "none"):
             raise ValueError(f"sandbox must be 'auto', 'bwrap' or 'none', got {sandbox!r}")
+        if memory_guard not in ("auto", *MEMORY_GUARDS):
+            raise ValueError(f"memory_guard must be 'auto', 'cgroup' or 'watchdog', got {memory_guard!r}")
         self.limits, self.probe_module, self.skip_tags = limits, probe_module, tuple(skip_tags)
         self._closed = False
+        self._cgroups: list[str] = []
         self._tmp = Path(tempfile.mkdtemp(prefix="grader-"))
         self._tmp.chmod(0o755)
         stage = self._tmp / "stage"
+        size = max(1, size)
+        self._slots = [next(_SLOTS) % 64 for _ in range(size)]  # this process's workers, all pools together
         try:
             _stage_modules(stage, probe_module)
             self.sandbox, why = _choose_sandbox(sandbox)
+            groups, guard_why = self._make_cgroups(size, memory_guard)
         except BaseException:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            self.close()
             raise
-        if why and why not in _WARNED:
-            _WARNED.add(why)
-            log.warning("%s", why)
+        self.memory_guard = "cgroup" if groups else "watchdog"
+        for msg in (why, guard_why):
+            if msg and msg not in _WARNED:
+                _WARNED.add(msg)
+                log.warning("%s", msg)
         root = os.geteuid() == 0
         workers = []
-        for i in range(max(1, size)):
-            uid = _UID_BASE + (os.getpid() % 100_000) * 64 + i if root else None
+        for i in range(size):
+            uid = _UID_BASE + ((os.getpid() % 2000) * 64 + self._slots[i]) * _UIDS_PER_WORKER if root else None
             if self.sandbox == "none" and not all(map(_world_readable, (sys.prefix, sys.base_prefix))):
                 uid = None  # the child could not import from a Python it cannot read
-            workers.append(_Worker(i, self, stage, uid, tuple(hide), tuple(preload), start_timeout_s))
+            workers.append(_Worker(i, self, stage, uid, tuple(hide), tuple(preload), start_timeout_s,
+                                   groups[i] if groups else {}))
         self._workers = workers
         self.drops_privileges = workers[0].uid is not None
         self._idle: queue.Queue[_Worker] = queue.Queue()
@@ -225,28 +287,88 @@ class WorkerPool:
         for w in workers:
             self._idle.put(w)
 
+    def _make_cgroups(self, size: int, wanted: str) -> tuple[list[dict[str, str]], str]:
+        """One memory and one pids cgroup (v1) per worker, or none and why (then the watchdog holds)."""
+        if wanted == "auto" and os.environ.get(MEMORY_GUARD_ENV, "") in MEMORY_GUARDS:
+            wanted = os.environ[MEMORY_GUARD_ENV]
+        if wanted == "watchdog":
+            return [], ""
+        groups: list[dict[str, str]] = []
+        try:
+            roots = {c: _own_cgroup(c) for c in ("memory", "pids")}
+            for root in roots.values():
+                _remove_stale_cgroups(root)
+            for i in range(size):
+                made = {}
+                for ctrl, root in roots.items():
+                    path = os.path.join(root, f"lesson83-grader-{os.getpid()}-{self._slots[i]}")
+                    os.mkdir(path, 0o755)
+                    self._cgroups.append(path)
+                    made[ctrl] = path
+                limit = str(self.limits.memory_mb * 2**20)
+                _write(os.path.join(made["memory"], "memory.limit_in_bytes"), limit)
+                with contextlib.suppress(OSError):  # no swap accounting: no memsw file
+                    _write(os.path.join(made["memory"], "memory.memsw.limit_in_bytes"), limit)
+                _write(os.path.join(made["pids"], "pids.max"), str(self.limits.processes + 1))
+                groups.append(made)
+        except OSError as exc:
+            for path in reversed(self._cgroups):
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
+            self._cgroups = []
+            msg = f"memory: cgroup v1 memory/pids controllers are not usable ({exc})"
+            if wanted == "cgroup":
+                raise WorkerError(msg) from exc
+            return [], msg + "; a watchdog in each worker limits the memory of each submission instead"
+        return groups, ""
+
+    def worker_pids(self) -> list[int]:
+        """Process ids (in this process's namespace) of the zygotes, for monitoring and tests."""
+        return [w.zygote_pid for w in self._workers if w.zygote_pid]
+
     def run(self, source: bytes, *, probes: list[Probe]) -> ExecResult:
-        """Run one notebook and its probes; never raises for anything the submission does."""
+        """Run one notebook and its probes; never raises for anything the submission does.
+
+        Probes run in list order, except that hidden ones (a true fourth element) come after every
+        public one. A worker that fails (not the student's doing) is restarted and the submission
+        retried once; WorkerError is raised only when no worker can be started.
+        """
         if self._closed:
             raise RuntimeError("the worker pool is closed")
         start = time.monotonic()
-        _check_probes(probes)
+        ordered = _order_probes(probes)
         try:
             cells, skipped = read_notebook(source, skip_tags=self.skip_tags)
         except NotebookError as exc:
             return ExecResult("unreadable", notes=[str(exc)], wall_s=time.monotonic() - start,
-                              sandbox=self.sandbox)
-        job = {"cells": [[i, s] for i, s in cells], "probes": [[k, n, a] for k, n, a in probes],
-               "limits": asdict(self.limits)}
+                              sandbox=self.sandbox, memory_guard=self.memory_guard)
+        try:  # the cells travel as one frame straight to the child; JSON escapes may make it larger
+            job = wire.encode({"t": "cells", "cells": [[i, s] for i, s in cells]}, max_bytes=4 * MAX_NOTEBOOK_BYTES)
+        except wire.WireError as exc:
+            return ExecResult("unreadable", notes=[f"the notebook's code cells cannot be sent: {exc}"],
+                              wall_s=time.monotonic() - start, sandbox=self.sandbox,
+                              memory_guard=self.memory_guard)
         worker = self._idle.get()
         try:
-            try:
-                header, output, stream = worker.run(wire.encode(job, max_bytes=4 * MAX_NOTEBOOK_BYTES))
-            except (WorkerError, OSError) as exc:
-                worker.restart()
-                result = ExecResult("crashed", notes=[f"the sandbox worker failed: {exc}"])
-            else:
-                result = _classify(header, output, stream, probes, self.limits)
+            failures: list[str] = []
+            result = None
+            while result is None:
+                if not worker.alive():
+                    err = worker.restart()
+                    if err:
+                        raise WorkerError(err)
+                try:
+                    raw = worker.run(job, cells, ordered)
+                except (WorkerError, OSError) as exc:
+                    failures.append(str(exc)[:300])
+                    log.warning("worker %d failed (%s); restarting it", worker.index, exc)
+                    worker.kill()
+                    if len(failures) == 2:
+                        result = ExecResult("crashed", notes=[
+                            f"the sandbox worker failed twice on this submission: {failures[0]}; then "
+                            f"{failures[1]}"])
+                else:
+                    result = _classify(*raw, ordered, self.limits, self.memory_guard)
         finally:
             self._idle.put(worker)
         result.skipped_cells = skipped
@@ -254,6 +376,7 @@ class WorkerPool:
             result.notes.insert(0, f"skipped cells {skipped} (tagged {' or '.join(self.skip_tags)})")
         result.wall_s = time.monotonic() - start
         result.sandbox = self.sandbox
+        result.memory_guard = self.memory_guard
         return result
 
     def run_many(self, items: Iterable[tuple[str, bytes]], *,
@@ -270,6 +393,9 @@ class WorkerPool:
         self._closed = True
         for w in getattr(self, "_workers", []):
             w.stop()
+        for path in reversed(self._cgroups):
+            _remove_cgroup(path)
+        self._cgroups = []
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> WorkerPool:
@@ -280,6 +406,7 @@ class WorkerPool:
 
 
 _POOLS: dict[tuple[Any, ...], WorkerPool] = {}
+_SLOTS = itertools.count()
 _POOLS_LOCK = threading.Lock()
 
 
@@ -312,10 +439,68 @@ def _close_pools() -> None:
         pool.close()
 
 
-def _check_probes(probes: list[Probe]) -> None:
+def _order_probes(probes: list[Probe]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(key, name, args) with public probes first and hidden ones last, each group in list order."""
     keys = [p[0] for p in probes]
-    if len(set(keys)) != len(keys) or not all(type(k) is str and type(n) is str for k, n, _ in probes):
-        raise ValueError("probes must be (case_key, probe_name, args) with unique str keys")
+    if len(set(keys)) != len(keys) or not all(len(p) in (3, 4) and type(p[0]) is str and type(p[1]) is str
+                                              for p in probes):
+        raise ValueError("probes must be (case_key, probe_name, args[, hidden]) with unique str keys")
+    public = [tuple(p[:3]) for p in probes if not (len(p) == 4 and p[3])]
+    hidden = [tuple(p[:3]) for p in probes if len(p) == 4 and p[3]]
+    return public + hidden  # type: ignore[return-value]
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _own_cgroup(controller: str) -> str:
+    """This process's cgroup folder for a v1 controller, if it is mounted and writable by us."""
+    mount = f"/sys/fs/cgroup/{controller}"
+    if not os.path.isfile(os.path.join(mount, "cgroup.procs")):
+        raise OSError(f"no cgroup v1 {controller} controller at {mount}")
+    with open("/proc/self/cgroup") as f:
+        rel = next((line.rstrip("\n").split(":", 2)[2] for line in f
+                    if controller in line.split(":", 2)[1].split(",")), None)
+    path = os.path.join(mount, (rel or "/").lstrip("/"))
+    if not os.path.isdir(path):
+        path = mount  # inside a cgroup namespace the path may not resolve; the root is still ours to use
+    if not os.access(path, os.W_OK):
+        raise OSError(f"{path} is not writable")
+    return path
+
+
+def _remove_stale_cgroups(root: str) -> None:
+    """Empty groups left by a grader that was killed (SIGKILL skips close())."""
+    for name in os.listdir(root):
+        parts = name.split("-")
+        if name.startswith("lesson83-grader-") and len(parts) == 4 and parts[2].isdigit():
+            try:
+                os.kill(int(parts[2]), 0)
+            except ProcessLookupError:
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(root, name))  # fails while a process is still in it
+            except OSError:
+                pass
+
+
+def _remove_cgroup(path: str) -> None:
+    for _ in range(50):
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            return
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            os.rmdir(path)
+            return
+        except OSError:
+            time.sleep(0.02)
+    log.warning("could not remove cgroup %s", path)
 
 
 def _choose_sandbox(wanted: str) -> tuple[str, str]:
@@ -368,45 +553,94 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits) -> tuple[list[str], list[str]]:
-    """bubblewrap arguments, and the sys.path the zygote should use inside."""
+def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
+                cgroups: dict[str, str]) -> tuple[list[str], list[str], str]:
+    """bubblewrap arguments, the sys.path the zygote should use inside, and the interpreter to run.
+
+    Allow-list: only the system folders stay visible; every other top-level folder (/work, /srv, /opt,
+    other checkouts ...) is an empty tmpfs. The base Python installation is bound back in at its own
+    path; a virtual environment's site-packages folders at /tmp/site/N, so nothing of the checkout
+    around a venv (its name, its neighbours) is ever visible.
+    """
     repo = str(Path(__file__).resolve().parent.parent)
-    prefixes = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
-    # Allow-list: only the system folders stay visible; every other top-level folder (/work, /srv, /opt,
-    # other checkouts of this repository ...) is an empty tmpfs, with the Python installation bound back in.
+    exe = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
+    base = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)})
+    venv = os.path.realpath(sys.prefix)
     others = [os.path.join("/", d) for d in os.listdir("/") if os.path.join("/", d) not in _VISIBLE_ROOTS]
     hidden = sorted({os.path.realpath(p) for p in ("/tmp", "/root", "/home", repo, *others, *hide)
                      if os.path.isdir(p) and not os.path.islink(p)}, key=len)
     top = [h for h in hidden if not any(h != o and _under(h, o) for o in hidden)]
-    path = [p for p in map(os.path.realpath, sys.path) if p and os.path.isdir(p)
-            and (any(_under(p, x) for x in prefixes) or not any(_under(p, h) for h in top))]
+    path: list[str] = []
+    site: list[tuple[str, str]] = []
+    for p in dict.fromkeys(os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)):
+        if any(_under(p, b) for b in base) and not (venv not in base and _under(p, venv)):
+            path.append(p)
+        elif _under(p, venv) and venv not in base:
+            inside = f"{_SANDBOX_SITE}/{len(site)}"
+            site.append((p, inside))
+            path.append(inside)
+        elif not any(_under(p, h) for h in top):
+            path.append(p)
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--perms", "1777", "--size", str(64 * 2**20), "--tmpfs", "/dev/shm",
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--new-session"]
     for h in top:
         argv += ["--tmpfs", h]
-        for p in prefixes:
+        for p in base:
             if _under(p, h) and p != h:
                 parents = [str(d) for d in reversed(Path(p).parents) if _under(str(d), h) and str(d) != h]
                 argv += [a for d in parents for a in ("--perms", "0755", "--dir", d)] + ["--ro-bind", p, p]
         if h == "/tmp":
             argv += ["--ro-bind", str(stage), _SANDBOX_STAGE,
                      "--perms", "0755", "--size", str(limits.scratch_mb * 2**20), "--tmpfs", _SANDBOX_SCRATCH]
+            if site:
+                argv += ["--perms", "0755", "--dir", _SANDBOX_SITE]
+            argv += [a for src, dst in site for a in ("--ro-bind", src, dst)]
         argv += ["--remount-ro", h]
+    for folder in cgroups.values():
+        argv += ["--bind", folder, folder]
     if os.geteuid() == 0:
         argv += ["--cap-drop", "ALL"] + [a for c in _CAPS for a in ("--cap-add", c)]
-    return argv, path
+    return argv, path, exe
+
+
+def _zygote_host_pid(root: int, nspid: int) -> int:
+    """The pid, in our namespace, of the process below `root` whose innermost pid is `nspid`."""
+    kids: dict[int, list[int]] = collections.defaultdict(list)
+    inner: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        pid = int(name)
+        kids[int(fields.get("PPid", "0").strip() or 0)].append(pid)
+        ns = fields.get("NSpid", name).split()
+        inner[pid] = int(ns[-1]) if ns else pid
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if inner.get(pid) == nspid and (pid != root or pid == nspid):
+            return pid
+        todo += kids.get(pid, [])
+    return 0
 
 
 class _Worker:
-    """One zygote process and the pipes to it."""
+    """One zygote process and the control socket to it."""
 
     def __init__(self, index: int, pool: WorkerPool, stage: Path, uid: int | None,
-                 hide: tuple[str | Path, ...], preload: tuple[str, ...], start_timeout_s: float):
+                 hide: tuple[str | Path, ...], preload: tuple[str, ...], start_timeout_s: float,
+                 cgroups: dict[str, str]):
         self.index, self.pool, self.stage, self.uid = index, pool, stage, uid
-        self.hide, self.preload, self.start_timeout_s = hide, preload, start_timeout_s
+        self.hide, self.preload, self.start_timeout_s, self.cgroups = hide, preload, start_timeout_s, cgroups
         self.proc: subprocess.Popen[bytes] | None = None
+        self.ctl: socket.socket | None = None
+        self.zygote_pid = 0
         self.log_path = pool._tmp / f"worker{index}.log"
 
     def start(self) -> str:
@@ -417,84 +651,138 @@ class _Worker:
                "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
                "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
         if self.pool.sandbox == "bwrap":
-            prefix, path = _bwrap_argv(self.stage, self.hide, limits)
+            prefix, path, exe = _bwrap_argv(self.stage, self.hide, limits, self.cgroups)
             stage, scratch, wipe = _SANDBOX_STAGE, _SANDBOX_SCRATCH, [_SANDBOX_SCRATCH, "/dev/shm"]
+            own_ipc = True
         else:
-            prefix, path = [], [p for p in sys.path if p and os.path.isdir(p)]
+            prefix, path, exe = [], [p for p in sys.path if p and os.path.isdir(p)], sys.executable
             stage, scratch = str(self.stage), str(self.pool._tmp / f"scratch{self.index}")
-            wipe = [scratch]
+            wipe, own_ipc = [scratch], False
             os.makedirs(scratch, mode=0o711, exist_ok=True)
         env.update(HOME=scratch, TMPDIR=scratch)
         cfg = {"path": [stage, *path], "probe_module": self.pool.probe_module, "preload": list(self.preload),
-               "scratch": scratch, "wipe": wipe, "uid": self.uid}
+               "scratch": scratch, "wipe": wipe, "uid": self.uid, "uids": _UIDS_PER_WORKER,
+               "limits": asdict(limits), "cgroups": self.cgroups, "own_ipc": own_ipc}
         code = "import sys; sys.path[:] = __import__('json').loads(sys.argv[1])['path']; " \
                "import autograder.execute as e; e._zygote_main(sys.argv[1])"
-        argv = [*prefix, sys.executable, "-I", "-c", code, json.dumps(cfg)]
-        with open(self.log_path, "ab") as err:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                         env=env, cwd="/", start_new_session=True)
+        argv = [*prefix, exe, "-I", "-c", code, json.dumps(cfg)]
         try:
-            ready = wire.decode(self._read(time.monotonic() + self.start_timeout_s, 1 << 20))
-        except (WorkerError, wire.WireError) as exc:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as exc:
+            return f"worker {self.index} did not start: {exc}"
+        try:
+            with open(self.log_path, "ab") as err:
+                self.proc = subprocess.Popen(argv, stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=err,
+                                             env=env, cwd="/", start_new_session=True)
+        except OSError as exc:
+            ours.close()
+            return f"worker {self.index} did not start: {exc}"
+        finally:
+            theirs.close()
+        self.ctl = ours
+        try:
+            ready = self._recv(time.monotonic() + self.start_timeout_s)
+        except WorkerError as exc:
             self.kill()
             return f"worker {self.index} did not start: {exc}; log: {self._log_tail()}"
-        if type(ready) is not dict or ready.get("ready") is not True:
+        if ready.get("ready") is not True or type(ready.get("pid")) is not int:
             self.kill()
-            return f"worker {self.index} did not start: {ready}"
+            return f"worker {self.index} did not start: {str(ready)[:3000]}"
+        self.zygote_pid = (self.proc.pid if self.pool.sandbox == "none"
+                           else _zygote_host_pid(self.proc.pid, ready["pid"]))
         return ""
 
-    def run(self, job: bytes) -> tuple[dict[str, Any], bytes, bytes]:
-        limits = self.pool.limits
-        if self.proc is None or self.proc.poll() is not None:
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.ctl is not None
+
+    def run(self, job: bytes, cells: list[tuple[int, str]],
+            probes: list[tuple[str, str, dict[str, Any]]]) -> tuple[dict[str, Any], bytes, int, _Transcript]:
+        """One job: make the child's channels, hand them over, talk to the child, collect the facts."""
+        if not self.alive():
             raise WorkerError("the worker is not running")
+        assert self.ctl is not None
         try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(_LEN.pack(len(job)) + job)
-            self.proc.stdin.flush()
+            job_g, job_c = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         except OSError as exc:
-            raise WorkerError(f"cannot send the job: {exc}") from exc
-        deadline = time.monotonic() + limits.wall_s + 60
+            raise WorkerError(f"cannot create the job channel: {exc}") from exc
         try:
-            header = wire.decode(self._read(deadline, 1 << 20))
+            try:
+                out_r, out_w = os.pipe()
+            except OSError as exc:
+                job_c.close()
+                raise WorkerError(f"cannot create the output pipe: {exc}") from exc
+            try:
+                socket.send_fds(self.ctl, [wire.encode({"t": "job"})], [job_c.fileno(), out_w])
+            except OSError as exc:
+                os.close(out_r)
+                raise WorkerError(f"cannot send the job: {exc}") from exc
+            finally:
+                job_c.close()
+                os.close(out_w)
+            talk = _Conversation(self, job_g, out_r, job, cells, probes)
+            try:
+                return talk.run()
+            finally:
+                os.close(out_r)
+        finally:
+            job_g.close()
+
+    def _recv(self, deadline: float) -> dict[str, Any]:
+        """One message from the zygote, or WorkerError when it died, went silent or spoke nonsense."""
+        assert self.ctl is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.ctl, selectors.EVENT_READ)
+            while not sel.select(max(0.0, deadline - time.monotonic())):
+                if time.monotonic() >= deadline:
+                    raise WorkerError("the worker did not answer in time")
+        return self._read_ctl()
+
+    def _read_ctl(self) -> dict[str, Any]:
+        assert self.ctl is not None
+        try:
+            data = self.ctl.recv(_CTL_BYTES)
+        except OSError as exc:
+            raise WorkerError(f"the worker's control socket failed: {exc}") from exc
+        if not data:
+            raise WorkerError("the worker exited")
+        try:
+            msg = wire.decode(data, max_bytes=_CTL_BYTES)
         except wire.WireError as exc:
-            raise WorkerError(f"malformed reply header: {exc}") from exc
-        output = self._read(deadline, limits.output_kb * 1024 + 1)
-        stream = self._read(deadline, limits.result_mb * 2**20 + 1)
-        if type(header) is not dict:
-            raise WorkerError("malformed reply header")
-        return header, output, stream
+            raise WorkerError(f"malformed message from the worker: {exc}") from exc
+        if type(msg) is not dict:
+            raise WorkerError("malformed message from the worker")
+        if "error" in msg:
+            raise WorkerError(f"the worker failed: {str(msg['error'])[:300]}")
+        return msg
 
-    def _read(self, deadline: float, cap: int) -> bytes:
-        assert self.proc is not None and self.proc.stdout is not None
-        head = _read_exact(self.proc.stdout.fileno(), _LEN.size, deadline)
-        (n,) = _LEN.unpack(head)
-        if n > cap:
-            raise WorkerError(f"reply of {n} bytes is over the cap of {cap}")
-        return _read_exact(self.proc.stdout.fileno(), n, deadline)
-
-    def restart(self) -> None:
+    def restart(self) -> str:
         self.kill()
         err = self.start()
         if err:
             log.error("%s", err)
+        return err
 
     def kill(self) -> None:
+        """Kill the worker; a zygote inside bubblewrap exits as its control socket closes."""
+        if self.ctl is not None:
+            self.ctl.close()
+            self.ctl = None
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self.zygote_pid = 0
 
     def stop(self) -> None:
         if self.proc is None:
             return
-        with contextlib.suppress(OSError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
+        if self.ctl is not None:
+            with contextlib.suppress(OSError):
+                self.ctl.shutdown(socket.SHUT_RDWR)
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            self.kill()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+            pass
+        self.kill()
 
     def _log_tail(self) -> str:
         try:
@@ -503,120 +791,262 @@ class _Worker:
             return "(no log)"
 
 
-def _read_exact(fd: int, n: int, deadline: float) -> bytes:
-    buf = bytearray()
-    with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_READ)
-        while len(buf) < n:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerError("the worker did not answer in time")
-            if not sel.select(left):
-                continue
-            chunk = os.read(fd, min(n - len(buf), 1 << 20))
-            if not chunk:
-                raise WorkerError("the worker exited")
-            buf += chunk
-    return bytes(buf)
+@dataclass
+class _Transcript:
+    """What the grader learned from the child's frames."""
+
+    outputs: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    tampering: list[str] = field(default_factory=list)
+    where: str = "while starting"
+    oom: str = ""  # where the child reported running out of memory (a MemoryError it caught)
+    exited: str = ""  # a cell called sys.exit() or exit()
+    finished: bool = False  # every probe was answered
+    overflow: bool = False  # more result bytes than the cap
+    violated: bool = False  # a frame out of protocol
 
 
-def _classify(header: dict[str, Any], output: bytes, stream: bytes, probes: list[Probe],
-              limits: Limits) -> ExecResult:
-    """Turn the zygote's facts and the child's message stream into an ExecResult."""
-    res = ExecResult("ok", cpu_s=float(header.get("cpu_s", 0.0)))
+_CELL_FRAME = {"t": (str,), "i": (int,), "note": (str, type(None)), "oom": (bool,), "tamper": (list,),
+               "exit": (str, type(None))}
+_OUT_FRAME = {"t": (str,), "key": (str,), "value": None, "oom": (bool,), "tamper": (list,)}
+
+
+def _fits(msg: dict[str, Any], shape: dict[str, Any]) -> bool:
+    return msg.keys() == shape.keys() and all(kinds is None or type(msg[k]) in kinds for k, kinds in shape.items())
+
+
+class _Conversation:
+    """The grader's side of one job: send the cells, then one probe request per answer, strictly in order."""
+
+    def __init__(self, worker: _Worker, sock: socket.socket, out_r: int, job: bytes, cells: list[tuple[int, str]],
+                 probes: list[tuple[str, str, dict[str, Any]]]):
+        limits = worker.pool.limits
+        self.worker, self.sock, self.out_r, self.job, self.cells, self.probes = worker, sock, out_r, job, cells, probes
+        self.out_cap, self.res_cap = limits.output_kb * 1024, limits.result_mb * 2**20
+        self.output, self.total = bytearray(), 0
+        self.buf, self.received = bytearray(), 0
+        self.t = _Transcript()
+        self.phase, self.cell, self.probe = "cells", 0, 0
+        self.wanted = {k for k, _, _ in probes}
+        self.void: set[str] = set()
+        self.deadline = time.monotonic() + limits.wall_s + 30
+        self.sel = selectors.DefaultSelector()
+
+    def run(self) -> tuple[dict[str, Any], bytes, int, _Transcript]:
+        assert self.worker.ctl is not None
+        sel, header = self.sel, None
+        try:
+            sel.register(self.sock, selectors.EVENT_READ)
+            sel.register(self.out_r, selectors.EVENT_READ)
+            sel.register(self.worker.ctl, selectors.EVENT_READ)
+            self._where()
+            self._send_bytes(self.job)
+            while header is None:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    raise WorkerError("the worker did not report on the job in time")
+                for key, _ in sel.select(left):
+                    if key.fileobj is self.worker.ctl:
+                        header = self.worker._read_ctl()
+                    elif key.fileobj == self.out_r:
+                        self._pump_output()
+                    elif key.fileobj is self.sock:
+                        self._pump_frames()
+            sel.unregister(self.worker.ctl)
+            until = time.monotonic() + 2  # the child's tree is dead: read what it left in the channels
+            while sel.get_map() and time.monotonic() < until:
+                for key, _ in sel.select(0.1):
+                    if key.fileobj == self.out_r:
+                        self._pump_output()
+                    else:
+                        self._pump_frames()
+        finally:
+            sel.close()
+        return header, bytes(self.output), self.total, self.t
+
+    def _pump_output(self) -> None:
+        chunk = os.read(self.out_r, 1 << 16)
+        if not chunk:
+            self.sel.unregister(self.out_r)
+            return
+        self.total += len(chunk)
+        self.output.extend(chunk[: max(0, self.out_cap - len(self.output))])
+
+    def _pump_frames(self) -> None:
+        try:
+            chunk = self.sock.recv(1 << 16)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.sel.unregister(self.sock)
+            return
+        self.received += len(chunk)
+        if self.received > self.res_cap:
+            self.t.overflow = True
+            self._hang_up()
+            return
+        self.buf += chunk
+        while len(self.buf) >= _LEN.size:
+            (n,) = _LEN.unpack_from(self.buf)
+            if n > self.res_cap:
+                return self._break(f"a frame of {n} bytes")
+            if len(self.buf) < _LEN.size + n:
+                return
+            data = bytes(self.buf[_LEN.size:_LEN.size + n])
+            del self.buf[:_LEN.size + n]
+            try:
+                msg = wire.decode(data, max_bytes=self.res_cap)
+            except wire.WireError as exc:
+                return self._break(f"a malformed frame ({str(exc)[:120]})")
+            if type(msg) is not dict:
+                return self._break("a frame that is not an object")
+            self._handle(msg)
+
+    def _handle(self, msg: dict[str, Any]) -> None:
+        kind, t = msg.get("t"), self.t
+        if kind == "cell" and self.phase == "cells" and self.cell < len(self.cells) and _fits(msg, _CELL_FRAME) \
+                and msg["i"] == self.cells[self.cell][0]:
+            self.cell += 1
+            self._facts(msg["tamper"])
+            if msg["note"] and len(t.notes) < 50:
+                t.notes.append(msg["note"][:500])
+            if msg["oom"]:
+                t.oom = t.oom or f"in cell {msg['i']}"
+            if msg["exit"]:
+                t.exited, self.phase = msg["exit"][:300], "over"
+            self._where()
+        elif kind == "cells_done" and self.phase == "cells" and self.cell == len(self.cells) and len(msg) == 1:
+            self.phase = "probes"
+            self._next_probe()
+        elif kind == "out" and self.phase == "probes" and _fits(msg, _OUT_FRAME) \
+                and msg["key"] == self.probes[self.probe][0]:
+            key = msg["key"]
+            self._facts(msg["tamper"])
+            if msg["oom"]:
+                t.oom = t.oom or f"in probe {key!r}"
+            if key not in self.void:
+                t.outputs[key] = msg["value"]
+            self.probe += 1
+            self._next_probe()
+        elif kind == "fail" and self.phase != "over" and type(msg.get("text")) is str and len(msg) == 2:
+            t.notes.append(msg["text"][:500])
+            self.phase = "over"
+        else:
+            key = msg.get("key")
+            named = [key] if kind == "out" and type(key) is str and key in self.wanted else []
+            if self.phase == "probes":  # the case being answered when the frame came earns nothing either
+                named.append(self.probes[self.probe][0])
+            for k in named:  # a second, early or stray answer: the case earns nothing
+                self.void.add(k)
+                t.outputs.pop(k, None)
+            name = f"{str(kind)[:20]!r} frame" + (f" for {str(key)[:60]!r}" if key is not None else "")
+            self._violation(f"{name} {t.where}")
+
+    def _next_probe(self) -> None:
+        if self.probe < len(self.probes):
+            key, name, args = self.probes[self.probe]
+            self._send({"t": "probe", "key": key, "name": name, "args": args})
+        else:
+            self.phase, self.t.finished = "ended", True
+            self._send({"t": "end"})
+        self._where()
+
+    def _where(self) -> None:
+        if self.phase == "cells":
+            self.t.where = f"in cell {self.cells[self.cell][0]}" if self.cell < len(self.cells) else "after the cells"
+        elif self.phase == "probes":
+            self.t.where = f"in probe {self.probes[self.probe][0]!r}"
+        elif self.phase == "ended":
+            self.t.where = "after the probes"
+
+    def _facts(self, facts: list[Any]) -> None:
+        for f in facts:
+            if type(f) is str and f[:200] not in self.t.tampering and len(self.t.tampering) < 50:
+                self.t.tampering.append(f[:200])
+
+    def _violation(self, what: str) -> None:
+        self.t.violated = True
+        self._facts([f"forged or out-of-order result frame: {what}"])
+
+    def _break(self, what: str) -> None:
+        """The stream cannot be read on: flag it, stop the child; the remaining probes return nothing."""
+        self._violation(what)
+        self._hang_up()
+
+    def _hang_up(self) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(self.sock)
+        self.phase = "over"
+        assert self.worker.ctl is not None
+        with contextlib.suppress(OSError):
+            self.worker.ctl.send(wire.encode({"t": "kill"}))
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        self._send_bytes(wire.encode(msg, max_bytes=4 * MAX_NOTEBOOK_BYTES))
+
+    def _send_bytes(self, data: bytes) -> None:
+        if self.phase == "over":
+            return
+        try:
+            self.sock.settimeout(max(0.1, self.deadline - time.monotonic()))
+            self.sock.sendall(_LEN.pack(len(data)) + data)
+        except OSError:  # the child is gone, or does not read: what the zygote reports tells why
+            self._hang_up()
+
+
+def _classify(header: dict[str, Any], output: bytes, total: int, t: _Transcript,
+              probes: list[tuple[str, str, dict[str, Any]]], limits: Limits, guard: str) -> ExecResult:
+    """Turn the zygote's facts and the grader's transcript of the conversation into an ExecResult."""
+    res = ExecResult("ok", outputs=t.outputs, notes=list(t.notes), tampering=list(t.tampering),
+                     cpu_s=float(header.get("cpu_s", 0.0)))
     res.stdout = output[: limits.output_kb * 1024].decode("utf-8", errors="replace")
-    total = int(header.get("output_total", 0))
     if total > len(output):
         res.notes.append(f"output truncated: kept {len(output)} of {total} bytes")
-    wanted = {p[0] for p in probes}
-    where, done, exited, oom, malformed = "while starting", False, "", "", ""
-    for msg in _frames(stream):
-        if msg is None:
-            malformed = "the result stream from the sandbox was malformed; the rest was ignored"
-            break
-        t, key = msg.get("t"), msg.get("key")
-        if t == "cell" and type(msg.get("i")) is int:
-            where = f"in cell {msg['i']}"
-        elif t == "probe" and type(key) is str and key in wanted:
-            where = f"in probe {key!r}"
-        elif t == "note" and type(msg.get("text")) is str:
-            if len(res.notes) < 50:
-                res.notes.append(msg["text"][:500])
-        elif t == "oom":
-            oom = oom or where
-        elif t == "exit" and type(msg.get("text")) is str:
-            exited = msg["text"][:300]
-        elif t == "tamper" and type(msg.get("facts")) is list:
-            new = [f[:200] for f in msg["facts"] if type(f) is str and f[:200] not in res.tampering]
-            res.tampering += new[: max(0, 50 - len(res.tampering))]
-        elif t == "out" and type(key) is str and key in wanted and "value" in msg:
-            res.outputs.setdefault(key, msg["value"])
-        elif t == "done":
-            done = True
-            where = "after the probes"
-        else:
-            malformed = "the result stream from the sandbox held an unexpected message; the rest was ignored"
-            break
-    sig, code = header.get("signal"), header.get("exit_code")
+    sig, code, where = header.get("signal"), header.get("exit_code"), t.where
     if header.get("timed_out"):
         res.status = "timeout"
         res.notes.append(f"wall-clock limit of {limits.wall_s:g} s reached {where}")
     elif header.get("cpu_exceeded"):
         res.status = "timeout"
         res.notes.append(f"CPU-time limit of {limits.cpu_s} s reached {where}")
-    elif oom:
+    elif header.get("memory") in MEMORY_GUARDS:
         res.status = "oom"
-        res.notes.append(f"out of memory (limit {limits.memory_mb} MB) {oom}")
+        how = ("the cgroup memory limit" if header["memory"] == "cgroup"
+               else "the watchdog that sums the memory of its processes")
+        res.notes.append(f"out of memory: the submission as a whole (all its processes) went over "
+                         f"{limits.memory_mb} MB {where}; stopped by {how}")
+    elif t.oom:
+        res.status = "oom"
+        res.notes.append(f"out of memory (limit {limits.memory_mb} MB) {t.oom}")
     elif sig == signal.SIGKILL and not header.get("killed"):
         res.status = "oom"
-        res.notes.append(f"killed by SIGKILL {where}: most likely out of memory ({limits.memory_mb} MB)")
-    elif exited:
+        res.notes.append(f"killed by SIGKILL {where}: most likely out of memory ({limits.memory_mb} MB, "
+                         f"{guard})")
+    elif t.violated:
+        res.status = "tampering"
+        res.notes.append("the result channel held forged or out-of-order frames; the cases they name "
+                         "earn nothing")
+    elif t.exited:
         res.status = "crashed"
-        res.notes.append(f"{exited}; the notebook stopped there and no probe ran")
-    elif header.get("result_overflow"):
+        res.notes.append(f"{t.exited}; the notebook stopped there and no probe ran")
+    elif t.overflow:
         res.status = "crashed"
         res.notes.append(f"the results were over the {limits.result_mb} MB cap")
     elif sig is not None:
         res.status = "crashed"
         res.notes.append(f"the process was killed by signal {_signame(sig)} {where}")
-    elif malformed:
-        res.status = "crashed"
-        res.notes.append(malformed)
     elif code in (_SETUP_FAILED, _HARNESS_FAILED):
         res.status = "crashed"
-        res.notes.append(f"the harness inside the sandbox failed {where} (were its pipes broken?)")
-    elif not done or code != 0:
+        res.notes.append(f"the harness inside the sandbox failed {where} (were its channels broken?)")
+    elif not t.finished or code != 0:
         res.status = "crashed"
         res.notes.append(f"the process exited with code {code} {where} (sys.exit or os._exit?)")
     elif res.tampering:
         res.status = "tampering"
     missing = [k for k, _, _ in probes if k not in res.outputs]
-    if missing and not exited:
+    if missing and not t.exited:
         res.notes.append(f"{len(missing)} of {len(probes)} probes returned nothing")
     return res
-
-
-def _frames(stream: bytes) -> Iterator[dict[str, Any] | None]:
-    pos = 0
-    while pos < len(stream):
-        if pos + _LEN.size > len(stream):
-            yield None
-            return
-        (n,) = _LEN.unpack_from(stream, pos)
-        pos += _LEN.size
-        if pos + n > len(stream):
-            yield None
-            return
-        try:
-            msg = wire.decode(stream[pos:pos + n])
-        except wire.WireError:
-            yield None
-            return
-        pos += n
-        if type(msg) is not dict:
-            yield None
-            return
-        yield msg
 
 
 def _signame(sig: int) -> str:
@@ -635,21 +1065,10 @@ def _prctl(option: int, arg: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
-def _send(fd: int, data: bytes) -> None:
-    view = memoryview(_LEN.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _recv(fd: int) -> bytes | None:
-    head = _recv_exact(fd, _LEN.size)
-    return None if head is None else _recv_exact(fd, _LEN.unpack(head)[0])
-
-
 def _recv_exact(fd: int, n: int) -> bytes | None:
     buf = bytearray()
     while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
+        chunk = os.read(fd, min(n - len(buf), 1 << 20))
         if not chunk:
             return None
         buf += chunk
@@ -657,9 +1076,13 @@ def _recv_exact(fd: int, n: int) -> bytes | None:
 
 
 def _zygote_main(config_text: str) -> None:
-    """Entry point inside the sandbox: import everything once, then fork one child per job."""
+    """Entry point inside the sandbox: import everything once, then fork and watch one child per job.
+
+    The zygote only ever sees the child's fds and small control messages, never a job's cells or
+    results, so nothing of one submission is in the memory the next child is forked from.
+    """
     cfg = json.loads(config_text)
-    ctl_in, ctl_out = os.dup(0), os.dup(1)
+    ctl = socket.socket(fileno=os.dup(0))
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
@@ -672,68 +1095,57 @@ def _zygote_main(config_text: str) -> None:
         _install_otter_stub()
         shell = _make_shell()
         guard = _Guard([*_GUARDED_MODULES, cfg["probe_module"]])
+        suspicious = getattr(probes, "SUSPICIOUS", None)
+        limits = Limits(**cfg["limits"])
+        memory = _MemoryWatch(cfg, limits)
     except BaseException:  # noqa: BLE001 - report any start-up failure to the grader
-        _send(ctl_out, wire.encode({"ready": False, "error": traceback.format_exc()[-3000:]}))
+        ctl.send(wire.encode({"ready": False, "error": traceback.format_exc()[-3000:]}))
         return
-    _send(ctl_out, wire.encode({"ready": True}))
+    ctl.send(wire.encode({"ready": True, "pid": os.getpid()}))
     jobs = 0
-    while (data := _recv(ctl_in)) is not None:
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(ctl, _CTL_BYTES, 4)
+        except OSError:
+            break
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            break
+        if len(fds) != 2:  # a late "kill" for a child that already ended, or a malformed request
+            for fd in fds:
+                os.close(fd)
+            if len(fds):
+                ctl.send(wire.encode({"error": f"a job needs 2 fds, got {len(fds)}"}))
+            continue
         jobs += 1
-        job = wire.decode(data, max_bytes=len(data))
-        header, output, stream = _run_job(job, shell, guard, probes.run_probe, cfg, jobs, ctl_in)
-        _send(ctl_out, wire.encode(header))
-        _send(ctl_out, output)
-        _send(ctl_out, stream)
+        header = _run_job(fds, shell, guard, probes.run_probe, suspicious if type(suspicious) is list else None,
+                          cfg, limits, jobs, ctl, memory)
+        ctl.send(wire.encode(header))
     os._exit(0)  # skip interpreter teardown (seconds with torch loaded)
 
 
-def _install_otter_stub() -> None:
-    """Notebooks start with `grader = otter.Notebook(...)`; in the sandbox its checks and export do nothing."""
-    import types
-
-    class Notebook:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            pass
-
-        def __getattr__(self, name: str) -> Any:
-            return lambda *args, **kwargs: None
-
-    stub = types.ModuleType("otter", "stand-in: grading never runs Otter inside the student's process")
-    stub.Notebook = Notebook  # type: ignore[attr-defined]
-    sys.modules["otter"] = stub
-
-
-def _make_shell() -> Any:
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    config = Config()
-    config.HistoryManager.enabled = False
-    config.InteractiveShell.colors = "nocolor"
-    config.InteractiveShell.xmode = "Plain"
-    shell = InteractiveShell.instance(config=config)
-    shell.ask_exit = lambda: setattr(shell, "exit_now", True)  # exit() and quit() as in a kernel
-    return shell
-
-
-def _run_job(job: dict[str, Any], shell: Any, guard: _Guard, run_probe: Any, cfg: dict[str, Any], n: int,
-             ctl_in: int) -> tuple[dict[str, Any], bytes, bytes]:
-    limits = Limits(**job["limits"])
-    uid = cfg["uid"]
-    scratch = tempfile.mkdtemp(prefix=f"job{n}-", dir=cfg["scratch"])
-    if uid is not None:
-        os.chown(scratch, uid, uid)
-    out_r, out_w = os.pipe()
-    res_r, res_w = os.pipe()
-    start = time.monotonic()
-    pid = os.fork()
+def _run_job(fds: list[int], shell: Any, guard: _Guard, run_probe: Any, suspicious: list[str] | None,
+             cfg: dict[str, Any], limits: Limits, n: int, ctl: socket.socket,
+             memory: _MemoryWatch) -> dict[str, Any]:
+    uid = None if cfg["uid"] is None else cfg["uid"] + n % cfg["uids"]  # a fresh uid per job
+    since = time.time()
+    try:
+        scratch = tempfile.mkdtemp(prefix=f"job{n}-", dir=cfg["scratch"])
+        if uid is not None:
+            os.chown(scratch, uid, uid)
+        memory.begin()
+        start = time.monotonic()
+        pid = os.fork()
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        return {"error": f"cannot start the job: {exc}"}
     if pid == 0:
-        os.close(out_r)
-        os.close(res_r)
-        _child(job, limits, shell, guard, run_probe, scratch, uid, out_w, res_w)
-    os.close(out_w)
-    os.close(res_w)
-    header, output, stream = _watch(pid, out_r, res_r, ctl_in, limits, start)
+        _child(fds, limits, shell, guard, run_probe, suspicious, scratch, uid, cfg["cgroups"])
+    for fd in fds:  # the child's ends are not ours to keep
+        os.close(fd)
+    header = _watch(pid, ctl, limits, start, memory)
     for folder in cfg["wipe"]:  # nothing a submission leaves behind may reach the next one
         for name in os.listdir(folder):
             path = os.path.join(folder, name)
@@ -742,98 +1154,97 @@ def _run_job(job: dict[str, Any], shell: Any, guard: _Guard, run_probe: Any, cfg
             else:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
-    return header, output, stream
+    _remove_ipc(uid, since, everything=cfg["own_ipc"])
+    return header
 
 
-def _watch(pid: int, out_r: int, res_r: int, ctl_in: int, limits: Limits,
-           start: float) -> tuple[dict[str, Any], bytes, bytes]:
-    """Collect the child's output (capped) and messages until it exits or a limit is hit.
+def _watch(pid: int, ctl: socket.socket, limits: Limits, start: float, memory: _MemoryWatch) -> dict[str, Any]:
+    """Wait for the child to exit or a limit to be hit; then kill its tree and return the facts.
 
-    The grader never writes during a job, so ctl_in turning readable means it went away: then the
-    child's tree is killed and the zygote exits (which ends the sandbox).
+    Any message from the grader during a job asks to stop the child; the control socket closing means
+    the grader went away: then the child's tree is killed and the zygote exits (which ends the sandbox).
     """
-    out_cap, res_cap = limits.output_kb * 1024, limits.result_mb * 2**20
-    output, stream = bytearray(), bytearray()
-    total, status, rusage = 0, None, None
-    timed_out = overflow = killed = False
+    status, rusage, over = None, None, ""
+    timed_out = killed = False
     sel = selectors.DefaultSelector()
     pidfd = os.pidfd_open(pid)
-    for fd in (out_r, res_r, pidfd, ctl_in):
-        sel.register(fd, selectors.EVENT_READ)
+    sel.register(pidfd, selectors.EVENT_READ)
+    sel.register(ctl, selectors.EVENT_READ)
     deadline = start + limits.wall_s
-
-    def pump(fd: int) -> bool:
-        nonlocal total, overflow
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            sel.unregister(fd)
-            return False
-        if fd == out_r:
-            total += len(chunk)
-            output.extend(chunk[: max(0, out_cap - len(output))])
-        else:
-            stream.extend(chunk)
-            overflow = overflow or len(stream) > res_cap
-        return True
-
-    while status is None and not overflow:
+    while status is None and not killed:
         left = deadline - time.monotonic()
         if left <= 0:
             timed_out = True
             break
-        for key, _ in sel.select(left):
-            if key.fd == pidfd:
+        for key, _ in sel.select(min(left, _WATCH_S)):
+            if key.fileobj == pidfd:
                 _, status, rusage = os.wait4(pid, 0)
-            elif key.fd == ctl_in:
-                with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
-                    os.kill(pid, signal.SIGKILL)
-                _kill_descendants()
-                os._exit(0)
-            elif not overflow:
-                pump(key.fd)
+            else:
+                try:
+                    msg = ctl.recv(_CTL_BYTES)
+                except OSError:
+                    msg = b""
+                if not msg:
+                    _kill_tree(pid)
+                    _kill_descendants()
+                    os._exit(0)
+                killed = True
+        if status is None and not killed and memory.over():
+            over = memory.kind
+            break
     if status is None:
-        killed = True
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+        _kill_tree(pid)
         _, status, rusage = os.wait4(pid, 0)
     _kill_descendants()
-    sel.unregister(pidfd)
-    sel.unregister(ctl_in)
-    os.close(pidfd)
-    drain_until = time.monotonic() + 2
-    while sel.get_map() and time.monotonic() < drain_until and not overflow:
-        for key, _ in sel.select(0.1):
-            pump(key.fd)
+    if not over and memory.kind == "cgroup" and memory.over():  # a process of the tree was OOM-killed
+        over = memory.kind
     sel.close()
-    os.close(out_r)
-    os.close(res_r)
+    os.close(pidfd)
     cpu = rusage.ru_utime + rusage.ru_stime if rusage else 0.0
     sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    header = {"exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None, "signal": sig,
-              "timed_out": timed_out, "killed": killed, "result_overflow": overflow, "cpu_s": cpu,
-              "cpu_exceeded": sig == signal.SIGXCPU or (sig == signal.SIGKILL and not killed
-                                                         and cpu >= limits.cpu_s - 0.5),
-              "output_total": total, "wall_s": time.monotonic() - start}
-    return header, bytes(output), bytes(stream[: res_cap + 1])
+    forced = killed or bool(over) or timed_out
+    return {"exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None, "signal": sig,
+            "timed_out": timed_out, "killed": forced, "memory": over or None, "cpu_s": cpu,
+            "cpu_exceeded": sig == signal.SIGXCPU or (sig == signal.SIGKILL and not forced
+                                                       and cpu >= limits.cpu_s - 0.5),
+            "wall_s": time.monotonic() - start}
+
+
+def _kill_tree(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids, for every process this one can see."""
+    kids: dict[int, list[int]] = collections.defaultdict(list)
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            kids[int(stat[stat.rindex(b")") + 2:].split()[1])].append(int(name))
+    return kids
+
+
+def _descendants(root: int) -> list[int]:
+    kids, out, todo = _children(), [], [root]
+    while todo:
+        for kid in kids.get(todo.pop(), []):
+            out.append(kid)
+            todo.append(kid)
+    return out
 
 
 def _kill_descendants() -> None:
     """SIGKILL every process left below the zygote (it is a subreaper, so orphans come back to it)."""
     me = os.getpid()
     for _ in range(500):
-        kids = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    with open(f"/proc/{name}/stat", "rb") as f:
-                        stat = f.read()
-                except OSError:
-                    continue
-                if int(stat[stat.rindex(b")") + 2:].split()[1]) == me:
-                    kids.append(int(name))
+        kids = _children().get(me, [])
         if not kids:
             return
         for kid in kids:
@@ -843,6 +1254,80 @@ def _kill_descendants() -> None:
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
         time.sleep(0.005)
+
+
+class _MemoryWatch:
+    """Memory of a submission as a whole: a cgroup's OOM-kill count, or a watchdog's sum over its processes."""
+
+    def __init__(self, cfg: dict[str, Any], limits: Limits):
+        self.kind = "cgroup" if cfg["cgroups"] else "watchdog"
+        self.limit = limits.memory_mb * 2**20
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.oom_file = os.path.join(cfg["cgroups"]["memory"], "memory.oom_control") if cfg["cgroups"] else ""
+        self.base = 0
+
+    def begin(self) -> None:
+        """Before a fork: the cgroup's OOM kills so far, or the zygote's own private memory (which a
+        child shares until it writes to it, so the watchdog does not count it)."""
+        self.base = self._oom_kills() if self.kind == "cgroup" else self._private(os.getpid())
+
+    def over(self) -> bool:
+        if self.kind == "cgroup":
+            return self._oom_kills() > self.base
+        total = 0
+        for pid in _descendants(os.getpid()):
+            total += max(0, self._private(pid) - self.base)
+        return total > self.limit
+
+    def _oom_kills(self) -> int:
+        try:
+            with open(self.oom_file) as f:
+                return next((int(line.split()[1]) for line in f if line.startswith("oom_kill ")), 0)
+        except (OSError, ValueError):
+            return 0
+
+    def _private(self, pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                fields = f.read().split()
+            return (int(fields[1]) - int(fields[2])) * self.page  # resident minus file-backed/shared
+        except (OSError, ValueError, IndexError):
+            return 0
+
+
+def _remove_ipc(uid: int | None, since: float, *, everything: bool) -> None:
+    """Remove System V shared memory, semaphores and message queues a submission left behind.
+
+    everything: the sandbox's own IPC namespace, where all that is visible is the student's; otherwise
+    those owned by the job's uid, or (without a uid of its own) by ours and created during the job.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    removers = (("shm", "shmid", lambda i: libc.shmctl(i, _IPC_RMID, None)),
+                ("sem", "semid", lambda i: libc.semctl(i, 0, _IPC_RMID)),
+                ("msg", "msqid", lambda i: libc.msgctl(i, _IPC_RMID, None)))
+    me = os.geteuid()
+    for table, id_col, remove in removers:
+        try:
+            with open(f"/proc/sysvipc/{table}") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        cols = lines[0].split() if lines else []
+        for line in lines[1:]:
+            row = dict(zip(cols, line.split()))
+            try:
+                ident, owner, creator, ctime = (int(row[k]) for k in (id_col, "uid", "cuid", "ctime"))
+            except (KeyError, ValueError):
+                continue
+            if not (everything or (uid is not None and uid in (owner, creator))
+                    or (uid is None and me in (owner, creator) and ctime >= int(since) - 1)):
+                continue
+            if remove(ident) != 0 and me == 0 and owner != 0:  # IPC_RMID needs the owner (or CAP_SYS_ADMIN)
+                try:
+                    os.seteuid(owner)
+                    remove(ident)
+                finally:
+                    os.seteuid(0)
 
 
 def _rmtree(path: str) -> None:
@@ -875,6 +1360,9 @@ class _Guard:
                 owner = getattr(owner, part, None)
             if owner is not None:
                 self.attrs.append((owner, attr, f"{mod}.{dotted}", owner.__dict__.get(attr, self._MISSING)))
+        for mod in _GUARDED_WHOLE:
+            module = importlib.import_module(mod)
+            self.attrs += [(module, k, f"{mod}.{k}", v) for k, v in vars(module).items() if not k.startswith("__")]
         self.modules = {m: sys.modules[m] for m in modules if m in sys.modules}
         self.builtins = vars(self.modules["builtins"])
         self.builtins_snap = dict(self.builtins)
@@ -966,35 +1454,14 @@ def _flush() -> None:
             stream.flush()
 
 
-def _child(job: dict[str, Any], limits: Limits, shell: Any, guard: _Guard, run_probe: Any, scratch: str,
-           uid: int | None, out_w: int, res_w: int) -> NoReturn:
-    """Runs in the forked child: confine, run the cells, run the probes, and exit without returning."""
-    write, exit_, getpid, encode, to_plain = os.write, os._exit, os.getpid, wire.encode, wire.to_plain
+def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe: Any,
+           suspicious: list[str] | None, scratch: str, uid: int | None, cgroups: dict[str, str]) -> NoReturn:
+    """Runs in the forked child: confine, receive the cells from the grader, run them, then answer the
+    grader's probe requests one at a time; exits without returning."""
+    write, exit_, getpid, encode, decode, to_plain = os.write, os._exit, os.getpid, wire.encode, wire.decode, \
+        wire.to_plain
     res_cap = limits.result_mb * 2**20
-    try:
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_w, 1)
-        os.dup2(out_w, 2)
-        os.dup2(res_w, _RESULT_FD)  # the zygote's fds 0-3 are taken, so neither pipe end is 1, 2 or 3
-        os.closerange(_RESULT_FD + 1, 1 << 20)
-        sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
-                                                   errors="backslashreplace") for fd in (1, 2))
-        os.chdir(scratch)
-        os.environ.update(HOME=scratch, TMPDIR=scratch, PWD=scratch)
-        tempfile.tempdir = scratch
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        _apply_limits(limits, uid)
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(limits.threads)
-    except BaseException:  # noqa: BLE001
-        with contextlib.suppress(BaseException):
-            msg = encode({"t": "note", "text": "sandbox setup failed: " + traceback.format_exc()[-400:]})
-            write(_RESULT_FD, _LEN.pack(len(msg)) + msg)
-        exit_(_SETUP_FAILED)
-    me = getpid()
+    me, parent = getpid(), os.getppid()
 
     def send(msg: dict[str, Any]) -> None:
         if getpid() != me:
@@ -1005,11 +1472,47 @@ def _child(job: dict[str, Any], limits: Limits, shell: Any, guard: _Guard, run_p
             data = encode({**msg, "value": {"error": {"type": "WireError", "message": str(exc)[:300]}}})
         view = memoryview(_LEN.pack(len(data)) + data)
         while view:
-            view = view[write(_RESULT_FD, view):]
+            view = view[write(_JOB_FD, view):]
+
+    def recv() -> dict[str, Any] | None:
+        head = _recv_exact(_JOB_FD, _LEN.size)
+        data = None if head is None else _recv_exact(_JOB_FD, _LEN.unpack(head)[0])
+        msg = None if data is None else decode(data, max_bytes=len(data))
+        return msg if type(msg) is dict else None
+
+    try:
+        job_fd, out_fd = fds
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(job_fd, _JOB_FD)  # the zygote's fds 0-2 are taken, so neither channel is 0, 1 or 2
+        os.closerange(_JOB_FD + 1, 1 << 20)  # the control socket, the zygote's other fds
+        sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
+                                                   errors="backslashreplace") for fd in (1, 2))
+        for folder in cgroups.values():  # join the worker's cgroups while still allowed to
+            _write(os.path.join(folder, "cgroup.procs"), str(me))
+        os.chdir(scratch)
+        os.environ.update(HOME=scratch, TMPDIR=scratch, PWD=scratch)
+        tempfile.tempdir = scratch
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        _apply_limits(limits, uid)
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            exit_(_SETUP_FAILED)  # the zygote died before the line above
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(limits.threads)
+        job = recv()
+        if job is None or job.get("t") != "cells":
+            exit_(_SETUP_FAILED)
+    except BaseException:  # noqa: BLE001
+        with contextlib.suppress(BaseException):
+            send({"t": "fail", "text": "sandbox setup failed: " + traceback.format_exc()[-400:]})
+        exit_(_SETUP_FAILED)
 
     try:
         for i, src in job["cells"]:
-            send({"t": "cell", "i": i})
             try:
                 result = shell.run_cell(src, store_history=True)
                 err = result.error_before_exec or result.error_in_exec
@@ -1019,19 +1522,21 @@ def _child(job: dict[str, Any], limits: Limits, shell: Any, guard: _Guard, run_p
             _flush()
             if getpid() != me:
                 exit_(0)
-            if facts:
-                send({"t": "tamper", "facts": facts})
+            how = None
             if isinstance(err, SystemExit) or shell.exit_now:
-                how = f"sys.exit({_describe(err)[1]})" if isinstance(err, SystemExit) else "exit()"
-                send({"t": "exit", "text": f"cell {i} called {how}"})
-                exit_(0)
-            if err is not None:
-                if _is_oom(err):
-                    send({"t": "oom"})
+                how = f"cell {i} called " + (f"sys.exit({_describe(err)[1]})" if isinstance(err, SystemExit)
+                                             else "exit()")
+            note = None
+            if err is not None and how is None:
                 name, text = _describe(err)
-                send({"t": "note", "text": f"cell {i}: {name}: {text}"})
-        for key, name, args in job["probes"]:
-            send({"t": "probe", "key": key})
+                note = f"cell {i}: {name}: {text}"
+            send({"t": "cell", "i": i, "note": note, "oom": err is not None and _is_oom(err), "tamper": facts,
+                  "exit": how})
+            if how:
+                exit_(0)
+        send({"t": "cells_done"})
+        while (req := recv()) is not None and req.get("t") == "probe":
+            key, name, args = req["key"], req["name"], req["args"]
             try:
                 value = run_probe(shell.user_ns, name, args)
             except BaseException as exc:  # noqa: BLE001 - SystemExit and friends from student code
@@ -1040,18 +1545,46 @@ def _child(job: dict[str, Any], limits: Limits, shell: Any, guard: _Guard, run_p
             facts = guard.sweep()
             if getpid() != me:
                 exit_(0)
-            if facts:
-                send({"t": "tamper", "facts": facts})
+            if suspicious:
+                facts += [f"suspicious probe output in {key!r}: {s}"[:200] for s in suspicious[:5]]
+                del suspicious[:]
             value = to_plain(value)
             err = value.get("error") if type(value) is dict else None
-            if type(err) is dict and (err.get("type") in _OOM_TYPES
-                                      or "can't allocate memory" in str(err.get("message", ""))):
-                send({"t": "oom"})
-            send({"t": "out", "key": key, "value": value})
-        send({"t": "done"})
+            oom = type(err) is dict and (err.get("type") in _OOM_TYPES
+                                         or "can't allocate memory" in str(err.get("message", "")))
+            send({"t": "out", "key": key, "value": value, "oom": oom, "tamper": facts})
         _flush()
         exit_(0)
     except BaseException:  # noqa: BLE001 - anything escaping the harness is a crash, reported as such
         with contextlib.suppress(BaseException):
-            send({"t": "note", "text": "the grading harness failed: " + traceback.format_exc()[-400:]})
+            send({"t": "fail", "text": "the grading harness failed: " + traceback.format_exc()[-400:]})
         exit_(_HARNESS_FAILED)
+
+
+def _install_otter_stub() -> None:
+    """Notebooks start with `grader = otter.Notebook(...)`; in the sandbox its checks and export do nothing."""
+    import types
+
+    class Notebook:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def __getattr__(self, name: str) -> Any:
+            return lambda *args, **kwargs: None
+
+    stub = types.ModuleType("otter", "stand-in: grading never runs Otter inside the student's process")
+    stub.Notebook = Notebook  # type: ignore[attr-defined]
+    sys.modules["otter"] = stub
+
+
+def _make_shell() -> Any:
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    config.InteractiveShell.colors = "nocolor"
+    config.InteractiveShell.xmode = "Plain"
+    shell = InteractiveShell.instance(config=config)
+    shell.ask_exit = lambda: setattr(shell, "exit_now", True)  # exit() and quit() as in a kernel
+    return shell

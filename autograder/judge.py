@@ -447,7 +447,7 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
                 if ex_result.tampering:
                     result.notes.append("tampering: " + "; ".join(ex_result.tampering[:5]))
                 save(sub, key, result, {"stdout": ex_result.stdout, "wall_s": round(ex_result.wall_s, 3),
-                                        "sandbox": ex_result.sandbox})
+                                        "sandbox": ex_result.sandbox, "memory_guard": ex_result.memory_guard})
                 done += 1
                 if progress:
                     width = 30

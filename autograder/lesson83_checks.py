@@ -25,6 +25,8 @@ CHECKS: dict[str, Callable[..., Verdict]] = {}
 LETTERS = ("A", "B", "C", "D")
 # Checks that compare with the reference value; the others judge a property of the student's output alone,
 # so their cases carry no reference value (a multiple-choice format check must not carry the answers).
+# Probe outputs that are not plain arrays (subclasses, objects with __array__), as the sandbox reports them.
+SUSPICIOUS: list[str] = []
 USES_EXPECTED = {"close", "learned_table", "grad_rows", "shape", "pair_close", "long_bias", "choice_correct",
                  "lm_names"}
 
@@ -121,18 +123,45 @@ def _get(env: dict[str, Any], name: str) -> Any:
 
 
 def as_array(value: Any, what: str) -> np.ndarray:
-    """Student output as a float64/bool numpy array, or a TypeError that says what came back."""
+    """Student output as a numpy array of numbers, copied, or a TypeError that says what came back.
+
+    The copy is taken at once, so student code that keeps the returned tensor and changes it later cannot
+    change what the probe saw. Only plain tensors (an nn.Parameter too), plain ndarrays and Python
+    numbers or lists pass; a subclass or an object of its own with __array__ earns nothing and is
+    recorded in SUSPICIOUS for the grader's report.
+    """
     if value is None or value is Ellipsis:
         raise TypeError(f"{what} returned {value!r}: the stub is not filled in yet")
-    if hasattr(value, "detach"):
-        value = value.detach().cpu()
-        if hasattr(value, "dtype") and str(value.dtype) == "torch.bfloat16":
+    odd = _odd_array(value)
+    if odd:
+        SUSPICIOUS.append(f"{what} returned {odd}")
+        raise TypeError(f"{what} returned {odd}; return a plain torch.Tensor or numpy array")
+    if isinstance(value, _torch().Tensor):
+        value = value.detach().cpu().clone()
+        if str(value.dtype) == "torch.bfloat16":
             value = value.float()
         value = value.numpy()
-    arr = np.asarray(value)
+    arr = np.array(value, copy=True)
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{what} returned {type(value).__name__} of dtype {arr.dtype}, expected numbers")
     return arr
+
+
+def _odd_array(value: Any) -> str:
+    """How value differs from a plain array, tensor or Python number/list ('' when it does not)."""
+    t = type(value)
+    torch = _torch()
+    plain = (torch.Tensor, torch.nn.Parameter, getattr(torch.nn, "Buffer", torch.Tensor), np.ndarray)
+    if t in plain or t in (list, tuple, int, float, bool) or (isinstance(value, np.generic)
+                                                             and t.__module__ == "numpy"):
+        return ""
+    name = f"{t.__module__}.{t.__qualname__}"[:80]
+    if issubclass(t, torch.Tensor | np.ndarray):
+        return f"a {name} (a subclass of {'torch.Tensor' if issubclass(t, torch.Tensor) else 'numpy.ndarray'})"
+    if any(hasattr(t, a) for a in ("__array__", "__array_interface__", "__array_struct__", "__torch_function__",
+                                   "detach", "numpy")):
+        return f"a {name} that poses as an array"
+    return ""
 
 
 def _torch():

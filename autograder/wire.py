@@ -12,6 +12,7 @@ import numpy as np
 
 MAX_BYTES = 64 * 2**20
 MAX_DEPTH = 64
+MAX_DIMS = 32
 ARRAY_TAG = "__ndarray__"
 _ARRAY_KEYS = {ARRAY_TAG, "dtype", "shape"}
 _DTYPE_RE = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")
@@ -139,21 +140,32 @@ def _unpack(raw: Any, depth: int) -> Any:
 
 
 def _array(tag: dict[str, Any]) -> np.ndarray:
+    """A tagged array, checked before anything is allocated: dims count, every dim, and that shape times
+    item size is exactly the data's length (so no declared shape can ask for more than the bytes sent)."""
     b64, dtype_str, shape = tag[ARRAY_TAG], tag["dtype"], tag["shape"]
     if type(b64) is not str or type(dtype_str) is not str or not _DTYPE_RE.fullmatch(dtype_str):
         raise WireError(f"bad array tag (dtype {str(dtype_str)[:20]!r})")
-    if type(shape) is not list or len(shape) > 32 or not all(type(n) is int and n >= 0 for n in shape):
-        raise WireError("bad array shape")
+    if type(shape) is not list or len(shape) > MAX_DIMS or not all(type(n) is int and 0 <= n <= MAX_BYTES
+                                                                    for n in shape):
+        raise WireError(f"bad array shape (at most {MAX_DIMS} dims, each 0..{MAX_BYTES})")
     try:
         dtype = np.dtype(dtype_str)
+    except (TypeError, ValueError) as exc:
+        raise WireError(f"bad array dtype: {exc}") from exc
+    if not _plain_dtype(dtype):
+        raise WireError(f"array dtype {dtype_str!r} is not numeric or bool")
+    size = math.prod(shape) * dtype.itemsize
+    if len(b64) != 4 * math.ceil(size / 3) or size > MAX_BYTES:
+        raise WireError(f"array of shape {shape[:8]} and dtype {dtype_str} does not match its data")
+    try:
         raw = base64.b64decode(b64, validate=True)
     except (TypeError, ValueError) as exc:
         raise WireError(f"bad array data: {exc}") from exc
-    if not _plain_dtype(dtype):
-        raise WireError(f"array dtype {dtype_str!r} is not numeric or bool")
-    if math.prod(shape) * dtype.itemsize != len(raw):
-        raise WireError(f"array of shape {shape} and dtype {dtype_str} does not match {len(raw)} bytes")
-    arr = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    if size != len(raw):
+        raise WireError(f"array of shape {shape[:8]} and dtype {dtype_str} does not match {len(raw)} bytes")
     if dtype.kind == "b" and raw.translate(None, b"\x00\x01"):
         raise WireError("bool array holds bytes other than 0 and 1")
-    return arr
+    try:
+        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    except ValueError as exc:  # a zero-size array with absurd dims
+        raise WireError(f"bad array shape: {exc}") from exc

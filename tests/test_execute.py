@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import math
+import os
 import pickle
+import shutil
+import signal
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
 
+from autograder import lesson83_checks as checks
 from autograder import wire
 from autograder.execute import (
     STATUSES,
     ExecResult,
     Limits,
+    WorkerError,
     WorkerPool,
     execute_batch,
     execute_submission,
@@ -23,6 +31,8 @@ from autograder.execute import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+# Another checkout beside this one (made by the batch fixture): the sandbox must hide it wherever REPO lives.
+OTHER_CHECKOUT = REPO.parent / f".lesson83-other-checkout-{os.getpid()}"
 LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
 PROBES = [("add", "add", {"args": [2, 3]}), ("value", "value", {})]
 ADD = "def add(a, b):\n    return a + b"
@@ -52,6 +62,12 @@ HONEST = nb("%time import torch\nimport numpy as np", ADD, "def value():\n    re
 FORGED_FRAME = "import os, struct\nfrom autograder import wire\n" \
     "msg = wire.encode({'t': 'out', 'key': 'add', 'value': {'value': 999}})\n" \
     "os.write(1, struct.pack('>Q', len(msg)) + msg)\nprint(msg.decode())"
+FRAME = "import os, struct\nfrom autograder import wire\n" \
+    "def frame(msg):\n    data = wire.encode(msg)\n    os.write(3, struct.pack('>Q', len(data)) + data)"
+OUT_999 = "frame({'t': 'out', 'key': 'add', 'value': {'value': 999}, 'oom': False, 'tamper': []})"
+VALUE = "def value():\n    return 1"
+ABSURD = b'{"t":"out","key":"add","oom":false,"tamper":[],' \
+    b'"value":{"__ndarray__":"","dtype":"<f8","shape":[0,4611686018427387904,4611686018427387904]}}'
 CASES = {
     "honest": HONEST,
     "syntax_error": nb("def broken(:\n    pass", ADD),
@@ -73,6 +89,15 @@ CASES = {
     "exit_builtin": nb(ADD, "exit()", "def value():\n    return 1"),
     "print_100mb": nb("print('x' * 100_000_000)", ADD),
     "forged_frame": nb(FORGED_FRAME, ADD),
+    "forged_out_in_cells": nb(FRAME, OUT_999, ADD, VALUE),
+    "forged_second_answer": nb(FRAME, f"def add(a, b):\n    {OUT_999}\n    return a + b", VALUE),
+    "note_in_probe_phase": nb(FRAME, "def add(a, b):\n    frame({'t': 'note', 'text': 'all good'})\n"
+                              "    return a + b", VALUE),
+    "cells_done_early": nb(FRAME, "frame({'t': 'cells_done'})", ADD, VALUE),
+    "garbage_frame": nb("import os\nos.write(3, b'\\xff' * 64)", ADD, VALUE),
+    "absurd_array_frame": nb(f"import os, struct\nDATA = {ABSURD!r}",
+                             "def add(a, b):\n    os.write(3, struct.pack('>Q', len(DATA)) + DATA)\n"
+                             "    return a + b", VALUE),
     "socket": nb("import socket\ndef value():\n    try:\n        socket.create_connection(('1.1.1.1', 80), "
                  "timeout=3)\n    except OSError as exc:\n        return 'blocked: ' + type(exc).__name__\n"
                  "    return 'connected'"),
@@ -86,13 +111,17 @@ CASES = {
                         "            'scratch': os.path.exists('scratch.txt')}"),
     "read_reference": nb(f"import os\nREF = {str(REPO / 'reference' / 'lesson83.py')!r}\n"
                          "try:\n    print(open(REF).read())\nexcept OSError as exc:\n    print('no', exc)",
-                         f"def value():\n    repo = {str(REPO)!r}\n"
-                         "    return [os.path.exists(REF), os.listdir(repo) if os.path.isdir(repo) else [],\n"
-                         "            os.listdir('/work') if os.path.isdir('/work') else []]"),
+                         f"def value():\n    repo, other = {str(REPO)!r}, {str(OTHER_CHECKOUT)!r}\n"
+                         "    ls = lambda p: os.listdir(p) if os.path.isdir(p) else []\n"
+                         "    return [os.path.exists(REF), ls(repo), ls(os.path.dirname(repo)),\n"
+                         "            os.path.exists(os.path.join(other, 'reference', 'lesson83.py')), ls(other)]"),
     "patch_np_allclose": nb("import numpy as np\nnp.allclose = lambda *a, **k: True", ADD),
     "patch_np_testing": nb("import numpy as np\nnp.testing.assert_allclose = lambda *a, **k: None", ADD),
     "patch_torch_allclose": nb("import torch\ntorch.allclose = lambda *a, **k: True", ADD),
     "patch_torch_testing": nb("import torch\ntorch.testing.assert_close = lambda *a, **k: None", ADD),
+    "patch_math_isclose": nb("import math\nmath.isclose = lambda *a, **k: True", ADD),
+    "patch_operator": nb("import operator\noperator.eq = lambda a, b: True", ADD),
+    "patch_tensor_numpy": nb("import torch\ntorch.Tensor.numpy = lambda self: None", ADD),
     "patch_builtins": nb("import builtins\nbuiltins.isinstance = lambda *a: True", ADD),
     "patch_probe_module": nb("import fake_checks\nfake_checks.run_probe.__code__ = "
                              "(lambda env, name, args: {'value': 999}).__code__", ADD),
@@ -114,15 +143,20 @@ def fake_checks(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="module")
-def batch(fake_checks: str) -> tuple[dict[str, ExecResult], ExecResult, str]:
+def batch(fake_checks: str) -> Iterator[tuple[dict[str, ExecResult], ExecResult, str]]:
     """Every case through one two-worker pool at once, then an honest notebook on the same pool."""
-    with WorkerPool(2, limits=LIMITS, probe_module=fake_checks) as pool:
-        cases = dict(CASES)
-        if pool.sandbox != "bwrap" and not pool.drops_privileges:
-            del cases["fork_bomb"], cases["fork_sleepers"]  # root without a uid to drop to: no RLIMIT_NPROC
-        results = dict(pool.run_many(cases.items(), probes=PROBES))
-        after = pool.run(HONEST, probes=PROBES)
-        return results, after, pool.sandbox
+    (OTHER_CHECKOUT / "reference").mkdir(parents=True, exist_ok=True)
+    (OTHER_CHECKOUT / "reference" / "lesson83.py").write_text("# another checkout\n")
+    try:
+        with WorkerPool(2, limits=LIMITS, probe_module=fake_checks) as pool:
+            cases = dict(CASES)
+            if pool.sandbox != "bwrap" and not pool.drops_privileges:
+                del cases["fork_bomb"], cases["fork_sleepers"]  # root without a uid to drop to: no RLIMIT_NPROC
+            results = dict(pool.run_many(cases.items(), probes=PROBES))
+            after = pool.run(HONEST, probes=PROBES)
+    finally:
+        shutil.rmtree(OTHER_CHECKOUT, ignore_errors=True)
+    yield results, after, pool.sandbox
 
 
 def result(batch: tuple[dict[str, ExecResult], ExecResult, str], case: str) -> ExecResult:
@@ -257,9 +291,12 @@ def test_writes_outside_scratch_fail(batch):
 def test_reference_and_repository_are_not_visible(batch):
     needs_bwrap(batch)
     res = result(batch, "read_reference")
-    exists, listing, work = value(res, "value")
+    exists, listing, around, other_exists, other_listing = value(res, "value")
     assert exists is False and not {"reference", "tests", "autograder"} & set(listing)
-    assert work == []  # other checkouts on the machine are hidden too (only system folders are visible)
+    # Nothing of the folder around this checkout (not its name, nor a checkout beside it) is visible,
+    # wherever the checkout and its virtual environment live.
+    assert REPO.name not in around and OTHER_CHECKOUT.name not in around
+    assert other_exists is False and other_listing == []
     source = (REPO / "reference" / "lesson83.py").read_text()
     assert source.splitlines()[0] not in res.stdout
 
@@ -268,6 +305,8 @@ def test_reference_and_repository_are_not_visible(batch):
     ("patch_np_allclose", "numpy.allclose"), ("patch_np_testing", "numpy.testing.assert_allclose"),
     ("patch_torch_allclose", "torch.allclose"), ("patch_torch_testing", "torch.testing.assert_close"),
     ("patch_builtins", "builtins.isinstance"), ("patch_probe_module", "fake_checks.run_probe"),
+    ("patch_math_isclose", "math.isclose"), ("patch_operator", "operator.eq"),
+    ("patch_tensor_numpy", "torch.Tensor.numpy"),
 ])
 def test_monkeypatching_is_reported_and_undone(batch, case, fact):
     res = result(batch, case)
@@ -377,3 +416,241 @@ def test_to_plain_makes_student_values_safe():
     plain = wire.to_plain({"a": Same(), "b": (np.float64(1.5), np.bool_(True)), "c": np.array([1])})
     assert type(plain["a"]) is str and plain["b"] == [1.5, True] and type(plain["b"][0]) is float
     wire.encode(plain)
+
+
+# --------------------------------------------------------------------------- protocol, isolation, limits
+
+@pytest.mark.parametrize("case, silenced, kept", [
+    ("forged_out_in_cells", ["add"], ["value"]),
+    ("forged_second_answer", ["add"], []),
+    ("note_in_probe_phase", ["add"], ["value"]),
+    ("cells_done_early", [], []),
+    ("garbage_frame", ["add", "value"], []),
+    ("absurd_array_frame", ["add", "value"], []),
+])
+def test_frames_out_of_protocol_earn_nothing_and_are_flagged(batch, case, silenced, kept):
+    res = result(batch, case)
+    assert res.status == "tampering", res.notes
+    assert any("forged or out-of-order result frame" in f for f in res.tampering), res.tampering
+    assert not set(silenced) & set(res.outputs), res.outputs
+    for key in kept:  # the channel still works: later probes run
+        assert "value" in res.outputs[key]
+
+
+@pytest.fixture(scope="module")
+def one_worker(fake_checks: str) -> Iterator[WorkerPool]:
+    with WorkerPool(1, limits=LIMITS, probe_module=fake_checks) as pool:
+        yield pool
+
+
+# Marker halves: the marker itself is written only by submission A; B searches for the halves one after
+# the other in its own memory (process_vm_readv on itself), so B never holds the marker.
+MARK_1, MARK_2 = "lesson83-leak-", "7f3a9c51e2d4b608"
+SCAN = f'''
+import ctypes, os, re
+H1, H2 = {MARK_1.encode()!r}, {MARK_2.encode()!r}
+class IOV(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.process_vm_readv.restype = ctypes.c_ssize_t
+def scan():
+    buf, step, hits, pat = ctypes.create_string_buffer(1 << 20), 1 << 20, 0, re.compile(re.escape(H1))
+    local, remote = IOV(ctypes.addressof(buf), 0), IOV(0, 0)
+    for line in open("/proc/self/maps").read().splitlines():
+        parts = line.split()
+        if not parts[1].startswith("rw") or (len(parts) > 5 and parts[5].startswith("[v")):  # data lives in rw
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        addr = lo
+        while addr < hi:
+            n = min(step, hi - addr)
+            local.len, remote.base, remote.len = n, addr, n
+            got = LIBC.process_vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+            view = memoryview(buf)[: max(got, 0)]
+            for m in pat.finditer(view):
+                if buf[m.end(): m.end() + len(H2)] == H2:
+                    hits += 1
+            addr += n - 64 if n == step else n
+    return hits
+'''
+
+
+def test_nothing_of_one_submission_is_in_the_memory_of_the_next(one_worker):
+    secret = MARK_1 + MARK_2
+    plant = nb(SCAN, f"SECRET = {secret!r}\nprint(SECRET)", "def add(a, b):\n    return scan()",
+               "def value():\n    return SECRET")
+    first = one_worker.run(plant, probes=PROBES)
+    assert first.status == "ok", first.notes
+    assert value(first, "add") > 0 and value(first, "value") == secret  # the scan finds what is there
+    second = one_worker.run(nb(SCAN, "def value():\n    return scan()"), probes=PROBES)
+    assert second.status == "ok", second.notes
+    assert value(second, "value") == 0
+
+
+SHM = '''
+import ctypes
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.shmat.restype = ctypes.c_void_p
+KEY = 0x4C383353
+'''
+
+
+def test_system_v_shared_memory_does_not_survive_a_submission(one_worker):
+    write = nb(SHM, "def value():\n    sid = LIBC.shmget(KEY, 4096, 0o1666)\n"
+                    "    addr = LIBC.shmat(sid, None, 0)\n    ctypes.memmove(addr, b'left for the next one', 21)\n"
+                    "    return sid")
+    read = nb(SHM, "def value():\n    sid = LIBC.shmget(KEY, 0, 0)\n    if sid < 0:\n        return ''\n"
+                   "    addr = LIBC.shmat(sid, None, 0)\n    return ctypes.string_at(addr, 21).decode()")
+    first = one_worker.run(write, probes=PROBES)
+    assert value(first, "value") >= 0, first.outputs
+    assert value(one_worker.run(read, probes=PROBES), "value") == ""
+
+
+def test_hidden_probes_reach_the_child_only_after_every_public_one(one_worker):
+    source = nb("import select\nLOG = []",
+                "def hidden():\n    LOG.append('hidden')\n    return list(LOG)",
+                "def add(a, b):\n    LOG.append('add')\n    waiting = select.select([3], [], [], 0.3)[0]\n"
+                "    return [list(LOG), bool(waiting)]",
+                "def value():\n    LOG.append('value')\n    return list(LOG)")
+    probes = [("secret", "hidden", {}, True), *PROBES]
+    res = one_worker.run(source, probes=probes)
+    assert res.status == "ok", res.notes
+    assert value(res, "add") == [["add"], False]  # nothing else was sent while a probe ran
+    assert value(res, "value") == ["add", "value"]
+    assert value(res, "secret") == ["add", "value", "hidden"]
+
+
+def test_a_zygote_killed_from_outside_is_restarted_and_the_submission_retried(one_worker):
+    honest = nb("import time\ntime.sleep(1.5)", ADD, "import numpy as np\ndef value():\n    return np.arange(3.0)")
+    got: list[ExecResult] = []
+    thread = threading.Thread(target=lambda: got.append(one_worker.run(honest, probes=PROBES)))
+    pid = one_worker.worker_pids()[0]
+    thread.start()
+    time.sleep(0.7)
+    os.kill(pid, signal.SIGKILL)
+    thread.join()
+    assert got[0].status == "ok", got[0].notes
+    assert value(got[0], "add") == 5
+    assert one_worker.worker_pids()[0] != pid
+
+
+def test_a_worker_failing_twice_is_a_crash_and_none_at_all_is_an_error(one_worker):
+    worker = one_worker._workers[0]
+
+    def fail(*args: object) -> None:
+        raise WorkerError("cannot send the job: too many open files")
+
+    worker.run = fail
+    try:
+        res = one_worker.run(HONEST, probes=PROBES)
+    finally:
+        del worker.run
+    assert res.status == "crashed" and "failed twice" in res.notes[0], res.notes
+    worker.kill()
+    worker.start = lambda: "no sandbox can start here"
+    try:
+        with pytest.raises(WorkerError):
+            one_worker.run(HONEST, probes=PROBES)
+    finally:
+        del worker.start
+    assert one_worker.run(HONEST, probes=PROBES).status == "ok"
+
+
+FORK_THREE = nb("import os, time\nkids = []\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n"
+                "        block = b'x' * (250 * 2**20)\n        time.sleep(8)\n        os._exit(0)\n"
+                "    kids.append(pid)\nfor pid in kids:\n    os.waitpid(pid, 0)", ADD)
+
+
+@pytest.mark.parametrize("guard", ["cgroup", "watchdog"])
+def test_memory_is_limited_for_the_submission_as_a_whole(fake_checks, guard):
+    limits = Limits(wall_s=15, cpu_s=10, memory_mb=400, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
+    try:
+        pool = WorkerPool(1, limits=limits, probe_module=fake_checks, memory_guard=guard)
+    except WorkerError as exc:
+        pytest.skip(f"no {guard} here: {exc}")
+    with pool:
+        res = pool.run(FORK_THREE, probes=PROBES)
+        honest = pool.run(HONEST, probes=PROBES)
+    assert res.memory_guard == guard
+    assert res.status == "oom", res.notes
+    assert any("as a whole" in n and guard in n for n in res.notes), res.notes
+    assert honest.status == "ok" and value(honest, "add") == 5
+
+
+# --------------------------------------------------------------------------- the real probes
+
+SINUSOIDAL = {
+    "plain_tensor": "import torch\ndef sinusoidal_pe(n, d):\n    return torch.zeros(n, d)",
+    "parameter": "import torch\ndef sinusoidal_pe(n, d):\n    return torch.nn.Parameter(torch.zeros(n, d))",
+    "tensor_subclass": "import torch\nclass T(torch.Tensor):\n    def numpy(self):\n        return None\n"
+                       "def sinusoidal_pe(n, d):\n    return torch.zeros(n, d).as_subclass(T)",
+    "array_like": "import numpy as np\nclass A:\n    def __array__(self, dtype=None, copy=None):\n"
+                  "        return np.zeros((6, 4))\ndef sinusoidal_pe(n, d):\n    return A()",
+}
+
+
+@pytest.fixture(scope="module")
+def real_probes() -> dict[str, ExecResult]:
+    probes = [("table", "call", {"fn": "sinusoidal_pe", "args": [6, 4]})]
+    with WorkerPool(1, limits=LIMITS) as pool:
+        return dict(pool.run_many(((k, nb(src)) for k, src in SINUSOIDAL.items()), probes=probes))
+
+
+@pytest.mark.parametrize("case", ["plain_tensor", "parameter"])
+def test_plain_tensors_and_parameters_are_honest(real_probes, case):
+    res = real_probes[case]
+    assert res.status == "ok" and res.tampering == [], (res.notes, res.tampering)
+    assert value(res, "table").shape == (6, 4)
+
+
+@pytest.mark.parametrize("case", ["tensor_subclass", "array_like"])
+def test_outputs_posing_as_arrays_earn_nothing_and_are_flagged(real_probes, case):
+    res = real_probes[case]
+    assert res.status == "tampering", res.notes
+    assert any("suspicious probe output" in f for f in res.tampering), res.tampering
+    assert "error" in res.outputs["table"]
+
+
+ALIASING_LM = '''
+import torch
+from torch import nn
+
+class TinyCharLM(nn.Module):
+    """Not causal (every position sees the mean of all), and it rewrites its previous answer in place."""
+
+    def __init__(self, vocab_size, pos, num_hiddens, num_heads, num_blks, max_len):
+        super().__init__()
+        self.token_emb = nn.Embedding(vocab_size, num_hiddens)
+        self.head = nn.Linear(num_hiddens, vocab_size)
+        self.last = None
+
+    def forward(self, X):
+        h = self.token_emb(X)
+        out = self.head(h + h.mean(dim=1, keepdim=True))
+        if self.last is not None and self.last.shape == out.shape:
+            self.last.copy_(out)
+        self.last = out
+        return out
+'''
+
+
+def test_a_returned_tensor_changed_later_does_not_change_what_the_probe_saw():
+    env: dict[str, object] = {}
+    exec(ALIASING_LM, env)  # noqa: S102 - test code
+    got = checks.run_probe(env, "lm_causal", {"pos": "rope", "T": 20, "t": 9, "seed": 6})
+    case = {"id": "m1_tinycharlm/causal_rope", "check": "pair_equal", "atol": 1e-6, "rtol": 1e-6,
+            "first": "logits after tokens 9.. change", "second": "logits of the original input"}
+    assert "first" in got, got
+    assert not checks.judge(case, got, {}).passed
+
+
+@pytest.mark.parametrize("data", [
+    b'{"__ndarray__": "", "dtype": "<f8", "shape": [0, 4611686018427387904, 4611686018427387904]}',
+    b'{"__ndarray__": "", "dtype": "<f8", "shape": [0, 99999999999999999999999]}',
+    b'{"__ndarray__": "AAAAAAAAAAA=", "dtype": "<f8", "shape": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,'
+    b' 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]}',
+    b'{"__ndarray__": "AAAAAAAAAAA=", "dtype": "<f8", "shape": [-1]}',
+])
+def test_wire_refuses_absurd_array_shapes(data):
+    with pytest.raises(wire.WireError):
+        wire.decode(data)
