@@ -469,3 +469,39 @@ def test_ids_are_unique_readable_and_spreadsheet_safe(tmp_path: Path, suite: Sui
     ids = [r["id"] for r in _rows(out)]
     assert not [i for i in ids if i[:1] in "=+-@\t\r"]  # as text in a spreadsheet
     assert {"'=HYPERLINK(1)", "'+1", "'-1", "'@x", "\\tx", "\\rx"} <= set(ids)  # control characters escaped
+
+
+LEAKY = """import functools
+SEEN = []
+def _leaky(f):
+    @functools.wraps(f)
+    def g(*a, **k):
+        SEEN.insert(0, "<" + ",".join(map(str, a)) + ">")
+        print("LEAK", SEEN[0])
+        raise ValueError("LEAK " + " ".join(SEEN))
+    return g
+sinusoidal_pe = _leaky(sinusoidal_pe)
+alibi_slopes = _leaky(alibi_slopes)
+"""
+
+
+def test_students_never_see_hidden_inputs(tmp_path: Path, suite: Suite, fake_sandbox: None) -> None:
+    """A function that raises (and prints) its arguments: the TA sees the hidden ones, the student never."""
+    nb = filled_notebook(TEMPLATE, answers=mc_answers(list(suite.questions)))
+    nb.cells.append(nbformat.v4.new_code_cell(LEAKY))
+    _save(nb, tmp_path / "subs" / "leaky.ipynb")
+    grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
+    record = json.loads((tmp_path / "out" / "results" / "leaky.json").read_text())
+
+    def marks(hidden: bool) -> set[str]:
+        return {"<" + ",".join(map(str, c["args"]["args"])) + ">" for c in suite.cases if c["probe"] == "call"
+                and c["args"]["fn"] in ("sinusoidal_pe", "alibi_slopes") and c["hidden"] == hidden}
+
+    secret = marks(True) - marks(False)
+    assert secret
+    ta = json.dumps({k: v for k, v in record.items() if k != "gradescope"})
+    assert all(m in ta for m in secret)  # results/ keeps everything for the TA
+    student = json.dumps(record["gradescope"], ensure_ascii=False)
+    assert [m for m in secret if m in student] == [] and "LEAK" not in json.dumps(record["gradescope"]["output"])
+    assert "a hidden case of q2_sinusoidal_pe failed; revisit:" in student
+    assert "q2_sinusoidal_pe: a hidden case failed. Revisit:" in record["gradescope"]["output"]
