@@ -15,6 +15,8 @@ import tempfile
 import threading
 import time
 import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -23,10 +25,11 @@ import pytest
 from autograder import judge
 from autograder import lesson83_checks as checks
 from autograder.build import filled_notebook, gradescope_bundle, tool_env
+from autograder.cli import main as cli_main
 from autograder.config import ROOT
 from autograder.content import mc_answers
 from autograder.execute import ExecResult, WorkerError
-from autograder.judge import Suite, grade_batch, notebook_env
+from autograder.judge import CHECKPOINT_FILES, Suite, grade_batch, notebook_env, spreadsheet_text
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 SIM = ROOT.parent / "shared" / "tools" / "gradescope-sim"
@@ -505,3 +508,112 @@ def test_students_never_see_hidden_inputs(tmp_path: Path, suite: Suite, fake_san
     assert [m for m in secret if m in student] == [] and "LEAK" not in json.dumps(record["gradescope"]["output"])
     assert "a hidden case of q2_sinusoidal_pe failed; revisit:" in student
     assert "q2_sinusoidal_pe: a hidden case failed. Revisit:" in record["gradescope"]["output"]
+
+
+# --------------------------------------------------------------------------- the hostile class (in the sandbox)
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """One hostile input of the class: `make(path, kit)` creates the class-folder entry `entry` at `path`
+    (kit: notebook bytes "honest" and "blank", and the folder "outside" the class). It must get exactly one row
+    and earn no point; `status` pins the row's status when given."""
+
+    entry: str | bytes
+    make: Callable[[Path, dict], None]
+    status: str | None = None
+
+    @staticmethod
+    def code(entry: str, code: str, status: str | None = None) -> Hostile:
+        """The blank template with one more code cell (for attacks from inside the notebook)."""
+        def make(path: Path, kit: dict) -> None:
+            nb = nbformat.reads(kit["blank"].decode(), as_version=4)
+            nb.cells.insert(len(nb.cells) - 3, nbformat.v4.new_code_cell(code))
+            path.write_text(nbformat.writes(nb))
+        return Hostile(entry, make, status)
+
+
+def _blank(path: Path, kit: dict) -> None:
+    path.write_bytes(kit["blank"])
+
+
+def _zip(member: str, size: int | None = None) -> Callable[[Path, dict], None]:
+    def make(path: Path, kit: dict) -> None:
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr(member, kit["blank"] if size is None else b" " * size)
+    return make
+
+
+def _checkpoint(claims: Callable[[dict], bytes] | None, *, links: bool = False) -> Callable[[Path, dict], None]:
+    """A folder: the blank notebook and the reference's milestone.pt, with hostile claims (or links to both)."""
+    def make(path: Path, kit: dict) -> None:
+        path.mkdir()
+        (path / "lesson83.ipynb").write_bytes(kit["blank"])
+        for name in CHECKPOINT_FILES:
+            if links:
+                (path / name).symlink_to(CHECKPOINT / name)
+        if not links:
+            shutil.copy(CHECKPOINT / "milestone.pt", path / "milestone.pt")
+            (path / "milestone.json").write_bytes(claims(json.loads((CHECKPOINT / "milestone.json").read_text())))
+    return make
+
+
+def _sparse(size: int) -> Callable[[Path, dict], None]:
+    def make(path: Path, kit: dict) -> None:
+        with open(path, "wb") as f:
+            f.truncate(size)
+    return make
+
+
+HOSTILE: list[Hostile] = [  # the coordinator adds sandbox-level attacks here (Hostile.code)
+    Hostile("l" * 238 + ".ipynb", _blank, "graded"),  # a 244-character name
+    Hostile(b"caf\xe9.ipynb", _blank, "graded"),  # not UTF-8
+    Hostile("fifo.ipynb", lambda p, kit: os.mkfifo(p), "could not be read"),
+    Hostile("zero.ipynb", lambda p, kit: p.symlink_to("/dev/zero"), "could not be read"),
+    Hostile("linked.ipynb", lambda p, kit: p.symlink_to(kit["outside"] / "full_marks.ipynb"), "could not be read"),
+    Hostile("linked_folder", lambda p, kit: p.symlink_to(kit["outside"], target_is_directory=True),
+            "could not be read"),
+    Hostile("huge.ipynb", _sparse(300 * 2**20), "could not be read"),  # 300 MB
+    Hostile("zip_over_cap.zip", _zip("lesson83.ipynb", 21 * 2**20), "could not be read"),
+    Hostile("claims_ppl_zero", _checkpoint(lambda c: json.dumps(
+        c | {"ppl": {pos: dict.fromkeys(row, 0) for pos, row in c["ppl"].items()}}).encode()), "graded"),
+    Hostile("claims_deep", _checkpoint(lambda c: _deep_json(200_000)), "graded"),
+    Hostile("claims_preset_list", _checkpoint(lambda c: json.dumps(c | {"preset": [c["preset"]]}).encode()), "graded"),
+    Hostile("linked_checkpoint", _checkpoint(None, links=True), "graded"),  # the grader's own reference files
+    Hostile("e.ipynb.ipynb", _blank, "graded"),  # beside the honest e.ipynb
+    Hostile("e.zip", _zip("lesson83.ipynb"), "graded"),
+    Hostile("alice.zip", _zip("lesson83.ipynb"), "graded"),  # beside the honest alice.ipynb and alice/
+    Hostile("=SUM(1,2).ipynb", _blank, "graded"),  # a formula id
+]
+
+
+def test_hostile_class_grades_to_completion(tmp_path: Path, suite: Suite, notebooks: dict[str, bytes]) -> None:
+    subs, out = tmp_path / "class", tmp_path / "out"
+    subs.mkdir()
+    kit = {**notebooks, "outside": tmp_path / "outside"}
+    kit["outside"].mkdir()
+    (kit["outside"] / "full_marks.ipynb").write_bytes(notebooks["honest"])
+    honest = [f"h{i}.ipynb" for i in range(7)] + ["e.ipynb", "alice.ipynb"]
+    for name in honest:
+        (subs / name).write_bytes(notebooks["honest"])
+    (subs / "alice").mkdir()
+    (subs / "alice" / "lesson83.ipynb").write_bytes(notebooks["honest"])
+    for h in HOSTILE:
+        h.make(Path(os.fsdecode(os.path.join(os.fsencode(subs), os.fsencode(h.entry)))), kit)
+    entries = sorted(os.listdir(subs), key=os.fsencode)
+    ids = dict(zip(entries, judge.submission_ids([(n, (subs / n).is_dir() and not (subs / n).is_symlink())
+                                                  for n in entries])))
+    summary = grade_batch(subs, out=out, config_path=_config(tmp_path), progress=False)
+    rows = {r["id"]: r for r in _rows(out)}
+    assert len(rows) == len(entries) == len(honest) + 1 + len(HOSTILE)  # one row each, all ids distinct
+    assert summary.counts().get("not graded", 0) == 0
+    for name in [*honest, "alice"]:
+        row = rows[ids[name]]
+        assert row["status"] == "graded" and float(row["total"]) == suite.notebook_points, row
+    for h in HOSTILE:
+        row = rows[spreadsheet_text(ids[os.fsdecode(h.entry)])]
+        assert float(row["total"] or 0) == 0, (h.entry, row)
+        assert h.status is None or row["status"] == h.status, (h.entry, row)
+        assert row["status"] == "graded" or row["message"], (h.entry, row)
+    assert "'=SUM(1,2)" in rows and (out / "summary.json").exists()
+    assert cli_main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
