@@ -107,3 +107,15 @@ def test_multiple_choice_answers_are_shuffled() -> None:
     questions = load_questions(load_config())
     letters = [shuffled(c)[1] for q in questions for c in q.choices]
     assert len(letters) == 5 and len(set(letters)) >= 3
+
+
+def test_submission_limits_are_checked(tmp_path: Path) -> None:
+    assert load_config(CONFIG).submissions.cap("notebook") == 20 * 2**20  # the shipped caps, in bytes
+    path = _config(tmp_path, "  max_notebook_mb: 20\n  max_checkpoint_mb: 64",
+                   "  max_notebook_mb: 100\n  max_checkpoint_mb: 0\n  max_files: 3")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    text = str(info.value)
+    assert "submissions.max_notebook_mb" in text and "less than or equal to 64" in text
+    assert "submissions.max_checkpoint_mb" in text and "greater than 0" in text
+    assert "submissions.max_files: unknown key" in text
