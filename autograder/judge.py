@@ -657,8 +657,6 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
         else:
             todo.append((sub, key))
 
-    suite = load_suite(config_path)
-
     def save(sub: Submission, key: str, judge: Callable[[], SubmissionResult], extra: dict[str, Any]) -> None:
         try:
             result = judge()
@@ -680,6 +678,7 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
         pool_starting = starter.submit(WorkerPool, n_workers, limits=limits,
                                        hide=(submissions.resolve(), out.resolve()))
         starter.shutdown(wait=False)
+    suite = load_suite(config_path)
     for sub, key in todo:
         if sub.source is None:
             save(sub, key, partial(_result_from_exec, suite, sub, "unreadable", {}, [sub.problem], [sub.problem]),
