@@ -572,7 +572,8 @@ def gradescope_results(result: SubmissionResult, *, suite: Suite) -> dict[str, A
         tests.append({"name": c.id, "score": c.points, "max_score": c.max_points, "output": output,
                       "visibility": "hidden" if c.hidden else "visible"})
     lines = [f"Status: {result.status}", STUDENT_HELP.get(result.status, ""), *result.student_notes]
-    lines += [f"{q}: a hidden case failed. Revisit: {why}" for q, why in hidden_failed.items()]
+    if result.status != STATUS_WORDS["unreadable"]:  # nothing ran: the reading problem says it all
+        lines += [f"{q}: a hidden case failed. Revisit: {why}" for q, why in hidden_failed.items()]
     return {"score": result.total, "tests": tests, "output": "\n".join(x for x in lines if x),
             "stdout_visibility": "hidden", "extra_data": {"status": result.status}}
 
