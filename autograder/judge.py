@@ -734,7 +734,8 @@ def _row(suite: Suite, sub: Submission, out: Path, failed: dict[str, str]) -> di
             row |= {q: float(record["questions"].get(q, 0.0)) for q in qids}
             notes = [str(n) for n in record.get("notes", [])]
             status = str(record["status"])
-            message = "" if status == "graded" else (notes[0] if notes else "")
+            why_first = [n for n in notes if not n.startswith(("cell ", "skipped cells"))] or notes
+            message = "" if status == "graded" else "; ".join(why_first)
             return row | {"status": status, "message": " ".join(message.split())[:300]}
         except Exception as exc:  # noqa: BLE001 - a damaged store is one row's problem
             why = f"not graded: its stored result could not be read ({_why(exc)}); run the grade command again"
