@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -69,24 +70,30 @@ def cmd_selfcheck(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from autograder.judge import grade_batch
+    from autograder.judge import NOT_GRADED, grade_batch
 
-    summary = grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
-                          config_path=args.config, progress=not args.quiet)
-    rows = summary.rows
+    try:
+        summary = grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
+                              config_path=args.config, progress=not args.quiet)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rows = [r for r in summary.rows if r["total"] is not None]
     print(f"graded {summary.graded_now} submission(s), reused {summary.reused} unchanged result(s); "
           f"sandbox: {summary.sandbox}")
     print("status:  " + ", ".join(f"{k} {v}" for k, v in sorted(summary.counts().items())))
     if rows:
-        qids = [k for k in rows[0] if k not in ("id", "total", "status")]
         table = [["question", "mean", "full marks"]]
-        for q in qids:
+        for q in summary.questions:
             mean = sum(r[q] for r in rows) / len(rows)
             full = sum(r[q] > 0 and abs(r[q] - max(x[q] for x in rows)) < 1e-9 for r in rows)
             table.append([q, f"{mean:.2f}", f"{full}/{len(rows)}"])
         print(_table(table))
+    left = [r for r in summary.rows if r["status"] == NOT_GRADED]
+    for r in left:
+        print(f"not graded: {r['id']}: {r['message']}")
     print(f"grades: {args.out / 'grades.csv'}   per-submission results: {args.out / 'results'}/")
-    return 0
+    return 1 if left else 0
 
 
 def cmd_gradescope(args: argparse.Namespace) -> int:
@@ -99,13 +106,22 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
         subs = Path(tmp) / "in"
-        shutil.copytree(args.submission, subs / "submission")
+        # Links are copied as links and pipes or devices not at all: the grader refuses both, never follows them.
+        shutil.copytree(args.submission, subs / "submission", symlinks=True,
+                        copy_function=lambda src, dst: shutil.copy2(src, dst) if os.path.isfile(src) else None)
         summary = grade_batch(subs, out=Path(tmp) / "out", force=True, config_path=args.config, progress=False)
-        record = json.loads((Path(tmp) / "out" / "results" / "submission.json").read_text())
+        row = json.loads((Path(tmp) / "out" / "summary.json").read_text())["rows"][0]
+        if row["result"] is None:  # the grader failed (not the student): say so, and let Gradescope show an error
+            results = {"score": 0, "output": f"Not graded: {row['message']} Ask your instructor to re-run the "
+                                              "autograder.", "stdout_visibility": "hidden", "tests": []}
+            record = {"status": row["status"], "total": 0}
+        else:
+            record = json.loads((Path(tmp) / "out" / "results" / row["result"]).read_text())
+            results = record["gradescope"]
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(record["gradescope"], indent=1))
+    args.results.write_text(json.dumps(results, indent=1))
     print(f"status: {record['status']}; score {record['total']:g}; sandbox: {summary.sandbox}")
-    return 0
+    return 0 if row["result"] is not None else 1
 
 
 def cmd_report(args: argparse.Namespace) -> int:

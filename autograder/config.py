@@ -41,6 +41,18 @@ class Execution(_Strict):
     workers: int = Field(2, gt=0, description="submissions graded in parallel")
 
 
+class Submissions(_Strict):
+    """What the grader reads from a class folder: regular files only, each capped before it is read."""
+
+    max_notebook_mb: float = Field(20, gt=0, le=64, description="largest notebook read (a file or a zip member); "
+                                   "the sandbox refuses more than 64")
+    max_checkpoint_mb: float = Field(64, gt=0, description="largest milestone.pt or milestone.json read")
+    max_zip_mb: float = Field(256, gt=0, description="largest zip opened (only its notebook and checkpoint "
+                              "members are read, each under its own cap)")
+
+    def cap(self, what: str) -> int:
+        """The cap of `what` ("notebook", "checkpoint" or "zip") in bytes."""
+        return int(getattr(self, f"max_{what}_mb") * 2**20)
 
 
 class PresetRule(_Strict):
@@ -72,6 +84,7 @@ class GradingConfig(_Strict):
     tolerances: Tolerances = Tolerances()
     questions: dict[str, QuestionPoints]
     execution: Execution = Execution()
+    submissions: Submissions = Submissions()
     milestone: Milestone = Milestone()
 
     @model_validator(mode="after")

@@ -8,21 +8,24 @@ import hashlib
 import io
 import json
 import os
+import re
+import stat
 import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from functools import cache, partial
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
 
 import nbformat
 
 from autograder import lesson83_checks as checks
-from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
+from autograder.config import DEFAULT_CONFIG, GradingConfig, Submissions, load_config
 from autograder.content import (
     ASSIGNMENT_DIR,
     REFERENCE_FILE,
@@ -31,9 +34,9 @@ from autograder.content import (
     load_questions,
     mc_answers,
 )
-from autograder.execute import SKIP_TAGS, Limits, WorkerPool
+from autograder.execute import SKIP_TAGS, ExecResult, Limits, WorkerPool
 from autograder.lesson83_milestone import SCHEMES
-from autograder.milestone import MAX_CHECKPOINT_MB, verify_checkpoint
+from autograder.milestone import verify_checkpoint
 
 CHECKPOINT_QUESTION = "m1_checkpoint"
 CHECKPOINT_FILES = ("milestone.pt", "milestone.json")
@@ -61,7 +64,8 @@ class SubmissionResult:
     submission: str
     status: str
     cases: list[CaseResult] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # for TAs: everything, the sandbox's words included
+    student_notes: list[str] = field(default_factory=list)  # written by the grader alone; the student sees them
 
     def question_scores(self) -> dict[str, float]:
         scores: dict[str, float] = {}
@@ -174,9 +178,16 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
         return []
     pt, claims = files.get("milestone.pt"), files.get("milestone.json")
     if problems:
-        verdict = {"ok": False, "message": "; ".join(problems), "credit": 0.0, "schemes": {}}
+        verdict = {"ok": False, "message": "; ".join(problems), "problem": "checkpoint_unreadable", "credit": 0.0,
+                   "schemes": {}}
     else:
-        verdict = verify_checkpoint(pt, claims, rules=suite.config.milestone)
+        try:
+            verdict = verify_checkpoint(pt, claims, rules=suite.config.milestone)
+        except Exception as exc:  # noqa: BLE001 - hostile files (deep JSON, odd types) cost this part, not the batch
+            verdict = {"ok": False, "problem": "checkpoint_unreadable", "credit": 0.0, "schemes": {},
+                       "message": f"the checkpoint could not be verified ({type(exc).__name__}: {str(exc)[:200]}); "
+                                  "re-save it with save_checkpoint and upload milestone.pt and milestone.json of "
+                                  "the same run"}
     out = []
     for case in cases:
         row = verdict["schemes"].get(case["scheme"], {})
@@ -235,10 +246,85 @@ def notebook_env(path: Path) -> tuple[dict[str, Any], list[str]]:
     return env, errors
 
 
-# --------------------------------------------------------------------------- batch grading
+# --------------------------------------------------------------------------- reading submissions
 
 STATUS_WORDS = {"ok": "graded", "timeout": "timed out", "oom": "out of memory", "unreadable": "could not be read",
                 "crashed": "crashed", "tampering": "tampering detected"}
+NOT_GRADED = "not graded"  # the grader failed on it (sandbox, judging, storing): nothing stored, a re-run grades it
+MAX_FOLDER_ENTRIES = 10_000  # files and folders looked at inside one student's folder
+SKIP_DIRS = (".ipynb_checkpoints", "__MACOSX")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+class Refused(ValueError):
+    """A submission file the grader will not read; the message names the file and says what to do."""
+
+
+def spreadsheet_text(text: str) -> str:
+    """A CSV cell that a spreadsheet shows as text: one that starts like a formula gets a leading apostrophe."""
+    return "'" + text if text[:1] in FORMULA_STARTS else text
+
+
+def display_name(name: str) -> str:
+    """A file name as readable text: bytes that are not UTF-8 and unprintable characters become escapes."""
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+    return next((word for test, word in kinds if test(mode)), "not a regular file")
+
+
+def _too_big(label: str, size: int, limit: int) -> str:
+    return (f"{label} is {size / 2**20:.1f} MiB, over the {limit / 2**20:g} MiB limit (grading_config.yaml, "
+            "submissions): remove large outputs or files (Kernel > Restart & Clear Output) and submit again")
+
+
+@contextmanager
+def open_regular(path: Path, *, limit: int, label: str) -> Iterator[BinaryIO]:
+    """`path` open for reading when it is a regular file of at most `limit` bytes; anything else is Refused.
+
+    A symbolic link is never followed (O_NOFOLLOW) and a FIFO or device is never waited on (O_NONBLOCK, and the
+    type is checked on the open file); the size is checked before a byte is read.
+    """
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise Refused(f"{label} is {_kind(mode)}, not a regular file; the grader never follows links or opens "
+                      "pipes and devices: put the file itself in the submissions folder")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Refused(f"{label} could not be opened ({exc.strerror}); check that it is a file you can read") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(f"{label} is {_kind(st.st_mode)}, not a regular file; put the file itself there")
+        if st.st_size > limit:
+            raise Refused(_too_big(label, st.st_size, limit))
+        yield f
+
+
+def read_regular(path: Path, *, limit: int, label: str) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (see open_regular); never more are read."""
+    with open_regular(path, limit=limit, label=label) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise Refused(_too_big(label, len(data), limit))
+    return data
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, *, limit: int, label: str) -> bytes:
+    """A zip member of at most `limit` bytes: its declared size is checked, then at most limit + 1 are inflated."""
+    if info.file_size > limit:
+        raise Refused(_too_big(label, info.file_size, limit))
+    with zf.open(info) as member:
+        data = member.read(limit + 1)
+    if len(data) > limit:
+        raise Refused(f"{label} inflates to more than its declared size and over the {limit / 2**20:g} MiB limit; "
+                      "zip the files again")
+    return data
 
 
 @dataclass
@@ -246,90 +332,203 @@ class Submission:
     """One input: an id, the notebook bytes (or why there are none) and where it came from."""
 
     id: str
-    path: Path
+    path: Path  # the notebook or zip the source was read from (the entry itself when there is none)
     source: bytes | None
     problem: str = ""
     files: dict[str, bytes] = field(default_factory=dict)  # milestone.pt / milestone.json, when uploaded
     file_problems: list[str] = field(default_factory=list)
+    name: str = ""  # the entry's name in the class folder (os.fsdecode: non-UTF-8 bytes are surrogates)
+    folder: bool = False
+    result_name: str = ""  # its file under results/
+
+    @property
+    def raw_name(self) -> bytes:
+        return os.fsencode(self.name) + (b"/" if self.folder else b"")
 
 
-def _from_zip(path: Path) -> Submission:
-    """The one .ipynb inside a zip (and milestone.pt/.json if present), read in memory; nothing else in
-    the zip (a .OTTER_LOG) is ever loaded."""
-    sid = path.stem
-    try:
-        with zipfile.ZipFile(path) as zf:
+def _attach(sub: Submission, name: str, readers: list[Callable[..., bytes]], where: str, cap: int) -> None:
+    """Keep the one file called `name` (read under `cap`), or note why it cannot be used."""
+    if len(readers) > 1:
+        sub.file_problems.append(f"the {where} holds {len(readers)} files named {name}; keep one")
+    elif readers:
+        try:
+            sub.files[name] = readers[0](limit=cap)
+        except Refused as exc:
+            sub.file_problems.append(str(exc))
+
+
+def _zip_link(info: zipfile.ZipInfo) -> bool:
+    return stat.S_ISLNK(info.external_attr >> 16)
+
+
+def _read_zip(sub: Submission, path: Path, limits: Submissions, with_files: bool) -> None:
+    """The one .ipynb inside a zip (and milestone.pt/.json if present), read in memory under the caps; nothing
+    else in the zip (a .OTTER_LOG, a link) is ever read."""
+    label = display_name(path.name)
+    with open_regular(path, limit=limits.cap("zip"), label=label) as f:
+        try:
+            zf = zipfile.ZipFile(f)
+        except zipfile.BadZipFile as exc:
+            raise Refused(f"{label} is not a readable zip ({exc}); zip the notebook again") from None
+        with zf:
             members = [i for i in zf.infolist() if "__MACOSX" not in i.filename and not i.is_dir()
-                       and not Path(i.filename).name.startswith(".")]
-            names = [i.filename for i in members if i.filename.endswith(".ipynb")]
-            if len(names) != 1:
-                return Submission(sid, path, None, f"the zip holds {len(names)} notebooks (.ipynb); upload "
-                                  "exactly one")
-            info = zf.getinfo(names[0])
-            if info.file_size > 64 * 2**20:
-                return Submission(sid, path, None, f"{names[0]} is larger than 64 MiB")
-            sub = Submission(sid, path, zf.read(names[0]))
-            for name in CHECKPOINT_FILES:
-                found = [(i.file_size, partial(zf.read, i)) for i in members if Path(i.filename).name == name]
-                _attach(sub, name, found, "zip")
-            return sub
-    except (zipfile.BadZipFile, OSError) as exc:
-        return Submission(sid, path, None, f"not a readable zip: {exc}")
+                       and not PurePosixPath(i.filename).name.startswith(".") and not _zip_link(i)]
+            notebooks = [i for i in members if i.filename.endswith(".ipynb")]
+            if len(notebooks) != 1:
+                raise Refused(f"{label} holds {len(notebooks)} notebooks (.ipynb); upload a zip with exactly one")
+            nb = notebooks[0]
+            sub.source = _read_member(zf, nb, limit=limits.cap("notebook"),
+                                      label=f"{label}: {display_name(nb.filename)}")
+            for name in CHECKPOINT_FILES if with_files else ():
+                found = [i for i in members if PurePosixPath(i.filename).name == name]
+                _attach(sub, name, [partial(_read_member, zf, i, label=f"{label}: {display_name(i.filename)}")
+                                    for i in found], "zip", limits.cap("checkpoint"))
 
 
-def _attach(sub: Submission, name: str, found: list[tuple[int, Callable[[], bytes]]], where: str) -> None:
-    """Keep the one file called `name` (its size and a reader), or note why it cannot be used."""
-    if len(found) > 1:
-        sub.file_problems.append(f"the {where} holds {len(found)} files named {name}; keep one")
-    elif found and found[0][0] > MAX_CHECKPOINT_MB * 2**20:
-        sub.file_problems.append(f"{name} is larger than {MAX_CHECKPOINT_MB} MiB")
-    elif found:
-        sub.files[name] = found[0][1]()
+def _walk(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Regular files under `folder`, never following a link, and the entries skipped with what they are."""
+    files: list[Path] = []
+    skipped: list[tuple[Path, str]] = []
+    stack, seen = [folder], 0
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            entries = sorted(it, key=lambda e: os.fsencode(e.name))
+        for e in entries:
+            seen += 1
+            if seen > MAX_FOLDER_ENTRIES:
+                raise Refused(f"{display_name(folder.name)}/ holds more than {MAX_FOLDER_ENTRIES} files; upload "
+                              "the notebook (and the milestone files) alone")
+            if e.is_dir(follow_symlinks=False):
+                if e.name not in SKIP_DIRS:
+                    stack.append(Path(e.path))
+            elif e.is_file(follow_symlinks=False):
+                files.append(Path(e.path))
+            else:
+                skipped.append((Path(e.path), _kind(e.stat(follow_symlinks=False).st_mode)))
+    return sorted(files), skipped
 
 
-def _files_in_folder(folder: Path, sub: Submission) -> Submission:
-    """Attach milestone.pt/.json found anywhere in a submission folder."""
-    for name in CHECKPOINT_FILES:
-        paths = sorted(p for p in folder.rglob(name) if ".ipynb_checkpoints" not in p.parts and p.is_file())
-        _attach(sub, name, [(p.stat().st_size, p.read_bytes) for p in paths], "folder")
+def _read_folder(sub: Submission, limits: Submissions, with_files: bool) -> None:
+    """A per-student folder: its one notebook (or one zip), and milestone.pt/.json found anywhere in it."""
+    folder = sub.path
+    files, skipped = _walk(folder)
+
+    def label(p: Path) -> str:
+        return f"{display_name(folder.name)}/{display_name(str(p.relative_to(folder)))}"
+
+    notebooks = [p for p in files if p.suffix == ".ipynb" and not p.name.startswith(".")]
+    zips = [p for p in files if p.suffix == ".zip" and not p.name.startswith(".")]
+    if len(notebooks) == 1:
+        sub.path = notebooks[0]
+        sub.source = read_regular(notebooks[0], limit=limits.cap("notebook"), label=label(notebooks[0]))
+    elif not notebooks and len(zips) == 1:
+        sub.path = zips[0]
+        _read_zip(sub, zips[0], limits, with_files)
+        if sub.files or sub.file_problems:
+            return  # the zip carried the checkpoint
+    else:
+        why = f"{display_name(folder.name)}/ holds {len(notebooks)} notebooks (.ipynb); submit exactly one"
+        if skipped:
+            why += "; not read: " + ", ".join(f"{label(p)} ({kind})" for p, kind in skipped[:5])
+        raise Refused(why)
+    for name in CHECKPOINT_FILES if with_files else ():
+        found = [p for p in files if p.name == name]
+        _attach(sub, name, [partial(read_regular, p, label=label(p)) for p in found], "folder",
+                limits.cap("checkpoint"))
+        odd = [(p, kind) for p, kind in skipped if p.name == name]
+        if not found and odd:
+            sub.file_problems.append(f"{label(odd[0][0])} is {odd[0][1]}, not a regular file; the grader never "
+                                     f"follows links: upload {name} itself")
+
+
+def read_entry(path: Path, *, limits: Submissions | None = None, with_files: bool = True) -> Submission:
+    """One input of a class folder (a notebook, a zip or a per-student folder), read under the caps.
+
+    Never raises for anything the input is or holds: why it cannot be graded becomes the Submission's `problem`.
+    """
+    limits = limits or Submissions()
+    label = display_name(path.name)
+    sub = Submission(label, path, None, name=path.name)
+    try:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISDIR(mode):
+            sub.folder = True
+            _read_folder(sub, limits, with_files)
+        elif not stat.S_ISREG(mode):
+            raise Refused(f"{label} is {_kind(mode)}; the grader reads only regular files and folders and never "
+                          "follows links: put the notebook itself in the submissions folder")
+        elif path.suffix == ".zip":
+            _read_zip(sub, path, limits, with_files)
+        elif path.suffix == ".ipynb":
+            sub.source = read_regular(path, limit=limits.cap("notebook"), label=label)
+        else:
+            raise Refused(f"{label} is not a notebook (.ipynb), a zip or a folder")
+    except Refused as exc:
+        sub.source, sub.problem = None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - whatever goes wrong reading one input is that input's row alone
+        sub.source, sub.problem = None, f"{label} could not be read ({type(exc).__name__}: {str(exc)[:300]})"
     return sub
 
 
-def find_submissions(folder: Path) -> list[Submission]:
-    """Every input under `folder`: notebooks, per-student folders, or zips; each becomes exactly one row."""
+def submission_ids(entries: list[tuple[str, bool]]) -> list[str]:
+    """Readable, unique ids for the entries (name, is a folder) of one class folder.
+
+    An entry is known by its stem (`alice` for alice.ipynb or alice.zip, the name of a folder). Entries that
+    share one are known by their whole name (`alice.ipynb`, `alice.zip`, `alice/`), and any still shared by
+    that name plus `~` and 8 hex digits of the SHA-256 of the raw name. Bytes that are not UTF-8 and
+    unprintable characters are written as escapes (`caf\\xe9`). The ids depend only on the names in the folder.
+    """
+    def form(name: str, folder: bool, level: int) -> str:
+        text = display_name(name if folder else PurePosixPath(name).stem) if level == 0 else \
+            display_name(name) + ("/" if folder else "")
+        return text if level < 2 else f"{text}~{hashlib.sha256(os.fsencode(name)).hexdigest()[:8]}"
+
+    levels = [0] * len(entries)
+    while True:
+        ids = [form(name, folder, lv) for (name, folder), lv in zip(entries, levels)]
+        groups: dict[str, list[int]] = {}
+        for i, sid in enumerate(ids):
+            groups.setdefault(sid, []).append(i)
+        bump = []
+        for group in (g for g in groups.values() if len(g) > 1):
+            low = min(levels[i] for i in group)  # the entries still known by a shorter form give way first
+            bump += [i for i in group if levels[i] == low and low < 2]
+        if not bump:
+            return ids
+        for i in bump:
+            levels[i] += 1
+
+
+_PLAIN_ID = re.compile(r"[a-z0-9_][a-z0-9_.-]{0,99}")
+
+
+def result_file_name(sid: str, raw_name: bytes) -> str:
+    """The file under results/ for a submission: its id when that is a plain lower-case name, else a safe slug
+    of the id, `~` and 12 hex digits of the SHA-256 of the raw entry name (never too long, never shared, even on
+    a case-insensitive disk)."""
+    if _PLAIN_ID.fullmatch(sid) and not sid.endswith("."):
+        return f"{sid}.json"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", sid).strip("._-")[:60] or "submission"
+    return f"{slug}~{hashlib.sha256(raw_name).hexdigest()[:12]}.json"
+
+
+def find_submissions(folder: Path, *, limits: Submissions | None = None) -> list[Submission]:
+    """Every input under `folder`: notebooks, per-student folders, or zips; each becomes exactly one row.
+
+    Names starting with a dot are not inputs. Nothing is followed out of `folder` (links are refused).
+    """
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder of submissions")
-    subs: list[Submission] = []
-    for path in sorted(folder.iterdir()):
-        if path.name.startswith("."):
-            continue
-        sid = path.stem if path.is_file() else path.name
-        if path.is_dir():
-            notebooks = sorted(p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-            if len(notebooks) == 1:
-                subs.append(_files_in_folder(path, Submission(sid, notebooks[0], notebooks[0].read_bytes())))
-            else:
-                zips = sorted(path.rglob("*.zip"))
-                if not notebooks and len(zips) == 1:
-                    sub = _from_zip(zips[0])
-                    sub.id = sid
-                    if not sub.files and not sub.file_problems:
-                        _files_in_folder(path, sub)  # the export zip, with the checkpoint uploaded beside it
-                    subs.append(sub)
-                else:
-                    subs.append(Submission(sid, path, None, f"the folder holds {len(notebooks)} notebooks; "
-                                           "submit exactly one .ipynb"))
-        elif path.suffix == ".zip":
-            subs.append(_from_zip(path))
-        elif path.suffix == ".ipynb":
-            subs.append(Submission(sid, path, path.read_bytes()))
-        else:
-            subs.append(Submission(sid, path, None, f"{path.name} is not a notebook (.ipynb), a zip or a folder"))
-    ids = [s.id for s in subs]
-    for s in subs:
-        if ids.count(s.id) > 1:
-            s.id = s.path.name  # lesson83.ipynb and lesson83.zip side by side keep apart
+    with os.scandir(folder) as it:
+        names = sorted((e.name for e in it if not e.name.startswith(".")), key=os.fsencode)
+    subs = [read_entry(folder / name, limits=limits) for name in names]
+    for sub, sid in zip(subs, submission_ids([(s.name, s.folder) for s in subs])):
+        sub.id = sid
+        sub.result_name = result_file_name(sid, sub.raw_name)
     return subs
+
+
+# --------------------------------------------------------------------------- batch grading
 
 
 def suite_fingerprint(config_path: Path = DEFAULT_CONFIG) -> str:
@@ -347,28 +546,82 @@ def suite_fingerprint(config_path: Path = DEFAULT_CONFIG) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-
+    """Write `text` to `path` through a short-named temporary file beside it, renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
-def gradescope_results(result: SubmissionResult, *, stdout: str = "") -> dict[str, Any]:
-    """The Gradescope results.json of one submission (hidden cases count but stay hidden)."""
-    tests = [{"name": c.id, "score": c.points, "max_score": c.max_points,
-              "output": c.message or "passed", "visibility": "hidden" if c.hidden else "visible"}
-             for c in result.cases if c.max_points > 0]
-    notes = "\n".join(result.notes)
-    return {"score": result.total, "tests": tests, "output": f"Status: {result.status}\n{notes}".strip(),
-            "stdout_visibility": "hidden", "extra_data": {"status": result.status, "stdout": stdout[:4000]}}
+STUDENT_HELP = {
+    "timed out": "The notebook ran past the time limit; the cases that had not run earn nothing. Look for an "
+                 "endless loop, or training outside the cell tagged for it.",
+    "out of memory": "The notebook used more memory than the grader allows; the cases that had not run earn "
+                     "nothing. Look for very large arrays.",
+    "crashed": "The notebook stopped the grader (sys.exit, exit() or a fatal error); the cases that had not run "
+               "earn nothing. Run it from the top (Kernel > Restart & Run All) to find where.",
+    "tampering detected": "The notebook changed the grading environment (for example replaced a numpy or torch "
+                          "function); your points come from your outputs alone, and a TA will review it.",
+}
+
+
+def gradescope_results(result: SubmissionResult, *, suite: Suite) -> dict[str, Any]:
+    """The Gradescope results.json of one submission, the student's view of it.
+
+    Visible cases keep their messages (their probes run before any hidden one). A hidden case says only that it
+    failed and which idea to revisit: never its inputs, expected or received values; and nothing the student's
+    process wrote or raised (notes, stdout) reaches this view. The TA's copy in results/ keeps everything.
+    """
+    revisit = {c["id"]: str(c.get("revisit") or "") for c in suite.cases}
+    tests, hidden_failed = [], {}
+    for c in result.cases:
+        if c.max_points <= 0:
+            continue
+        output = c.message or "passed"
+        if c.hidden:
+            output = "passed" if c.passed else f"a hidden case of {c.question} failed; revisit: {revisit.get(c.id)}"
+            if not c.passed:
+                hidden_failed.setdefault(c.question, revisit.get(c.id) or "")
+        tests.append({"name": c.id, "score": c.points, "max_score": c.max_points, "output": output,
+                      "visibility": "hidden" if c.hidden else "visible"})
+    lines = [f"Status: {result.status}", STUDENT_HELP.get(result.status, ""), *result.student_notes]
+    if result.status != STATUS_WORDS["unreadable"]:  # nothing ran: the reading problem says it all
+        lines += [f"{q}: a hidden case failed. Revisit: {why}" for q, why in hidden_failed.items()]
+    return {"score": result.total, "tests": tests, "output": "\n".join(x for x in lines if x),
+            "stdout_visibility": "hidden", "extra_data": {"status": result.status}}
 
 
 def _result_from_exec(suite: Suite, sub: Submission, status: str, outputs: dict[str, Any],
-                      notes: list[str]) -> SubmissionResult:
+                      notes: list[str], student_notes: list[str] | None = None) -> SubmissionResult:
     cases = judge_outputs(suite, outputs) + judge_checkpoint(suite, sub.files, sub.file_problems)
-    return SubmissionResult(sub.id, STATUS_WORDS[status], cases, list(notes))
+    return SubmissionResult(sub.id, STATUS_WORDS[status], cases, list(notes), list(student_notes or []))
+
+
+def _key(sub: Submission, fingerprint: str) -> str:
+    h = hashlib.sha256(sub.source if sub.source is not None
+                       else b"problem\0" + sub.problem.encode("utf-8", "backslashreplace"))
+    for name in CHECKPOINT_FILES:
+        h.update(hashlib.sha256(sub.files.get(name, b"")).digest())
+    h.update("\0".join(sub.file_problems).encode("utf-8", "backslashreplace") + fingerprint.encode())
+    return h.hexdigest()
+
+
+def _stored_key(path: Path) -> str | None:
+    try:
+        key = json.loads(path.read_text(encoding="utf-8")).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None  # absent or damaged: graded again
+    return key if isinstance(key, str) else None
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
 @dataclass
@@ -380,6 +633,7 @@ class BatchSummary:
     graded_now: int
     reused: int
     sandbox: str
+    questions: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -388,101 +642,152 @@ class BatchSummary:
         return out
 
 
+def _run_isolated(pool: WorkerPool, todo: list[tuple[Submission, str]], probes: list[tuple[Any, ...]],
+                  workers: int) -> Iterator[tuple[Submission, str, ExecResult | BaseException]]:
+    """Run each submission on the pool; yields (submission, key, result or the exception pool.run raised)."""
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
+        futures = {ex.submit(pool.run, sub.source, probes=probes): (sub, key) for sub, key in todo}
+        for fut in as_completed(futures):
+            sub, key = futures[fut]
+            exc = fut.exception()
+            yield sub, key, exc if exc is not None else fut.result()
+
+
 def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: int | None = None,
                 config_path: Path = DEFAULT_CONFIG, progress: bool = True) -> BatchSummary:
-    """Grade every submission under `submissions` into `out`: results/<id>.json, grades.csv, summary.json.
+    """Grade every submission under `submissions` into `out`: results/<file>.json, grades.csv, summary.json.
 
-    Resumable: a submission whose stored result has the same content and suite fingerprint is not run
-    again (unless `force`); each result is written atomically as soon as it is known, so a batch killed
-    at any point and re-run ends with every submission graded exactly once.
+    Every input is isolated: whatever goes wrong reading, running, judging or storing one becomes that row's
+    status and message, and the batch goes on; grades.csv and summary.json are always written. A failure of
+    the grader itself (the sandbox, judging, storing) gives the row status "not graded" and stores nothing, so
+    a re-run grades it. Resumable: a submission whose stored result has the same content and suite
+    fingerprint is not run again (unless `force`); each result is written atomically as soon as it is known.
     """
     config = load_config(config_path)
     fingerprint = suite_fingerprint(config_path)
-    subs = find_submissions(submissions)
+    subs = find_submissions(submissions, limits=config.submissions)
     results_dir = out / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    failed: dict[str, str] = {}  # id -> why the grader could not grade it in this run
     todo, reused = [], 0
     for sub in subs:
-        extra = b"".join(hashlib.sha256(sub.files.get(n, b"")).digest() for n in CHECKPOINT_FILES)
-        key = hashlib.sha256((sub.source or sub.problem.encode()) + extra + "".join(sub.file_problems).encode()
-                             + fingerprint.encode()).hexdigest()
-        sub_file = results_dir / f"{sub.id}.json"
-        if not force and sub_file.exists():
-            try:
-                if json.loads(sub_file.read_text()).get("key") == key:
-                    reused += 1
-                    continue
-            except ValueError:
-                pass  # a damaged result is graded again
-        todo.append((sub, key))
+        key = _key(sub, fingerprint)
+        if not force and _stored_key(results_dir / sub.result_name) == key:
+            reused += 1
+        else:
+            todo.append((sub, key))
 
-    def save(sub: Submission, key: str, result: SubmissionResult, extra: dict[str, Any]) -> None:
-        record = {"key": key, "path": str(sub.path.resolve()), **result.to_dict(), **extra,
-                  "gradescope": gradescope_results(result, stdout=extra.get("stdout", ""))}
-        _write_atomic(results_dir / f"{sub.id}.json", json.dumps(record, indent=1))
+    def save(sub: Submission, key: str, judge: Callable[[], SubmissionResult], extra: dict[str, Any]) -> None:
+        try:
+            result = judge()
+            record = {"key": key, "path": os.path.abspath(sub.path), **result.to_dict(), **extra,
+                      "gradescope": gradescope_results(result, suite=suite)}
+            _write_atomic(results_dir / sub.result_name, json.dumps(record, indent=1))
+        except Exception as exc:  # noqa: BLE001 - the grader failed on this one; the others go on
+            failed[sub.id] = f"the grader failed on this submission ({_why(exc)}); run the grade command again"
 
     sandbox = "not started"
     runnable = [(s, k) for s, k in todo if s.source is not None]
     pool_starting = None
+    n_workers = workers or config.execution.workers
     if runnable:  # the sandboxed workers start (seconds) while this process computes the reference values
         ex = config.execution
         limits = Limits(wall_s=ex.wall_timeout_s, cpu_s=ex.cpu_timeout_s, memory_mb=ex.memory_mb,
                         processes=ex.max_processes, file_mb=ex.max_file_mb, output_kb=ex.max_output_kb)
         starter = ThreadPoolExecutor(1)
-        pool_starting = starter.submit(WorkerPool, workers or ex.workers, limits=limits,
+        pool_starting = starter.submit(WorkerPool, n_workers, limits=limits,
                                        hide=(submissions.resolve(), out.resolve()))
         starter.shutdown(wait=False)
     suite = load_suite(config_path)
     for sub, key in todo:
         if sub.source is None:
-            save(sub, key, _result_from_exec(suite, sub, "unreadable", {}, [sub.problem]), {})
+            save(sub, key, partial(_result_from_exec, suite, sub, "unreadable", {}, [sub.problem], [sub.problem]),
+                 {})
     if pool_starting is not None:
-        probes = [(c["id"], c["probe"], c["args"]) for c in suite.cases]
-        by_id = {s.id: (s, k) for s, k in runnable}
-        start, done = time.monotonic(), 0
-        with pool_starting.result() as pool:
-            sandbox = pool.sandbox
-            for sid, ex_result in pool.run_many(((s.id, s.source) for s, _ in runnable), probes=probes):
-                sub, key = by_id[sid]
-                result = _result_from_exec(suite, sub, ex_result.status, ex_result.outputs, ex_result.notes)
-                if ex_result.tampering:
-                    result.notes.append("tampering: " + "; ".join(ex_result.tampering[:5]))
-                save(sub, key, result, {"stdout": ex_result.stdout, "wall_s": round(ex_result.wall_s, 3),
-                                        "sandbox": ex_result.sandbox, "memory_guard": ex_result.memory_guard})
-                done += 1
-                if progress:
-                    width = 30
-                    filled = int(width * done / len(runnable))
-                    print(f"\rgrading [{'#' * filled}{'.' * (width - filled)}] {done}/{len(runnable)} "
-                          f"{time.monotonic() - start:5.1f}s", end="", file=sys.stderr, flush=True)
-        if progress:
-            print(file=sys.stderr)
-    rows = write_tables(suite, subs, out)
-    return BatchSummary(out, rows, len(todo), reused, sandbox)
+        # Visible cases first: what a student sees never comes from a process that has run a hidden probe.
+        probes = [(c["id"], c["probe"], c["args"], bool(c["hidden"]))
+                  for c in sorted(suite.cases, key=lambda c: bool(c["hidden"]))]
+        try:
+            pool = pool_starting.result()
+        except Exception as exc:  # noqa: BLE001 - no sandbox: every runnable submission is left for a re-run
+            for sub, _ in runnable:
+                failed[sub.id] = f"not graded: the sandbox could not start ({_why(exc)}); run the grade command again"
+        else:
+            start, done = time.monotonic(), 0
+            with pool:
+                sandbox = pool.sandbox
+                for sub, key, res in _run_isolated(pool, runnable, probes, n_workers):
+                    done += 1
+                    if isinstance(res, BaseException):
+                        failed[sub.id] = (f"not graded: the sandbox failed while running it ({_why(res)}); "
+                                          "nothing was stored, run the grade command again")
+                    else:
+                        save(sub, key, partial(_judge_exec, suite, sub, res),
+                             {"stdout": res.stdout, "wall_s": round(res.wall_s, 3), "sandbox": res.sandbox,
+                               "memory_guard": res.memory_guard})
+                    if progress:
+                        width = 30
+                        filled = int(width * done / len(runnable))
+                        print(f"\rgrading [{'#' * filled}{'.' * (width - filled)}] {done}/{len(runnable)} "
+                              f"{time.monotonic() - start:5.1f}s", end="", file=sys.stderr, flush=True)
+            if progress:
+                print(file=sys.stderr)
+    rows = write_tables(suite, subs, out, failed=failed)
+    return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()))
 
 
-def write_tables(suite: Suite, subs: list[Submission], out: Path) -> list[dict[str, Any]]:
-    """grades.csv and summary.json from the stored results of exactly these submissions (atomic writes)."""
+def _judge_exec(suite: Suite, sub: Submission, res: ExecResult) -> SubmissionResult:
+    student = [f"cells {res.skipped_cells} were not run (tagged for training)"] if res.skipped_cells else []
+    result = _result_from_exec(suite, sub, res.status, res.outputs, res.notes, student)
+    if res.tampering:
+        result.notes.append("tampering: " + "; ".join(res.tampering[:5]))
+    return result
 
+
+def _row(suite: Suite, sub: Submission, out: Path, failed: dict[str, str]) -> dict[str, Any]:
+    """The grades.csv row of one submission: from its stored result, or "not graded" with the reason."""
     qids = list(suite.question_points())
-    rows = []
-    for sub in subs:
-        record = json.loads((out / "results" / f"{sub.id}.json").read_text())
-        row = {"id": sub.id, "total": record["total"]}
-        row |= {q: record["questions"].get(q, 0.0) for q in qids}
-        row["status"] = record["status"]
-        rows.append(row)
+    why = failed.get(sub.id)
+    if why is None:
+        try:
+            record = json.loads((out / "results" / sub.result_name).read_text(encoding="utf-8"))
+            row = {"id": sub.id, "total": float(record["total"])}
+            row |= {q: float(record["questions"].get(q, 0.0)) for q in qids}
+            notes = [str(n) for n in record.get("notes", [])]
+            status = str(record["status"])
+            why_first = [n for n in notes if not n.startswith(("cell ", "skipped cells"))] or notes
+            message = "" if status == "graded" else "; ".join(why_first)
+            return row | {"status": status, "message": " ".join(message.split())[:300]}
+        except Exception as exc:  # noqa: BLE001 - a damaged store is one row's problem
+            why = f"not graded: its stored result could not be read ({_why(exc)}); run the grade command again"
+    return {"id": sub.id, "total": None, **dict.fromkeys(qids), "status": NOT_GRADED, "message": why}
+
+
+def write_tables(suite: Suite, subs: list[Submission], out: Path, *,
+                 failed: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """grades.csv and summary.json of exactly these submissions (atomic writes); one row each, always.
+
+    A row that is not graded has empty score cells; every cell that came from a student is spreadsheet-safe.
+    """
+    qids = list(suite.question_points())
+    rows = [_row(suite, sub, out, failed or {}) for sub in subs]
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=["id", "total", *qids, "status"], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["id", "total", *qids, "status", "message"])
+    for r in rows:
+        writer.writerow([spreadsheet_text(r["id"]), *("" if r[k] is None else r[k] for k in ("total", *qids)),
+                         r["status"], spreadsheet_text(r["message"])])
     _write_atomic(out / "grades.csv", buf.getvalue())
-    means = {q: round(sum(r[q] for r in rows) / len(rows), 3) if rows else 0.0 for q in qids}
+    scored = [r for r in rows if r["total"] is not None]
+    means = {q: round(sum(r[q] for r in scored) / len(scored), 3) if scored else 0.0 for q in qids}
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     summary = {"submissions": len(rows), "status_counts": counts, "mean_per_question": means,
                "max_per_question": suite.question_points(),
-               "mean_total": round(sum(r["total"] for r in rows) / len(rows), 3) if rows else 0.0,
-               "auto_points": suite.auto_points}
+               "mean_total": round(sum(r["total"] for r in scored) / len(scored), 3) if scored else 0.0,
+               "auto_points": suite.auto_points,
+               "rows": [{"id": r["id"], "result": None if r["status"] == NOT_GRADED else sub.result_name,
+                         "status": r["status"], "message": r["message"]} for r, sub in zip(rows, subs)]}
     _write_atomic(out / "summary.json", json.dumps(summary, indent=1))
     return rows

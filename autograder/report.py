@@ -8,6 +8,7 @@ import hashlib
 import html
 import io
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -22,7 +23,7 @@ import numpy as np
 from autograder import lesson83_checks as checks
 from autograder.config import DEFAULT_CONFIG, ROOT
 from autograder.content import Question
-from autograder.judge import Suite, load_suite
+from autograder.judge import Suite, load_suite, read_entry, read_regular, spreadsheet_text
 
 UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"
@@ -32,6 +33,8 @@ MARKER = ".lesson83-report"  # only a folder holding this file is ever replaced 
 GRID = 8  # at most GRID x GRID values of an array are shown
 CODE_CHARS = 20_000  # per cell
 MESSAGE_CHARS = 4_000
+MAX_RECORD_MB = 128  # a stored result larger than this is not read
+UNUSABLE = "unusable result"  # the status shown for a stored result the report cannot use
 
 CSS = """
 *{box-sizing:border-box}
@@ -163,38 +166,112 @@ class Cluster:
 
 def _page_name(sid: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9_.-]", "_", sid).lstrip(".")
-    if slug != sid or not slug:
-        slug = f"{slug[:60]}-{hashlib.sha256(sid.encode()).hexdigest()[:8]}"
+    if slug != sid or not slug or len(slug) > 100:
+        slug = f"{slug[:60]}-{_digest(sid)}"
     return f"{slug}.html"
 
 
-def load_students(grades: Path) -> list[Student]:
-    """The results of the batch, in the order of grades.csv (all results/*.json when there is none)."""
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def _text(value: Any) -> str:
+    """str(value) that can be written as UTF-8: lone surrogates become escapes."""
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and abs(v) < 1e300 and v == v
+
+
+_CASE_TYPES = {"id": str, "question": str, "passed": bool, "hidden": bool, "message": str,
+               "diagnosis": (str, type(None))}
+
+
+def record_problem(record: Any) -> str:
+    """Why the report cannot use a stored result ("" when it can): the fields it reads, with their types."""
+    if not isinstance(record, dict):
+        return f"the stored result is {type(record).__name__}, not an object"
+    if not isinstance(record.get("status"), str):
+        return "its status is not text"
+    if not _finite(record.get("total")):
+        return "its total is not a number"
+    questions = record.get("questions")
+    if not isinstance(questions, dict) or not all(isinstance(k, str) and _finite(v) for k, v in questions.items()):
+        return "its per-question scores are not numbers"
+    notes = record.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        return "its notes are not a list of text"
+    for key in ("path", "stdout"):
+        if not isinstance(record.get(key), str | None):
+            return f"its {key} is not text"
+    cases = record.get("cases")
+    if not isinstance(cases, list):
+        return "its cases are not a list"
+    for n, c in enumerate(cases):
+        if not isinstance(c, dict):
+            return f"case {n} is not an object"
+        for key, kind in _CASE_TYPES.items():
+            if not isinstance(c.get(key), kind):
+                return f"case {n} has no proper {key}"
+        if not (_finite(c.get("points")) and _finite(c.get("max_points"))):
+            return f"case {n} has no proper points"
+    return ""
+
+
+def _unusable(sid: str, why: str) -> dict[str, Any]:
+    return {"submission": sid, "status": UNUSABLE, "cases": [], "questions": {}, "total": 0, "notes": [why]}
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    """A stored result read as data (a regular file under the cap), or an "unusable result" saying why not."""
+    try:
+        raw = read_regular(path, limit=MAX_RECORD_MB * 2**20, label=f"results/{path.name}")
+        record = json.loads(raw.decode("utf-8", "replace"))
+    except (OSError, ValueError, RecursionError) as exc:
+        return _unusable(path.stem, f"results/{_text(path.name)} could not be read: {_text(exc)[:300]}")
+    why = record_problem(record)
+    return _unusable(path.stem, f"results/{_text(path.name)}: {why}") if why else record
+
+
+def _batch_rows(grades: Path) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """(id, result file, summary row) of the batch, in its order: summary.json's rows, else every stored result."""
+    try:
+        rows = json.loads((grades / "summary.json").read_text(encoding="utf-8"))["rows"]
+        out = [(_text(r["id"]), r.get("result"), r) for r in rows]
+        if all(isinstance(f, str | None) for _, f, _ in out):
+            return out
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        pass
+    return [(_text(p.stem), p.name, {}) for p in sorted((grades / "results").glob("*.json"))]
+
+
+def load_students(grades: Path, *, limits: Any = None) -> list[Student]:
+    """The results of the batch, in the order of the batch (summary.json), else every stored result.
+
+    Never raises for what a stored result holds: a result the report cannot use becomes a student whose
+    status is "unusable result" and whose note says why; a submission the grader left "not graded" keeps
+    the grader's message.
+    """
     results = grades / "results"
-    if not results.is_dir():
+    if not results.is_dir() and not (grades / "summary.json").exists():
         raise FileNotFoundError(f"{grades}: no results/ folder; run `lesson83 grade` first")
-    table = grades / "grades.csv"
-    if table.exists():
-        with table.open(newline="") as f:
-            ids = [row["id"] for row in csv.DictReader(f)]
-    else:
-        ids = sorted(p.stem for p in results.glob("*.json"))
     students = []
-    for sid in ids:
-        path = results / f"{sid}.json"
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            record = {"submission": sid, "status": "no stored result", "cases": [], "questions": {}, "total": 0,
-                      "notes": [f"{path.name}: {exc}"]}
+    for sid, name, row in _batch_rows(grades):
+        if not isinstance(name, str) or "/" in name or name.startswith("."):
+            message = _text(row.get("message") or "no stored result")
+            record = {"submission": sid, "status": _text(row.get("status") or UNUSABLE), "cases": [],
+                      "questions": {}, "total": 0, "notes": [message]}
+        else:
+            record = _read_record(results / name)
         student = Student(sid, record, _page_name(sid))
-        if student.status != "could not be read":
-            student.cells, student.code_problem = notebook_cells(record.get("path"), grades)
+        if student.status not in ("could not be read", UNUSABLE) and record.get("path"):
+            student.cells, student.code_problem = notebook_cells(record.get("path"), grades, limits=limits)
         students.append(student)
     pages = [s.page.lower() for s in students]
     for s in students:  # Alice and alice must not share a page on a case-insensitive disk
         if pages.count(s.page.lower()) > 1:
-            s.page = f"{s.page[:-5]}-{hashlib.sha256(s.id.encode()).hexdigest()[:8]}.html"
+            s.page = f"{s.page[:-5]}-{_digest(s.id)}.html"
     return students
 
 
@@ -233,7 +310,7 @@ def clusters(students: list[Student], questions: list[Question]) -> dict[str, li
 
 
 def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    return html.escape(_text(value), quote=True)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -290,6 +367,8 @@ def _plane(arr: np.ndarray, at: tuple[int, ...]) -> tuple[np.ndarray, tuple[int,
 
 def _grid(arr: np.ndarray, bad: np.ndarray | None, at: tuple[int, ...], caption: str) -> str:
     """A GRID x GRID window of `arr` around index `at`, cells where `bad` is true marked `bad` (red)."""
+    if arr.size == 0:
+        return f'<table class="grid"><caption>{esc(caption)}: empty, shape {esc(list(arr.shape))}</caption></table>'
     plane, _, row, col = _plane(arr, at)
     plane_bad = None if bad is None else _plane(bad, at)[0]
     body = []
@@ -312,6 +391,8 @@ def _compare_arrays(key: str, want: np.ndarray, got: np.ndarray, atol: float, rt
                 f'{_grid(got, None, (0,) * got.ndim, "received " + key)}</div>')
     with np.errstate(invalid="ignore", over="ignore"):
         bad = ~np.isclose(got.astype(np.float64), want.astype(np.float64), atol=atol, rtol=rtol)
+    if want.size == 0:
+        return f'<div class="note"><b>{esc(key)}</b> · empty arrays of shape {esc(list(want.shape))}</div>'
     at = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else (0,) * want.ndim
     plane, lead, row, col = _plane(want, at)
     shown = [_span(_window(plane.shape[0], row), plane.shape[0], "rows")] if want.ndim >= 2 else []
@@ -408,6 +489,17 @@ def checkpoint_table(received: Any, *, rel_tol: float) -> str:
             + "".join(rows) + "</table>")
 
 
+def _detail(case: dict[str, Any], want: Any, received: Any, *, atol: float, rtol: float, rel_tol: float) -> str:
+    """Expected versus received and the traceback of one failed case; a note when the stored data cannot be shown."""
+    try:
+        shown = checkpoint_table(received, rel_tol=rel_tol) if not case else compare(case, want, received, atol=atol,
+                                                                                     rtol=rtol)
+        return shown + _traceback(received)
+    except Exception as exc:  # noqa: BLE001 - stored data of any shape: the page is written all the same
+        return f'<p class="note">The stored output of this case could not be shown ({esc(type(exc).__name__)}: ' \
+               f"{esc(_clip(str(exc), 300))}).</p>"
+
+
 def _traceback(received: Any) -> str:
     err = received.get("error") if isinstance(received, dict) else None
     if not isinstance(err, dict):
@@ -425,40 +517,27 @@ def _resolve(path: str | None, grades: Path) -> Path | None:
         return None
     p = Path(path)
     candidates = [p] if p.is_absolute() else [Path.cwd() / p, ROOT / p, grades.parent / p]
-    return next((c for c in candidates if c.exists()), None)
+    return next((c for c in candidates if os.path.lexists(c)), None)
 
 
-def notebook_cells(path: str | None, grades: Path) -> tuple[list[tuple[int, str]], str]:
-    """The code cells (index, source) of a submission, read as data only, or why there are none."""
-    import zipfile
+def notebook_cells(path: str | None, grades: Path, *, limits: Any = None) -> tuple[list[tuple[int, str]], str]:
+    """The code cells (index, source) of a submission, read as data only, or why there are none.
 
+    Read with the grader's own reader (regular files only, never a link, under the same caps).
+    """
     file = _resolve(path, grades)
     if file is None:
         return [], f"the submission file {path!r} was not found" if path else "the result does not name its file"
-    if file.is_dir():
-        notebooks = [p for p in file.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts]
-        zips = list(file.rglob("*.zip"))
-        file = notebooks[0] if len(notebooks) == 1 else zips[0] if not notebooks and len(zips) == 1 else None
-        if file is None:
-            return [], "the submission folder does not hold exactly one notebook"
+    sub = read_entry(file, limits=limits, with_files=False)
+    if sub.source is None:
+        return [], f"the notebook could not be read: {sub.problem}"
     try:
-        if file.suffix == ".zip":
-            with zipfile.ZipFile(file) as zf:
-                names = [n for n in zf.namelist() if n.endswith(".ipynb") and "__MACOSX" not in n
-                         and not Path(n).name.startswith(".")]
-                if len(names) != 1 or zf.getinfo(names[0]).file_size > 64 * 2**20:
-                    return [], "the zip does not hold exactly one notebook of at most 64 MiB"
-                raw = zf.read(names[0])
-        else:
-            if file.stat().st_size > 64 * 2**20:
-                return [], "the notebook is larger than 64 MiB"
-            raw = file.read_bytes()
-        nb = json.loads(raw.decode("utf-8", errors="replace"))
-        cells = nb.get("cells", []) if isinstance(nb, dict) else []
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        nb = json.loads(sub.source.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError) as exc:
         return [], f"the notebook could not be read: {exc}"
+    cells = nb.get("cells", []) if isinstance(nb, dict) else []
     out = []
-    for n, cell in enumerate(cells):
+    for n, cell in enumerate(cells if isinstance(cells, list) else []):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         src = cell.get("source", "")
@@ -712,10 +791,8 @@ def student_page(ctx: _Ctx, s: Student) -> str:
             part.append(f'<div class="case"><h3>{esc(c.get("id", ""))}{badges} <span class="meta note">'
                         f'−{_score(float(c.get("max_points", 0)))} points</span></h3>'
                         f'<pre>{esc(_clip(str(c.get("message", "")), MESSAGE_CHARS))}</pre>'
-                        + (checkpoint_table(c.get("received"), rel_tol=rel_tol) if not case else
-                           compare(case, want, c.get("received"), atol=case.get("atol", tol.atol),
-                                   rtol=case.get("rtol", tol.rtol)))
-                        + _traceback(c.get("received")) + "</div>")
+                        + _detail(case, want, c.get("received"), atol=case.get("atol", tol.atol),
+                                  rtol=case.get("rtol", tol.rtol), rel_tol=rel_tol) + "</div>")
         code = question_code(cells, q)
         if code:
             blocks = "".join(f'<div class="note">cell {n}</div><pre>{esc(_clip(src, CODE_CHARS))}</pre>'
@@ -735,16 +812,33 @@ def student_page(ctx: _Ctx, s: Student) -> str:
 
 def report_csv(students: list[Student], questions: list[Question]) -> str:
     """One row per student for a gradebook: id, status, total, per-question scores and the diagnosis ids."""
-    def cell(text: str) -> str:  # a spreadsheet must not read a student-chosen id as a formula
-        return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["id", "status", "total", *(q.id for q in questions), "diagnoses"])
     for s in students:
-        writer.writerow([cell(s.id), s.status, _score(float(s.record.get("total", 0))),
-                         *(_score(s.score(q.id)) for q in questions), " ".join(s.diagnosis_ids(questions))])
+        writer.writerow([spreadsheet_text(_text(s.id)), spreadsheet_text(_text(s.status)),
+                         _score(float(s.record.get("total", 0))), *(_score(s.score(q.id)) for q in questions),
+                         spreadsheet_text(_text(" ".join(s.diagnosis_ids(questions))))])
     return buf.getvalue()
+
+
+def _student_page_or_note(ctx: _Ctx, s: Student) -> str:
+    """The student's page; when their stored result breaks it, a page saying so, and the student is marked
+    "unusable result" so the index lists them with the reason."""
+    try:
+        return student_page(ctx, s)
+    except Exception as exc:  # noqa: BLE001 - one record must never stop the class report
+        why = f"the report could not show this result ({type(exc).__name__}: {_clip(_text(exc), 300)})"
+        s.record = _unusable(s.id, why) | {"path": s.record.get("path") if isinstance(s.record, dict) else None}
+        s.cells = []
+        return student_page(ctx, s)
+
+
+def _plain_index(students: list[Student], exc: Exception) -> str:
+    rows = "".join(f"<tr><td>{_link(s)}</td><td>{esc(s.status)}</td></tr>" for s in students)
+    return _page("Lesson 83 failure report", f"<h1>Lesson 83 · failure report</h1><p class=\"note\">The summary "
+                 f"could not be built ({esc(type(exc).__name__)}: {esc(_clip(str(exc), 300))}); the students' pages "
+                 f"are below.</p><table>{rows}</table>")
 
 
 # --------------------------------------------------------------------------- entry point
@@ -771,18 +865,23 @@ def write_report(grades: Path, *, out: Path, config_path: Path = DEFAULT_CONFIG)
     suite = load_suite(config_path)
     questions = [q for q in suite.questions if q.graded and not q.manual]
     ctx = _Ctx(suite, questions, catalogue(suite), grades.resolve())
-    students = load_students(grades)
+    students = load_students(grades, limits=suite.config.submissions)
+    pages = {s.page: _student_page_or_note(ctx, s) for s in students}  # first: a page that fails marks its student
     groups = clusters(students, questions)
+    try:
+        index = index_page(ctx, students, groups)
+    except Exception as exc:  # noqa: BLE001 - last resort: a plain list of students, so the report is written
+        index = _plain_index(students, exc)
     out = out.resolve()
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
         (tmp / "students").mkdir()
-        (tmp / "index.html").write_text(index_page(ctx, students, groups), encoding="utf-8")
-        for s in students:
-            (tmp / "students" / s.page).write_text(student_page(ctx, s), encoding="utf-8")
-        (tmp / "report.csv").write_text(report_csv(students, questions), encoding="utf-8")
+        (tmp / "index.html").write_text(index, encoding="utf-8", errors="backslashreplace")
+        for name, page in pages.items():
+            (tmp / "students" / name).write_text(page, encoding="utf-8", errors="backslashreplace")
+        (tmp / "report.csv").write_text(report_csv(students, questions), encoding="utf-8", errors="backslashreplace")
         (tmp / MARKER).write_text("written by `lesson83 report`; the whole folder is replaced on the next run\n")
         tmp.chmod(0o755)
         _swap_in(tmp, out)

@@ -3,23 +3,33 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from autograder import judge
+from autograder import lesson83_checks as checks
 from autograder.build import filled_notebook, gradescope_bundle, tool_env
+from autograder.cli import main as cli_main
 from autograder.config import ROOT
 from autograder.content import mc_answers
-from autograder.judge import Suite, grade_batch
+from autograder.execute import ExecResult, WorkerError
+from autograder.judge import CHECKPOINT_FILES, Suite, grade_batch, notebook_env, spreadsheet_text
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 SIM = ROOT.parent / "shared" / "tools" / "gradescope-sim"
@@ -208,7 +218,7 @@ def test_batch_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path: 
               subs / f"s{i}.ipynb")
     config = _config(tmp_path)
     proc = _grade_cli(subs, out, config, "--workers", "1")
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a guard, not a timing: worker start-up is slow on a loaded machine
     while time.monotonic() < deadline and len(list((out / "results").glob("*.json"))) < 2:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
@@ -274,3 +284,336 @@ def test_otter_run_agrees_on_reference_and_blank(tmp_path: Path, suite: Suite,
         results = json.loads((out / "results.json").read_text())
         auto = sum(t["score"] for t in results["tests"] if "score" in t and not t["name"].startswith("q9_"))
         assert auto == pytest.approx(want), name
+
+
+# --------------------------------------------------------------------------- isolation, reading, ids (no sandbox)
+
+
+class FakePool:
+    """Stands in for the sandbox: runs the probes in order in this process on the notebook's code (trusted test
+    notebooks only); a source holding INFRA makes `run` raise WorkerError, as a sandbox that failed twice does."""
+
+    sandbox = "fake"
+    broken = True
+    lock = threading.Lock()  # one at a time: the probes seed torch's global generator
+
+    def __init__(self, size: int = 1, **_: object) -> None:
+        pass
+
+    def run(self, source: bytes, *, probes: list) -> ExecResult:
+        if b"INFRA" in source and FakePool.broken:
+            raise WorkerError("the worker stopped answering, twice")
+        path = Path(tempfile.mkdtemp()) / "nb.ipynb"
+        path.write_bytes(source)
+        with FakePool.lock:
+            try:
+                env, _ = notebook_env(path)
+            except Exception as exc:  # noqa: BLE001 - not a notebook: nothing runs, as in the sandbox
+                return ExecResult("unreadable", notes=[str(exc)], sandbox="fake")
+            return ExecResult("ok", outputs={k: checks.run_probe(env, name, args) for k, name, args in probes},
+                              sandbox="fake")
+
+    def __enter__(self) -> FakePool:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def fake_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(judge, "WorkerPool", FakePool)
+    FakePool.broken = True
+
+
+@pytest.fixture(scope="module")
+def notebooks(suite: Suite) -> dict[str, bytes]:
+    answers = mc_answers(list(suite.questions))
+    return {"honest": nbformat.writes(filled_notebook(TEMPLATE, answers=answers)).encode(),
+            "blank": TEMPLATE.read_bytes()}
+
+
+def _mkfile(folder: Path, name: str | bytes, data: bytes) -> None:
+    with open(os.path.join(os.fsencode(folder), os.fsencode(name)), "wb") as f:
+        f.write(data)
+
+
+def _rows(out: Path) -> list[dict[str, str]]:
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _deep_json(depth: int) -> bytes:
+    return b'{"preset": "quick", "ppl": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks: dict[str, bytes],
+                                         fake_sandbox: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    subs.mkdir()
+    _mkfile(subs, "honest.ipynb", notebooks["honest"])
+    _mkfile(subs, "l" * 238 + ".ipynb", notebooks["honest"])  # 244 characters
+    _mkfile(subs, b"caf\xe9.ipynb", notebooks["honest"])  # not UTF-8
+    os.mkfifo(subs / "fifo.ipynb")
+    (subs / "zero.ipynb").symlink_to("/dev/zero")
+    _mkfile(subs, "infra.ipynb", notebooks["honest"].replace(b'"cells"', b'"INFRA": 1, "cells"', 1))
+    _mkfile(subs, "unstored.ipynb", notebooks["honest"] + b" ")
+    for name, claims in (("deep", _deep_json(200_000)), ("preset_list", b'{"preset": ["quick"], "ppl": {}}')):
+        (subs / name).mkdir()
+        _mkfile(subs / name, "lesson83.ipynb", notebooks["honest"])
+        shutil.copy(CHECKPOINT / "milestone.pt", subs / name / "milestone.pt")
+        _mkfile(subs / name, "milestone.json", claims)
+    write = judge._write_atomic
+
+    def full_disk(path: Path, text: str) -> None:  # storing one result fails
+        if path.name.startswith("unstored"):
+            raise OSError(28, "No space left on device")
+        write(path, text)
+
+    monkeypatch.setattr(judge, "_write_atomic", full_disk)
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (grade_batch(subs, out=out, progress=False), done.set()), daemon=True)
+    worker.start()
+    worker.join(300)
+    assert done.is_set(), "the batch hung or raised (see the thread's traceback above)"
+    rows = {r["id"]: r for r in _rows(out)}
+    assert sorted(rows) == sorted(["honest", "l" * 238, "caf\\xe9", "fifo", "zero", "infra", "unstored", "deep",
+                                   "preset_list"])
+    full = suite.notebook_points
+    for sid in ("honest", "l" * 238, "caf\\xe9", "deep", "preset_list"):
+        assert rows[sid]["status"] == "graded" and float(rows[sid]["total"]) == full, rows[sid]
+    for sid, words in (("fifo", "FIFO"), ("zero", "symbolic link")):
+        assert rows[sid]["status"] == "could not be read" and words in rows[sid]["message"]
+        assert float(rows[sid]["total"]) == 0
+    for sid, words in (("infra", "WorkerError"), ("unstored", "No space left")):
+        assert rows[sid]["status"] == "not graded" and words in rows[sid]["message"] and rows[sid]["total"] == ""
+    summary = json.loads((out / "summary.json").read_text())
+    stored = {r["id"]: r["result"] for r in summary["rows"]}
+    assert stored["infra"] is None and stored["unstored"] is None  # never stored as the student's result
+    assert len(list((out / "results").glob("*.json"))) == len(rows) - 2
+    deep = json.loads((out / "results" / stored["deep"]).read_text())
+    assert any("could not be verified" in c["message"] for c in deep["cases"] if c["question"] == "m1_checkpoint")
+    from autograder.report import write_report
+
+    assert write_report(out, out=tmp_path / "report").exists()
+    FakePool.broken = False  # the sandbox is back: a re-run grades exactly what was left
+    monkeypatch.setattr(judge, "_write_atomic", write)
+    again = grade_batch(subs, out=out, progress=False)
+    assert again.graded_now == 2 and again.reused == len(rows) - 2
+    assert {r["id"]: r["status"] for r in again.rows}["infra"] == "graded"
+
+
+def test_only_regular_files_inside_the_class_are_read(tmp_path: Path, notebooks: dict[str, bytes],
+                                                      fake_sandbox: None) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    _mkfile(outside, "full_marks.ipynb", notebooks["honest"])
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    subs.mkdir()
+    (subs / "linked.ipynb").symlink_to(outside / "full_marks.ipynb")
+    (subs / "linked_folder").symlink_to(outside, target_is_directory=True)
+    (subs / "ckpt").mkdir()
+    _mkfile(subs / "ckpt", "lesson83.ipynb", notebooks["blank"])
+    for name in ("milestone.pt", "milestone.json"):  # the grader's own reference checkpoint
+        (subs / "ckpt" / name).symlink_to(CHECKPOINT / name)
+    (subs / "inner").mkdir()
+    (subs / "inner" / "lesson83.ipynb").symlink_to(outside / "full_marks.ipynb")
+    with open(subs / "huge.ipynb", "wb") as f:  # 300 MB, sparse: refused from its size, never read
+        f.truncate(300 * 2**20)
+    with zipfile.ZipFile(subs / "bomb.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("lesson83.ipynb", b" " * (21 * 2**20))
+    with zipfile.ZipFile(subs / "big_checkpoint.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("lesson83.ipynb", notebooks["blank"])
+        zf.writestr("milestone.pt", b"\0" * (65 * 2**20))
+    summary = grade_batch(subs, out=out, progress=False)
+    rows = {r["id"]: r for r in summary.rows}
+    assert all(r["total"] == 0 for r in rows.values()), rows
+    for sid, words in (("linked", "linked.ipynb is a symbolic link"),
+                       ("linked_folder", "linked_folder is a symbolic link"),
+                       ("inner", "inner/ holds 0 notebooks (.ipynb); submit exactly one; not read: "
+                                 "inner/lesson83.ipynb (a symbolic link)"),
+                       ("huge", "huge.ipynb is 300.0 MiB, over the 20 MiB limit"),
+                       ("bomb", "bomb.zip: lesson83.ipynb is 21.0 MiB, over the 20 MiB limit")):
+        assert rows[sid]["status"] == "could not be read" and words in rows[sid]["message"], rows[sid]
+    record = json.loads((out / "results" / "ckpt.json").read_text())
+    messages = {c["message"] for c in record["cases"] if c["question"] == "m1_checkpoint"}
+    assert rows["ckpt"]["m1_checkpoint"] == 0 and any("milestone.pt is a symbolic link" in m for m in messages)
+    big = json.loads((out / "results" / "big_checkpoint.json").read_text())
+    assert any("milestone.pt is 65.0 MiB, over the 64 MiB limit" in c["message"] for c in big["cases"])
+
+
+def test_ids_are_unique_readable_and_spreadsheet_safe(tmp_path: Path, suite: Suite, notebooks: dict[str, bytes],
+                                                      fake_sandbox: None) -> None:
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    subs.mkdir()
+    honest = ["alice.ipynb", "e.ipynb", "E.ipynb", "x" * 250 + ".zip"]
+    blank = ["alice.zip", "e.ipynb.ipynb", "e.zip", "=HYPERLINK(1).ipynb", "+1.ipynb", "-1.ipynb", "@x.ipynb",
+             "\tx.ipynb", "\rx.ipynb", b"\xff\xfe.ipynb"]
+    for name in honest + blank:
+        data = notebooks["honest" if name in honest else "blank"]
+        if os.fsencode(name).endswith(b".zip"):
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w") as zf:
+                zf.writestr("lesson83.ipynb", data)
+            data = buf.getvalue()
+        _mkfile(subs, name, data)
+    (subs / "alice").mkdir()
+    _mkfile(subs / "alice", "lesson83.ipynb", notebooks["honest"])
+    summary = grade_batch(subs, out=out, progress=False)
+    rows = {r["id"]: r for r in summary.rows}
+    assert len(rows) == len(honest) + len(blank) + 1  # one row each, no two alike
+    assert {"alice.ipynb", "alice/", "alice.zip", "e.ipynb", "e.ipynb.ipynb", "e.zip", "E", "\\xff\\xfe"} <= set(rows)
+    for sid in ("alice.ipynb", "alice/", "e.ipynb", "E", "x" * 250):
+        assert rows[sid]["total"] == suite.notebook_points, sid
+    for sid in ("alice.zip", "e.ipynb.ipynb", "e.zip"):
+        assert rows[sid]["total"] == 0, sid
+    files = [r["result"] for r in json.loads((out / "summary.json").read_text())["rows"]]
+    assert len(set(f.lower() for f in files)) == len(files) and all(len(f) <= 100 for f in files)
+    ids = [r["id"] for r in _rows(out)]
+    assert not [i for i in ids if i[:1] in "=+-@\t\r"]  # as text in a spreadsheet
+    assert {"'=HYPERLINK(1)", "'+1", "'-1", "'@x", "\\tx", "\\rx"} <= set(ids)  # control characters escaped
+
+
+LEAKY = """import functools
+SEEN = []
+def _leaky(f):
+    @functools.wraps(f)
+    def g(*a, **k):
+        SEEN.insert(0, "<" + ",".join(map(str, a)) + ">")
+        print("LEAK", SEEN[0])
+        raise ValueError("LEAK " + " ".join(SEEN))
+    return g
+sinusoidal_pe = _leaky(sinusoidal_pe)
+alibi_slopes = _leaky(alibi_slopes)
+"""
+
+
+def test_students_never_see_hidden_inputs(tmp_path: Path, suite: Suite, fake_sandbox: None) -> None:
+    """A function that raises (and prints) its arguments: the TA sees the hidden ones, the student never."""
+    nb = filled_notebook(TEMPLATE, answers=mc_answers(list(suite.questions)))
+    nb.cells.append(nbformat.v4.new_code_cell(LEAKY))
+    _save(nb, tmp_path / "subs" / "leaky.ipynb")
+    grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
+    record = json.loads((tmp_path / "out" / "results" / "leaky.json").read_text())
+
+    def marks(hidden: bool) -> set[str]:
+        return {"<" + ",".join(map(str, c["args"]["args"])) + ">" for c in suite.cases if c["probe"] == "call"
+                and c["args"]["fn"] in ("sinusoidal_pe", "alibi_slopes") and c["hidden"] == hidden}
+
+    secret = marks(True) - marks(False)
+    assert secret
+    ta = json.dumps({k: v for k, v in record.items() if k != "gradescope"})
+    assert all(m in ta for m in secret)  # results/ keeps everything for the TA
+    student = json.dumps(record["gradescope"], ensure_ascii=False)
+    assert [m for m in secret if m in student] == [] and "LEAK" not in json.dumps(record["gradescope"]["output"])
+    assert "a hidden case of q2_sinusoidal_pe failed; revisit:" in student
+    assert "q2_sinusoidal_pe: a hidden case failed. Revisit:" in record["gradescope"]["output"]
+
+
+# --------------------------------------------------------------------------- the hostile class (in the sandbox)
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """One hostile input of the class: `make(path, kit)` creates the class-folder entry `entry` at `path`
+    (kit: notebook bytes "honest" and "blank", and the folder "outside" the class). It must get exactly one row
+    and earn no point; `status` pins the row's status when given."""
+
+    entry: str | bytes
+    make: Callable[[Path, dict], None]
+    status: str | None = None
+
+    @staticmethod
+    def code(entry: str, code: str, status: str | None = None) -> Hostile:
+        """The blank template with one more code cell (for attacks from inside the notebook)."""
+        def make(path: Path, kit: dict) -> None:
+            nb = nbformat.reads(kit["blank"].decode(), as_version=4)
+            nb.cells.insert(len(nb.cells) - 3, nbformat.v4.new_code_cell(code))
+            path.write_text(nbformat.writes(nb))
+        return Hostile(entry, make, status)
+
+
+def _blank(path: Path, kit: dict) -> None:
+    path.write_bytes(kit["blank"])
+
+
+def _zip(member: str, size: int | None = None) -> Callable[[Path, dict], None]:
+    def make(path: Path, kit: dict) -> None:
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr(member, kit["blank"] if size is None else b" " * size)
+    return make
+
+
+def _checkpoint(claims: Callable[[dict], bytes] | None, *, links: bool = False) -> Callable[[Path, dict], None]:
+    """A folder: the blank notebook and the reference's milestone.pt, with hostile claims (or links to both)."""
+    def make(path: Path, kit: dict) -> None:
+        path.mkdir()
+        (path / "lesson83.ipynb").write_bytes(kit["blank"])
+        for name in CHECKPOINT_FILES:
+            if links:
+                (path / name).symlink_to(CHECKPOINT / name)
+        if not links:
+            shutil.copy(CHECKPOINT / "milestone.pt", path / "milestone.pt")
+            (path / "milestone.json").write_bytes(claims(json.loads((CHECKPOINT / "milestone.json").read_text())))
+    return make
+
+
+def _sparse(size: int) -> Callable[[Path, dict], None]:
+    def make(path: Path, kit: dict) -> None:
+        with open(path, "wb") as f:
+            f.truncate(size)
+    return make
+
+
+HOSTILE: list[Hostile] = [  # the coordinator adds sandbox-level attacks here (Hostile.code)
+    Hostile("l" * 238 + ".ipynb", _blank, "graded"),  # a 244-character name
+    Hostile(b"caf\xe9.ipynb", _blank, "graded"),  # not UTF-8
+    Hostile("fifo.ipynb", lambda p, kit: os.mkfifo(p), "could not be read"),
+    Hostile("zero.ipynb", lambda p, kit: p.symlink_to("/dev/zero"), "could not be read"),
+    Hostile("linked.ipynb", lambda p, kit: p.symlink_to(kit["outside"] / "full_marks.ipynb"), "could not be read"),
+    Hostile("linked_folder", lambda p, kit: p.symlink_to(kit["outside"], target_is_directory=True),
+            "could not be read"),
+    Hostile("huge.ipynb", _sparse(300 * 2**20), "could not be read"),  # 300 MB
+    Hostile("zip_over_cap.zip", _zip("lesson83.ipynb", 21 * 2**20), "could not be read"),
+    Hostile("claims_ppl_zero", _checkpoint(lambda c: json.dumps(
+        c | {"ppl": {pos: dict.fromkeys(row, 0) for pos, row in c["ppl"].items()}}).encode()), "graded"),
+    Hostile("claims_deep", _checkpoint(lambda c: _deep_json(200_000)), "graded"),
+    Hostile("claims_preset_list", _checkpoint(lambda c: json.dumps(c | {"preset": [c["preset"]]}).encode()), "graded"),
+    Hostile("linked_checkpoint", _checkpoint(None, links=True), "graded"),  # the grader's own reference files
+    Hostile("e.ipynb.ipynb", _blank, "graded"),  # beside the honest e.ipynb
+    Hostile("e.zip", _zip("lesson83.ipynb"), "graded"),
+    Hostile("alice.zip", _zip("lesson83.ipynb"), "graded"),  # beside the honest alice.ipynb and alice/
+    Hostile("=SUM(1,2).ipynb", _blank, "graded"),  # a formula id
+]
+
+
+def test_hostile_class_grades_to_completion(tmp_path: Path, suite: Suite, notebooks: dict[str, bytes]) -> None:
+    subs, out = tmp_path / "class", tmp_path / "out"
+    subs.mkdir()
+    kit = {**notebooks, "outside": tmp_path / "outside"}
+    kit["outside"].mkdir()
+    (kit["outside"] / "full_marks.ipynb").write_bytes(notebooks["honest"])
+    honest = [f"h{i}.ipynb" for i in range(7)] + ["e.ipynb", "alice.ipynb"]
+    for name in honest:
+        (subs / name).write_bytes(notebooks["honest"])
+    (subs / "alice").mkdir()
+    (subs / "alice" / "lesson83.ipynb").write_bytes(notebooks["honest"])
+    for h in HOSTILE:
+        h.make(Path(os.fsdecode(os.path.join(os.fsencode(subs), os.fsencode(h.entry)))), kit)
+    entries = sorted(os.listdir(subs), key=os.fsencode)
+    ids = dict(zip(entries, judge.submission_ids([(n, (subs / n).is_dir() and not (subs / n).is_symlink())
+                                                  for n in entries])))
+    summary = grade_batch(subs, out=out, config_path=_config(tmp_path), progress=False)
+    rows = {r["id"]: r for r in _rows(out)}
+    assert len(rows) == len(entries) == len(honest) + 1 + len(HOSTILE)  # one row each, all ids distinct
+    assert summary.counts().get("not graded", 0) == 0
+    for name in [*honest, "alice"]:
+        row = rows[ids[name]]
+        assert row["status"] == "graded" and float(row["total"]) == suite.notebook_points, row
+    for h in HOSTILE:
+        row = rows[spreadsheet_text(ids[os.fsdecode(h.entry)])]
+        assert float(row["total"] or 0) == 0, (h.entry, row)
+        assert h.status is None or row["status"] == h.status, (h.entry, row)
+        assert row["status"] == "graded" or row["message"], (h.entry, row)
+    assert "'=SUM(1,2)" in rows and (out / "summary.json").exists()
+    assert cli_main(["report", str(out), "--out", str(tmp_path / "report")]) == 0

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import copy
 import csv
+import json
 import os
+import random
 import re
 import shutil
 import struct
@@ -12,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from autograder.build import filled_notebook
@@ -19,7 +24,15 @@ from autograder.cli import main as cli_main
 from autograder.config import DEFAULT_CONFIG, ROOT
 from autograder.content import mc_answers
 from autograder.judge import Suite, grade_batch, load_suite
-from autograder.report import MARKER, UNFINISHED, UNRECOGNISED, checkpoint_table, write_report
+from autograder.report import (
+    MARKER,
+    UNFINISHED,
+    UNRECOGNISED,
+    UNUSABLE,
+    checkpoint_table,
+    record_problem,
+    write_report,
+)
 from reference.mistakes import MISTAKES
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
@@ -191,3 +204,94 @@ def test_checkpoint_table_marks_disagreement_and_bounds() -> None:
     rows = re.findall(r"<tr( class=bad)?><td>(\d+)</td>", html_text)
     assert [(bad != "", c) for bad, c in rows] == [(True, "128"), (True, "256"), (False, "512")]
     assert checkpoint_table(None, rel_tol=0.02) == ""
+
+
+# --------------------------------------------------------------------------- any stored result, any value
+
+
+def _random_json(rng: random.Random, depth: int = 0) -> object:
+    """A seeded random JSON value, hostile on purpose: lone surrogates, NaN, huge numbers, odd arrays."""
+    kind = rng.choice(["none", "bool", "int", "float", "str", "str", "array"] + (["list", "dict"] if depth < 3 else []))
+    if kind == "none":
+        return None
+    if kind == "bool":
+        return rng.random() < 0.5
+    if kind == "int":
+        return rng.choice([0, -1, 10**400, rng.randint(-10**9, 10**9)])
+    if kind == "float":
+        return rng.choice([0.0, float("nan"), float("inf"), -float("inf"), 1e308, rng.random()])
+    if kind == "str":
+        return rng.choice(["", "\ud800", "<script>alert(1)</script>", "=1+1", "x" * rng.randint(0, 20_000),
+                           "".join(chr(rng.randint(1, 0x10FFFF)) for _ in range(20))])
+    if kind == "array":
+        return {"__ndarray__": rng.choice([base64.b64encode(rng.randbytes(rng.choice([0, 8, 48]))).decode(), "!!", 7]),
+                "dtype": rng.choice(["<f8", "<i4", "|b1", "<U3", "O", "zz", 5]),
+                "shape": rng.choice([[0, 3, 2], [1] * 70, [2, -1], [], "x", [10**12, 0], [6], [2, 3]])}
+    if kind == "list":
+        return [_random_json(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return {rng.choice(["value", "error", "type", "message", "ppl", "claimed", "128"]): _random_json(rng, depth + 1)
+            for _ in range(rng.randint(0, 4))}
+
+
+@pytest.fixture(scope="module")
+def base_record(suite: Suite) -> dict:
+    """A real result whose q2 cases failed with a zero-size 3-D array (no sandbox: the reference, patched)."""
+    from autograder.judge import grade_namespace, reference_env
+
+    env = reference_env(suite) | {"sinusoidal_pe": lambda max_len, d: np.zeros((0, 3, 2))}
+    record = grade_namespace(suite, env, name="base").to_dict()
+    assert any(not c["passed"] and c["received"] for c in record["cases"])
+    return json.loads(json.dumps(record))
+
+
+def _mutant(rng: random.Random, base: dict) -> object:
+    record = copy.deepcopy(base)
+    for _ in range(rng.randint(1, 3)):
+        failed = [c for c in record.get("cases", []) if isinstance(c, dict) and not c.get("passed")] \
+            if isinstance(record.get("cases"), list) else []
+        where = rng.choice(["top", "case", "received"] if failed else ["top"])
+        if where == "top":
+            record[rng.choice([*base, "extra"])] = _random_json(rng)
+        elif where == "case":
+            rng.choice(failed)[rng.choice(["id", "question", "passed", "hidden", "message", "diagnosis", "received",
+                                           "points", "max_points"])] = _random_json(rng)
+        else:
+            case = rng.choice(failed)
+            if isinstance(case.get("received"), dict) and case["received"]:
+                case["received"][rng.choice(list(case["received"]))] = _random_json(rng)
+            else:
+                case["received"] = _random_json(rng)
+    return record
+
+
+def test_report_is_written_whatever_the_results_hold(tmp_path: Path, suite: Suite, base_record: dict) -> None:
+    rng = random.Random(83)
+    lone = copy.deepcopy(base_record)
+    next(c for c in lone["cases"] if not c["passed"])["message"] = "half a character: \ud800"
+    many = copy.deepcopy(base_record)
+    next(c for c in many["cases"] if not c["passed"])["received"] = {
+        "value": {"__ndarray__": "", "dtype": "<f8", "shape": [1] * 40 + [0]}}
+    records: list[object] = [base_record, lone, many, [], None, "text", {"status": 5},
+                             *(_mutant(rng, base_record) for _ in range(80))]
+    grades = tmp_path / "grades"
+    (grades / "results").mkdir(parents=True)
+    rows = []
+    for n, record in enumerate(records):
+        name = f"s{n:03d}.json"
+        (grades / "results" / name).write_text(json.dumps(record))
+        rows.append({"id": f"s{n:03d}", "result": name, "status": "graded", "message": ""})
+    (grades / "results" / "broken.json").write_bytes(b'{"status": "graded", "cases": [' * 50_000)
+    rows += [{"id": "broken", "result": "broken.json"},
+             {"id": "left", "result": None, "status": "not graded", "message": "the sandbox failed; run it again"}]
+    (grades / "summary.json").write_text(json.dumps({"rows": rows}))
+    index = write_report(grades, out=tmp_path / "report")
+    text = index.read_text()
+    assert len(list((tmp_path / "report" / "students").glob("*.html"))) == len(rows)
+    unusable = [n for n, r in enumerate(records) if record_problem(r)]
+    assert 10 < len(unusable) < len(records) - 3  # the fuzz reaches both kinds
+    for n in [*unusable, "broken"]:
+        sid = f"s{n:03d}" if isinstance(n, int) else n
+        assert re.search(rf'<span class="status bad">{UNUSABLE}</span></td><td><a href="[^"]+">{sid}</a>', text), sid
+    assert re.search(r'<span class="status bad">not graded</span></td><td><a href="[^"]+">left</a>', text)
+    assert "empty, shape [0, 3, 2]" in _page(tmp_path / "report", "s000")  # the zero-size array, shown as such
+    assert "half a character: \\ud800" in _page(tmp_path / "report", "s001")

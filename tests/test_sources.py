@@ -152,3 +152,15 @@ def test_every_property_case_is_gated_on_a_value_case() -> None:
                 assert case["requires"], f"{case['id']} ({case['check']}) has no `requires:`"
                 assert all(f"{q.id}/{r}" != case["id"] for r in case["requires"])
                 assert {c["check"] for c in q.cases if c["name"] in case["requires"]} <= USES_EXPECTED
+
+
+def test_submission_limits_are_checked(tmp_path: Path) -> None:
+    assert load_config(CONFIG).submissions.cap("notebook") == 20 * 2**20  # the shipped caps, in bytes
+    path = _config(tmp_path, "  max_notebook_mb: 20\n  max_checkpoint_mb: 64",
+                   "  max_notebook_mb: 100\n  max_checkpoint_mb: 0\n  max_files: 3")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    text = str(info.value)
+    assert "submissions.max_notebook_mb" in text and "less than or equal to 64" in text
+    assert "submissions.max_checkpoint_mb" in text and "greater than 0" in text
+    assert "submissions.max_files: unknown key" in text
