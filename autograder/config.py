@@ -49,6 +49,8 @@ class Submissions(_Strict):
     max_checkpoint_mb: float = Field(64, gt=0, description="largest milestone.pt or milestone.json read")
     max_zip_mb: float = Field(256, gt=0, description="largest zip opened (only its notebook and checkpoint "
                               "members are read, each under its own cap)")
+    checkpoint_memory_mb: int = Field(1024, gt=0, description="memory of the child process that loads and "
+                                      "evaluates an uploaded milestone.pt (sizes declared inside it can lie)")
 
     def cap(self, what: str) -> int:
         """The cap of `what` ("notebook", "checkpoint" or "zip") in bytes."""

@@ -94,7 +94,9 @@ MEMORY_GUARDS = ("cgroup", "watchdog")
 MEMORY_GUARD_ENV = "LESSON83_MEMORY_GUARD"  # "watchdog" forces the watchdog where "auto" would pick a cgroup
 SKIP_TAGS = ("long-running", "milestone-train")
 PROBE_MODULE = "autograder.lesson83_checks"
-PRELOAD = ("numpy", "torch", "IPython.core.interactiveshell")
+PRELOAD = ("numpy", "torch", "torch._dynamo", "IPython.core.interactiveshell")  # torch._dynamo wraps
+# torch.manual_seed when first imported: loaded before the guard records identities, so honest code that
+# triggers it (fused attention, torch.compile) is not reported as tampering
 MAX_NOTEBOOK_BYTES = 64 * 2**20
 Probe = tuple[Any, ...]  # (case key, probe name, args) or (case key, probe name, args, hidden)
 

@@ -182,7 +182,8 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
                    "schemes": {}}
     else:
         try:
-            verdict = verify_checkpoint(pt, claims, rules=suite.config.milestone)
+            verdict = verify_checkpoint(pt, claims, rules=suite.config.milestone,
+                                        memory_mb=suite.config.submissions.checkpoint_memory_mb)
         except Exception as exc:  # noqa: BLE001 - hostile files (deep JSON, odd types) cost this part, not the batch
             verdict = {"ok": False, "problem": "checkpoint_unreadable", "credit": 0.0, "schemes": {},
                        "message": f"the checkpoint could not be verified ({type(exc).__name__}: {str(exc)[:200]}); "

@@ -584,13 +584,51 @@ HOSTILE: list[Hostile] = [  # the coordinator adds sandbox-level attacks here (H
     Hostile("e.zip", _zip("lesson83.ipynb"), "graded"),
     Hostile("alice.zip", _zip("lesson83.ipynb"), "graded"),  # beside the honest alice.ipynb and alice/
     Hostile("=SUM(1,2).ipynb", _blank, "graded"),  # a formula id
+    # Inside the sandbox: each would earn points (or stop the class) if the grader believed the child.
+    Hostile("forged_frames.ipynb", lambda p, kit: Hostile.code("", kit["forge"]).make(p, kit), "tampering detected"),
+    Hostile.code("patched_isclose.ipynb", "import math, numpy as np, torch\nmath.isclose = lambda *a, **k: True\n"
+                 "np.allclose = lambda *a, **k: True\ntorch.allclose = lambda *a, **k: True", "tampering detected"),
+    Hostile.code("memory_tree.ipynb", "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n"
+                 "        b = bytearray(1200 * 2**20)\n        b[::4096] = b'x' * len(b[::4096])\n"
+                 "        time.sleep(30)\ntime.sleep(30)", "out of memory"),
+    Hostile.code("sysv_ipc.ipynb", "import ctypes\nlibc = ctypes.CDLL(None)\n"
+                 "shm = libc.shmget(0x5EED, 4096, 0o1666)\nlibc.shmat.restype = ctypes.c_void_p\n"
+                 "ctypes.memmove(libc.shmat(shm, None, 0), b'left for the next student', 25)", "graded"),
+    Hostile("do_nothing.ipynb", lambda p, kit: Hostile.code("", kit["do_nothing"]).make(p, kit), "graded"),
+    Hostile("checkpoint_bomb", lambda p, kit: _bomb_folder(p, kit), "graded"),
+    Hostile("claims_negative", _checkpoint(lambda c: json.dumps(
+        c | {"ppl": {pos: {k: -v for k, v in row.items()} for pos, row in c["ppl"].items()}}).encode()), "graded"),
 ]
+
+
+def _bomb_folder(path: Path, kit: dict) -> None:
+    """The blank notebook with a milestone.pt that inflates past the checkpoint reader's memory limit."""
+    from test_milestone import zip_bomb
+
+    path.mkdir()
+    (path / "lesson83.ipynb").write_bytes(kit["blank"])
+    zip_bomb(path / "milestone.pt", mib=384)
+    shutil.copy(CHECKPOINT / "milestone.json", path / "milestone.json")
+
+
+def _forged_frames(suite: Suite) -> str:
+    """A cell that writes the reference's own answers for every public case to the child's channel."""
+    from autograder import wire
+    from autograder.execute import _JOB_FD, _LEN
+
+    frames = b"".join(_LEN.pack(len(d)) + d for d in (
+        wire.encode({"t": "out", "key": c["id"], "value": suite.expected[c["id"]]["value"], "oom": False,
+                     "tamper": []}) for c in suite.cases if not c["hidden"]))
+    return f"import os\nos.write({_JOB_FD}, {frames!r})"
 
 
 def test_hostile_class_grades_to_completion(tmp_path: Path, suite: Suite, notebooks: dict[str, bytes]) -> None:
     subs, out = tmp_path / "class", tmp_path / "out"
     subs.mkdir()
-    kit = {**notebooks, "outside": tmp_path / "outside"}
+    from test_grading import DO_NOTHING
+
+    kit = {**notebooks, "outside": tmp_path / "outside", "forge": _forged_frames(suite),
+           "do_nothing": DO_NOTHING["zeros"]}
     kit["outside"].mkdir()
     (kit["outside"] / "full_marks.ipynb").write_bytes(notebooks["honest"])
     honest = [f"h{i}.ipynb" for i in range(7)] + ["e.ipynb", "alice.ipynb"]
@@ -603,7 +641,9 @@ def test_hostile_class_grades_to_completion(tmp_path: Path, suite: Suite, notebo
     entries = sorted(os.listdir(subs), key=os.fsencode)
     ids = dict(zip(entries, judge.submission_ids([(n, (subs / n).is_dir() and not (subs / n).is_symlink())
                                                   for n in entries])))
-    summary = grade_batch(subs, out=out, config_path=_config(tmp_path), progress=False)
+    config = _config(tmp_path)
+    config.write_text(config.read_text().replace("checkpoint_memory_mb: 1024", "checkpoint_memory_mb: 256"))
+    summary = grade_batch(subs, out=out, config_path=config, progress=False)
     rows = {r["id"]: r for r in _rows(out)}
     assert len(rows) == len(entries) == len(honest) + 1 + len(HOSTILE)  # one row each, all ids distinct
     assert summary.counts().get("not graded", 0) == 0
