@@ -165,32 +165,40 @@ def _target_cells(q: Question, target: str) -> list[Any]:
 
 
 def _nbgrader_hidden_test(case: dict[str, Any]) -> str:
-    """A hidden nbgrader test: no expected value in its source (they are read from HIDDEN_CASES, which lies in
-    the course folder above the student's) and a failure that names the case only."""
+    """A hidden nbgrader test with no expected value in its source (they are read from HIDDEN_CASES, in the course
+    folder above the student's). A failure raises nothing: it writes the case's name to stderr, which nbgrader
+    scores 0, so the feedback shows no traceback and so no line of the test."""
     return (f"### BEGIN HIDDEN TESTS\n"
             f"# {case['id']} ({case['points']:g} points)\n"
-            f"import json as _l83_json, os as _l83_os, pathlib as _l83_path\n"
+            f"import json as _l83_json, os as _l83_os, pathlib as _l83_path, sys as _l83_sys\n"
             f"from lesson83_checks import run_case\n"
-            f"_l83_file = _l83_os.environ.get('LESSON83_HIDDEN_CASES') or next((str(d / '{HIDDEN_CASES}') for d in "
+            f"_l83_file = _l83_os.environ.get('LESSON83_HIDDEN_CASES') or next((d / '{HIDDEN_CASES}' for d in "
             f"_l83_path.Path.cwd().parents if (d / '{HIDDEN_CASES}').is_file()), None)\n"
-            f"assert _l83_file, '{HIDDEN_CASES} is neither in LESSON83_HIDDEN_CASES nor above this folder'\n"
             f"try:\n"
             f"    run_case(globals(), _l83_json.loads(open(_l83_file).read())[{case['id']!r}])\n"
-            f"except Exception:\n"
-            f"    raise AssertionError('hidden test {case['id']} failed') from None\n"
+            f"except BaseException:  # the student's SystemExit too: nothing may print a traceback\n"
+            f"    _l83_sys.stderr.write('hidden test {case['id']} failed' + ('' if _l83_file else "
+            f"': {HIDDEN_CASES} is not above this folder (set LESSON83_HIDDEN_CASES)') + '\\n')\n"
             f"### END HIDDEN TESTS")
 
 
 def _nbgrader_checkpoint_test(scheme: str, points: float) -> str:
-    """A hidden nbgrader test worth one scheme's share of the milestone checkpoint (partial credit: the value)."""
+    """A hidden nbgrader test worth one scheme's share of the milestone checkpoint: its value is the score
+    (nbgrader's partial credit); a failure writes the reason to stderr (scored 0, no traceback)."""
     return (f"### BEGIN HIDDEN TESTS\n"
             f"# m1_checkpoint/{scheme} ({points:g} points): milestone.pt and milestone.json next to the notebook\n"
-            f"from autograder.milestone import verify_checkpoint\n"
-            f"_l83_v = verify_checkpoint('milestone.pt', 'milestone.json', schemes=[{scheme!r}])\n"
-            f"_l83_row = _l83_v['schemes'][{scheme!r}]\n"
-            f"assert _l83_v['ok'] and _l83_row.get('passed'), "
-            f"'m1_checkpoint/{scheme}: ' + (_l83_row.get('message') or _l83_v['message'])\n"
-            f"round({points!r} * _l83_v['credit'], 4)\n"
+            f"import sys as _l83_sys\n"
+            f"try:\n"
+            f"    from autograder.milestone import verify_checkpoint as _l83_verify\n"
+            f"    _l83_v = _l83_verify('milestone.pt', 'milestone.json', schemes=[{scheme!r}])\n"
+            f"    _l83_row = _l83_v['schemes'][{scheme!r}]\n"
+            f"    _l83_ok, _l83_why = bool(_l83_v['ok'] and _l83_row.get('passed')), "
+            f"_l83_row.get('message') or _l83_v['message']\n"
+            f"except Exception as _l83_err:\n"
+            f"    _l83_ok, _l83_why = False, f'the checkpoint could not be verified ({{_l83_err!r}})'\n"
+            f"if not _l83_ok:\n"
+            f"    _l83_sys.stderr.write('m1_checkpoint/{scheme}: ' + _l83_why + '\\n')\n"
+            f"round({points!r} * _l83_v['credit'], 4) if _l83_ok else 0.0\n"
             f"### END HIDDEN TESTS")
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.build import GRADESCOPE_VENV, filled_notebook, gradescope_bundle, tool_env
+from autograder import lesson83_checks as checks
+from autograder.build import GRADESCOPE_VENV, _case_json, filled_notebook, gradescope_bundle, tool_env
 from autograder.config import ROOT
 from autograder.content import mc_answers
 from autograder.judge import Suite
@@ -96,15 +97,13 @@ class Image:
         return ag
 
     def _bwrap(self, ag: Path, argv: list[str], env: dict[str, str], *, network: bool,
-               binds: tuple[tuple[Path, str], ...] = (), timeout: int) -> subprocess.CompletedProcess[str]:
+               timeout: int) -> subprocess.CompletedProcess[str]:
         cmd = ["bwrap", "--tmpfs", "/"]
         for d in sorted(Path("/").iterdir()):
             if str(d) not in ("/proc", "/dev", "/sys", "/autograder") and d.exists():
                 cmd += ["--ro-bind", str(d), str(d)]
         cmd += ["--dev", "/dev", "--proc", "/proc", "--bind", str(ag), "/autograder",
                 "--bind", str(self.venv), GRADESCOPE_VENV]
-        for src, dest in binds:
-            cmd += ["--bind", str(src), dest]
         if self.stdlib_over is not None:
             cmd += ["--ro-bind", str(self.stdlib_over), str(_stdlib(self.python))]
         cmd += ["--unshare-pid", "--die-with-parent", "--chdir", "/autograder"]
@@ -119,12 +118,9 @@ class Image:
     def setup(self) -> subprocess.CompletedProcess[str]:
         """setup.sh as Gradescope runs it, with this Python as the system python3 (first on PATH)."""
         ag = self._root("setup")
-        pip_cache = CACHE / "pip"
-        pip_cache.mkdir(parents=True, exist_ok=True)
         env = self._env(f"{self.python.parent}:/usr/local/bin:/usr/bin:/bin") | {
-            "LESSON83_SKIP_APT": "1", "LESSON83_TORCH_INDEX_URL": "", "PIP_CACHE_DIR": "/autograder/.pipcache"}
-        return self._bwrap(ag, ["bash", "/autograder/source/setup.sh"], env, network=True,
-                           binds=((pip_cache, "/autograder/.pipcache"),), timeout=3600)
+            "LESSON83_SKIP_APT": "1", "LESSON83_TORCH_INDEX_URL": ""}
+        return self._bwrap(ag, ["bash", "/autograder/source/setup.sh"], env, network=True, timeout=3600)
 
     def system_pip_refused(self) -> subprocess.CompletedProcess[str]:
         """A system-wide pip install in the same root (must be refused where the PEP 668 marker is)."""
@@ -181,7 +177,7 @@ def test_gradescope_bundle_sets_up_and_grades(version: str, tmp_path: Path, suit
     if cfg.exists() and f"home = {python.parent}\n" not in cfg.read_text():
         shutil.rmtree(venv)  # made by another interpreter: start again
     _say(capsys, f"Python {version} ({python}): {'reusing' if cfg.exists() else 'building'} the kept venv "
-                 f"{venv} and pip's cache {CACHE / 'pip'} (delete {CACHE} to start afresh)")
+                 f"{venv} (delete it to start afresh)")
     venv.mkdir(parents=True, exist_ok=True)
     stdlib_over = None
     if version == "3.12":  # Ubuntu 24.04: the system Python is marked externally managed (PEP 668)
@@ -266,7 +262,7 @@ def _wrong_source(course: Path, suite: Suite) -> nbformat.NotebookNode:
     from reference.mistakes import MISTAKES
 
     nb = nbformat.read(str(course / "source" / "lesson83" / "lesson83.ipynb"), as_version=4)
-    mistakes = {"q2_sinusoidal_pe-solution": "sin_cos_swapped", "q7_alibi-solution": "alibi_sign_flipped"}
+    mistakes = {"q2_sinusoidal_pe-solution": "pe_sin_cos_swapped", "q7_alibi-solution": "alibi_sign_flipped"}
     answers = mc_answers(list(suite.questions))
     for cell in nb.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
@@ -283,8 +279,6 @@ def _secret_forms(case_json: str) -> set[str]:
     import re
 
     import numpy as np
-
-    from autograder import lesson83_checks as checks
 
     forms = {case_json[case_json.index('"expected"'):][:60]}
     forms |= {m[:40] for m in re.findall(r'"__ndarray__":"([^"]+)"', case_json) if len(m) >= 40}
@@ -325,10 +319,15 @@ def test_nbgrader_feedback_shows_no_hidden_test_or_answer(fresh_build: dict[str,
     hidden = {c["id"] for c in suite.cases if c["hidden"]}
     cases = json.loads((course / "lesson83_hidden_cases.json").read_text())
     assert set(cases) == hidden
-    # Forms that the student sees anyway (the notebook's text and public checks) are no secret.
-    public = (course / "release" / "lesson83" / "lesson83.ipynb").read_text()
-    secrets = {cid: {f for f in _secret_forms(text) if f not in public} for cid, text in cases.items()}
-    assert all(secrets.values()), [cid for cid, forms in secrets.items() if not forms]
+    # Forms that the student sees anyway (the notebook's text, the public checks' values) are no secret.
+    release = nbformat.read(str(course / "release" / "lesson83" / "lesson83.ipynb"), as_version=4)
+    public = "\n".join(c.source for c in release.cells)
+    seen = set().union(*(_secret_forms(_case_json(c, suite.expected[c["id"]])) for c in suite.cases
+                         if not c["hidden"]))
+    secrets = {cid: {f for f in _secret_forms(text) if f not in public and f not in seen}
+               for cid, text in cases.items()}
+    valued = [cid for cid, text in cases.items() if "value" in checks.loads(text)["expected"]]
+    assert all(secrets[cid] for cid in valued), [cid for cid in valued if not secrets[cid]]
     assert all(any(f in json.dumps(cases) or f in text for f in forms) for forms, text in
                zip(secrets.values(), cases.values()))  # the forms are real: found where the values are
     text = "\n".join(_visible_text(p) for p in pages)
@@ -337,7 +336,7 @@ def test_nbgrader_feedback_shows_no_hidden_test_or_answer(fresh_build: dict[str,
     for marker in ("BEGIN HIDDEN TESTS", "lesson83_hidden_cases", "_l83_"):
         assert marker not in text, f"hidden test source in the feedback: {marker}"
     # The failures still show, by name only.
-    for cid in ("q7_alibi/hidden_slopes_h8", "q2_sinusoidal_pe/hidden_table_d6", "q8_checks/correct_pe_value"):
+    for cid in ("q7_alibi/hidden_attention_heads", "q2_sinusoidal_pe/hidden_table_d6", "q8_checks/correct_pe_value"):
         assert f"hidden test {cid} failed" in text, cid
 
 
