@@ -269,7 +269,7 @@ def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]],
         if opened:
             cells.append(_raw("# END QUESTION"))
     cells += [_md("## Submit\n\nSave the notebook, then run the cell below and upload the zip it writes to "
-                  "Gradescope."), _code(EXPORT_CELL, tags=["otter_ignore"])]
+                  "Gradescope."), _code(EXPORT_CELL, tags=["otter_ignore"], deletable=False, editable=False)]
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
