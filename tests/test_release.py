@@ -106,6 +106,8 @@ def test_nbgrader_autograde_gives_reference_full_marks(fresh_build: dict[str, Pa
         shutil.copy(folder / "lesson83.ipynb", dest / "lesson83.ipynb")
         for shipped in ("lesson83_checks.py", "lesson83_milestone.py", "timemachine.txt"):
             shutil.copy(folder / shipped, dest / shipped)
+    for f in ("milestone.pt", "milestone.json"):  # the reference uploads its checkpoint (m1_checkpoint's cells)
+        shutil.copy(ROOT / "reference" / "milestone" / f, course / "submitted" / "reference" / "lesson83" / f)
     nbgrader = str(Path(sys.executable).with_name("nbgrader"))
     for student in ("reference", "blank"):
         subprocess.run([nbgrader, "db", "student", "add", student], cwd=course, check=True,
@@ -120,7 +122,7 @@ def test_nbgrader_autograde_gives_reference_full_marks(fresh_build: dict[str, Pa
         "join submitted_assignment s on n.assignment_id = s.id where gc.cell_type = 'code' "
         "group by s.student_id").fetchall()
     scores = {r[0]: (round(r[1] or 0, 3), round(r[2], 3)) for r in rows}
-    assert scores["reference"] == (suite.notebook_points, suite.notebook_points)
+    assert scores["reference"] == (suite.auto_points, suite.auto_points)
     assert scores["blank"][0] == 0
     manual = db.execute("select count(*) from grade_cells where cell_type = 'markdown'").fetchone()[0]
     assert manual == 3  # the three written answers are manually graded cells
