@@ -82,12 +82,23 @@ def _plain_code(cell: Any) -> nbformat.NotebookNode:
     return _code(cell.source, tags=tags) if tags else _code(cell.source)
 
 
-def _case_json(case: dict[str, Any], expected: dict[str, Any]) -> str:
-    """The case as the test files carry it; the reference value only where the check compares with it."""
+def _case_data(case: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
     keep = {k: v for k, v in case.items() if k not in ("name", "weight", "hidden")}
     if case["check"] not in checks.USES_EXPECTED:
         expected = {"variants": expected["variants"]}
-    return checks.dumps(keep | {"expected": expected})
+    return keep | {"expected": expected}
+
+
+def _case_json(case: dict[str, Any], expected: dict[str, dict[str, Any]], cases: dict[str, dict[str, Any]]) -> str:
+    """The case as the test files carry it (the reference value only where the check compares with it), with
+    the value cases it requires (all of them, recursively), which run_case checks first as the grader does."""
+    gate, todo = {}, [f"{case['question']}/{r}" for r in case.get("requires", [])]
+    while todo:
+        cid = todo.pop()
+        if cid not in gate:
+            gate[cid] = _case_data(cases[cid], expected[cid])
+            todo += [f"{cases[cid]['question']}/{r}" for r in cases[cid].get("requires", [])]
+    return checks.dumps(_case_data(case, expected[case["id"]]) | {"gate": [gate[c] for c in sorted(gate)]})
 
 
 def _choices_markdown(q: Question) -> str:
@@ -104,21 +115,19 @@ def _choices_code(q: Question) -> str:
     return "\n".join(f'{c.var} = "{shuffled(c)[1]}"  # SOLUTION' for c in q.choices)
 
 
-def _otter_test(case: dict[str, Any], expected: dict[str, Any]) -> str:
+def _otter_test(case: dict[str, Any], expected: dict[str, dict[str, Any]], cases: dict[str, dict[str, Any]]) -> str:
     config = yaml.safe_dump({"hidden": case["hidden"], "points": case["points"]}, sort_keys=True).strip()
     return (f'""" # BEGIN TEST CONFIG\n{config}\n""" # END TEST CONFIG\n'
             f"def test_{case['name']}(env):\n"
             f"    from lesson83_checks import run_case\n"
-            f"    case = {_case_json(case, expected)!r}\n"
+            f"    case = {_case_json(case, expected, cases)!r}\n"
             f"    run_case(env, case)\n")
 
 
-def _nbgrader_test(case: dict[str, Any], expected: dict[str, Any]) -> str:
+def _nbgrader_test(case: dict[str, Any], expected: dict[str, dict[str, Any]], cases: dict[str, dict[str, Any]]) -> str:
     body = (f"# {case['id']} ({case['points']:g} points)\n"
             f"from lesson83_checks import run_case\n"
-            f"run_case(globals(), {_case_json(case, expected)!r})")
-    if case["hidden"]:
-        return f"### BEGIN HIDDEN TESTS\n{body}\n### END HIDDEN TESTS"
+            f"run_case(globals(), {_case_json(case, expected, cases)!r})")
     return body
 
 
@@ -213,7 +222,8 @@ def checkpoint_shares(points: float) -> dict[str, float]:
 
 def nbgrader_hidden_cases(questions: list[Question], expected: dict[str, dict[str, Any]]) -> dict[str, str]:
     """HIDDEN_CASES: case id -> the case as its test carries it (with the expected values), hidden cases only."""
-    return {c["id"]: _case_json(c, expected[c["id"]]) for q in questions for c in q.cases if c["hidden"]}
+    cases = {c["id"]: c for q in questions for c in q.cases}
+    return {cid: _case_json(c, expected, cases) for cid, c in cases.items() if c["hidden"]}
 
 
 def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]], *,
@@ -235,6 +245,7 @@ def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]],
         "requirements": list(OTTER_REQUIREMENTS),
     }
     cells = [_raw("# ASSIGNMENT CONFIG\n" + yaml.safe_dump(config, sort_keys=False))]
+    cases = {c["id"]: c for q in questions for c in q.cases}
     for q in questions:
         opened = False
         for cell in _target_cells(q, "otter"):
@@ -262,7 +273,7 @@ def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]],
                     cells.append(_raw("# END QUESTION"))
             elif cell.kind == "tests":
                 cells.append(_raw("# BEGIN TESTS"))
-                cells += [_code(_otter_test(c, expected[c["id"]])) for c in q.cases]
+                cells += [_code(_otter_test(c, expected, cases)) for c in q.cases]
                 cells.append(_raw("# END TESTS"))
                 cells.append(_raw("# END QUESTION"))
                 opened = False
@@ -289,6 +300,7 @@ def nbgrader_source(questions: list[Question], expected: dict[str, dict[str, Any
         return {"nbgrader": m}
 
     cells = []
+    cases = {c["id"]: c for q in questions for c in q.cases}
     for q in questions:
         for cell in _target_cells(q, "nbgrader"):
             if cell.kind == "markdown":
@@ -315,11 +327,11 @@ def nbgrader_source(questions: list[Question], expected: dict[str, dict[str, Any
                                            **meta(f"{q.id}-{c['name']}", solution=False, grade=True,
                                                   points=c["points"])))
                     elif c["points"] > 0:
-                        cells.append(_code(_nbgrader_test(c, expected[c["id"]]),
+                        cells.append(_code(_nbgrader_test(c, expected, cases),
                                            **meta(f"{q.id}-{c['name']}", solution=False, grade=True,
                                                   points=c["points"])))
                     else:  # an ungraded local check (e.g. the answer format)
-                        cells.append(_code(_nbgrader_test(c, expected[c["id"]])))
+                        cells.append(_code(_nbgrader_test(c, expected, cases)))
                 if q.id.startswith("m1") and checkpoint_points:
                     cells.append(_md("**Milestone checkpoint.** The grader re-evaluates `milestone.pt` next to "
                                      "this notebook and compares it with `milestone.json` and the bounds above "

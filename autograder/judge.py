@@ -160,10 +160,7 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
         verdict, got = verdicts[case["id"]], outputs.get(case["id"])
         blocked = [f"{case['question']}/{r}" for r in case.get("requires", []) if not holds(f"{case['question']}/{r}")]
         if verdict.passed and blocked:
-            verdict = checks.Verdict(False, f"{case['id']}: earns its points only once {' and '.join(blocked)} "
-                                     f"passes: make {blocked[0]} pass first. This property also holds of code "
-                                     "that computes nothing (zeros, an identity), so it counts only with correct "
-                                     "values.")
+            verdict = checks.Verdict(False, checks.gate_message(case["id"], blocked))
         received = None if verdict.passed or got is None else checks.to_plain(got)
         results.append(CaseResult(case["id"], case["question"], case["points"] if verdict.passed else 0.0,
                                   case["points"], verdict.passed, case["hidden"], verdict.message,

@@ -322,7 +322,8 @@ def test_nbgrader_feedback_shows_no_hidden_test_or_answer(fresh_build: dict[str,
     # Forms that the student sees anyway (the notebook's text, the public checks' values) are no secret.
     release = nbformat.read(str(course / "release" / "lesson83" / "lesson83.ipynb"), as_version=4)
     public = "\n".join(c.source for c in release.cells)
-    seen = set().union(*(_secret_forms(_case_json(c, suite.expected[c["id"]])) for c in suite.cases
+    by_id = {c["id"]: c for c in suite.cases}
+    seen = set().union(*(_secret_forms(_case_json(c, suite.expected, by_id)) for c in suite.cases
                          if not c["hidden"]))
     secrets = {cid: {f for f in _secret_forms(text) if f not in public and f not in seen}
                for cid, text in cases.items()}

@@ -88,7 +88,7 @@ def test_local_check_raises_with_the_message(suite: Suite) -> None:
     from autograder.build import _case_json
 
     case = next(c for c in suite.cases if c["id"] == "q7_alibi/bias_values")
-    payload = _case_json(case, suite.expected[case["id"]])
+    payload = _case_json(case, suite.expected, {c["id"]: c for c in suite.cases})
     env = {**reference_env(suite)}
     checks.run_case(env, payload)  # the reference passes silently
     mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
@@ -366,6 +366,28 @@ def _do_nothing_scores(name: str) -> tuple[dict[str, float], tuple[str, ...]]:
     exec(DO_NOTHING[name], env)  # noqa: S102
     result = grade_namespace(load_suite(), env, name=name)
     return result.question_scores(), tuple(c.message for c in result.cases)
+
+
+@pytest.mark.parametrize("name", sorted(DO_NOTHING))
+def test_local_checks_and_exports_gate_properties_as_the_grader_does(suite: Suite, name: str) -> None:
+    """The test files of Otter, nbgrader and the student's checks carry each property's value cases: a
+    do-nothing notebook fails every public property case there too, and the reference passes them."""
+    from autograder.build import _case_json
+
+    env = {"np": np, "torch": torch, "nn": nn, "F": F, "math": math}
+    exec(DO_NOTHING[name], env)  # noqa: S102
+    cases = {c["id"]: c for c in suite.cases}
+    gated = [c for c in suite.cases if c["requires"] and not c["hidden"]]
+    assert gated
+    result = {r.id: r for r in grade_namespace(suite, env, name=name).cases}
+    for case in gated:
+        payload = _case_json(case, suite.expected, cases)
+        checks.run_case(reference_env(suite), payload)
+        if result[case["id"]].passed:
+            continue
+        with pytest.raises(AssertionError) as info:
+            checks.run_case(env, payload)
+        assert info.value.args[0] == result[case["id"]].message  # one message, both places
 
 
 @pytest.mark.parametrize("name", sorted(DO_NOTHING))
