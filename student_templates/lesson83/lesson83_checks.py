@@ -964,14 +964,28 @@ def judge(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -
         return _fail(case, f"the result could not be judged ({type(exc).__name__}: {exc}).")
 
 
+def gate_message(case_id: str, blocked: list[str]) -> str:
+    """Why a property that holds earns nothing yet: the value cases it requires fail."""
+    return (f"{case_id}: earns its points only once {' and '.join(blocked)} passes: make {blocked[0]} pass "
+            "first. This property also holds of code that computes nothing (zeros, an identity), so it counts "
+            "only with correct values.")
+
+
 def run_case(env: dict[str, Any], case_json: str) -> None:
-    """Local check used by the notebook's test files: probe, judge, and raise with the message on failure."""
+    """Local check used by the notebook's test files: probe, judge, and raise with the message on failure.
+
+    A case carries the value cases it requires under "gate"; it passes only when they pass too, as in the
+    grader (autograder/judge.py judge_outputs)."""
     case = loads(case_json)
     got = run_probe(env, case["probe"], case["args"])
     verdict = judge(case, got, case["expected"])
     if not verdict.passed:
         raise AssertionError(verdict.message)
+    blocked = [g["id"] for g in case.get("gate", [])
+               if not judge(g, run_probe(env, g["probe"], g["args"]), g["expected"]).passed]
+    if blocked:
+        raise AssertionError(gate_message(case["id"], blocked))
 
 
-__all__ = ["PROBES", "CHECKS", "Verdict", "run_probe", "judge", "run_case", "to_plain", "from_plain",
+__all__ = ["PROBES", "CHECKS", "Verdict", "run_probe", "judge", "run_case", "gate_message", "to_plain", "from_plain",
            "dumps", "loads", "trace_devices", "device_message"]

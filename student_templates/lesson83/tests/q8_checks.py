@@ -9,6 +9,6 @@ points = [0.0]
 @test_case(points=0.0, hidden=False)
 def test_answers_valid(env):
     from lesson83_checks import run_case
-    case = '{"args":{"names":["q8_equivariance","q8_pe_value","q8_rope_vs_alibi","q8_learned_rows","q8_alibi_slope"]},"atol":0.0001,"check":"choices_valid","diagnosis":null,"dtype":null,"expected":{"variants":[]},"first":null,"id":"q8_checks/answers_valid","points":0.0,"probe":"answers","question":"q8_checks","requires":[],"revisit":"answer with a single letter string.","rtol":0.0001,"second":null,"what":null,"why":null,"words":[]}'
+    case = '{"args":{"names":["q8_equivariance","q8_pe_value","q8_rope_vs_alibi","q8_learned_rows","q8_alibi_slope"]},"atol":0.0001,"check":"choices_valid","diagnosis":null,"dtype":null,"expected":{"variants":[]},"first":null,"gate":[],"id":"q8_checks/answers_valid","points":0.0,"probe":"answers","question":"q8_checks","requires":[],"revisit":"answer with a single letter string.","rtol":0.0001,"second":null,"what":null,"why":null,"words":[]}'
     run_case(env, case)
 
