@@ -93,12 +93,12 @@ def _case_json(case: dict[str, Any], expected: dict[str, dict[str, Any]], cases:
     """The case as the test files carry it (the reference value only where the check compares with it), with
     the value cases it requires (all of them, recursively), which run_case checks first as the grader does."""
     gate, todo = {}, [f"{case['question']}/{r}" for r in case.get("requires", [])]
-    while todo:
-        cid = todo.pop()
+    while todo:  # in the order the question file names them, as the grader's message does
+        cid = todo.pop(0)
         if cid not in gate:
             gate[cid] = _case_data(cases[cid], expected[cid])
             todo += [f"{cases[cid]['question']}/{r}" for r in cases[cid].get("requires", [])]
-    return checks.dumps(_case_data(case, expected[case["id"]]) | {"gate": [gate[c] for c in sorted(gate)]})
+    return checks.dumps(_case_data(case, expected[case["id"]]) | {"gate": list(gate.values())})
 
 
 def _choices_markdown(q: Question) -> str:
