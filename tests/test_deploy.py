@@ -309,9 +309,8 @@ def test_nbgrader_feedback_shows_no_hidden_test_or_answer(fresh_build: dict[str,
     course = tmp_path / "course"
     shutil.copytree(fresh_build["nbgrader"], course)
     _submit(course, "alice", _wrong_source(course, suite), checkpoint=False)
-    _nbgrader(course, "db", "student", "add", "alice")
-    _nbgrader(course, "autograde", "lesson83", "--force")
-    _nbgrader(course, "generate_feedback", "lesson83", "--force")
+    for line in NBGRADER_STEPS.splitlines():  # the README's commands, as written
+        _nbgrader(course, *line.split()[1:])
     pages = sorted((course / "feedback").rglob("*.html"))
     assert pages, "no feedback was written"
     assert not list((course / "feedback").rglob("lesson83_hidden_cases.json"))
@@ -415,6 +414,22 @@ python3 -m venv lesson83-env
 . lesson83-env/bin/activate
 pip install torch==2.13.0 numpy matplotlib otter-grader jupyterlab
 """
+NBGRADER_STEPS = """\
+nbgrader db student add alice
+nbgrader autograde lesson83 --force
+nbgrader generate_feedback lesson83 --force
+"""
+
+
+def _readme_block(section: str) -> str:
+    """The first bash block of a README section."""
+    text = (ROOT / "README.md").read_text().split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return text.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_commands_are_the_ones_the_tests_run() -> None:
+    assert _readme_block("For students") == STUDENT_SETUP
+    assert _readme_block("Deploying") == NBGRADER_STEPS
 
 
 @pytest.mark.deploy
