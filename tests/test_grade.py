@@ -310,7 +310,7 @@ class FakePool:
                 env, _ = notebook_env(path)
             except Exception as exc:  # noqa: BLE001 - not a notebook: nothing runs, as in the sandbox
                 return ExecResult("unreadable", notes=[str(exc)], sandbox="fake")
-            return ExecResult("ok", outputs={k: checks.run_probe(env, name, args) for k, name, args in probes},
+            return ExecResult("ok", outputs={k: checks.run_probe(env, name, args) for k, name, args, *_ in probes},
                               sandbox="fake")
 
     def __enter__(self) -> FakePool:
@@ -392,7 +392,8 @@ def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks
     assert stored["infra"] is None and stored["unstored"] is None  # never stored as the student's result
     assert len(list((out / "results").glob("*.json"))) == len(rows) - 2
     deep = json.loads((out / "results" / stored["deep"]).read_text())
-    assert any("could not be verified" in c["message"] for c in deep["cases"] if c["question"] == "m1_checkpoint")
+    checkpoint = [c for c in deep["cases"] if c["question"] == "m1_checkpoint"]
+    assert checkpoint and all(c["points"] == 0 and "milestone.json" in c["message"] for c in checkpoint), checkpoint
     from autograder.report import write_report
 
     assert write_report(out, out=tmp_path / "report").exists()

@@ -159,7 +159,8 @@ parts = {"expected values": checks.dumps(expected)}
 for name, nb in (("otter master", build.otter_master(questions, expected, name="lesson83")),
                  ("nbgrader source", build.nbgrader_source(questions, expected))):
     parts[name] = json.dumps([[c.cell_type, c.source, c.metadata] for c in nb.cells], sort_keys=True)
-parts |= {f"test file of {c['id']}": build._otter_test(c, expected[c["id"]]) for q in questions for c in q.cases}
+cases = {c["id"]: c for q in questions for c in q.cases}
+parts |= {f"test file of {cid}": build._otter_test(c, expected, cases) for cid, c in cases.items()}
 print(json.dumps({k: hashlib.sha256(v.encode()).hexdigest() for k, v in parts.items()}))
 """
 
