@@ -359,6 +359,9 @@ def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR,
     questions: list[Question] = []
     for path in files:
         fm, body = _read(path)
+        fm.choices = [c.model_copy(update={  # choice texts are templates too (numbers from reference/)
+            "prompt": _render(c.prompt, path, fm.id, config), "why": _render(c.why, path, fm.id, config),
+            "options": [_render(o, path, fm.id, config) for o in c.options]}) for c in fm.choices]
         if fm.id in {q.id for q in questions}:
             raise ContentError(f"{path}: question {fm.id}: the id is used by another file")
         graded = is_graded(fm.id)

@@ -199,3 +199,12 @@ def test_stored_floats_are_rounded_within_the_tolerances() -> None:
         assert (canonical(x, atol=atol, rtol=rtol) == canonical(noisy, atol=atol, rtol=rtol)).mean() > 0.999
     plain = canonical({"v": [-0.0, 1 / 3, float("nan"), 7, True, "x"]}, atol=1e-4, rtol=1e-4)["v"]
     assert plain[:2] == [0.0, 0.333333] and plain[3:] == [7, True, "x"] and str(plain[0]) == "0.0"
+
+
+def test_no_template_or_source_leftovers_reach_students() -> None:
+    """Every student-facing file of the committed release is rendered: no Jinja code and no `ref.` calls."""
+    for path in sorted((ROOT / "student_templates").rglob("*")):
+        if path.is_file() and path.suffix in (".ipynb", ".py", ".md"):
+            text = path.read_text()
+            for leftover in ("{{", "{%", "ref."):
+                assert leftover not in text, f"{path}: {leftover!r}"
