@@ -70,7 +70,7 @@ def cmd_selfcheck(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from autograder.judge import NOT_GRADED, grade_batch
+    from autograder.judge import NOT_GRADED, full_marks, grade_batch, load_suite
 
     try:
         summary = grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
@@ -83,10 +83,11 @@ def cmd_grade(args: argparse.Namespace) -> int:
           f"sandbox: {summary.sandbox}")
     print("status:  " + ", ".join(f"{k} {v}" for k, v in sorted(summary.counts().items())))
     if rows:
+        points = load_suite(args.config).question_points()
         table = [["question", "mean", "full marks"]]
         for q in summary.questions:
             mean = sum(r[q] for r in rows) / len(rows)
-            full = sum(r[q] > 0 and abs(r[q] - max(x[q] for x in rows)) < 1e-9 for r in rows)
+            full = sum(full_marks(r[q], points[q]) for r in rows)
             table.append([q, f"{mean:.2f}", f"{full}/{len(rows)}"])
         print(_table(table))
     left = [r for r in summary.rows if r["status"] == NOT_GRADED]
@@ -137,6 +138,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    """Merge scores graded elsewhere (CSV: id and question or written-part columns) into grades.csv and
+    summary.json."""
+    from autograder.judge import MergeError, merge_scores
+
+    try:
+        done = merge_scores(args.grades, args.scores, config_path=args.config)
+    except MergeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    merged = ", ".join(f"{col} {n}" for col, n in sorted(done["merged"].items())) or "nothing"
+    print(f"merged: {merged} (scores kept for {done['students']} student(s) in merged_scores.json)")
+    if done["ignored"]:
+        print(f"ignored columns: {', '.join(done['ignored'])}")
+    print(f"grades: {args.grades / 'grades.csv'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lesson83", description=__doc__)
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="grading_config.yaml to use")
@@ -161,6 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("grades", type=Path, help="folder written by `lesson83 grade` (results/, grades.csv)")
     p.add_argument("--out", type=Path, default=ROOT / "dist" / "report", help="report folder (replaced whole)")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("merge", help="merge scores graded elsewhere (written answers, a platform's points) into "
+                                     "grades.csv and summary.json")
+    p.add_argument("grades", type=Path, help="folder written by `lesson83 grade`")
+    p.add_argument("scores", type=Path, nargs="+", help="CSV files: an id column and score columns named by "
+                   "question (q9_written, m1_checkpoint) or written part (q9_buffer); blank cells are skipped")
+    p.set_defaults(func=cmd_merge)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -80,6 +80,15 @@ class Choice(_Strict):
     prompt: str
     options: list[str] = Field(min_length=4, max_length=4)
     why: str
+    # For the TA report (never shipped): the misconception behind each wrong option, in the order of options[1:].
+    misconceptions: list[str] = Field([], max_length=3)
+
+    @field_validator("misconceptions")
+    @classmethod
+    def _one_per_wrong_option(cls, v: list[str]) -> list[str]:
+        if v and len(v) != 3:
+            raise ValueError("name one misconception per wrong option (3), in the order of the options")
+        return v
 
 
 class WrittenPart(_Strict):
@@ -361,7 +370,8 @@ def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR,
         fm, body = _read(path)
         fm.choices = [c.model_copy(update={  # choice texts are templates too (numbers from reference/)
             "prompt": _render(c.prompt, path, fm.id, config), "why": _render(c.why, path, fm.id, config),
-            "options": [_render(o, path, fm.id, config) for o in c.options]}) for c in fm.choices]
+            "options": [_render(o, path, fm.id, config) for o in c.options],
+            "misconceptions": [_render(m, path, fm.id, config) for m in c.misconceptions]}) for c in fm.choices]
         if fm.id in {q.id for q in questions}:
             raise ContentError(f"{path}: question {fm.id}: the id is used by another file")
         graded = is_graded(fm.id)

@@ -761,30 +761,175 @@ def _row(suite: Suite, sub: Submission, out: Path, failed: dict[str, str]) -> di
     return {"id": sub.id, "total": None, **dict.fromkeys(qids), "status": NOT_GRADED, "message": why}
 
 
+def full_marks(score: float | None, points: float) -> bool:
+    """The one definition of "full marks": a score that reaches the question's points (not the batch's best)."""
+    return score is not None and score >= points - 1e-6
+
+
+MERGED_FILE = "merged_scores.json"  # scores graded elsewhere (by hand, by another platform), kept by `merge`
+
+
+class MergeError(ValueError):
+    """A scores file that cannot be merged; the message names the file, the row and the column."""
+
+
+def merge_columns(suite: Suite) -> dict[str, float]:
+    """Columns a scores file may fill, with their maximum: every graded question, and each written part."""
+    cols = {q.id: q.points for q in suite.questions if q.graded}
+    for q in suite.questions:
+        cols |= {p.part: round(q.points / len(q.written), 4) for p in q.written}
+    return cols
+
+
+def merged_scores(out: Path) -> dict[str, dict[str, float]]:
+    """The scores `merge` stored in `out` (student id -> column -> score); {} when there are none."""
+    try:
+        data = json.loads((out / MERGED_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise MergeError(f"{out / MERGED_FILE}: cannot be read ({exc})") from None
+    try:
+        return {str(k): {str(c): float(v) for c, v in row.items()} for k, row in data["scores"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise MergeError(f"{out / MERGED_FILE}: not a file written by `lesson83 merge`") from None
+
+
+def merged_value(q: Question, scores: dict[str, float]) -> float | None:
+    """A question's merged score for one student: its own column, else the sum of its written parts once every
+    part is scored; None when nothing was merged for it."""
+    value = scores.get(q.id)
+    parts = [scores.get(p.part) for p in q.written]
+    if value is None and parts and all(v is not None for v in parts):
+        value = round(sum(v for v in parts if v is not None), 4)
+    return value
+
+
+def _apply_merged(suite: Suite, row: dict[str, Any], scores: dict[str, float]) -> None:
+    """Put a student's merged scores into their row (a question's column replaces the grader's score)."""
+    for q in suite.questions:
+        value = merged_value(q, scores)
+        if value is not None and q.id in row:
+            row["total"] = round(row["total"] - (row[q.id] or 0.0) + value, 4)
+            row[q.id] = value
+
+
+def read_scores_csv(path: Path, *, suite: Suite, ids: list[str]) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """The scores a CSV holds (id -> column -> score; blank cells are left out) and the columns it ignores.
+
+    Raises MergeError, naming the row and the column, for an unknown student, an unknown question-like
+    column or a score that is not a number between 0 and the column's points.
+    """
+    limits = merge_columns(suite)
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            table = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise MergeError(f"{path}: cannot be read ({exc})") from exc
+    if not table or "id" not in table[0]:
+        raise MergeError(f"{path}: the first row must name the columns, one of them `id`")
+    header = [h.strip() for h in table[0]]
+    unknown = [h for h in header if re.match(r"^[qm]\d", h) and h not in limits and not h.endswith(" answer")]
+    if unknown:
+        raise MergeError(f"{path}: unknown score columns {unknown}; known: {sorted(limits)}")
+    score_cols = [h for h in header if h in limits]
+    if not score_cols:
+        raise MergeError(f"{path}: no score column; name one of {sorted(limits)}")
+    known = set(ids)
+    out: dict[str, dict[str, float]] = {}
+    for n, cells in enumerate(table[1:], start=2):
+        rec = dict(zip(header, cells))
+        sid = rec.get("id", "").strip()
+        sid = sid[1:] if sid[:1] == "'" and sid[1:2] in FORMULA_STARTS else sid  # as spreadsheet_text wrote it
+        if not sid and not any(rec.get(c, "").strip() for c in score_cols):
+            continue
+        if sid not in known:
+            raise MergeError(f"{path}: row {n}: no student {sid!r} in this batch")
+        for col in score_cols:
+            text = rec.get(col, "").strip()
+            if not text:
+                continue
+            try:
+                value = float(text)
+            except ValueError:
+                raise MergeError(f"{path}: row {n} ({sid}), {col}: {text!r} is not a number") from None
+            if not 0 <= value <= limits[col] + 1e-9:
+                raise MergeError(f"{path}: row {n} ({sid}), {col}: {value:g} is outside 0 to {limits[col]:g}")
+            out.setdefault(sid, {})[col] = round(value, 4)
+    return out, [h for h in header if h not in limits and h != "id"]
+
+
+def merge_scores(out: Path, files: list[Path], *, config_path: Path = DEFAULT_CONFIG) -> dict[str, Any]:
+    """Merge scores graded elsewhere (a TA's written-answer scores, a platform's own points) into the batch in
+    `out`: they are kept in merged_scores.json (a later file or run wins per student and column) and
+    grades.csv and summary.json are written again with them. Returns what was merged."""
+    suite = load_suite(config_path)
+    try:
+        rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise MergeError(f"{out}: no summary.json of a graded batch; run `lesson83 grade` first ({exc})") from None
+    subs = [Submission(str(r["id"]), Path(), None, result_name=str(r.get("result") or "")) for r in rows]
+    failed = {str(r["id"]): str(r.get("message") or NOT_GRADED) for r in rows if not r.get("result")}
+    stored = merged_scores(out)
+    counts, ignored = {}, set()
+    for path in files:
+        scores, skipped = read_scores_csv(path, suite=suite, ids=[s.id for s in subs])
+        ignored |= set(skipped)
+        for sid, cols in scores.items():
+            stored.setdefault(sid, {}).update(cols)
+            for col in cols:
+                counts[col] = counts.get(col, 0) + 1
+    sources = [str(p) for p in files]
+    _write_atomic(out / MERGED_FILE, json.dumps({"sources": sources, "scores": stored}, indent=1))
+    write_tables(suite, subs, out, failed=failed)
+    return {"merged": counts, "ignored": sorted(ignored), "students": len(stored)}
+
+
 def write_tables(suite: Suite, subs: list[Submission], out: Path, *,
                  failed: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """grades.csv and summary.json of exactly these submissions (atomic writes); one row each, always.
 
     A row that is not graded has empty score cells; every cell that came from a student is spreadsheet-safe.
+    Manual questions have a column too, empty until `merge` brings their scores (merged_scores.json), which
+    also replace a question's automatic score when the scores file has that question's column.
     """
     qids = list(suite.question_points())
-    rows = [_row(suite, sub, out, failed or {}) for sub in subs]
+    manual = {q.id: q.points for q in suite.questions if q.graded and q.manual}
+    try:
+        merged, merge_problem = merged_scores(out), ""
+    except MergeError as exc:  # the grades are written all the same; the summary says why the scores are missing
+        merged, merge_problem = {}, str(exc)
+    rows = []
+    for sub in subs:
+        row = _row(suite, sub, out, failed or {}) | dict.fromkeys(manual)
+        if row["total"] is not None:
+            _apply_merged(suite, row, merged.get(sub.id, {}))
+        rows.append(row)
+    columns = [*qids, *manual]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["id", "total", *qids, "status", "message"])
+    writer.writerow(["id", "total", *columns, "status", "message"])
     for r in rows:
-        writer.writerow([spreadsheet_text(r["id"]), *("" if r[k] is None else r[k] for k in ("total", *qids)),
+        writer.writerow([spreadsheet_text(r["id"]), *("" if r[k] is None else r[k] for k in ("total", *columns)),
                          r["status"], spreadsheet_text(r["message"])])
     _write_atomic(out / "grades.csv", buf.getvalue())
     scored = [r for r in rows if r["total"] is not None]
-    means = {q: round(sum(r[q] for r in scored) / len(scored), 3) if scored else 0.0 for q in qids}
+    points = suite.question_points() | manual
+
+    def mean(q: str) -> float | None:
+        have = [r[q] for r in scored if r[q] is not None]
+        return round(sum(have) / len(have), 3) if have else (0.0 if q in qids else None)
+
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    summary = {"submissions": len(rows), "status_counts": counts, "mean_per_question": means,
-               "max_per_question": suite.question_points(),
+    summary = {"submissions": len(rows), "status_counts": counts, "mean_per_question": {q: mean(q) for q in columns},
+               "max_per_question": points,
+               "full_marks_per_question": {q: sum(full_marks(r[q], points[q]) for r in scored) for q in columns},
                "mean_total": round(sum(r["total"] for r in scored) / len(scored), 3) if scored else 0.0,
-               "auto_points": suite.auto_points,
+               "auto_points": suite.auto_points, "manual_points": round(sum(manual.values()), 4),
+               "merged": {"file": MERGED_FILE, "students": len(merged), "problem": merge_problem}
+               if merged or merge_problem else None,
                "rows": [{"id": r["id"], "result": None if r["status"] == NOT_GRADED else sub.result_name,
                          "status": r["status"], "message": r["message"]} for r, sub in zip(rows, subs)]}
     _write_atomic(out / "summary.json", json.dumps(summary, indent=1))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import base64
 import csv
 import hashlib
 import html
@@ -10,6 +11,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -22,8 +24,18 @@ import numpy as np
 
 from autograder import lesson83_checks as checks
 from autograder.config import DEFAULT_CONFIG, ROOT
-from autograder.content import Question
-from autograder.judge import Suite, load_suite, read_entry, read_regular, spreadsheet_text
+from autograder.content import Choice, Question, shuffled
+from autograder.judge import (
+    MergeError,
+    Suite,
+    full_marks,
+    load_suite,
+    merged_scores,
+    merged_value,
+    read_entry,
+    read_regular,
+    spreadsheet_text,
+)
 
 UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"
@@ -35,6 +47,9 @@ CODE_CHARS = 20_000  # per cell
 MESSAGE_CHARS = 4_000
 MAX_RECORD_MB = 128  # a stored result larger than this is not read
 UNUSABLE = "unusable result"  # the status shown for a stored result the report cannot use
+INVALID = "invalid"  # the label of a multiple-choice answer that is not one of the letters
+ANSWER_PLACEHOLDERS = ("_Type your answer here, replacing this text._", "YOUR ANSWER HERE")
+MANUAL_CSV = "manual_scores.csv"  # the written-answer scores a TA fills in, for `lesson83 merge`
 
 CSS = """
 *{box-sizing:border-box}
@@ -87,7 +102,45 @@ td.bad,tr.bad td{background:#ffd7d5;color:#82071e;font-weight:600}
 .scores td.lost{background:#fff1f0}
 .note{color:#59636e;font-size:12px}
 ul.notes{margin:4px 0;padding-left:18px}
+.answer{background:#fff;border:1px solid #e3e6ea;border-radius:6px;padding:6px 8px;white-space:pre-wrap;
+overflow-wrap:anywhere;margin:4px 0}
+.model{background:#f0f7ff;border-color:#b6d4fe}
+td.answer{border-radius:0;margin:0;max-width:720px}
+.opt td.right{color:#116329;font-weight:600}
+input.filter{font:inherit;padding:3px 8px;margin:4px 0 6px;width:320px;border:1px solid #c8ced5;border-radius:6px}
+table.sortable thead th{cursor:pointer;user-select:none}
+th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{content:" \\25BC"}
 """
+
+# The only script of the report, allowed by its hash in each page's Content-Security-Policy (nothing a student
+# wrote can run). It sorts a table.sortable when a header is clicked and filters the rows of the table an
+# input.filter names. With scripts off the tables stay complete, in their default order, and the filter box stays
+# hidden. Hook for tests and bookmarks: ?sort=<table id>:<column>[:desc] and ?q=<table id>:<text>.
+SCRIPT = """(function(){
+function key(c,num){var v=c?(c.getAttribute("data-v")!==null?c.getAttribute("data-v"):c.textContent.trim()):"";
+if(!num)return v.toLowerCase();var f=parseFloat(v);return isNaN(f)?-Infinity:f;}
+function sort(th){var t=th.closest("table"),b=t.tBodies[0],i=th.cellIndex,num=th.classList.contains("num");
+var d=th.getAttribute("aria-sort")==="ascending"?"descending":"ascending",s=d==="ascending"?1:-1;
+t.querySelectorAll("thead th").forEach(function(h){h.removeAttribute("aria-sort");});th.setAttribute("aria-sort",d);
+var rows=Array.prototype.map.call(b.rows,function(r,n){return [r,key(r.cells[i],num),n];});
+rows.sort(function(x,y){return x[1]<y[1]?-s:x[1]>y[1]?s:x[2]-y[2];});rows.forEach(function(r){b.appendChild(r[0]);});}
+function filter(t,text){text=text.toLowerCase();var n=0;Array.prototype.forEach.call(t.tBodies[0].rows,function(r){
+r.hidden=text!==""&&r.textContent.toLowerCase().indexOf(text)<0;if(!r.hidden)n++;});t.setAttribute("data-shown",n);}
+document.querySelectorAll("table.sortable thead th").forEach(function(th){th.tabIndex=0;
+th.addEventListener("click",function(){sort(th);});
+th.addEventListener("keydown",function(e){if(e.key==="Enter")sort(th);});});
+document.querySelectorAll("input.filter").forEach(function(f){
+var t=document.getElementById(f.getAttribute("data-table"));if(!t)return;f.hidden=false;
+f.addEventListener("input",function(){filter(t,f.value);});});
+var p=new URLSearchParams(location.search);
+p.getAll("sort").forEach(function(v){var a=v.split(":"),t=document.getElementById(a[0]);if(!t)return;
+var th=t.querySelector('thead th[data-col="'+(a[1]||"").replace(/["\\\\]/g,"")+'"]');if(!th)return;
+sort(th);if(a[2]==="desc")sort(th);});
+p.getAll("q").forEach(function(v){var k=v.indexOf(":"),id=v.slice(0,k),t=document.getElementById(id),
+f=document.querySelector('input.filter[data-table="'+id.replace(/["\\\\]/g,"")+'"]');if(!t||!f)return;
+f.value=v.slice(k+1);filter(t,f.value);});
+})();"""
+SCRIPT_HASH = base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).decode("ascii")
 
 
 # --------------------------------------------------------------------------- data
@@ -102,6 +155,7 @@ class Student:
     page: str  # file name under students/
     cells: list[tuple[int, str]] = field(default_factory=list)  # (index, source) of the notebook's code cells
     code_problem: str = ""  # why there are no cells, when there are none
+    answers: dict[str, str | None] = field(default_factory=dict)  # written part -> answer (None: no answer cell)
 
     @property
     def status(self) -> str:
@@ -137,10 +191,31 @@ class Student:
         stubs = stub_state(self.cells, names)
         if names and all(stubs.get(n) for n in names):
             return [UNFINISHED]
-        found = self.diagnoses(q.id)
+        found = self.diagnoses(q.id) + self.wrong_picks(q)
         if any(stubs.values()) or (not found and any(STUB_WORDS in str(c.get("message", "")) for c in failed)):
             return [*found, UNFINISHED]
         return found or [UNRECOGNISED]
+
+    def pick(self, q: Question, choice: Choice) -> str:
+        """The letter this student chose for a multiple-choice item, INVALID when it is not a letter, "" when
+        the item was never judged (the notebook stopped before it)."""
+        case_id = next((c["id"] for c in q.cases if c.get("check") == "choice_correct"
+                        and c.get("args", {}).get("names") == [choice.var]), None)
+        case = next((c for c in self.record.get("cases", []) if c.get("id") == case_id), None)
+        if case is None:
+            return ""
+        if case.get("passed"):
+            return shuffled(choice)[1]
+        got = case.get("received")
+        letter = got.get(choice.var) if isinstance(got, dict) else None
+        return letter if isinstance(letter, str) and letter in checks.LETTERS else INVALID
+
+    def wrong_picks(self, q: Question) -> list[str]:
+        """One label per multiple-choice item answered wrongly: `<variable>:<letter>` (or `:invalid`)."""
+        if not self.ran:
+            return []
+        picks = [(c.var, self.pick(q, c), shuffled(c)[1]) for c in q.choices]
+        return [f"{var}:{got}" for var, got, right in picks if got and got != right]
 
     def diagnosis_ids(self, questions: list[Question]) -> list[str]:
         """The catalogued mistakes this student's failures were grouped under, question by question."""
@@ -246,7 +321,7 @@ def _batch_rows(grades: Path) -> list[tuple[str, str | None, dict[str, Any]]]:
     return [(_text(p.stem), p.name, {}) for p in sorted((grades / "results").glob("*.json"))]
 
 
-def load_students(grades: Path, *, limits: Any = None) -> list[Student]:
+def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None = None) -> list[Student]:
     """The results of the batch, in the order of the batch (summary.json), else every stored result.
 
     Never raises for what a stored result holds: a result the report cannot use becomes a student whose
@@ -266,7 +341,9 @@ def load_students(grades: Path, *, limits: Any = None) -> list[Student]:
             record = _read_record(results / name)
         student = Student(sid, record, _page_name(sid))
         if student.status not in ("could not be read", UNUSABLE) and record.get("path"):
-            student.cells, student.code_problem = notebook_cells(record.get("path"), grades, limits=limits)
+            cells, student.code_problem = read_notebook(record.get("path"), grades, limits=limits)
+            student.cells = code_cells(cells)
+            student.answers = written_answers(cells, parts or []) if cells else {}
         students.append(student)
     pages = [s.page.lower() for s in students]
     for s in students:  # Alice and alice must not share a page on a case-insensitive disk
@@ -335,8 +412,10 @@ def _score(v: float) -> str:
 def _page(title: str, body: str) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width,initial-scale=1">'
-            f'<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n{body}\n</main></body></html>\n")
+            f'<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'; '
+            f"script-src 'sha256-{SCRIPT_HASH}'\">"
+            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n{body}\n</main>"
+            f"<script>{SCRIPT}</script></body></html>\n")
 
 
 def _link(s: Student, prefix: str = "students/") -> str:
@@ -520,8 +599,8 @@ def _resolve(path: str | None, grades: Path) -> Path | None:
     return next((c for c in candidates if os.path.lexists(c)), None)
 
 
-def notebook_cells(path: str | None, grades: Path, *, limits: Any = None) -> tuple[list[tuple[int, str]], str]:
-    """The code cells (index, source) of a submission, read as data only, or why there are none.
+def read_notebook(path: str | None, grades: Path, *, limits: Any = None) -> tuple[list[dict[str, Any]], str]:
+    """The cells of a submission's notebook, read as data only (never run), or why there are none.
 
     Read with the grader's own reader (regular files only, never a link, under the same caps).
     """
@@ -536,13 +615,59 @@ def notebook_cells(path: str | None, grades: Path, *, limits: Any = None) -> tup
     except (ValueError, RecursionError) as exc:
         return [], f"the notebook could not be read: {exc}"
     cells = nb.get("cells", []) if isinstance(nb, dict) else []
-    out = []
-    for n, cell in enumerate(cells if isinstance(cells, list) else []):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+    return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else [], ""
+
+
+def _source(cell: dict[str, Any]) -> str:
+    src = cell.get("source", "")
+    return "".join(str(s) for s in src) if isinstance(src, list) else str(src)
+
+
+def code_cells(cells: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """The code cells (index in the notebook, source)."""
+    return [(n, _source(c)) for n, c in enumerate(cells) if c.get("cell_type") == "code"]
+
+
+def notebook_cells(path: str | None, grades: Path, *, limits: Any = None) -> tuple[list[tuple[int, str]], str]:
+    """The code cells (index, source) of a submission, read as data only, or why there are none."""
+    cells, why = read_notebook(path, grades, limits=limits)
+    return code_cells(cells), why
+
+
+def _prompt_marker(part: str) -> str:
+    return f"**`{part}`.**"  # how the builder heads each written part (Otter and nbgrader alike)
+
+
+def written_answers(cells: list[dict[str, Any]], parts: list[str]) -> dict[str, str | None]:
+    """Each written part's answer as the student left it ("" when left as the template had it; None when the
+    notebook has no answer cell for it): the nbgrader cell with that grade_id, else the cells after the part's
+    prompt, up to the next locked cell, prompt or heading."""
+    out: dict[str, str | None] = {}
+    markers = [_prompt_marker(p) for p in parts]
+    for part in parts:
+        meta = [c for c in cells if isinstance(c.get("metadata"), dict) and isinstance(c["metadata"].get("nbgrader"),
+                                                                                     dict)
+                and c["metadata"]["nbgrader"].get("grade_id") == part]
+        found: list[str] | None = [_source(c) for c in meta] if meta else None
+        if found is None:
+            start = next((n for n, c in enumerate(cells) if _prompt_marker(part) in _source(c)), None)
+            if start is not None:
+                found = []
+                for c in cells[start + 1:]:
+                    text = _source(c)
+                    meta_c = c.get("metadata") if isinstance(c.get("metadata"), dict) else {}
+                    if (meta_c.get("editable") is False or any(m in text for m in markers)
+                            or "<!-- END QUESTION -->" in text or text.lstrip().startswith("## ")):
+                        break
+                    found.append(text)
+        if found is None:
+            out[part] = None
             continue
-        src = cell.get("source", "")
-        out.append((n, "".join(str(s) for s in src) if isinstance(src, list) else str(src)))
-    return out, ""
+        text = "\n\n".join(t.strip() for t in found if t.strip())
+        for marker in ("# BEGIN SOLUTION", "# END SOLUTION", *ANSWER_PLACEHOLDERS):
+            text = text.replace(marker, "")
+        out[part] = text.strip()
+    return out
 
 
 @lru_cache(maxsize=4096)
@@ -620,9 +745,37 @@ class _Ctx:
     questions: list[Question]
     known: dict[str, tuple[str, str]]
     grades: Path
+    merged: dict[str, dict[str, float]] = field(default_factory=dict)  # scores brought in by `lesson83 merge`
+    regrade: str = ""  # the commands that grade the batch again and rewrite this report
+
+    @property
+    def manual(self) -> list[Question]:
+        return [q for q in self.suite.questions if q.graded and q.manual]
+
+    @property
+    def parts(self) -> list[str]:
+        return [p.part for q in self.manual for p in q.written]
 
 
 _KIND = {UNRECOGNISED: "unk", UNFINISHED: "fin"}
+
+
+def choice_catalogue(questions: list[Question]) -> dict[str, tuple[str, str]]:
+    """The label of every wrong multiple-choice pick (`<variable>:<letter>`, `<variable>:invalid`): its question
+    and what the pick means, from the question's source (the option's text and its misconception)."""
+    out: dict[str, tuple[str, str]] = {}
+    for q in questions:
+        for c in q.choices:
+            shown, right = shuffled(c)
+            for letter, text in zip(checks.LETTERS, shown):
+                if letter == right:
+                    continue
+                wrong = c.options.index(text) - 1
+                why = c.misconceptions[wrong] if 0 <= wrong < len(c.misconceptions) else "a wrong option"
+                out[f"{c.var}:{letter}"] = (q.id, f"chose {letter}, “{text}”: {why}")
+            out[f"{c.var}:{INVALID}"] = (q.id, f"{c.var} is not one of the letters A–D (left as ..., or not a "
+                                               "string).")
+    return out
 
 
 def _diag_text(ctx: _Ctx, d: str, qid: str) -> str:
@@ -641,9 +794,9 @@ def _carried(ctx: _Ctx, d: str, qid: str) -> str:
     return "" if d in UNDIAGNOSED or home == qid else f" ← {home.split('_')[0]}"
 
 
-def _names(students: list[Student], limit: int = 8) -> str:
+def _names(students: list[Student], limit: int = 8, prefix: str = "students/") -> str:
     more = f' <span class="note">+{len(students) - limit} more</span>' if len(students) > limit else ""
-    return ", ".join(_link(s) for s in students[:limit]) + more
+    return ", ".join(_link(s, prefix) for s in students[:limit]) + more
 
 
 def _example(cluster: Cluster) -> tuple[Student, dict[str, Any]] | None:
@@ -656,6 +809,76 @@ def _example(cluster: Cluster) -> tuple[Student, dict[str, Any]] | None:
     return None
 
 
+def _sortable(tid: str, head: list[tuple[str, str, str]], rows: list[str], *, search: str = "",
+              cls: str = "") -> str:
+    """A table that the page's script sorts by any column (headers: data-col, label, css class) and, with
+    `search`, filters through a box that stays hidden while scripts are off (the rows then stay as written)."""
+    box = (f'<input class="filter" type="search" hidden data-table="{esc(tid)}" placeholder="{esc(search)}" '
+           f'aria-label="{esc(search)}">' if search else "")
+    ths = "".join(f'<th data-col="{esc(col)}"{f" class={c}" if c else ""}>{esc(label)}</th>' for col, label, c in head)
+    return (f'{box}<table class="sortable {cls}" id="{esc(tid)}"><thead><tr>{ths}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>')
+
+
+def column_names(questions: list[Question]) -> dict[str, str]:
+    """A short, distinct column heading per question: its number (q5), or its whole id where numbers repeat
+    (m1_tinycharlm and m1_checkpoint)."""
+    short = {q.id: q.id.split("_")[0] for q in questions}
+    taken = list(short.values())
+    return {qid: name if taken.count(name) == 1 else qid for qid, name in short.items()}
+
+
+def _regrade(ctx: _Ctx) -> str:
+    return (f'<details><summary>regrade</summary><pre>{esc(ctx.regrade)}</pre><p class="note">Only submissions '
+            "that changed are graded again (add --force to regrade all of them, e.g. after a grader change); "
+            "the second command rewrites this report.</p></details>") if ctx.regrade else ""
+
+
+def _choice_tables(ctx: _Ctx, q: Question, students: list[Student]) -> str:
+    """Per multiple-choice item: how many students chose each option, the right one marked with its reason and
+    each wrong one with its misconception (from the question's source), and who chose it."""
+    ran = [s for s in students if s.ran]
+    out = []
+    for c in q.choices:
+        shown, right = shuffled(c)
+        picks = {s.id: s.pick(q, c) for s in ran}
+        rows = []
+        for letter, text in [*zip(checks.LETTERS, shown), (INVALID, "no valid answer (not a letter A–D, or never "
+                                                                     "judged)")]:
+            who = [s for s in ran if picks[s.id] == letter or (letter == INVALID and picks[s.id] in ("", INVALID))]
+            if letter == right:
+                meaning = f'<td class="right">right: {esc(c.why)}</td>'
+            else:
+                meaning = f"<td>{esc(ctx.known.get(f'{c.var}:{letter}', (q.id, ''))[1])}</td>"
+            frac = len(who) / len(ran) if ran else 0.0
+            rows.append(f'<tr id="{esc(q.id)}--{esc(c.var)}:{esc(letter)}"><td><b>{esc(letter)}</b></td>'
+                        f"<td>{esc(text)}</td><td class=\"num\">{len(who)}{_bar(frac)}</td>{meaning}"
+                        f'<td class="who">{_names(who, 12) if letter != right else ""}</td></tr>')
+        out.append(f'<h3>{esc(c.var)} <span class="meta">{esc(c.prompt)}</span></h3>'
+                   f'<table class="opt qt"><tr><th>option</th><th>text</th><th class="num">chosen by</th>'
+                   f"<th>what it shows</th><th>who</th></tr>{''.join(rows)}</table>")
+    return "".join(out)
+
+
+def _student_file(ctx: _Ctx, s: Student) -> str:
+    """A link to the student's submission file (notebook, zip or folder) as the grader read it."""
+    path = s.record.get("path")
+    if not isinstance(path, str) or not path:
+        return ""
+    found = _resolve(path, ctx.grades)
+    try:
+        href = found.resolve().as_uri() if found is not None else ""
+    except (ValueError, OSError):
+        href = ""
+    label = f"<code>{esc(path)}</code>"
+    return f' · file <a href="{esc(href)}">{label}</a>' if href else f" · file {label} (not found)"
+
+
+def _manual_cells(ctx: _Ctx, s: Student) -> str:
+    return "".join(f'<td class="num">{"" if v is None else _score(v)}</td>'
+                   for v in (merged_value(q, ctx.merged.get(s.id, {})) for q in ctx.manual))
+
+
 def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluster]]) -> str:
     n = len(students)
     ran = [s for s in students if s.ran]
@@ -664,21 +887,22 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
         counts[s.status] = counts.get(s.status, 0) + 1
     auto = ctx.suite.auto_points
     mean_total = sum(float(s.record.get("total", 0)) for s in students) / n if n else 0.0
-    manual = [q for q in ctx.suite.questions if q.manual]
+    manual = ctx.manual
     status_line = " · ".join(f"{v} {esc(k)}" if k == "graded" else f'<a href="#statuses">{v} {esc(k)}</a>'
                              for k, v in sorted(counts.items(), key=lambda kv: (kv[0] != "graded", -kv[1])))
     out = ["<h1>Lesson 83 · failure report</h1>",
            f'<p class="sub">{n} submission{"s" if n != 1 else ""} ({status_line}) · mean total '
            f"{_score(mean_total)} / {_score(auto)} auto-graded points"
-           + (f" · {', '.join(esc(q.id) for q in manual)} graded by hand" if manual else "")
-           + '<br><span class="note">For staff only: shows hidden test cases and reference values.</span></p>']
+           + (f' · {", ".join(f"<a href=#written>{esc(q.id)}</a>" for q in manual)} graded by hand' if manual else "")
+           + '<br><span class="note">For staff only: shows hidden test cases and reference values.</span></p>'
+           + _regrade(ctx)]
 
     # per-question pass rates, with the failure clusters of each at a glance
     rows = []
     for q in ctx.questions:
         scores = [s.score(q.id) for s in students]
         mean = sum(scores) / n if n else 0.0
-        full = sum(v >= q.points - 1e-6 for v in scores)
+        full = sum(full_marks(v, q.points) for v in scores)
         lines = []
         sizes = sorted((len(c.students) for c in groups[q.id] if c.diagnosis not in UNDIAGNOSED), reverse=True)
         lead = sizes[0] if sizes and sizes[0] >= 2 and (len(sizes) == 1 or sizes[1] < sizes[0]) else 0
@@ -690,14 +914,19 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
         if len(groups[q.id]) > 5:
             lines.append(f'<div class="note"><a href="#{esc(q.id)}">{len(groups[q.id]) - 5} more groups</a></div>')
         frac = mean / q.points if q.points else 1.0
-        rows.append(f'<tr><td><a href="#{esc(q.id)}"><b>{esc(q.id)}</b></a>'
+        rows.append(f'<tr><td data-v="{esc(q.id)}"><a href="#{esc(q.id)}"><b>{esc(q.id)}</b></a>'
                     f'<div class="qtitle">{esc(q.title)}</div></td>'
-                    f'<td class="num">{_score(mean)} / {_score(q.points)}{_bar(frac)}</td>'
-                    f'<td class="num">{100 * full / n if n else 0:.0f}% <span class="note">({full}/{n})</span></td>'
-                    f"<td>{''.join(lines) or '<span class=note>none</span>'}</td></tr>")
-    out.append('<h2>Questions</h2><table class="qt"><tr><th>question</th><th class="num">mean score</th>'
-               '<th class="num">full marks</th><th>who lost points, grouped by diagnosis (largest first)</th></tr>'
-               + "".join(rows) + "</table>")
+                    f'<td class="num" data-v="{frac:.6f}">{_score(mean)} / {_score(q.points)}{_bar(frac)}</td>'
+                    f'<td class="num" data-v="{full / n if n else 0:.6f}">{100 * full / n if n else 0:.0f}% '
+                    f'<span class="note">({full}/{n})</span></td>'
+                    f"<td data-v=\"{sum(len(c.students) for c in groups[q.id])}\">"
+                    f"{''.join(lines) or '<span class=note>none</span>'}</td></tr>")
+    out.append('<h2>Questions</h2><p class="note">Full marks: the question\'s points reached. Click a heading to '
+               "sort.</p>"
+               + _sortable("questions", [("question", "question", ""), ("mean", "mean score", "num"),
+                                         ("full", "full marks", "num"),
+                                         ("groups", "who lost points, grouped by diagnosis (largest first)", "")],
+                           rows, cls="qt"))
 
     # clusters, per question
     out.append(f"<h2>Failures by diagnosis</h2><p class=\"note\">Students of the {len(ran)} submissions that ran "
@@ -707,9 +936,11 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
         lost = {s.id for c in cl for s in c.students}
         head = (f'<h3 id="{esc(q.id)}">{esc(q.id)} <span class="meta">{esc(q.title)} · '
                 f"{len(lost)} of {len(ran)} lost points</span></h3>")
+        options = _choice_tables(ctx, q, students) if q.choices else ""
+        cl = [c for c in cl if not (q.choices and c.diagnosis in ctx.known)]  # picks: in the option tables
         if not cl:
-            out.append(f'<section class="qsec">{head}<p class="note">Every submission that ran earned full '
-                       "marks here.</p></section>")
+            note = "" if lost else '<p class="note">Every submission that ran earned full marks here.</p>'
+            out.append(f'<section class="qsec">{head}{options}{note}</section>')
             continue
         cards = []
         for c in cl:
@@ -725,32 +956,96 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
                          f"{esc(c.diagnosis + _carried(ctx, c.diagnosis, q.id))}</div>"
                          f'<p class="desc">{esc(_diag_text(ctx, c.diagnosis, q.id))}</p>'
                          f'<div class="who">students: {_names(c.students, 40)}</div>{example}</div>')
-        out.append(f'<section class="qsec">{head}{"".join(cards)}</section>')
+        out.append(f'<section class="qsec">{head}{options}{"".join(cards)}</section>')
+
+    # written answers
+    if manual:
+        items = []
+        for q in manual:
+            for part in q.written:
+                answered = sum(bool(s.answers.get(part.part)) for s in students)
+                items.append(f'<li><a href="written/{esc(quote(part.part))}.html">{esc(part.part)}</a> · '
+                             f"{answered} of {n} answered · {esc(_clip(part.prompt, 160))}</li>")
+        out.append('<h2 id="written">Written answers (graded by hand)</h2><ul class="notes">' + "".join(items)
+                   + f'</ul><p class="note">Each page shows every student\'s answer beside the model answer. Copy '
+                   f'<a href="{MANUAL_CSV}">{MANUAL_CSV}</a> out of this folder (the next report replaces it), fill in '
+                   f"the scores, then merge them into grades.csv and summary.json:</p>"
+                   f"<pre>{esc(f'lesson83 merge {shlex.quote(str(ctx.grades))} {MANUAL_CSV}')}</pre>")
 
     # statuses
     odd = [s for s in students if not s.ran]
     out.append('<h2 id="statuses">Submissions that did not run normally</h2>')
     if odd:
-        body = "".join(f'<tr><td><span class="status bad">{esc(s.status)}</span></td><td>{_link(s)}</td>'
-                       f'<td>{esc(_clip("; ".join(str(x) for x in s.record.get("notes", [])), 400))}</td></tr>'
-                       for s in sorted(odd, key=lambda s: (s.status, s.id)))
-        out.append(f"<table><tr><th>status</th><th>student</th><th>notes</th></tr>{body}</table>")
+        body = [f'<tr><td><span class="status bad">{esc(s.status)}</span></td><td>{_link(s)}</td>'
+                f'<td>{esc(_clip("; ".join(str(x) for x in s.record.get("notes", [])), 400))}</td></tr>'
+                for s in sorted(odd, key=lambda s: (s.status, s.id))]
+        out.append(_sortable("statuses", [("status", "status", ""), ("student", "student", ""),
+                                          ("notes", "notes", "")], body))
     else:
         out.append('<p class="note">None: every submission ran to the end.</p>')
 
     # everyone
-    head = "".join(f'<th class="num" title="{esc(q.title)}">{esc(q.id.split("_")[0])}</th>' for q in ctx.questions)
+    names = column_names([*ctx.questions, *manual])
+    head = [("student", "student", ""), ("status", "status", ""), ("total", "total", "num"),
+            *((q.id, names[q.id], "num") for q in ctx.questions),
+            *((q.id, f"{names[q.id]} (by hand)", "num") for q in manual), ("diagnoses", "diagnoses", "")]
     body = []
     for s in students:
-        cells = "".join(f'<td class="num{" lost" if s.score(q.id) < q.points - 1e-6 else ""}">'
+        cells = "".join(f'<td class="num{"" if full_marks(s.score(q.id), q.points) else " lost"}">'
                         f"{_score(s.score(q.id))}</td>" for q in ctx.questions)
         st = f'<span class="status{"" if s.ran else " bad"}">{esc(s.status)}</span>'
         body.append(f'<tr><td>{_link(s)}</td><td>{st}</td><td class="num">{_score(float(s.record.get("total", 0)))}'
-                    f'</td>{cells}<td>{esc(" ".join(s.diagnosis_ids(ctx.questions)))}</td></tr>')
-    out.append(f'<h2>All students</h2><table class="scores"><tr><th>student</th><th>status</th>'
-               f'<th class="num">total</th>{head}<th>diagnoses</th></tr>{"".join(body)}</table>'
-               f'<p class="note">report.csv holds this table for a gradebook.</p>')
+                    f'</td>{cells}{_manual_cells(ctx, s)}<td>{esc(" ".join(s.diagnosis_ids(ctx.questions)))}</td></tr>')
+    out.append('<h2 id="students">All students</h2>'
+               + _sortable("students", head, body, search="search students, statuses, diagnoses", cls="scores")
+               + '<p class="note">report.csv holds this table for a gradebook. Columns: '
+               + esc(", ".join(f"{names[q.id]} = {q.id}" for q in [*ctx.questions, *manual])) + ".</p>")
     return _page("Lesson 83 failure report", "\n".join(out))
+
+
+def written_page(ctx: _Ctx, q: Question, part_index: int, students: list[Student]) -> str:
+    """One written part: the prompt, the model answer, and every student's answer (escaped) beside it."""
+    part = q.written[part_index]
+    per_part = q.points / len(q.written)
+    rows = []
+    for s in students:
+        answer = s.answers.get(part.part)
+        if answer is None:
+            shown = f'<span class="note">no answer cell{": " + esc(s.code_problem) if s.code_problem else ""}</span>'
+        elif not answer:
+            shown = '<span class="note">left as the template had it</span>'
+        else:
+            shown = esc(_clip(answer, MESSAGE_CHARS))
+        score = ctx.merged.get(s.id, {}).get(part.part)
+        rows.append(f'<tr><td>{_link(s, "../students/")}</td><td class="num">{len((answer or "").split())}</td>'
+                    f'<td class="num">{"" if score is None else _score(score)}</td>'
+                    f'<td class="answer">{shown}</td></tr>')
+    answered = sum(bool(s.answers.get(part.part)) for s in students)
+    body = ['<p><a href="../index.html#written">← class report</a></p>',
+            f"<h1>{esc(part.part)} <span class=\"note\">{esc(q.id)} · {_score(per_part)} points · {answered} of "
+            f"{len(students)} answered</span></h1>",
+            f'<h2>Prompt</h2><div class="answer">{esc(part.prompt)}</div>',
+            f'<h2>Model answer</h2><div class="answer model">{esc(part.answer)}</div>',
+            "<h2>Answers</h2>",
+            _sortable("answers", [("student", "student", ""), ("words", "words", "num"),
+                                  ("score", "score", "num"), ("answer", "answer", "")],
+                      rows, search="search names and answers", cls="qt"),
+            f'<p class="note">Scores: the column {esc(part.part)} of <a href="../{MANUAL_CSV}">{MANUAL_CSV}</a> '
+            f"(0 to {_score(per_part)}), merged with <code>lesson83 merge</code>.</p>"]
+    return _page(f"{part.part} · Lesson 83", "\n".join(body))
+
+
+def manual_csv(ctx: _Ctx, students: list[Student]) -> str:
+    """The sheet a TA fills in: an id, one empty score column per written part, a comment, then the answers."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    parts = ctx.parts
+    writer.writerow(["id", *parts, "comment", *(f"{p} answer" for p in parts)])
+    for s in students:
+        have = ctx.merged.get(s.id, {})
+        writer.writerow([spreadsheet_text(_text(s.id)), *(_score(have[p]) if p in have else "" for p in parts), "",
+                         *(spreadsheet_text(_text(s.answers.get(p) or "")) for p in parts)])
+    return buf.getvalue()
 
 
 def student_page(ctx: _Ctx, s: Student) -> str:
@@ -761,8 +1056,8 @@ def student_page(ctx: _Ctx, s: Student) -> str:
     rel_tol = ctx.suite.config.milestone.rel_tol
     out = ['<p><a href="../index.html">← class report</a></p>', f"<h1>{esc(s.id)}</h1>",
            f'<p class="sub"><span class="status{"" if s.ran else " bad"}">{esc(s.status)}</span> · total '
-           f"{_score(float(rec.get('total', 0)))} / {_score(ctx.suite.auto_points)}"
-           + (f" · file <code>{esc(rec['path'])}</code>" if rec.get("path") else "") + "</p>"]
+           f"{_score(float(rec.get('total', 0)))} / {_score(ctx.suite.auto_points)}" + _student_file(ctx, s) + "</p>"
+           + _regrade(ctx)]
     notes = [str(x) for x in rec.get("notes", [])]
     if notes:
         out.append("<h2>Notes from the grader</h2><ul class=\"notes\">"
@@ -774,6 +1069,11 @@ def student_page(ctx: _Ctx, s: Student) -> str:
         rows.append(f'<tr><td>{name}</td><td class="num{" lost" if lost else ""}">{_score(s.score(q.id))} / '
                     f'{_score(q.points)}</td><td class="num">{len(lost)}</td>'
                     f'<td>{esc(" ".join(s.labels(q)))}</td></tr>')
+    for q in ctx.manual:
+        value = merged_value(q, ctx.merged.get(s.id, {}))
+        rows.append(f'<tr><td><a href="#written">{esc(q.id)}</a></td><td class="num">'
+                    f'{"not graded yet" if value is None else _score(value)} / {_score(q.points)}</td>'
+                    f'<td class="num"></td><td>graded by hand</td></tr>')
     out.append('<h2>Scores</h2><table class="scores"><tr><th>question</th><th class="num">score</th>'
                '<th class="num">failed cases</th><th>diagnoses</th></tr>' + "".join(rows) + "</table>")
     for q in ctx.questions:
@@ -793,16 +1093,36 @@ def student_page(ctx: _Ctx, s: Student) -> str:
                         f'<pre>{esc(_clip(str(c.get("message", "")), MESSAGE_CHARS))}</pre>'
                         + _detail(case, want, c.get("received"), atol=case.get("atol", tol.atol),
                                   rtol=case.get("rtol", tol.rtol), rel_tol=rel_tol) + "</div>")
+        picks = [d for d in s.wrong_picks(q)]
+        if picks:
+            part.append('<ul class="notes">' + "".join(f"<li>{esc(ctx.known.get(d, (q.id, d))[1])}</li>"
+                                                         for d in picks) + "</ul>")
         code = question_code(cells, q)
+        names = ", ".join(q.solution or [c.var for c in q.choices])
         if code:
             blocks = "".join(f'<div class="note">cell {n}</div><pre>{esc(_clip(src, CODE_CHARS))}</pre>'
                              for n, src in code)
             part.append(f"<details open><summary>student code for {esc(q.id)}</summary>{blocks}</details>")
-        else:
-            names = ", ".join(q.solution or [c.var for c in q.choices])
+        elif names:
             part.append(f'<p class="note">No cell of the notebook defines {esc(names)}'
                         f"{': ' + esc(why) if why else ''}.</p>")
+        elif why:
+            part.append(f'<p class="note">The notebook could not be shown: {esc(why)}.</p>')
         out.append("".join(part) + "</section>")
+    if ctx.manual:
+        blocks = []
+        for q in ctx.manual:
+            for p in q.written:
+                answer = s.answers.get(p.part)
+                text = (esc(answer) if answer else '<span class="note">' + (
+                    "no answer cell in the notebook" if answer is None else "left as the template had it") + "</span>")
+                score = ctx.merged.get(s.id, {}).get(p.part)
+                blocks.append(f'<h3><a href="../written/{esc(quote(p.part))}.html">{esc(p.part)}</a> '
+                              f'<span class="meta">{"" if score is None else _score(score) + " points · "}'
+                              f"{esc(_clip(p.prompt, 200))}</span></h3><div class=\"answer\">{text}</div>"
+                              f'<details><summary>model answer</summary><div class="answer model">{esc(p.answer)}'
+                              f"</div></details>")
+        out.append('<section class="qsec" id="written"><h3>Written answers</h3>' + "".join(blocks) + "</section>")
     stdout = str(rec.get("stdout") or "")
     if stdout.strip():
         out.append(f"<details><summary>notebook output ({len(stdout)} characters)</summary>"
@@ -857,6 +1177,17 @@ def _swap_in(new: Path, dest: Path) -> None:
     replace_dir(new, dest)
 
 
+def regrade_command(students: list[Student], *, grades: Path, out: Path, config_path: Path) -> str:
+    """The commands that grade this batch again (from the folder most submissions came from) and rewrite
+    the report."""
+    folders = [str(Path(p).parent) for s in students if isinstance(p := s.record.get("path"), str) and p]
+    subs = max(set(folders), key=folders.count) if folders else "SUBMISSIONS"
+    default = Path(config_path).resolve() == DEFAULT_CONFIG.resolve()
+    config = "" if default else f" --config {shlex.quote(str(config_path))}"
+    return (f"lesson83{config} grade {shlex.quote(subs)} --out {shlex.quote(str(grades))}\n"
+            f"lesson83{config} report {shlex.quote(str(grades))} --out {shlex.quote(str(out))}")
+
+
 def write_report(grades: Path, *, out: Path, config_path: Path = DEFAULT_CONFIG) -> Path:
     """Write the report of the batch graded into `grades` to the folder `out`; returns out/index.html.
 
@@ -864,24 +1195,36 @@ def write_report(grades: Path, *, out: Path, config_path: Path = DEFAULT_CONFIG)
     """
     suite = load_suite(config_path)
     questions = [q for q in suite.questions if q.graded and not q.manual]
-    ctx = _Ctx(suite, questions, catalogue(suite), grades.resolve())
-    students = load_students(grades, limits=suite.config.submissions)
+    manual = [q for q in suite.questions if q.graded and q.manual]
+    parts = [p.part for q in manual for p in q.written]
+    students = load_students(grades, limits=suite.config.submissions, parts=parts)
+    try:
+        merged = merged_scores(grades)
+    except MergeError:
+        merged = {}  # the grade table says why; the report is written all the same
+    out = out.resolve()
+    ctx = _Ctx(suite, questions, catalogue(suite) | choice_catalogue(questions), grades.resolve(), merged,
+               regrade_command(students, grades=grades.resolve(), out=out, config_path=config_path))
     pages = {s.page: _student_page_or_note(ctx, s) for s in students}  # first: a page that fails marks its student
     groups = clusters(students, questions)
     try:
         index = index_page(ctx, students, groups)
     except Exception as exc:  # noqa: BLE001 - last resort: a plain list of students, so the report is written
         index = _plain_index(students, exc)
-    out = out.resolve()
+    written = {p.part: written_page(ctx, q, n, students) for q in manual for n, p in enumerate(q.written)}
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
         (tmp / "students").mkdir()
+        (tmp / "written").mkdir()
         (tmp / "index.html").write_text(index, encoding="utf-8", errors="backslashreplace")
         for name, page in pages.items():
             (tmp / "students" / name).write_text(page, encoding="utf-8", errors="backslashreplace")
+        for name, page in written.items():
+            (tmp / "written" / f"{name}.html").write_text(page, encoding="utf-8", errors="backslashreplace")
         (tmp / "report.csv").write_text(report_csv(students, questions), encoding="utf-8", errors="backslashreplace")
+        (tmp / MANUAL_CSV).write_text(manual_csv(ctx, students), encoding="utf-8", errors="backslashreplace")
         (tmp / MARKER).write_text("written by `lesson83 report`; the whole folder is replaced on the next run\n")
         tmp.chmod(0o755)
         _swap_in(tmp, out)

@@ -658,3 +658,94 @@ def test_hostile_class_grades_to_completion(tmp_path: Path, suite: Suite, notebo
         assert row["status"] == "graded" or row["message"], (h.entry, row)
     assert "'=SUM(1,2)" in rows and (out / "summary.json").exists()
     assert cli_main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
+
+
+# --------------------------------------------------------------------------- summary: full marks, merged scores
+
+
+def _fake_batch(out: Path, suite: Suite, scores: dict[str, dict[str, float]]) -> list[judge.Submission]:
+    """A graded batch written from made-up results (no sandbox): one result file per student."""
+    (out / "results").mkdir(parents=True)
+    subs = []
+    for sid, questions in scores.items():
+        record = {"status": "graded", "total": round(sum(questions.values()), 4), "questions": questions,
+                  "notes": [], "cases": []}
+        (out / "results" / f"{sid}.json").write_text(json.dumps(record))
+        subs.append(judge.Submission(sid, Path(f"{sid}.ipynb"), None, result_name=f"{sid}.json"))
+    judge.write_tables(suite, subs, out)
+    return subs
+
+
+def _grades(out: Path) -> dict[str, dict[str, str]]:
+    with open(out / "grades.csv", newline="") as f:
+        return {r["id"]: r for r in csv.DictReader(f)}
+
+
+def test_full_marks_means_the_questions_points(tmp_path: Path, suite: Suite, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Two students with half of q1 each are not "full" because they tie for the batch's best score."""
+    points = suite.question_points()
+    half = {q: p / 2 for q, p in points.items()} | {"q2_sinusoidal_pe": points["q2_sinusoidal_pe"]}
+    subs = _fake_batch(tmp_path / "out", suite, {"ann": half, "bob": half})
+    rows = judge.write_tables(suite, subs, tmp_path / "out")
+    batch = judge.BatchSummary(tmp_path / "out", rows, 2, 0, "fake", list(points))
+    monkeypatch.setattr(judge, "grade_batch", lambda *a, **k: batch)
+    assert cli_main(["grade", str(tmp_path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    table = {line.split()[0]: line.split()[-1] for line in capsys.readouterr().out.splitlines() if line[:1] in "qm"}
+    assert table["q1_equivariance"] == "0/2" and table["q2_sinusoidal_pe"] == "2/2", table
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["full_marks_per_question"]["q1_equivariance"] == 0
+    assert summary["full_marks_per_question"]["q2_sinusoidal_pe"] == 2
+
+
+def test_merge_brings_manual_and_platform_scores_into_the_tables(tmp_path: Path, suite: Suite,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    points = suite.question_points()
+    out = tmp_path / "grades"
+    _fake_batch(out, suite, {"ann": dict(points), "=bob": {q: 0.0 for q in points}, "cy": dict(points)})
+    auto = suite.auto_points
+    assert _grades(out)["ann"]["q9_written"] == ""  # a column from the start, empty until merged
+    scores = tmp_path / "q9.csv"
+    scores.write_text("id,q9_buffer,q9_rope_v,q9_alibi,comment,q9_buffer answer\n"
+                      "ann,2,1.5,2,good,\"=an answer, with a comma\"\n"
+                      "'=bob,0,0,1,,\n"
+                      "cy,2,,,not finished,\n")
+    assert cli_main(["merge", str(out), str(scores)]) == 0
+    assert "ignored columns: comment, q9_buffer answer" in capsys.readouterr().out
+    rows = _grades(out)
+    assert float(rows["ann"]["q9_written"]) == 5.5 and float(rows["ann"]["total"]) == pytest.approx(auto + 5.5)
+    assert float(rows["'=bob"]["q9_written"]) == 1 and float(rows["'=bob"]["total"]) == 1  # id as written
+    assert rows["cy"]["q9_written"] == "" and float(rows["cy"]["total"]) == pytest.approx(auto)  # parts missing
+    # a second file (another TA, or nbgrader's own checkpoint points) adds to what was merged before
+    more = tmp_path / "more.csv"
+    more.write_text("id,q9_rope_v,q9_alibi,m1_checkpoint\ncy,2,2,4\n")
+    assert cli_main(["merge", str(out), str(more)]) == 0
+    rows = _grades(out)
+    assert float(rows["cy"]["q9_written"]) == 6 and float(rows["cy"]["m1_checkpoint"]) == 4
+    assert float(rows["cy"]["total"]) == pytest.approx(auto - points["m1_checkpoint"] + 4 + 6)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["max_per_question"]["q9_written"] == 6 and summary["full_marks_per_question"]["q9_written"] == 1
+    assert summary["mean_total"] == pytest.approx(round((auto + 5.5 + 1 + auto - points["m1_checkpoint"] + 10) / 3, 3))
+    # re-writing the tables (as `grade` does) keeps the merged scores
+    judge.write_tables(suite, [judge.Submission(s, Path(), None, result_name=f"{s}.json") for s in
+                               ("ann", "=bob", "cy")], out)
+    assert float(_grades(out)["ann"]["q9_written"]) == 5.5
+
+
+@pytest.mark.parametrize("text, words", [
+    ("id,q9_buffer\nann,3\n", "outside 0 to 2"),
+    ("id,q9_buffer\nann,two\n", "not a number"),
+    ("id,q9_buffer\nzed,1\n", "no student 'zed'"),
+    ("id,q9_bufer\nann,1\n", "unknown score columns ['q9_bufer']"),
+    ("name,q9_buffer\nann,1\n", "`id`"),
+])
+def test_merge_refuses_a_bad_scores_file_and_changes_nothing(tmp_path: Path, suite: Suite, text: str, words: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "grades"
+    _fake_batch(out, suite, {"ann": suite.question_points()})
+    before = (out / "grades.csv").read_text(), (out / "summary.json").read_text()
+    (tmp_path / "bad.csv").write_text(text)
+    assert cli_main(["merge", str(out), str(tmp_path / "bad.csv")]) == 2
+    assert words in capsys.readouterr().err
+    assert ((out / "grades.csv").read_text(), (out / "summary.json").read_text()) == before
+    assert not (out / judge.MERGED_FILE).exists()

@@ -22,10 +22,12 @@ import pytest
 from autograder.build import filled_notebook
 from autograder.cli import main as cli_main
 from autograder.config import DEFAULT_CONFIG, ROOT
-from autograder.content import mc_answers
+from autograder.content import mc_answers, shuffled
 from autograder.judge import Suite, grade_batch, load_suite
 from autograder.report import (
+    MANUAL_CSV,
     MARKER,
+    SCRIPT_HASH,
     UNFINISHED,
     UNRECOGNISED,
     UNUSABLE,
@@ -33,6 +35,7 @@ from autograder.report import (
     record_problem,
     write_report,
 )
+from autograder.report import SCRIPT as REPORT_SCRIPT
 from reference.mistakes import MISTAKES
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
@@ -41,6 +44,22 @@ MISTAKE = {m.id: m for m in MISTAKES}
 SCRIPT = "</pre><script>alert(1)</script>"
 HOSTILE_ID = "mallory<b>&'\""  # a file name a student chose: every character here must be escaped
 RAISER = f'def sinusoidal_pe(max_len, d):\n    raise ValueError("{SCRIPT}")'
+HOSTILE_ANSWER = "A buffer moves with .to() but is not trained. </div><script>alert(2)</script> & =1+1"
+
+
+def _answer(nb: nbformat.NotebookNode, part: str, text: str) -> nbformat.NotebookNode:
+    """Type `text` into the answer cell of a written part, as a student would (the cell after its prompt)."""
+    at = next(n for n, c in enumerate(nb.cells) if f"**`{part}`.**" in c.source)
+    nb.cells[at + 1].source = text
+    return nb
+
+
+def _wrong_letter(suite: Suite, var: str) -> tuple[str, str]:
+    """A wrong option of a multiple-choice item, and the option's source index (0 is the right one)."""
+    choice = next(c for q in suite.questions for c in q.choices if c.var == var)
+    shown, right = shuffled(choice)
+    letter = next(x for x in "ABCD" if x != right)
+    return letter, choice.options.index(shown["ABCD".index(letter)])
 
 
 def _with_mistake(mistake_id: str, answers: dict[str, str], *, tail: str = "") -> nbformat.NotebookNode:
@@ -72,9 +91,14 @@ def report(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, 
     nbformat.write(_with_mistake("alibi_sign_flipped", answers), str(subs / "dave.ipynb"))
     nbformat.write(filled_notebook(TEMPLATE, extra={"sinusoidal_pe": RAISER}, answers=answers),
                    str(subs / "erin.ipynb"))
+    # frank: all code right, one wrong multiple-choice answer, and written answers (one of them hostile)
+    frank = filled_notebook(TEMPLATE, answers=answers | {"q8_pe_value": _wrong_letter(suite, "q8_pe_value")[0]})
+    _answer(frank, "q9_buffer", HOSTILE_ANSWER)
+    _answer(frank, "q9_alibi", "No table: the bias is a formula for every distance.")
+    nbformat.write(frank, str(subs / "frank.ipynb"))
     grades = tmp / "grades"
     summary = grade_batch(subs, out=grades, progress=False)
-    assert summary.counts() == {"graded": 7}
+    assert summary.counts() == {"graded": 8}
     out = tmp / "report"
     index = write_report(grades, out=out)
     return {"grades": grades, "out": out, "index": index, "tmp": tmp}
@@ -95,7 +119,7 @@ def _page(out: Path, sid: str) -> str:
 def test_report_csv_rows_and_diagnoses(report: dict[str, Path], suite: Suite) -> None:
     with (report["out"] / "report.csv").open(newline="") as f:
         rows = {r["id"]: r for r in csv.DictReader(f)}
-    assert set(rows) == {"reference", "blank", "alice", HOSTILE_ID, "carol", "dave", "erin"}
+    assert set(rows) == {"reference", "blank", "alice", HOSTILE_ID, "carol", "dave", "erin", "frank"}
     auto = [q.id for q in suite.questions if q.graded and not q.manual]
     assert list(next(iter(rows.values()))) == ["id", "status", "total", *auto, "diagnoses"]
     assert all(r["status"] == "graded" for r in rows.values())
@@ -116,10 +140,13 @@ def test_report_csv_rows_and_diagnoses(report: dict[str, Path], suite: Suite) ->
 
 def test_student_pages_escape_hostile_input(report: dict[str, Path]) -> None:
     out = report["out"]
-    pages = [out / "index.html", *sorted((out / "students").glob("*.html"))]
-    assert len(pages) == 8 and (out / MARKER).exists()
-    for page in pages:  # no page carries a script: nothing a student wrote can run in a TA's browser
-        assert "<script" not in page.read_text().lower(), page.name
+    pages = [out / "index.html", *sorted((out / "students").glob("*.html")), *sorted((out / "written").glob("*"))]
+    assert len(pages) == 1 + 8 + 3 and (out / MARKER).exists()
+    for page in pages:  # one script, the report's own, allowed by its hash: nothing a student wrote can run
+        text = page.read_text()
+        assert text.lower().count("<script") == 1 and f"<script>{REPORT_SCRIPT}</script>" in text, page.name
+        assert f"script-src 'sha256-{SCRIPT_HASH}'" in text and "script-src 'unsafe-inline'" not in text, page.name
+        assert "No cell of the notebook defines ." not in text, page.name  # no empty names in messages
     mallory = _page(out, HOSTILE_ID)
     assert "# &lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in mallory  # their code cell, escaped
     assert "def apply_rope(x, cos, sin):" in mallory and "<h1>mallory&lt;b&gt;&amp;&#x27;&quot;</h1>" in mallory
@@ -130,6 +157,130 @@ def test_student_pages_escape_hostile_input(report: dict[str, Path]) -> None:
     assert 'class="grid"' in alice and "<td class=bad>" in alice and "q5_rope/scores_seed42" in alice
     blank = _page(out, "blank")  # facts as key rows, the wrong ones marked
     assert "<tr class=bad><td>buffers</td>" in blank
+
+
+
+ESCAPED_ANSWER = "&lt;/div&gt;&lt;script&gt;alert(2)&lt;/script&gt; &amp; =1+1"
+
+
+def test_written_answers_have_pages_a_sheet_and_a_place_on_the_student_page(report: dict[str, Path],
+                                                                             suite: Suite) -> None:
+    out = report["out"]
+    q9 = next(q for q in suite.questions if q.manual)
+    index = (out / "index.html").read_text()
+    for part in q9.written:
+        assert f'href="written/{part.part}.html"' in index
+    page = (out / "written" / "q9_buffer.html").read_text()
+    model = q9.written[0].answer
+    assert html_escape(model) in page and html_escape(q9.written[0].prompt) in page
+    # frank's answer, escaped, in the row that links to his page; the others say they left the template as it was
+    row = re.search(r'<tr><td><a href="../students/frank.html">frank</a></td>.*?</tr>', page, re.S)
+    assert row and ESCAPED_ANSWER in row.group(0), page[-3000:]
+    assert re.search(r'<a href="../students/carol.html">carol</a></td>.*?left as the template had it', page, re.S)
+    frank = _page(out, "frank")
+    assert ESCAPED_ANSWER in frank and "No table: the bias is a formula for every distance." in frank
+    assert html_escape(q9.written[2].answer) in frank  # the model answer beside it
+    with (out / MANUAL_CSV).open(newline="") as f:
+        sheet = {r["id"]: r for r in csv.DictReader(f)}
+    assert list(next(iter(sheet.values())))[:5] == ["id", "q9_buffer", "q9_rope_v", "q9_alibi", "comment"]
+    assert sheet["frank"]["q9_buffer answer"] == HOSTILE_ANSWER and sheet["frank"]["q9_buffer"] == ""
+    assert HOSTILE_ID in sheet and sheet["blank"]["q9_alibi answer"] == ""
+
+
+def test_merged_written_scores_show_in_the_report(report: dict[str, Path], tmp_path: Path) -> None:
+    grades = tmp_path / "grades"
+    shutil.copytree(report["grades"], grades)
+    sheet = (report["out"] / MANUAL_CSV).read_text()
+    filled = re.sub(r"^frank,,,,", "frank,2,1,1.5", sheet, flags=re.M)
+    (tmp_path / "scores.csv").write_text(filled)
+    assert cli_main(["merge", str(grades), str(tmp_path / "scores.csv")]) == 0
+    index = write_report(grades, out=tmp_path / "report")
+    row = re.search(r'<tr><td><a href="students/frank.html">frank</a>.*?</tr>', index.read_text(), re.S).group(0)
+    assert '<td class="num">4.5</td>' in row
+    assert "4.5 / 6" in _page(tmp_path / "report", "frank")
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=True)
+
+
+def test_multiple_choice_counts_each_option_and_names_its_misconception(report: dict[str, Path],
+                                                                        suite: Suite) -> None:
+    index = (report["out"] / "index.html").read_text()
+    q8 = next(q for q in suite.questions if q.choices)
+    choice = next(c for c in q8.choices if c.var == "q8_pe_value")
+    shown, right = shuffled(choice)
+    wrong, source_index = _wrong_letter(suite, "q8_pe_value")
+
+    def row(letter: str) -> str:
+        found = re.search(rf'<tr id="q8_checks--q8_pe_value:{letter}">(.*?)</tr>', index, re.S)
+        assert found, f"no row for option {letter}"
+        return found.group(1)
+
+    # the right option: 6 students (all but blank and frank), its reason; frank's option: 1, its misconception
+    assert re.search(r'<td class="num">6<span class="bar">', row(right)) and html_escape(choice.why) in row(right)
+    assert re.search(r'<td class="num">1<span class="bar">', row(wrong)) and ">frank</a>" in row(wrong)
+    assert html_escape(choice.misconceptions[source_index - 1]) in row(wrong)
+    assert html_escape(shown["ABCD".index(wrong)]) in row(wrong)  # the option's rendered text (numbers included)
+    assert re.search(r'<td class="num">1<span class="bar">', row("invalid")) and ">blank</a>" in row("invalid")
+    assert "{{" not in index
+    assert f'href="#q8_checks--q8_pe_value:{wrong}"' in index  # the overview links to the option
+    section = re.search(r'<h3 id="q8_checks">.*?</section>', index, re.S).group(0)
+    assert UNRECOGNISED not in section  # a wrong answer is no longer "unrecognised"
+
+
+def test_index_links_files_prints_the_regrade_command_and_names_columns(report: dict[str, Path]) -> None:
+    out, grades = report["out"], report["grades"]
+    index = (out / "index.html").read_text()
+    assert f"lesson83 grade {report['tmp'] / 'submissions'} --out {grades}" in index
+    assert f"lesson83 report {grades} --out {out}" in index
+    head = re.search(r'<table class="sortable scores" id="students"><thead><tr>(.*?)</tr>', index).group(1)
+    labels = re.findall(r">([^<]+)</th>", head)
+    assert len(labels) == len(set(labels)) and "m1_tinycharlm" in labels and "m1_checkpoint" in labels, labels
+    alice = _page(out, "alice")
+    assert f'href="{(report["tmp"] / "submissions" / "alice.zip").as_uri()}"' in alice
+    assert "lesson83 grade" in alice
+
+
+def _rows(html: str, table: str) -> list[tuple[str, bool]]:
+    """(student id, hidden) of each row of a sortable table in a dumped DOM, in order."""
+    body = re.search(rf'<table class="sortable[^"]*" id="{table}">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
+    rows = re.findall(r"<tr( hidden=\"\")?[^>]*><td[^>]*><a [^>]*>([^<]*)</a>", body)
+    import html as html_module
+
+    return [(html_module.unescape(sid), bool(hidden)) for hidden, sid in rows]
+
+
+def test_tables_sort_and_search_in_chromium_and_stay_whole_without_scripts(report: dict[str, Path]) -> None:
+    exe = _chromium()
+    url = report["index"].as_uri()
+    default = _rows(report["index"].read_text(), "students")
+    assert len(default) == 8 and not any(h for _, h in default)
+    with (report["grades"] / "grades.csv").open(newline="") as f:
+        totals = {r["id"]: float(r["total"]) for r in csv.DictReader(f)}
+
+    def dump(query: str, *flags: str, page: str = url) -> str:
+        res = _run_chromium(exe, report["tmp"] / f"profile-sort-{len(flags)}-{abs(hash(query))}", *flags,
+                            "--dump-dom", f"{page}?{query}")
+        assert res.returncode == 0, res.stderr[-2000:]
+        return res.stdout
+
+    on = dump("sort=students:total:desc")
+    order = [sid for sid, _ in _rows(on, "students")]
+    assert sorted(order) == sorted(totals) and [totals[s] for s in order] == sorted(totals.values(), reverse=True)
+    assert 'data-col="total" class="num" tabindex="0" aria-sort="descending"' in on
+    found = dump("q=students:rope_interleaved")
+    shown = [sid for sid, hidden in _rows(found, "students") if not hidden]
+    assert sorted(shown) == sorted(["alice", HOSTILE_ID]) and 'data-shown="2"' in found
+    off = dump("sort=students:total:desc&q=students:rope_interleaved", "--blink-settings=scriptEnabled=false")
+    assert _rows(off, "students") == default  # every row, in the batch's order
+    assert re.search(r'<input class="filter" type="search" hidden=""', off)
+    written = report["out"] / "written" / "q9_buffer.html"
+    answers = dump("q=answers:script", page=written.as_uri())
+    assert [sid for sid, hidden in _rows(answers, "answers") if not hidden] == ["frank"]
+    assert "<script>alert(2)" not in answers  # the student's text stays text in the live DOM
 
 
 def _chromium() -> str:
