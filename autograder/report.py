@@ -974,7 +974,7 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
 
     # statuses
     odd = [s for s in students if not s.ran]
-    out.append('<h2 id="statuses">Submissions that did not run normally</h2>')
+    out.append('<h2>Submissions that did not run normally</h2>')
     if odd:
         body = [f'<tr><td><span class="status bad">{esc(s.status)}</span></td><td>{_link(s)}</td>'
                 f'<td>{esc(_clip("; ".join(str(x) for x in s.record.get("notes", [])), 400))}</td></tr>'
@@ -996,7 +996,7 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
         st = f'<span class="status{"" if s.ran else " bad"}">{esc(s.status)}</span>'
         body.append(f'<tr><td>{_link(s)}</td><td>{st}</td><td class="num">{_score(float(s.record.get("total", 0)))}'
                     f'</td>{cells}{_manual_cells(ctx, s)}<td>{esc(" ".join(s.diagnosis_ids(ctx.questions)))}</td></tr>')
-    out.append('<h2 id="students">All students</h2>'
+    out.append('<h2>All students</h2>'
                + _sortable("students", head, body, search="search students, statuses, diagnoses", cls="scores")
                + '<p class="note">report.csv holds this table for a gradebook. Columns: '
                + esc(", ".join(f"{names[q.id]} = {q.id}" for q in [*ctx.questions, *manual])) + ".</p>")

@@ -246,7 +246,7 @@ def test_index_links_files_prints_the_regrade_command_and_names_columns(report: 
 
 def _rows(html: str, table: str) -> list[tuple[str, bool]]:
     """(student id, hidden) of each row of a sortable table in a dumped DOM, in order."""
-    body = re.search(rf'<table class="sortable[^"]*" id="{table}">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
+    body = re.search(rf'<table class="sortable[^"]*" id="{table}"[^>]*>.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
     rows = re.findall(r"<tr( hidden=\"\")?[^>]*><td[^>]*><a [^>]*>([^<]*)</a>", body)
     import html as html_module
 
@@ -261,11 +261,10 @@ def test_tables_sort_and_search_in_chromium_and_stay_whole_without_scripts(repor
     with (report["grades"] / "grades.csv").open(newline="") as f:
         totals = {r["id"]: float(r["total"]) for r in csv.DictReader(f)}
 
+    runs = iter(range(100))
+
     def dump(query: str, *flags: str, page: str = url) -> str:
-        res = _run_chromium(exe, report["tmp"] / f"profile-sort-{len(flags)}-{abs(hash(query))}", *flags,
-                            "--dump-dom", f"{page}?{query}")
-        assert res.returncode == 0, res.stderr[-2000:]
-        return res.stdout
+        return _live_dom(exe, report["tmp"] / f"profile-live-{next(runs)}", f"{page}?{query}", *flags)
 
     on = dump("sort=students:total:desc")
     order = [sid for sid, _ in _rows(on, "students")]
@@ -297,6 +296,71 @@ def _run_chromium(exe: str, profile: Path, *args: str) -> subprocess.CompletedPr
     cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
            f"--user-data-dir={profile}", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _live_dom(exe: str, profile: Path, url: str, *flags: str, timeout: float = 60.0) -> str:
+    """The page's DOM once loaded (after its scripts, if they may run), read over the DevTools protocol.
+
+    `--dump-dom` prints nothing when scripts are off, so this asks the browser itself (DOM.getOuterHTML) through
+    --remote-debugging-pipe: requests on fd 3, answers on fd 4, each a JSON message ended by a NUL byte.
+    """
+    import fcntl
+    import time
+
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+
+    def pipes_to_3_and_4() -> None:
+        a, b = fcntl.fcntl(to_r, fcntl.F_DUPFD, 10), fcntl.fcntl(from_w, fcntl.F_DUPFD, 10)
+        os.dup2(a, 3)
+        os.dup2(b, 4)
+
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+           f"--user-data-dir={profile}", "--remote-debugging-pipe", *flags, "about:blank"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=False,
+                            preexec_fn=pipes_to_3_and_4)
+    os.close(to_r)
+    os.close(from_w)
+    pending, events, calls = b"", [], [0]
+
+    def call(method: str, session: str | None = None, **params: object) -> dict:
+        nonlocal pending
+        calls[0] += 1
+        message = {"id": calls[0], "method": method, "params": params} | ({"sessionId": session} if session else {})
+        os.write(to_w, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in pending:
+                chunk = os.read(from_r, 1 << 20)
+                assert chunk, "chromium closed the DevTools pipe"
+                pending += chunk
+            raw, pending = pending.split(b"\0", 1)
+            reply = json.loads(raw)
+            events.append(reply.get("method"))
+            if reply.get("id") == calls[0]:
+                assert "error" not in reply, reply
+                return reply["result"]
+
+    try:
+        target = call("Target.createTarget", url="about:blank")["targetId"]
+        session = call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        call("Page.enable", session)
+        call("Page.navigate", session, url=url)
+        end = time.monotonic() + timeout
+        while "Page.loadEventFired" not in events:
+            assert time.monotonic() < end, f"{url} did not load in {timeout:g} s"
+            call("Browser.getVersion")
+            time.sleep(0.1)
+        root = call("DOM.getDocument", session, depth=0)["root"]
+        return call("DOM.getOuterHTML", session, nodeId=root["nodeId"])["outerHTML"]
+    finally:
+        try:
+            call("Browser.close")
+            proc.wait(timeout=30)
+        except (AssertionError, OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        os.close(to_w)
+        os.close(from_r)
 
 
 def _png_size(path: Path) -> tuple[int, int]:
