@@ -760,6 +760,22 @@ class _Ctx:
 _KIND = {UNRECOGNISED: "unk", UNFINISHED: "fin"}
 
 
+_TEX = {"$": "", "\\approx": "≈", "\\sin": "sin", "\\cos": "cos", "\\cdot": "·"}
+
+
+def plain_math(text: str) -> str:
+    """An option's text for the report: its inline TeX ($\\sin(1/100) \\approx 0.0100$) as plain text."""
+    for tex, plain in _TEX.items():
+        text = text.replace(tex, plain)
+    return text
+
+
+def misconception(choice: Choice, text: str) -> str:
+    """What choosing the wrong option `text` shows, from the question's source (`misconceptions`)."""
+    wrong = choice.options.index(text) - 1
+    return choice.misconceptions[wrong] if 0 <= wrong < len(choice.misconceptions) else "a wrong option"
+
+
 def choice_catalogue(questions: list[Question]) -> dict[str, tuple[str, str]]:
     """The label of every wrong multiple-choice pick (`<variable>:<letter>`, `<variable>:invalid`): its question
     and what the pick means, from the question's source (the option's text and its misconception)."""
@@ -770,9 +786,7 @@ def choice_catalogue(questions: list[Question]) -> dict[str, tuple[str, str]]:
             for letter, text in zip(checks.LETTERS, shown):
                 if letter == right:
                     continue
-                wrong = c.options.index(text) - 1
-                why = c.misconceptions[wrong] if 0 <= wrong < len(c.misconceptions) else "a wrong option"
-                out[f"{c.var}:{letter}"] = (q.id, f"chose {letter}, “{text}”: {why}")
+                out[f"{c.var}:{letter}"] = (q.id, f"chose {letter}, “{plain_math(text)}”: {misconception(c, text)}")
             out[f"{c.var}:{INVALID}"] = (q.id, f"{c.var} is not one of the letters A–D (left as ..., or not a "
                                                "string).")
     return out
@@ -848,11 +862,13 @@ def _choice_tables(ctx: _Ctx, q: Question, students: list[Student]) -> str:
             who = [s for s in ran if picks[s.id] == letter or (letter == INVALID and picks[s.id] in ("", INVALID))]
             if letter == right:
                 meaning = f'<td class="right">right: {esc(c.why)}</td>'
-            else:
+            elif letter == INVALID:
                 meaning = f"<td>{esc(ctx.known.get(f'{c.var}:{letter}', (q.id, ''))[1])}</td>"
+            else:
+                meaning = f"<td>{esc(misconception(c, text))}</td>"
             frac = len(who) / len(ran) if ran else 0.0
             rows.append(f'<tr id="{esc(q.id)}--{esc(c.var)}:{esc(letter)}"><td><b>{esc(letter)}</b></td>'
-                        f"<td>{esc(text)}</td><td class=\"num\">{len(who)}{_bar(frac)}</td>{meaning}"
+                        f"<td>{esc(plain_math(text))}</td><td class=\"num\">{len(who)}{_bar(frac)}</td>{meaning}"
                         f'<td class="who">{_names(who, 12) if letter != right else ""}</td></tr>')
         out.append(f'<h3>{esc(c.var)} <span class="meta">{esc(c.prompt)}</span></h3>'
                    f'<table class="opt qt"><tr><th>option</th><th>text</th><th class="num">chosen by</th>'

@@ -32,6 +32,7 @@ from autograder.report import (
     UNRECOGNISED,
     UNUSABLE,
     checkpoint_table,
+    plain_math,
     record_problem,
     write_report,
 )
@@ -223,7 +224,8 @@ def test_multiple_choice_counts_each_option_and_names_its_misconception(report: 
     assert re.search(r'<td class="num">6<span class="bar">', row(right)) and html_escape(choice.why) in row(right)
     assert re.search(r'<td class="num">1<span class="bar">', row(wrong)) and ">frank</a>" in row(wrong)
     assert html_escape(choice.misconceptions[source_index - 1]) in row(wrong)
-    assert html_escape(shown["ABCD".index(wrong)]) in row(wrong)  # the option's rendered text (numbers included)
+    assert html_escape(plain_math(shown["ABCD".index(wrong)])) in row(wrong)  # rendered text, numbers included
+    assert re.search(r"≈ [0-9.]+<", row(wrong))
     assert re.search(r'<td class="num">1<span class="bar">', row("invalid")) and ">blank</a>" in row("invalid")
     assert "{{" not in index
     assert f'href="#q8_checks--q8_pe_value:{wrong}"' in index  # the overview links to the option
