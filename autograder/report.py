@@ -843,9 +843,8 @@ def column_names(questions: list[Question]) -> dict[str, str]:
 
 
 def _regrade(ctx: _Ctx) -> str:
-    return (f'<details><summary>regrade</summary><pre>{esc(ctx.regrade)}</pre><p class="note">Only submissions '
-            "that changed are graded again (add --force to regrade all of them, e.g. after a grader change); "
-            "the second command rewrites this report.</p></details>") if ctx.regrade else ""
+    return (f'<div class="note">To regrade (only submissions that changed are graded again; add --force after a '
+            f'grader change), then rewrite this report:</div><pre>{esc(ctx.regrade)}</pre>') if ctx.regrade else ""
 
 
 def _choice_tables(ctx: _Ctx, q: Question, students: list[Student]) -> str:
@@ -986,7 +985,9 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
                    + f'</ul><p class="note">Each page shows every student\'s answer beside the model answer. Copy '
                    f'<a href="{MANUAL_CSV}">{MANUAL_CSV}</a> out of this folder (the next report replaces it), fill in '
                    f"the scores, then merge them into grades.csv and summary.json:</p>"
-                   f"<pre>{esc(f'lesson83 merge {shlex.quote(str(ctx.grades))} {MANUAL_CSV}')}</pre>")
+                   f"<pre>{esc(f'lesson83 merge {shlex.quote(str(ctx.grades))} {MANUAL_CSV}')}</pre>"
+                   '<p class="note">On Gradescope these answers are graded on Gradescope\'s own manual-grading page, '
+                   "and on nbgrader in Formgrader; merge such scores here only to see them in grades.csv.</p>")
 
     # statuses
     odd = [s for s in students if not s.ran]

@@ -512,3 +512,13 @@ def test_report_is_written_whatever_the_results_hold(tmp_path: Path, suite: Suit
     assert re.search(r'<span class="status bad">not graded</span></td><td><a href="[^"]+">left</a>', text)
     assert "empty, shape [0, 3, 2]" in _page(tmp_path / "report", "s000")  # the zero-size array, shown as such
     assert "half a character: \\ud800" in _page(tmp_path / "report", "s001")
+
+
+def test_misconceptions_stay_out_of_the_student_release(suite: Suite) -> None:
+    """Each wrong option's misconception (for TAs) would mark it wrong: none is in any file students get."""
+    texts = [m for q in suite.questions for c in q.choices for m in c.misconceptions]
+    assert len(texts) == 3 * sum(len(q.choices) for q in suite.questions)
+    for path in (ROOT / "student_templates").rglob("*"):
+        if path.is_file():
+            content = path.read_text(errors="replace")
+            assert not [m for m in texts if m in content or json.dumps(m)[1:-1] in content], path
