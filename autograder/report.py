@@ -1171,6 +1171,15 @@ def _student_page_or_note(ctx: _Ctx, s: Student) -> str:
         return student_page(ctx, s)
 
 
+def _written_page_or_note(ctx: _Ctx, q: Question, n: int, students: list[Student]) -> str:
+    try:
+        return written_page(ctx, q, n, students)
+    except Exception as exc:  # noqa: BLE001 - the rest of the report is written all the same
+        return _page(q.written[n].part, f'<p><a href="../index.html">← class report</a></p><p class="note">This page '
+                     f"could not be built ({esc(type(exc).__name__)}: {esc(_clip(str(exc), 300))}); the answers are "
+                     "on the students' pages.</p>")
+
+
 def _plain_index(students: list[Student], exc: Exception) -> str:
     rows = "".join(f"<tr><td>{_link(s)}</td><td>{esc(s.status)}</td></tr>" for s in students)
     return _page("Lesson 83 failure report", f"<h1>Lesson 83 · failure report</h1><p class=\"note\">The summary "
@@ -1228,7 +1237,7 @@ def write_report(grades: Path, *, out: Path, config_path: Path = DEFAULT_CONFIG)
         index = index_page(ctx, students, groups)
     except Exception as exc:  # noqa: BLE001 - last resort: a plain list of students, so the report is written
         index = _plain_index(students, exc)
-    written = {p.part: written_page(ctx, q, n, students) for q in manual for n, p in enumerate(q.written)}
+    written = {p.part: _written_page_or_note(ctx, q, n, students) for q in manual for n, p in enumerate(q.written)}
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
