@@ -143,6 +143,7 @@ def close_as_run_autograder(root: Path) -> None:
 
 
 def readable_by(uid: int, path: Path) -> bool:
+    """Whether a process of that uid (and no group) can read the file."""
     pid = os.fork()
     if pid == 0:
         try:
@@ -170,7 +171,7 @@ got, wrote, listed, left = {{}}, [], {{}}, []
 for name, path in PATHS.items():
     try:
         got[name] = open(path).read()
-    except OSError as exc:
+    except OSError:
         got[name] = None
 print('read:', got)
 for folder in {str(files['reference'].parent)!r}, RESULTS_DIR, os.path.dirname(PATHS['hidden']):
