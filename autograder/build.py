@@ -632,7 +632,13 @@ matplotlib==3.10.9
 RUN_AUTOGRADER = f"""#!/usr/bin/env bash
 # Gradescope entry point: grade /autograder/submission with the lesson83 engine (sandboxed, judged outside),
 # with the python of the virtual environment that setup.sh built.
+# Student code runs in bubblewrap where it can start; otherwise (or with LESSON83_SANDBOX=none) as an
+# unprivileged uid that may read only what any user may. So, as Gradescope advises, the source (reference/,
+# the hidden cases) and the results are closed to other users; /autograder and the venv stay open to them.
 set -euo pipefail
+mkdir -p /autograder/results
+chmod o+rx /autograder
+chmod o= /autograder/source /autograder/results
 cd /autograder/source/lesson83
 python={GRADESCOPE_VENV}/bin/python
 [ -x "$python" ] || python=python3  # no setup.sh (gradescope-sim): the caller's environment stands in
@@ -648,8 +654,11 @@ SETUP_SH = f"""#!/usr/bin/env bash
 #      set it empty to use pip's own index);
 #   3. the pinned packages of requirements.txt (beside this file).
 # This package itself is not installed: run_autograder runs it from /autograder/source/lesson83.
+# The environment is left readable by every user: without bubblewrap, student code runs from it as an
+# unprivileged uid (where that uid could not read it, student code would run as root; the results say which).
 # LESSON83_SKIP_APT=1 skips step 1 (for images that already have both packages, and for tests).
 set -euo pipefail
+umask 022
 cd "$(dirname "$0")"
 venv={GRADESCOPE_VENV}
 torch_index=${{LESSON83_TORCH_INDEX_URL-{TORCH_INDEX_URL}}}
@@ -661,6 +670,7 @@ python3 -c 'import sys; assert sys.version_info >= (3, 10), "lesson83 needs Pyth
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet torch=={TORCH_VERSION} ${{torch_index:+--index-url "$torch_index"}}
 "$venv/bin/python" -m pip install --quiet -r requirements.txt
+chmod -R o+rX "$venv"
 echo "lesson83: installed in $venv ($("$venv/bin/python" --version)):"
 "$venv/bin/python" -m pip freeze
 """

@@ -119,9 +119,11 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
         else:
             record = json.loads((Path(tmp) / "out" / "results" / row["result"]).read_text())
             results = record["gradescope"]
+            results.setdefault("extra_data", {})["isolation"] = record.get("isolation", "")
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(results, indent=1))
-    print(f"status: {record['status']}; score {record['total']:g}; sandbox: {summary.sandbox}")
+    print(f"status: {record['status']}; score {record['total']:g}; sandbox: {summary.sandbox}; "
+          f"isolation: {record.get('isolation', 'not started')}")
     return 0 if row["result"] is not None else 1
 
 

@@ -21,8 +21,14 @@ Threat model. Student code is hostile and runs with the child's privileges.
   (so reference/ and hidden tests), every non-system top-level folder and any `hide` path are empty
   tmpfs. Only the Python installation is bound back in at its own path, and the virtual environment's
   site-packages at a neutral path (/tmp/site/N), never the checkout around it. cwd and $HOME are a fresh
-  scratch dir on a size-capped tmpfs; /proc shows only the sandbox. Without bubblewrap only the limits,
-  the scratch dir and (as root) the uid drop remain: said once in the log.
+  scratch dir on a size-capped tmpfs; /proc shows only the sandbox. Without bubblewrap (it cannot start,
+  or LESSON83_SANDBOX=none) only the limits, the scratch dir and, as root, the uid drop remain, said once
+  in the log: the job's uid reads and writes only what any other user may (so the grader's own files must
+  be closed to others: the Gradescope bundle's run_autograder runs `chmod o=` on the source and results
+  folders), and after each job whatever that uid left in the folders anyone may write to (/tmp, /var/tmp,
+  /dev/shm ...) is removed. Where the uid cannot be dropped (not root, or the interpreter is not readable
+  by others) student code runs as the grader's user. ExecResult.isolation says which held: "bubblewrap",
+  "unprivileged uid" or "none".
 - Limits: the submission as a whole is limited in memory and processes by a cgroup (v1 memory and pids
   controllers, one group per worker, created outside the sandbox and bound writable into it; the child
   joins it before dropping privileges) or, where cgroups are not writable, by a watchdog in the zygote
@@ -92,6 +98,7 @@ log = logging.getLogger(__name__)
 STATUSES = ("ok", "timeout", "oom", "unreadable", "crashed", "tampering")
 MEMORY_GUARDS = ("cgroup", "watchdog")
 MEMORY_GUARD_ENV = "LESSON83_MEMORY_GUARD"  # "watchdog" forces the watchdog where "auto" would pick a cgroup
+SANDBOX_ENV = "LESSON83_SANDBOX"  # "none" forces the fallback (no bubblewrap) where "auto" would pick bwrap
 SKIP_TAGS = ("long-running", "milestone-train")
 PROBE_MODULE = "autograder.lesson83_checks"
 PRELOAD = ("numpy", "torch", "torch._dynamo", "IPython.core.interactiveshell")  # torch._dynamo wraps
@@ -107,6 +114,8 @@ _SANDBOX_SCRATCH = "/tmp/scratch"
 _SANDBOX_SITE = "/tmp/site"
 _UID_BASE = 1_500_000_000
 _UIDS_PER_WORKER = 1024  # each job of a worker runs under the next uid of its block
+# Without bubblewrap, the folders where a job's uid may leave files (anyone may write there); swept after each job.
+_SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
 _JOB_FD = 3
 _SETUP_FAILED, _HARNESS_FAILED = 70, 71
 _LEN = struct.Struct(">Q")
@@ -177,6 +186,7 @@ class ExecResult:
     cpu_s: float = 0.0
     sandbox: str = ""
     memory_guard: str = ""  # "cgroup" or "watchdog": what limited the submission's memory as a whole
+    isolation: str = ""  # "bubblewrap", "unprivileged uid" (no bubblewrap, as root) or "none" (limits only)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -241,8 +251,10 @@ class WorkerPool:
                  skip_tags: Iterable[str] = SKIP_TAGS, hide: Iterable[str | Path] = (),
                  sandbox: str = "auto", preload: Iterable[str] = PRELOAD, start_timeout_s: float = 180.0,
                  memory_guard: str = "auto"):
+        if sandbox == "auto" and os.environ.get(SANDBOX_ENV):
+            sandbox = os.environ[SANDBOX_ENV]
         if sandbox not in ("auto", "bwrap", "none"):
-            raise ValueError(f"sandbox must be 'auto', 'bwrap' or 'none', got {sandbox!r}")
+            raise ValueError(f"sandbox ({SANDBOX_ENV}) must be 'auto', 'bwrap' or 'none', got {sandbox!r}")
         if memory_guard not in ("auto", *MEMORY_GUARDS):
             raise ValueError(f"memory_guard must be 'auto', 'cgroup' or 'watchdog', got {memory_guard!r}")
         self.limits, self.probe_module, self.skip_tags = limits, probe_module, tuple(skip_tags)
@@ -261,16 +273,23 @@ class WorkerPool:
             self.close()
             raise
         self.memory_guard = "cgroup" if groups else "watchdog"
+        drop = os.geteuid() == 0
+        if self.sandbox == "none":
+            problem = uid_drop_problem(scratch=self._tmp)
+            drop = not problem
+            repo = Path(__file__).resolve().parent.parent  # reference/ and the hidden cases
+            open_ = [str(h) for h in (repo, *hide) if drop and _others_can_enter(str(h))]
+            why += (f"; student code runs as an unprivileged uid, which can read {', '.join(open_)} (chmod o= them)"
+                    if open_ else "; student code runs as an unprivileged uid" if drop
+                    else f"; student code runs as this process's user, with its file access: {problem}")
+        self.isolation = "bubblewrap" if self.sandbox == "bwrap" else "unprivileged uid" if drop else "none"
         for msg in (why, guard_why):
             if msg and msg not in _WARNED:
                 _WARNED.add(msg)
                 log.warning("%s", msg)
-        root = os.geteuid() == 0
         workers = []
         for i in range(size):
-            uid = _UID_BASE + ((os.getpid() % 2000) * 64 + self._slots[i]) * _UIDS_PER_WORKER if root else None
-            if self.sandbox == "none" and not all(map(_world_readable, (sys.prefix, sys.base_prefix))):
-                uid = None  # the child could not import from a Python it cannot read
+            uid = _UID_BASE + ((os.getpid() % 2000) * 64 + self._slots[i]) * _UIDS_PER_WORKER if drop else None
             workers.append(_Worker(i, self, stage, uid, tuple(hide), tuple(preload), start_timeout_s,
                                    groups[i] if groups else {}))
         self._workers = workers
@@ -343,13 +362,13 @@ class WorkerPool:
             cells, skipped = read_notebook(source, skip_tags=self.skip_tags)
         except NotebookError as exc:
             return ExecResult("unreadable", notes=[str(exc)], wall_s=time.monotonic() - start,
-                              sandbox=self.sandbox, memory_guard=self.memory_guard)
+                              sandbox=self.sandbox, memory_guard=self.memory_guard, isolation=self.isolation)
         try:  # the cells travel as one frame straight to the child; JSON escapes may make it larger
             job = wire.encode({"t": "cells", "cells": [[i, s] for i, s in cells]}, max_bytes=4 * MAX_NOTEBOOK_BYTES)
         except wire.WireError as exc:
             return ExecResult("unreadable", notes=[f"the notebook's code cells cannot be sent: {exc}"],
                               wall_s=time.monotonic() - start, sandbox=self.sandbox,
-                              memory_guard=self.memory_guard)
+                              memory_guard=self.memory_guard, isolation=self.isolation)
         worker = self._idle.get()
         try:
             failures: list[str] = []
@@ -379,6 +398,7 @@ class WorkerPool:
         result.wall_s = time.monotonic() - start
         result.sandbox = self.sandbox
         result.memory_guard = self.memory_guard
+        result.isolation = self.isolation
         return result
 
     def run_many(self, items: Iterable[tuple[str, bytes]], *,
@@ -507,7 +527,8 @@ def _remove_cgroup(path: str) -> None:
 
 def _choose_sandbox(wanted: str) -> tuple[str, str]:
     if wanted == "none":
-        return "none", "sandbox: none requested; running with resource limits only"
+        return "none", f"sandbox: none requested (sandbox='none' or {SANDBOX_ENV}=none): resource limits only, no " \
+                       "network isolation"
     exe = shutil.which("bwrap")
     if exe is None:
         msg = "bubblewrap (bwrap) is not installed"
@@ -520,7 +541,7 @@ def _choose_sandbox(wanted: str) -> tuple[str, str]:
         msg = f"bubblewrap does not work here: {probe.stderr.strip()[:200]}"
     if wanted == "bwrap":
         raise WorkerError(msg)
-    return "none", f"sandbox: {msg}; falling back to resource limits only (no network or file isolation)"
+    return "none", f"sandbox: {msg}; falling back to resource limits only (no network isolation)"
 
 
 def _stage_modules(stage: Path, probe_module: str) -> None:
@@ -549,6 +570,25 @@ def _stage_modules(stage: Path, probe_module: str) -> None:
 def _world_readable(path: str) -> bool:
     p = Path(path).resolve()
     return all(os.stat(d).st_mode & 0o005 == 0o005 for d in [p, *p.parents])
+
+
+def _others_can_enter(path: str) -> bool:
+    p = Path(path).resolve()
+    with contextlib.suppress(OSError):
+        return all(os.stat(d).st_mode & 0o001 for d in [p, *p.parents])
+    return False
+
+
+def uid_drop_problem(*, scratch: str | Path | None = None) -> str:
+    """Why student code cannot run as an unprivileged uid without bubblewrap here, or '' when it can: the
+    grader is not root, or a folder the child reads (the interpreter, the venv, `scratch`) is closed to others."""
+    if os.geteuid() != 0:
+        return "the grader is not root, so it cannot switch student code to another uid"
+    needed = [sys.prefix, sys.base_prefix, *(p for p in sys.path if p and _under(p, sys.prefix) and os.path.isdir(p))]
+    for path in dict.fromkeys([*needed, *([str(scratch)] if scratch else [])]):
+        if not _world_readable(path):
+            return f"{path} is not readable by other users (chmod -R o+rX it, and o+rx on its parents)"
+    return ""
 
 
 def _under(path: str, root: str) -> bool:
@@ -664,7 +704,8 @@ class _Worker:
         env.update(HOME=scratch, TMPDIR=scratch)
         cfg = {"path": [stage, *path], "probe_module": self.pool.probe_module, "preload": list(self.preload),
                "scratch": scratch, "wipe": wipe, "uid": self.uid, "uids": _UIDS_PER_WORKER,
-               "limits": asdict(limits), "cgroups": self.cgroups, "own_ipc": own_ipc}
+               "limits": asdict(limits), "cgroups": self.cgroups, "own_ipc": own_ipc,
+               "sweep": [] if own_ipc or self.uid is None else _shared_writable()}
         code = "import sys; sys.path[:] = __import__('json').loads(sys.argv[1])['path']; " \
                "import autograder.execute as e; e._zygote_main(sys.argv[1])"
         argv = [*prefix, exe, "-I", "-c", code, json.dumps(cfg)]
@@ -1157,6 +1198,8 @@ def _run_job(fds: list[int], shell: Any, guard: _Guard, run_probe: Any, suspicio
                 with contextlib.suppress(OSError):
                     os.unlink(path)
     _remove_ipc(uid, since, everything=cfg["own_ipc"])
+    if uid is not None and cfg.get("sweep"):
+        _remove_owned(uid, cfg["sweep"])
     return header
 
 
@@ -1330,6 +1373,37 @@ def _remove_ipc(uid: int | None, since: float, *, everything: bool) -> None:
                     remove(ident)
                 finally:
                     os.seteuid(0)
+
+
+def _shared_writable() -> list[str]:
+    """The folders (of _SHARED_WRITABLE and TMPDIR) that exist here and that others may write to."""
+    found = [os.path.realpath(p) for p in (*_SHARED_WRITABLE, tempfile.gettempdir())]
+    return [p for p in dict.fromkeys(found) if os.path.isdir(p) and os.stat(p).st_mode & 0o003 == 0o003]
+
+
+def _remove_owned(uid: int, roots: list[str]) -> None:
+    """Remove every entry owned by `uid` in these folders and in the folders below them that others may write
+    to (outside its scratch folder a job's uid can create files nowhere else)."""
+    todo = list(roots)
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if st.st_uid == uid and is_dir:
+                _rmtree(entry.path)
+            elif st.st_uid == uid:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+            elif is_dir and st.st_mode & 0o003 == 0o003:
+                todo.append(entry.path)
 
 
 def _rmtree(path: str) -> None:

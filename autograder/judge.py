@@ -722,7 +722,7 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
                     else:
                         save(sub, key, partial(_judge_exec, suite, sub, res),
                              {"stdout": res.stdout, "wall_s": round(res.wall_s, 3), "sandbox": res.sandbox,
-                               "memory_guard": res.memory_guard})
+                               "memory_guard": res.memory_guard, "isolation": res.isolation})
                     if progress:
                         width = 30
                         filled = int(width * done / len(runnable))
