@@ -416,6 +416,9 @@ class WorkerPool:
         res.tampering = facts + [f for f in res.tampering if f not in facts]
         if res.status == "ok" and res.tampering:
             res.status = "tampering"
+        if over is not None:  # the last run was stopped too: the grader gives up there
+            said.append(f"{_cell_name(over, source[over], word='Cell')} was stopped by a time limit in the "
+                        f"grader's last run of the notebook ({attempt + 1} runs in all): no check could run")
         res.stopped_cells = stopped + ([cut[0]] if cut else [])
         res.notes[:0] = said
         res.student_notes = said
@@ -514,12 +517,16 @@ def _first_line(src: str) -> str:
     return line if len(line) <= 60 else line[:57] + "..."
 
 
+def _cell_name(i: int, src: str, *, word: str = "cell") -> str:
+    return f"{word} {i} (the one that starts `{_first_line(src)}`)" if _first_line(src) else f"{word} {i}"
+
+
 def _time_note(i: int, limit: str, src: str, limits: Limits, *, cut: bool = False, stops: int = 0) -> str:
     """In plain words: which cell a time limit stopped, its first line, the limit and what the grader did."""
-    cell = f"cell {i} (the one that starts `{_first_line(src)}`)" if _first_line(src) else f"cell {i}"
+    cell = _cell_name(i, src)
     if limit == "cell" and not cut:
-        return (f"C{cell[1:]} was still running after {limits.cell_s:g} s, the time limit for one cell: the "
-                "grader stopped it and graded the rest of the notebook without it")
+        return (f"{_cell_name(i, src, word='Cell')} was still running after {limits.cell_s:g} s, the time limit "
+                "for one cell: the grader stopped it and graded the rest of the notebook without it")
     if limit == "cell":
         what = (f"{cell} was still running after {limits.cell_s:g} s, the time limit for one cell, and "
                 f"{stops} cells had been stopped already")
