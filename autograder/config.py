@@ -32,13 +32,25 @@ class QuestionPoints(_Strict):
 
 
 class Execution(_Strict):
-    wall_timeout_s: float = Field(60, gt=0, description="wall-clock limit per submission")
-    cpu_timeout_s: int = Field(60, gt=0, description="CPU-time limit per submission")
+    cell_timeout_s: float = Field(20, gt=0, description="wall-clock limit of one cell: a cell still running "
+                                  "then is stopped and skipped, and the rest of the notebook runs without it")
+    wall_timeout_s: float = Field(60, gt=0, description="wall-clock limit of the whole notebook (all its cells "
+                                  "and the probes); a last resort, above cell_timeout_s")
+    cpu_timeout_s: int = Field(60, gt=0, description="CPU-time limit of the whole notebook; a last resort, "
+                               "above cell_timeout_s")
     memory_mb: int = Field(4096, gt=0, description="address-space limit per submission")
     max_processes: int = Field(64, gt=0, description="process limit inside the sandbox")
     max_file_mb: int = Field(64, gt=0, description="largest file a submission may write")
     max_output_kb: int = Field(256, gt=0, description="captured output kept per submission")
     workers: int = Field(2, gt=0, description="submissions graded in parallel")
+
+    @model_validator(mode="after")
+    def _cell_limit_first(self) -> Execution:
+        if self.cell_timeout_s >= min(self.wall_timeout_s, self.cpu_timeout_s):
+            raise ValueError(f"cell_timeout_s ({self.cell_timeout_s:g}) must be below wall_timeout_s "
+                             f"({self.wall_timeout_s:g}) and cpu_timeout_s ({self.cpu_timeout_s}), so that a slow "
+                             "cell is stopped on its own before the whole-notebook limits stop the notebook")
+        return self
 
 
 class Submissions(_Strict):

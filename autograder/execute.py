@@ -11,6 +11,14 @@ root), applies the limits, receives its cells from the grader, runs them in-proc
 InteractiveShell and answers the grader's probe requests one at a time with framed wire messages (never
 pickles). The grader reads stdout (capped) and the frames itself; judging happens in the grader.
 
+Time. Each run of a notebook gets the whole-notebook limits (wall clock, enforced by the zygote; CPU, by
+RLIMIT_CPU). The grader times each cell from the frames (a cell starts when the previous one reports) and,
+when one runs past the per-cell limit, has the zygote kill the child: only a killed process reliably stops a
+long C call inside torch. It then runs the notebook again in a fresh child (fresh channels) without that
+cell. When a whole-notebook limit stops a cell, the cells before it run again and the probes still run.
+Probes are only ever sent to the last child. A forged cell frame can change which cell is left out, never
+what the probes find.
+
 Threat model. Student code is hostile and runs with the child's privileges.
 - Copying between submissions: the zygote never holds a job's cells, outputs, streams or results (not
   even freed: only fds and small headers pass through it), so a child forked for the next submission
@@ -121,6 +129,7 @@ _SETUP_FAILED, _HARNESS_FAILED = 70, 71
 _LEN = struct.Struct(">Q")
 _CTL_BYTES = 1 << 16
 _WATCH_S = 0.05
+_MAX_TIME_STOPS = 3  # cells left out for the per-cell limit; one more too slow cell ends the notebook there
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _IPC_RMID = 0
 _OOM_TYPES = ("MemoryError", "_ArrayMemoryError", "OutOfMemoryError")
@@ -158,10 +167,12 @@ class Limits:
     """Per-submission limits, as in grading_config.yaml's `execution` section (wall_timeout_s: wall_s...).
 
     memory_mb and processes hold for the submission as a whole (every process it starts); scratch_mb
-    (the scratch tmpfs) and threads (torch/BLAS threads) are fixed when a pool starts.
+    (the scratch tmpfs) and threads (torch/BLAS threads) are fixed when a pool starts. cell_s limits one
+    cell (cell_timeout_s); wall_s and cpu_s the whole notebook, cells and probes, in each run of it.
     """
 
     wall_s: float = 60.0
+    cell_s: float = 20.0
     cpu_s: int = 60
     memory_mb: int = 4096
     processes: int = 64
@@ -180,6 +191,8 @@ class ExecResult:
     outputs: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     skipped_cells: list[int] = field(default_factory=list)
+    stopped_cells: list[int] = field(default_factory=list)  # stopped by a time limit, then left out
+    student_notes: list[str] = field(default_factory=list)  # the grader's own words (no sandbox text)
     tampering: list[str] = field(default_factory=list)
     stdout: str = ""
     wall_s: float = 0.0
@@ -364,32 +377,14 @@ class WorkerPool:
             return ExecResult("unreadable", notes=[str(exc)], wall_s=time.monotonic() - start,
                               sandbox=self.sandbox, memory_guard=self.memory_guard, isolation=self.isolation)
         try:  # the cells travel as one frame straight to the child; JSON escapes may make it larger
-            job = wire.encode({"t": "cells", "cells": [[i, s] for i, s in cells]}, max_bytes=4 * MAX_NOTEBOOK_BYTES)
+            _cells_job(cells)
         except wire.WireError as exc:
             return ExecResult("unreadable", notes=[f"the notebook's code cells cannot be sent: {exc}"],
                               wall_s=time.monotonic() - start, sandbox=self.sandbox,
                               memory_guard=self.memory_guard, isolation=self.isolation)
         worker = self._idle.get()
         try:
-            failures: list[str] = []
-            result = None
-            while result is None:
-                if not worker.alive():
-                    err = worker.restart()
-                    if err:
-                        raise WorkerError(err)
-                try:
-                    raw = worker.run(job, cells, ordered)
-                except (WorkerError, OSError) as exc:
-                    failures.append(str(exc)[:300])
-                    log.warning("worker %d failed (%s); restarting it", worker.index, exc)
-                    worker.kill()
-                    if len(failures) == 2:
-                        result = ExecResult("crashed", notes=[
-                            f"the sandbox worker failed twice on this submission: {failures[0]}; then "
-                            f"{failures[1]}"])
-                else:
-                    result = _classify(*raw, ordered, self.limits, self.memory_guard)
+            result = self._run_timed(worker, cells, ordered)
         finally:
             self._idle.put(worker)
         result.skipped_cells = skipped
@@ -400,6 +395,77 @@ class WorkerPool:
         result.memory_guard = self.memory_guard
         result.isolation = self.isolation
         return result
+
+    def _run_timed(self, worker: _Worker, cells: list[tuple[int, str]],
+                   probes: list[tuple[str, str, dict[str, Any]]]) -> ExecResult:
+        """Run the notebook; when a time limit stops it in a cell, run it again in a fresh child without that cell.
+
+        A cell over the per-cell limit is left out and everything else runs (at most _MAX_TIME_STOPS such
+        cells). When a whole-notebook limit stops a cell, or one more cell is too slow, only the cells before
+        it run again, then the probes. A run is only repeated when it stopped among the cells, before any
+        probe was sent, so every probe, public or hidden, goes to the final child alone.
+        """
+        limits, source = self.limits, dict(cells)
+        stopped: list[int] = []
+        cut: tuple[int, str] | None = None  # (cell, limit): only the cells before it run
+        facts: list[str] = []
+        cpu = 0.0
+        for attempt in range(_MAX_TIME_STOPS + 2):
+            todo = [(i, s) for i, s in cells if i not in stopped and (cut is None or i < cut[0])]
+            raw = self._attempt(worker, _cells_job(todo), todo, probes)
+            if isinstance(raw, ExecResult):
+                return raw
+            header, _, _, t = raw
+            cpu += float(header.get("cpu_s", 0.0))
+            over, limit = t.cell_over, "cell"
+            if over is None and t.running is not None and (header.get("timed_out") or header.get("cpu_exceeded")):
+                over, limit = t.running, "wall" if header.get("timed_out") else "cpu"
+            if over is None or attempt == _MAX_TIME_STOPS + 1:
+                break
+            facts += [f for f in t.tampering if f not in facts]
+            if limit == "cell" and len(stopped) < _MAX_TIME_STOPS:
+                stopped.append(over)
+            else:
+                cut = (over, limit)
+        res = _classify(*raw, probes, limits, self.memory_guard)
+        said = [_time_note(i, "cell", source[i], limits) for i in stopped]
+        if cut is not None:
+            said.append(_time_note(cut[0], cut[1], source[cut[0]], limits, cut=True, stops=len(stopped)))
+            if res.status == "ok":
+                res.status = "timeout"
+        res.tampering = facts + [f for f in res.tampering if f not in facts]
+        if res.status == "ok" and res.tampering:
+            res.status = "tampering"
+        if over is not None:  # the last run was stopped too: the grader gives up there
+            said.append(f"{_cell_name(over, source[over], word='Cell')} was stopped by a time limit in the "
+                        f"grader's last run of the notebook ({attempt + 1} runs in all): no check could run")
+        res.stopped_cells = stopped + ([cut[0]] if cut else [])
+        res.notes[:0] = said
+        res.student_notes = said
+        res.cpu_s = cpu
+        return res
+
+    def _attempt(self, worker: _Worker, job: bytes, cells: list[tuple[int, str]],
+                 probes: list[tuple[str, str, dict[str, Any]]]) -> tuple[Any, ...] | ExecResult:
+        """One run of the cells in a fresh child: what the worker returned, or "crashed" when it failed twice.
+
+        A worker that fails (not the student's doing) is restarted and the run retried once.
+        """
+        failures: list[str] = []
+        while True:
+            if not worker.alive():
+                err = worker.restart()
+                if err:
+                    raise WorkerError(err)
+            try:
+                return worker.run(job, cells, probes)
+            except (WorkerError, OSError) as exc:
+                failures.append(str(exc)[:300])
+                log.warning("worker %d failed (%s); restarting it", worker.index, exc)
+                worker.kill()
+                if len(failures) == 2:
+                    return ExecResult("crashed", notes=[
+                        f"the sandbox worker failed twice on this submission: {failures[0]}; then {failures[1]}"])
 
     def run_many(self, items: Iterable[tuple[str, bytes]], *,
                  probes: list[Probe]) -> Iterator[tuple[str, ExecResult]]:
@@ -459,6 +525,37 @@ def execute_batch(items: Iterable[tuple[str, bytes]], *, probes: list[Probe], li
 def _close_pools() -> None:
     for pool in _POOLS.values():
         pool.close()
+
+
+def _cells_job(cells: list[tuple[int, str]]) -> bytes:
+    """The frame that carries the cells to run to the child (WireError when it is over the cap)."""
+    return wire.encode({"t": "cells", "cells": [[i, s] for i, s in cells]}, max_bytes=4 * MAX_NOTEBOOK_BYTES)
+
+
+def _first_line(src: str) -> str:
+    line = next((ln.strip() for ln in src.splitlines() if ln.strip()), "")
+    return line if len(line) <= 60 else line[:57] + "..."
+
+
+def _cell_name(i: int, src: str, *, word: str = "cell") -> str:
+    return f"{word} {i} (the one that starts `{_first_line(src)}`)" if _first_line(src) else f"{word} {i}"
+
+
+def _time_note(i: int, limit: str, src: str, limits: Limits, *, cut: bool = False, stops: int = 0) -> str:
+    """In plain words: which cell a time limit stopped, its first line, the limit and what the grader did."""
+    cell = _cell_name(i, src)
+    if limit == "cell" and not cut:
+        return (f"{_cell_name(i, src, word='Cell')} was still running after {limits.cell_s:g} s, the time limit "
+                "for one cell: the grader stopped it and graded the rest of the notebook without it")
+    if limit == "cell":
+        what = (f"{cell} was still running after {limits.cell_s:g} s, the time limit for one cell, and "
+                f"{stops} cells had been stopped already")
+    elif limit == "wall":
+        what = f"the whole notebook reached its wall-clock limit of {limits.wall_s:g} s in {cell}"
+    else:
+        what = f"the whole notebook reached its CPU-time limit of {limits.cpu_s:g} s in {cell}"
+    return (f"{what[0].upper()}{what[1:]}: the grader graded what the cells before it define; cell {i} and "
+            "the cells after it did not run")
 
 
 def _order_probes(probes: list[Probe]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -842,6 +939,8 @@ class _Transcript:
     notes: list[str] = field(default_factory=list)
     tampering: list[str] = field(default_factory=list)
     where: str = "while starting"
+    running: int | None = None  # the cell the child was running (None once the cells are done)
+    cell_over: int | None = None  # the cell the grader stopped for running past the per-cell limit
     oom: str = ""  # where the child reported running out of memory (a MemoryError it caught)
     exited: str = ""  # a cell called sys.exit() or exit()
     finished: bool = False  # every probe was answered
@@ -873,6 +972,7 @@ class _Conversation:
         self.wanted = {k for k, _, _ in probes}
         self.void: set[str] = set()
         self.deadline = time.monotonic() + limits.wall_s + 30
+        self.cell_s, self.cell_deadline = limits.cell_s, float("inf")
         self.sel = selectors.DefaultSelector()
 
     def run(self) -> tuple[dict[str, Any], bytes, int, _Transcript]:
@@ -885,10 +985,14 @@ class _Conversation:
             self._where()
             self._send_bytes(self.job)
             while header is None:
-                left = self.deadline - time.monotonic()
+                now = time.monotonic()
+                left = self.deadline - now
                 if left <= 0:
                     raise WorkerError("the worker did not report on the job in time")
-                for key, _ in sel.select(left):
+                if now >= self.cell_deadline:  # only a killed process reliably stops a long C call
+                    self.t.cell_over, self.cell_deadline = self.t.running, float("inf")
+                    self._hang_up()
+                for key, _ in sel.select(min(left, max(0.0, self.cell_deadline - now))):
                     if key.fileobj is self.worker.ctl:
                         header = self.worker._read_ctl()
                     elif key.fileobj == self.out_r:
@@ -995,8 +1099,12 @@ class _Conversation:
         self._where()
 
     def _where(self) -> None:
+        """Say where the child is; a cell that starts now (the previous one reported) starts its clock."""
+        self.t.running, self.cell_deadline = None, float("inf")
         if self.phase == "cells":
             self.t.where = f"in cell {self.cells[self.cell][0]}" if self.cell < len(self.cells) else "after the cells"
+            if self.cell < len(self.cells):
+                self.t.running, self.cell_deadline = self.cells[self.cell][0], time.monotonic() + self.cell_s
         elif self.phase == "probes":
             self.t.where = f"in probe {self.probes[self.probe][0]!r}"
         elif self.phase == "ended":
@@ -1046,7 +1154,10 @@ def _classify(header: dict[str, Any], output: bytes, total: int, t: _Transcript,
     if total > len(output):
         res.notes.append(f"output truncated: kept {len(output)} of {total} bytes")
     sig, code, where = header.get("signal"), header.get("exit_code"), t.where
-    if header.get("timed_out"):
+    if t.cell_over is not None:
+        res.status = "timeout"
+        res.notes.append(f"per-cell time limit of {limits.cell_s:g} s reached in cell {t.cell_over}")
+    elif header.get("timed_out"):
         res.status = "timeout"
         res.notes.append(f"wall-clock limit of {limits.wall_s:g} s reached {where}")
     elif header.get("cpu_exceeded"):

@@ -690,7 +690,8 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
     n_workers = workers or config.execution.workers
     if runnable:  # the sandboxed workers start (seconds) while this process computes the reference values
         ex = config.execution
-        limits = Limits(wall_s=ex.wall_timeout_s, cpu_s=ex.cpu_timeout_s, memory_mb=ex.memory_mb,
+        limits = Limits(wall_s=ex.wall_timeout_s, cell_s=ex.cell_timeout_s, cpu_s=ex.cpu_timeout_s,
+                        memory_mb=ex.memory_mb,
                         processes=ex.max_processes, file_mb=ex.max_file_mb, output_kb=ex.max_output_kb)
         starter = ThreadPoolExecutor(1)
         pool_starting = starter.submit(WorkerPool, n_workers, limits=limits,
@@ -736,6 +737,7 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
 
 def _judge_exec(suite: Suite, sub: Submission, res: ExecResult) -> SubmissionResult:
     student = [f"cells {res.skipped_cells} were not run (tagged for training)"] if res.skipped_cells else []
+    student += res.student_notes  # time limits: the grader's words, the cell's first line from the notebook
     result = _result_from_exec(suite, sub, res.status, res.outputs, res.notes, student)
     if res.tampering:
         result.notes.append("tampering: " + "; ".join(res.tampering[:5]))

@@ -61,7 +61,7 @@ BLANK_PLUS = {
 # ... and their expected status (every one earns 0 points).
 STATUS = {"cheat_allclose": "tampering detected", "cheat_testing": "tampering detected",
           "cheat_builtins": "tampering detected", "cheat_grader": "tampering detected",
-          "infinite_loop": "timed out", "allocate_50gb": "out of memory", "sys_exit": "crashed",
+          "infinite_loop": "graded", "allocate_50gb": "out of memory", "sys_exit": "crashed",
           "os_exit": "crashed"}
 
 
@@ -72,7 +72,8 @@ def _save(nb: nbformat.NotebookNode, path: Path) -> None:
 
 def _config(tmp: Path) -> Path:
     text = (ROOT / "grading_config.yaml").read_text()
-    text = text.replace("wall_timeout_s: 30", "wall_timeout_s: 10").replace("cpu_timeout_s: 30", "cpu_timeout_s: 10")
+    text = text.replace("wall_timeout_s: 30", "wall_timeout_s: 20").replace("cpu_timeout_s: 30", "cpu_timeout_s: 20")
+    text = text.replace("cell_timeout_s: 10", "cell_timeout_s: 15")  # memory_tree needs ~10 s to go over
     text = text.replace("memory_mb: 4096", "memory_mb: 3072")
     path = tmp / "grading_config.yaml"
     path.write_text(text)
