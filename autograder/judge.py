@@ -558,8 +558,9 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 STUDENT_HELP = {
-    "timed out": "The notebook ran past the time limit; the cases that had not run earn nothing. Look for an "
-                 "endless loop, or training outside the cell tagged for it.",
+    "timed out": "The notebook as a whole ran past its time limit; what the cells before the running one "
+                 "defined was still graded, the rest earns nothing. Look for an endless loop, or training "
+                 "outside the cell tagged for it.",
     "out of memory": "The notebook used more memory than the grader allows; the cases that had not run earn "
                      "nothing. Look for very large arrays.",
     "crashed": "The notebook stopped the grader (sys.exit, exit() or a fatal error); the cases that had not run "
