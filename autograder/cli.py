@@ -163,7 +163,7 @@ class _VerbParser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="lesson83", formatter_class=_ShowDefaults,
-        description="Lesson 83 homework: build the release and grade it, one verb per pipeline stage. "
+        description="The Lesson 83 homework package: one verb per pipeline stage, all listed below. "
                     "`lesson83 VERB --help` shows a verb's options and their defaults.")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="VERB", parser_class=_VerbParser)
