@@ -204,7 +204,7 @@ def test_stored_floats_are_rounded_within_the_tolerances() -> None:
 
 # Template code (Jinja delimiters, the template's names) and directives of the question sources: none may reach
 # a student.
-LEFTOVERS = re.compile(r"\{\{|\{%|\{#|\bref\.|\b(fmt|table|milestone_bounds)\(|\blm_small\b"
+LEFTOVERS = re.compile(r"\{\{|\{%|\{#|\bref\.|(?<![.\w])(fmt|table|milestone_bounds)\(|\blm_small\b"
                        r"|<!--\s*(solution|tests|choices|written|cell)\s*-->")
 
 
