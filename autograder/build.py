@@ -124,11 +124,11 @@ def _otter_test(case: dict[str, Any], expected: dict[str, dict[str, Any]], cases
             f"    check_case(env, case)\n")
 
 
-def _summary_args(q: Question) -> str:
-    """check_summary's arguments for a question: its public case ids, its count of hidden cases, and whether its
-    answers are multiple choice (only their format is checked locally)."""
+def _summary_parts(q: Question) -> tuple[str, str]:
+    """A summary call's arguments: the question's public case ids, then its count of hidden cases and whether
+    its answers are multiple choice (checked only after submission)."""
     public = [c["id"] for c in q.cases if not c["hidden"]]
-    return f"{public!r}, hidden={sum(c['hidden'] for c in q.cases)}, answers={bool(q.choices)}"
+    return repr(public), f"hidden={sum(c['hidden'] for c in q.cases)}, answers={bool(q.choices)}"
 
 
 def _otter_summary_test(q: Question) -> str:
@@ -138,10 +138,12 @@ def _otter_summary_test(q: Question) -> str:
     line = checks.summary_line(public=sum(not c["hidden"] for c in q.cases), hidden=sum(c["hidden"] for c in q.cases),
                                answers=bool(q.choices))
     config = yaml.safe_dump({"hidden": False, "points": 0, "success_message": line}, sort_keys=True, width=1000)
+    public, args = _summary_parts(q)
     return (f'""" # BEGIN TEST CONFIG\n{config.strip()}\n""" # END TEST CONFIG\n'
             f"def test_summary(env):\n"
             f"    from lesson83_checks import check_summary\n"
-            f"    check_summary({_summary_args(q)})\n")
+            f"    public = {public}\n"
+            f"    check_summary(public, {args})\n")
 
 
 def _nbgrader_test(case: dict[str, Any], expected: dict[str, dict[str, Any]], cases: dict[str, dict[str, Any]]) -> str:
@@ -153,9 +155,10 @@ def _nbgrader_test(case: dict[str, Any], expected: dict[str, dict[str, Any]], ca
 
 def _nbgrader_summary(q: Question) -> str:
     """An ungraded cell after a question's check cells: what they covered, and how many more are graded later."""
+    public, args = _summary_parts(q)
     return (f"# {q.id}: what the check cells above covered\n"
             f"from lesson83_checks import public_summary\n"
-            f"print({q.id!r} + ': ' + public_summary({_summary_args(q)}))")
+            f"print({q.id + ': '!r} + public_summary({public}, {args}))")
 
 
 # How to check and submit: the one part of the text that differs between the two targets; it comes right
