@@ -119,16 +119,46 @@ def _otter_test(case: dict[str, Any], expected: dict[str, dict[str, Any]], cases
     config = yaml.safe_dump({"hidden": case["hidden"], "points": case["points"]}, sort_keys=True).strip()
     return (f'""" # BEGIN TEST CONFIG\n{config}\n""" # END TEST CONFIG\n'
             f"def test_{case['name']}(env):\n"
-            f"    from lesson83_checks import run_case\n"
+            f"    from lesson83_checks import check_case\n"
             f"    case = {_case_json(case, expected, cases)!r}\n"
-            f"    run_case(env, case)\n")
+            f"    check_case(env, case)\n")
+
+
+def _summary_parts(q: Question) -> tuple[str, str]:
+    """A summary call's arguments: the question's public case ids, then its count of hidden cases and whether
+    its answers are multiple choice (checked only after submission)."""
+    public = [c["id"] for c in q.cases if not c["hidden"]]
+    return repr(public), f"hidden={sum(c['hidden'] for c in q.cases)}, answers={bool(q.choices)}"
+
+
+def _otter_summary_test(q: Question) -> str:
+    """The question's last Otter case (0 points): it passes only when every public case passed, and then Otter
+    prints its success message, which says what was checked and what is graded after submission (instead of
+    a bare "All test cases passed!"); otherwise it fails with the count of public cases that did not pass."""
+    line = checks.summary_line(public=sum(not c["hidden"] for c in q.cases), hidden=sum(c["hidden"] for c in q.cases),
+                               answers=bool(q.choices))
+    config = yaml.safe_dump({"hidden": False, "points": 0, "success_message": line}, sort_keys=True, width=1000)
+    public, args = _summary_parts(q)
+    return (f'""" # BEGIN TEST CONFIG\n{config.strip()}\n""" # END TEST CONFIG\n'
+            f"def test_summary(env):\n"
+            f"    from lesson83_checks import check_summary\n"
+            f"    public = {public}\n"
+            f"    check_summary(public, {args})\n")
 
 
 def _nbgrader_test(case: dict[str, Any], expected: dict[str, dict[str, Any]], cases: dict[str, dict[str, Any]]) -> str:
     body = (f"# {case['id']} ({case['points']:g} points)\n"
-            f"from lesson83_checks import run_case\n"
-            f"run_case(globals(), {_case_json(case, expected, cases)!r})")
+            f"from lesson83_checks import check_case\n"
+            f"check_case(globals(), {_case_json(case, expected, cases)!r})")
     return body
+
+
+def _nbgrader_summary(q: Question) -> str:
+    """An ungraded cell after a question's check cells: what they covered, and how many more are graded later."""
+    public, args = _summary_parts(q)
+    return (f"# {q.id}: what the check cells above covered\n"
+            f"from lesson83_checks import public_summary\n"
+            f"print({q.id + ': '!r} + public_summary({public}, {args}))")
 
 
 # How to check and submit: the one part of the text that differs between the two targets; it comes right
@@ -250,7 +280,7 @@ def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]],
         opened = False
         for cell in _target_cells(q, "otter"):
             if cell.kind in ("solution", "choices") and q.graded and not opened:
-                points = [c["points"] for c in q.cases]
+                points = [c["points"] for c in q.cases] + [0]  # the summary case is worth nothing
                 cells.append(_raw("# BEGIN QUESTION\n" + yaml.safe_dump({"name": q.id, "points": points},
                                                                         sort_keys=False)))
                 opened = True
@@ -274,6 +304,7 @@ def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]],
             elif cell.kind == "tests":
                 cells.append(_raw("# BEGIN TESTS"))
                 cells += [_code(_otter_test(c, expected, cases)) for c in q.cases]
+                cells.append(_code(_otter_summary_test(q)))
                 cells.append(_raw("# END TESTS"))
                 cells.append(_raw("# END QUESTION"))
                 opened = False
@@ -332,6 +363,7 @@ def nbgrader_source(questions: list[Question], expected: dict[str, dict[str, Any
                                                   points=c["points"])))
                     else:  # an ungraded local check (e.g. the answer format)
                         cells.append(_code(_nbgrader_test(c, expected, cases)))
+                cells.append(_code(_nbgrader_summary(q)))
                 if q.id.startswith("m1") and checkpoint_points:
                     cells.append(_md("**Milestone checkpoint.** The grader re-evaluates `milestone.pt` next to "
                                      "this notebook and compares it with `milestone.json` and the bounds above "

@@ -1,4 +1,4 @@
-"""Thin command line over the pipeline stages: `lesson83 release | selfcheck`."""
+"""Thin command line over the pipeline stages of the Lesson 83 homework: one verb per stage."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from autograder.build import BuildError
 from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError
@@ -158,10 +159,35 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that ends each option with its default, unless it has none or its text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, argparse.SUPPRESS) or "default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+CONFIG_HELP = "grading_config.yaml to use"
+
+
+class _VerbParser(argparse.ArgumentParser):
+    """A verb's parser: its help shows every default, and it takes --config after the verb too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _ShowDefaults)
+        super().__init__(*args, **kwargs)
+        self.add_argument("--config", type=Path, default=argparse.SUPPRESS,
+                          help=f"{CONFIG_HELP} (default: {DEFAULT_CONFIG})")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lesson83", description=__doc__)
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="grading_config.yaml to use")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="lesson83", formatter_class=_ShowDefaults,
+        description="The Lesson 83 homework package: one verb per pipeline stage, all listed below. "
+                    "`lesson83 VERB --help` shows a verb's options and their defaults.")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=CONFIG_HELP)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="VERB", parser_class=_VerbParser)
     p = sub.add_parser("release", help="build the student release, the Otter zip and the nbgrader release")
     p.add_argument("--check", action="store_true", help="only report whether student_templates/ is stale")
     p.set_defaults(func=cmd_release)
@@ -171,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("submissions", type=Path, help="folder of .ipynb files, per-student folders or zips")
     p.add_argument("--out", type=Path, default=ROOT / "dist" / "grades", help="where to write the grades")
     p.add_argument("--force", action="store_true", help="regrade even unchanged submissions")
-    p.add_argument("--workers", type=int, default=None, help="parallel workers (default: from the config)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="parallel workers (default: execution.workers of the config)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_grade)
     p = sub.add_parser("gradescope", help="grade one Gradescope submission folder into results.json")

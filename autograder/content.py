@@ -388,6 +388,8 @@ def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR,
         if manual and not fm.written:
             raise ContentError(f"{path}: question {fm.id}: a manual question needs `written:` parts")
         q.cells = split_cells(_render(body, path, fm.id, config), path, fm.id)
+        if graded:
+            _heading_points(q, config)
         kinds = [c.kind for c in q.cells]
         if fm.solution and kinds.count("solution") != 1:
             raise ContentError(f"{path}: question {fm.id}: needs exactly one <!-- solution --> line")
@@ -402,6 +404,26 @@ def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR,
         raise ContentError(f"grading_config.yaml: questions {sorted(missing)} have points but no file in "
                            f"{directory}")
     return questions
+
+
+def _heading_points(q: Question, config: GradingConfig) -> None:
+    """Put the question's points in its heading (the first `## ` line): inside the closing "(`id`)" when the
+    heading ends with it, else after it; a milestone adds its checkpoint's points, a manual question says so."""
+    points = f"{q.points:g} points"
+    if q.manual:
+        points += ", graded by hand"
+    elif q.id.startswith("m") and config.milestone.points:
+        points += f"; {config.milestone.points:g} more for the checkpoint"
+    for cell in q.cells:
+        lines = cell.source.splitlines()
+        at = next((i for i, line in enumerate(lines) if line.startswith("## ")), None)
+        if cell.kind == "markdown" and at is not None:
+            tail = f"(`{q.id}`)"
+            head = lines[at].rstrip()
+            lines[at] = head[:-1] + f", {points})" if head.endswith(tail) else f"{head} ({points})"
+            cell.source = "\n".join(lines)
+            return
+    raise ContentError(f"{q.path}: question {q.id}: no `## ` heading to show its points in")
 
 
 def mc_answers(questions: list[Question]) -> dict[str, str]:

@@ -986,5 +986,52 @@ def run_case(env: dict[str, Any], case_json: str) -> None:
         raise AssertionError(gate_message(case["id"], blocked))
 
 
+# --------------------------------------------------------------------------- local checks: one thread, a summary
+
+LOCAL_RESULTS: dict[str, bool] = {}  # case id -> whether its latest local check passed (read by the summary)
+
+
+def check_case(env: dict[str, Any], case_json: str) -> None:
+    """run_case as the notebook's checks call it: on one torch thread (a check is small, and on a busy machine
+    more threads only wait for each other), restoring the student's setting after, and recorded for the
+    question's summary."""
+    torch = _torch()
+    case_id, threads = json.loads(case_json)["id"], torch.get_num_threads()
+    LOCAL_RESULTS[case_id] = False
+    torch.set_num_threads(1)
+    try:
+        run_case(env, case_json)
+    finally:
+        torch.set_num_threads(threads)
+    LOCAL_RESULTS[case_id] = True
+
+
+def summary_line(*, public: int, hidden: int, failed: int = 0, answers: bool = False) -> str:
+    """What a question's local check covered: its public tests, and how many more are graded after submission."""
+    if failed:
+        done = f"{failed} of {public} public {'test' if public == 1 else 'tests'} did not pass (see above)"
+    else:
+        done = "the 1 public test passed" if public == 1 else f"all {public} public tests passed"
+    after = (f"{hidden} more {'test is' if hidden == 1 else 'tests are'} graded after you submit" if hidden
+             else "no other test is graded")
+    note = (" Only the format of your answers is checked here: whether they are right is checked after you "
+            "submit.") if answers else ""
+    return f"{done}; {after}.{note}"
+
+
+def public_summary(public: list[str], *, hidden: int, answers: bool = False) -> str:
+    """summary_line for the public cases `public` (ids), from their latest local checks (not run: not passed)."""
+    failed = sum(not LOCAL_RESULTS.get(cid, False) for cid in public)
+    return summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers)
+
+
+def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> None:
+    """Otter's last case of a question: passes (and Otter prints summary_line as its message) only when every
+    public case passed, else fails with the count, so a local check never reads as "all tests passed"."""
+    failed = sum(not LOCAL_RESULTS.get(cid, False) for cid in public)
+    if failed:
+        raise AssertionError(summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers))
+
+
 __all__ = ["PROBES", "CHECKS", "Verdict", "run_probe", "judge", "run_case", "gate_message", "to_plain", "from_plain",
            "dumps", "loads", "trace_devices", "device_message"]

@@ -1,4 +1,5 @@
-"""Smoke test of benchmarks/grading_throughput.py: a tiny run on the sample class prints its figures and ratio."""
+"""Smoke tests of the benchmarks: grading_throughput.py (a tiny run on the sample class prints its figures and
+ratio) and check_speed.py (one timed grader.check per question prints a row per question)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from autograder.build import tool_env
 from autograder.config import ROOT
+from autograder.judge import Suite
 
 
 def test_grading_throughput_smoke(fresh_build: dict[str, Path]) -> None:
@@ -24,3 +26,19 @@ def test_grading_throughput_smoke(fresh_build: dict[str, Path]) -> None:
     assert re.search(r"^ratio otter median / our median: [\d.]+x \(same subset only: [\d.]+x\)", out, re.M), out
     assert re.search(r"^our median per submission: [\d.]+ s", out, re.M), out
     assert "0 disagreement(s) on auto-graded totals among 1 submission(s)" in out, out
+
+
+def test_check_speed_smoke(fresh_build: dict[str, Path], suite: Suite) -> None:
+    """Every question's grader.check on a fresh student release, under one load process: a timing per question."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "check_speed.py"), "--smoke",
+           "--student", str(fresh_build["student"])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=tool_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert re.search(r"^load: 1 busy-loop process\(es\) during the timing", out, re.M), out
+    checked = [q for q in suite.questions if q.cases]
+    for q in checked:
+        public = sum(not c["hidden"] for c in q.cases)
+        row = rf"^{q.id}\s+\|\s+{public} \|\s+[\d.]+ \|\s+[\d.]+ \|\s+0\.30 \| (yes|NO)$"
+        assert re.search(row, out, re.M), out
+    assert re.search(rf"^\d+ of {len(checked)} within the goal of 0.3 s", out, re.M), out

@@ -529,3 +529,25 @@ def test_same_weights_are_evaluated_once(tiny_checkpoint: tuple[Path, Path], mon
     monkeypatch.setattr(ms, "_run_child", lambda *a, **k: pytest.fail("evaluated the same weights again"))
     again = ms.verify_checkpoint(pt.read_bytes(), js, schemes=("rope",), rules=rules(), max_windows=20)
     assert again["schemes"]["rope"]["ppl"] == first["schemes"]["rope"]["ppl"]
+
+
+# --------------------------------------------------------------------------- training progress
+
+
+def test_progress_names_the_scheme_and_the_time_left(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    tiny = {"steps": 4, "batch_size": 2, "context": 16, "lr": 1e-3, "seed": 0, "eval_windows": 2}
+    monkeypatch.setitem(lm.PRESETS, "tiny", tiny)
+    lm.run_milestone(TinyCharLM, "tiny", schemes=("rope", "alibi"), device="cpu")
+    out = capsys.readouterr().out
+    for n, pos in enumerate(("rope", "alibi"), 1):
+        assert re.search(rf"scheme {n}/2 {pos} \[#{{20}}\] 4/4 loss [\d.]+ [\d,]+ tok/s, about \d+ s left", out), out
+        assert f"scheme {n}/2 {pos}: validation perplexity measured in" in out
+
+
+def test_time_left_counts_the_later_schemes_and_evaluations() -> None:
+    # 100 of 1000 steps in 10 s, scheme 2 of 5: 900 more steps here and 3 x 1000 in the later schemes.
+    assert lm.time_left(done=100, steps=1000, seconds=10.0, stage=(2, 5)) == pytest.approx(390.0)
+    assert lm.time_left(done=1000, steps=1000, seconds=60.0, stage=(5, 5), later_s=7.5) == pytest.approx(7.5)
+    assert lm.time_left(done=500, steps=1000, seconds=50.0) == pytest.approx(50.0)
+    assert [lm.duration(s) for s in (0.4, 59, 390, 3725)] == ["0 s", "59 s", "6 min 30 s", "1 h 02 min"]

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from autograder.build import TRAIN_TAG, diff_trees, tool_env
 from autograder.config import ROOT
@@ -201,10 +202,176 @@ def test_stored_floats_are_rounded_within_the_tolerances() -> None:
     assert plain[:2] == [0.0, 0.333333] and plain[3:] == [7, True, "x"] and str(plain[0]) == "0.0"
 
 
-def test_no_template_or_source_leftovers_reach_students() -> None:
-    """Every student-facing file of the committed release is rendered: no Jinja code and no `ref.` calls."""
-    for path in sorted((ROOT / "student_templates").rglob("*")):
-        if path.is_file() and path.suffix in (".ipynb", ".py", ".md"):
-            text = path.read_text()
-            for leftover in ("{{", "{%", "ref."):
-                assert leftover not in text, f"{path}: {leftover!r}"
+# Template code (Jinja delimiters, the template's names) and directives of the question sources: none may reach
+# a student.
+LEFTOVERS = re.compile(r"\{\{|\{%|\{#|\bref\.|(?<![.\w])(fmt|table|milestone_bounds)\(|\blm_small\b"
+                       r"|<!--\s*(solution|tests|choices|written|cell)\s*-->")
+
+
+def _leftovers(files: list[Path]) -> list[str]:
+    """'file: leftover in context' for every template or source leftover in the files."""
+    found = []
+    for f in files:
+        text = f.read_text(errors="replace")
+        found += [f"{f}: {m.group(0)!r} in {text[max(0, m.start() - 40):m.end() + 40]!r}"
+                  for m in LEFTOVERS.finditer(text)]
+    return found
+
+
+def _all_student_facing(fresh_build: dict[str, Path]) -> list[Path]:
+    """The three targets' student-facing files: the committed and fresh student folders, Otter's student release,
+    nbgrader's release and the source notebook it is made from (and the shipped .py files beside them)."""
+    source = fresh_build["nbgrader"] / "source"
+    return _student_files(fresh_build) + [p for p in source.rglob("*") if p.is_file()
+                                          and "__pycache__" not in p.parts]
+
+
+def test_no_template_or_source_leftovers_reach_students(fresh_build: dict[str, Path]) -> None:
+    """Every student-facing file of every target is rendered: no Jinja code, no `ref.` calls, no directives."""
+    files = _all_student_facing(fresh_build)
+    roots = (TEMPLATES, fresh_build["otter"] / "student", fresh_build["nbgrader"] / "release",
+             fresh_build["nbgrader"] / "source")
+    for root in roots:  # each target: its notebook, its test files (Otter) and the shipped modules
+        names = {p.name for p in files if root in p.parents}
+        assert {"lesson83.ipynb", "lesson83_checks.py", "lesson83_milestone.py"} <= names, root
+    assert any(p.parent.name == "tests" for p in files)
+    assert _leftovers(files) == []
+
+
+def test_leftover_scan_finds_a_planted_leftover(fresh_build: dict[str, Path], tmp_path: Path) -> None:
+    """The scan above can fail: a copy of each target's notebook with one leftover planted in a cell is caught."""
+    plants = ("$\\sin(1/100) \\approx {{ fmt(ref.sinusoidal_pe(2, 4)[1, 2]) }}$", "{% if x %}A{% endif %}",
+              "see ref.rope_cache", "<!-- tests -->")
+    notebooks = [fresh_build["otter"] / "student" / "lesson83.ipynb",
+                 fresh_build["nbgrader"] / "release" / "lesson83" / "lesson83.ipynb"]
+    for n, (plant, notebook) in enumerate((p, nb) for p in plants for nb in notebooks):
+        nb = nbformat.read(str(notebook), as_version=4)
+        nb.cells[len(nb.cells) // 2].source += "\n" + plant
+        planted = tmp_path / f"{n}.ipynb"
+        nbformat.write(nb, str(planted))
+        assert _leftovers([notebook]) == [] and len(_leftovers([planted])) >= 1, plant
+    test_file = tmp_path / "q8_checks.py"
+    test_file.write_text((fresh_build["otter"] / "student" / "tests" / "q8_checks.py").read_text() + "# {{ x }}\n")
+    assert len(_leftovers([test_file])) == 1
+
+
+def test_headings_show_each_questions_points(fresh_build: dict[str, Path], suite: Suite) -> None:
+    notebooks = [fresh_build["student"] / "lesson83.ipynb", fresh_build["nbgrader"] / "release" / "lesson83" /
+                 "lesson83.ipynb"]
+    for notebook in notebooks:
+        headings = [line for c in nbformat.read(str(notebook), as_version=4).cells if c.cell_type == "markdown"
+                    for line in c.source.splitlines() if line.startswith("## ")]
+        for q in suite.questions:
+            if q.graded and q.cells:
+                mine = [h for h in headings if f"`{q.id}`" in h]
+                assert len(mine) == 1 and f"(`{q.id}`, {q.points:g} points" in mine[0], (notebook, q.id, mine)
+                if q.manual:
+                    assert "graded by hand" in mine[0]
+                if q.id.startswith("m"):
+                    assert f"{suite.config.milestone.points:g} more for the checkpoint" in mine[0]
+
+
+# --------------------------------------------------------------------------- what a local check says
+
+# Runs the real checks of a built target on the reference solution (optionally with one catalogued mistake) and
+# the given multiple-choice answers, with the student's torch at 3 threads; prints what each check printed.
+LOCAL_CHECKS = """
+import contextlib, io, json, sys
+import nbformat, torch
+from reference.mistakes import MISTAKES, reference_namespace
+target, mistake, answers, questions = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4:]
+env = reference_namespace(next((m for m in MISTAKES if m.id == mistake), None)) | answers
+seen, pe = [], env["sinusoidal_pe"]
+env["sinusoidal_pe"] = lambda *a: seen.append(torch.get_num_threads()) or pe(*a)
+torch.set_num_threads(3)
+out = {}
+if target == "otter":
+    import otter
+    grader = otter.Notebook("lesson83.ipynb")
+    out = {q: str(grader.check(q, env)) for q in questions}
+else:  # nbgrader: the release's visible check cells of the question, then its summary cell
+    cells = nbformat.read("lesson83.ipynb", as_version=4).cells
+    for q in questions:
+        printed = io.StringIO()
+        for cell in cells:
+            if cell.cell_type == "code" and cell.source.startswith((f"# {q}/", f"# {q}: ")):
+                with contextlib.redirect_stdout(printed):
+                    try:
+                        exec(cell.source, env)
+                    except AssertionError:
+                        pass
+        out[q] = printed.getvalue()
+print(json.dumps({"checks": out, "threads_during": sorted(set(seen)), "threads_after": torch.get_num_threads()}))
+"""
+
+
+def _local_checks(folder: Path, target: str, mistake: str, answers: dict[str, str],
+                  questions: tuple[str, ...], tmp_path: Path) -> dict:
+    work = tmp_path / f"{target}-{mistake}"
+    shutil.copytree(folder, work)
+    proc = subprocess.run([sys.executable, "-c", LOCAL_CHECKS, target, mistake, json.dumps(answers), *questions],
+                          cwd=work, capture_output=True, text=True, env=tool_env(), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_local_checks_say_public_and_hidden_counts(fresh_build: dict[str, Path], suite: Suite,
+                                                   tmp_path: Path) -> None:
+    """A real grader.check (Otter) and the nbgrader release's check cells, on the built student files: they say how
+    many public tests passed and how many more are graded after submission, and, for Q8, that the answers are
+    only checked then (a wrong answer passes locally); they run on one torch thread and restore the student's 3."""
+    from autograder.content import mc_answers
+
+    right = mc_answers(list(suite.questions))
+    wrong = {var: next(x for x in "ABCD" if x != letter) for var, letter in right.items()}
+    count = {q.id: (sum(not c["hidden"] for c in q.cases), sum(c["hidden"] for c in q.cases))
+             for q in suite.questions}
+    (n2, m2), (n8, m8) = count["q2_sinusoidal_pe"], count["q8_checks"]
+    assert n2 > 1 and m2 > 1 and n8 == 1 and m8 == 5
+    passed = f"all {n2} public tests passed; {m2} more tests are graded after you submit."
+    answers = (f"the 1 public test passed; {m8} more tests are graded after you submit. Only the format of your "
+               "answers is checked here: whether they are right is checked after you submit.")
+    failed = re.compile(rf"\d+ of {n2} public tests did not pass \(see above\); {m2} more tests are graded after "
+                        "you submit.")
+    folders = {"otter": fresh_build["otter"] / "student", "nbgrader": fresh_build["nbgrader"] / "release" / "lesson83"}
+    for target, folder in folders.items():
+        good = _local_checks(folder, target, "none", wrong, ("q2_sinusoidal_pe", "q8_checks"), tmp_path)
+        assert passed in good["checks"]["q2_sinusoidal_pe"], (target, good)
+        assert answers in good["checks"]["q8_checks"], (target, good)
+        assert good["threads_during"] == [1] and good["threads_after"] == 3, (target, good)
+        bad = _local_checks(folder, target, "pe_sin_cos_swapped", right, ("q2_sinusoidal_pe",), tmp_path)
+        text = bad["checks"]["q2_sinusoidal_pe"]
+        assert failed.search(text) and "public tests passed" not in text, (target, text)
+        if target == "otter":
+            assert "All test cases passed" not in text
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_cli_help_lists_every_verb_and_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    """The top-level description names no subset of the verbs; every verb's help gives each option's default."""
+    from autograder.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["no-such-verb"])
+    verbs = re.findall(r"'([a-z]+)'", capsys.readouterr().err.split("choose from", 1)[1])
+    assert {"release", "selfcheck", "grade", "gradescope", "report"} <= set(verbs)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = capsys.readouterr().out
+    description = top.split("\n\n")[1]
+    named = [v for v in verbs if re.search(rf"\b{v}\b", description)]
+    assert named in ([], verbs), f"the description names only {named}"
+    assert all(re.search(rf"^\s+{v}\s", top, re.M) for v in verbs)
+    for verb in verbs:
+        with pytest.raises(SystemExit):
+            main([verb, "--help"])
+        text = capsys.readouterr().out
+        options = [o for o in re.split(r"\n(?=  -)", text.split("options:", 1)[1]) if o.strip()]
+        assert len(options) >= 2, verb
+        for option in options:
+            flat = " ".join(option.split())
+            if not flat.startswith("-h, --help"):
+                assert "default:" in flat, f"{verb}: {flat}"
+        assert "--config" in text, verb

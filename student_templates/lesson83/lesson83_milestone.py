@@ -166,7 +166,8 @@ GRAPH_WARMUP = 3  # eager steps on a side stream before a CUDA graph is captured
 def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, batch_size: int = 64,
           context: int = 128, lr: float = 1e-3, seed: int = 0, device: str | torch.device | None = None,
           progress: bool = True, report_every: int = 100, compile: bool = False, precision: str = "bf16",
-          graph: bool | None = None, info: dict[str, Any] | None = None) -> tuple[nn.Module, list[float]]:
+          graph: bool | None = None, info: dict[str, Any] | None = None, stage: tuple[int, int] = (1, 1),
+          later_s: float = 0.0) -> tuple[nn.Module, list[float]]:
     """Train one model_cls(pos=pos, **ARCH); returns the model and the mean training loss per report interval.
 
     AdamW (weight decay 0). On CUDA, precision "bf16" trains under bf16 autocast and "tf32" in float32
@@ -177,6 +178,8 @@ def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, b
     compile=True trains through torch.compile (worth its start-up time only for long runs; needs a C++
     compiler on a CPU). A model whose forward pass mixes devices is refused before any training. info, if
     given, receives graph (whether steps were replayed from a CUDA graph), note and seconds (the steps alone).
+    The progress line names the run as scheme `stage` = (i, n) of n (later runs train as many steps) and
+    estimates the time left (time_left: the remaining steps of all n at this run's pace, plus later_s).
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -207,8 +210,10 @@ def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, b
         if progress:
             rate = (done - last) * batch_size * context / (now - tick)
             bar = "#" * (20 * done // steps)
-            print(f"\r{pos:>10} [{bar:<20}] {done}/{steps} loss {history[-1]:.3f} {rate:,.0f} tok/s",
-                  end="\n" if done == steps else "", flush=True)
+            left = time_left(done=done, steps=steps, seconds=now - began, stage=stage, later_s=later_s)
+            name = f"scheme {stage[0]}/{stage[1]} {pos}" if stage[1] > 1 else pos
+            print(f"\r{name:>22} [{bar:<20}] {done}/{steps} loss {history[-1]:.3f} {rate:,.0f} tok/s, "
+                  f"about {duration(left)} left   ", end="\n" if done == steps else "", flush=True)
         tick, last = now, done
 
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -235,6 +240,24 @@ def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, b
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     info["seconds"] = time.perf_counter() - began
     return model, history
+
+
+def time_left(*, done: int, steps: int, seconds: float, stage: tuple[int, int] = (1, 1),
+              later_s: float = 0.0) -> float:
+    """Seconds left when `done` of `steps` took `seconds` in run stage[0] of stage[1] (each later run trains as
+    many steps at the same pace), plus later_s for work that steps do not measure (evaluation)."""
+    per_step = seconds / max(done, 1)
+    return (steps - done + (stage[1] - stage[0]) * steps) * per_step + later_s
+
+
+def duration(seconds: float) -> str:
+    """A time for people: '45 s', '3 min 05 s', '1 h 02 min'."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 def _graphed_steps(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor, starts: torch.Tensor,
@@ -317,18 +340,26 @@ def run_milestone(model_cls: Callable[..., nn.Module], preset: str = "quick", *,
                   graph: bool | None = None) -> tuple[dict[str, nn.Module], dict[str, dict[int, float]]]:
     """Train and evaluate one model per scheme with a preset; returns the models and the perplexity table.
 
-    Every scheme's model is checked for mixed devices before the first one trains (ValueError)."""
+    Every scheme's model is checked for mixed devices before the first one trains (ValueError). The progress
+    names the scheme being trained (scheme 2/5 sinusoidal) and estimates the time left, evaluations included
+    once one has been timed."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
     cfg = PRESETS[preset]
     for pos in schemes:
         check_devices(model_cls, pos)
-    models, table = {}, {}
-    for pos in schemes:
+    models, table, eval_s = {}, {}, []
+    for i, pos in enumerate(schemes, 1):
+        evaluations = (len(schemes) - i + 1) * sum(eval_s) / len(eval_s) if eval_s else 0.0
         models[pos], _ = train(model_cls, pos, steps=cfg["steps"], batch_size=cfg["batch_size"],
                                context=cfg["context"], lr=cfg["lr"], seed=cfg["seed"], device=device,
-                               progress=progress, precision=precision, graph=graph)
+                               progress=progress, precision=precision, graph=graph, stage=(i, len(schemes)),
+                               later_s=evaluations)
+        began = time.perf_counter()
         table[pos] = evaluate_ppl(models[pos], max_windows=cfg["eval_windows"])
+        eval_s.append(time.perf_counter() - began)
+        if progress:
+            print(f"scheme {i}/{len(schemes)} {pos}: validation perplexity measured in {duration(eval_s[-1])}")
     if progress:
         print(format_table(table))
     return models, table

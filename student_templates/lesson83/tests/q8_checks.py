@@ -4,11 +4,18 @@ from otter.test_files import test_case
 OK_FORMAT = False
 
 name = "q8_checks"
-points = [0.0]
+points = [0.0, 1.6]
 
 @test_case(points=0.0, hidden=False)
 def test_answers_valid(env):
-    from lesson83_checks import run_case
+    from lesson83_checks import check_case
     case = '{"args":{"names":["q8_equivariance","q8_pe_value","q8_rope_vs_alibi","q8_learned_rows","q8_alibi_slope"]},"atol":0.0001,"check":"choices_valid","diagnosis":null,"dtype":null,"expected":{"variants":[]},"first":null,"gate":[],"id":"q8_checks/answers_valid","points":0.0,"probe":"answers","question":"q8_checks","requires":[],"revisit":"answer with a single letter string.","rtol":0.0001,"second":null,"what":null,"why":null,"words":[]}'
-    run_case(env, case)
+    check_case(env, case)
+
+@test_case(points=0, hidden=False, 
+    success_message="the 1 public test passed; 5 more tests are graded after you submit. Only the format of your answers is checked here: whether they are right is checked after you submit.")
+def test_summary(env):
+    from lesson83_checks import check_summary
+    public = ['q8_checks/answers_valid']
+    check_summary(public, hidden=5, answers=True)
 
