@@ -349,8 +349,10 @@ def learned_grad(env: dict[str, Any], max_len: int, d_model: int, T: int) -> dic
     if len(grads) != 1:
         raise TypeError(f"expected one 2-D trainable table with a gradient, found {len(grads)}")
     g = grads[0]
-    rows = g if g.shape[0] == max_len else g.T
-    return {"value": as_array(rows.norm(dim=1), "gradient row norms")}
+    transposed = g.shape[0] != max_len and g.shape[1] == max_len  # (d_model, max_len): positions are columns
+    rows = g.T if transposed else g
+    return {"value": as_array(rows.norm(dim=1), "gradient row norms"), "shape": list(g.shape),
+            "transposed": bool(transposed)}
 
 
 @probe
@@ -678,6 +680,19 @@ def _where(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> str:
             f"({int(bad.sum())} of {bad.size} values differ)")
 
 
+def _teaching_row(bad: np.ndarray) -> tuple[int, ...]:
+    """The row to show for a mismatch: the first row that differs; but in a square (..., T, T) table of queries
+    by keys (a bias or a mask), the last query row of that block that differs, whose keys are all past or
+    present (row 0 of an ALiBi bias holds only future keys, which the mask removes anyway)."""
+    if bad.ndim < 2:
+        return ()
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    if bad.shape[-1] == bad.shape[-2]:
+        rows = np.flatnonzero(bad[idx[:-2]].any(axis=-1))
+        return (*idx[:-2], int(rows[-1]))
+    return idx[:-1]
+
+
 def _row(arr: np.ndarray, index: tuple[int, ...]) -> str:
     return _fmt(arr[index]) if arr.ndim > 1 else _fmt(arr)
 
@@ -732,8 +747,7 @@ def close(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -
         return _fail(case, f"{what} contains NaN; expected {_fmt(want)}")
     if _close(value, want, atol, rtol):
         return Verdict(True)
-    idx = tuple(int(i) for i in np.argwhere(~np.isclose(value, want, atol=atol, rtol=rtol))[0])
-    row = idx[:-1] if want.ndim > 1 else ()
+    row = _teaching_row(~np.isclose(value, want, atol=atol, rtol=rtol))
     label = f" row {list(row)}" if row else ""
     text = (f"{what} does not match {case.get('against', 'the reference')}.\n  expected{label}: {_row(want, row)}\n"
             f"  received{label}: {_row(value, row)}\n  {_where(value, want, atol, rtol)}")
@@ -848,7 +862,12 @@ def grad_rows(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any
     got_rows, want_rows = np.asarray(got["value"]) > 0, np.asarray(expected["value"]["value"]) > 0
     if got_rows.shape == want_rows.shape and (got_rows == want_rows).all():
         return Verdict(True)
-    return _fail(case, f"rows with a non-zero gradient: {np.flatnonzero(got_rows).tolist()}, expected "
+    max_len, shape = case["args"]["max_len"], got.get("shape")
+    if shape and max_len not in shape[:2]:  # neither its rows nor its columns are the positions
+        return _fail(case, f"the trainable table has shape {shape}, so it has {shape[0]} rows, not one per "
+                     f"position: expected max_len = {max_len} rows, nn.Embedding(max_len, d_model).")
+    kind = "positions (columns of your transposed table)" if got.get("transposed") else "rows"
+    return _fail(case, f"{kind} with a non-zero gradient: {np.flatnonzero(got_rows).tolist()}, expected rows "
                  f"{np.flatnonzero(want_rows).tolist()}: a sequence of length T reads rows 0..T-1 only.")
 
 
