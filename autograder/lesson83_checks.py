@@ -1085,6 +1085,9 @@ def builds_on(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any
     atol, rtol = case["atol"], case["rtol"]
     if isinstance(mine, dict) and "error" in mine:
         err = mine["error"]
+        if STUB in str(err.get("message", "")):
+            return _with_note(verdict, f"This comes from {label}, which is not filled in yet: fill it in {where} "
+                                       "first.")
         return _with_note(verdict, f"This comes from {label}: {spec['what']} raised {err['type']}: "
                                    f"{err['message']}. Fix it in {where} first.")
     if not isinstance(mine, dict):
