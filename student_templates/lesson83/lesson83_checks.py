@@ -1002,7 +1002,7 @@ def lm_same_device(case: dict[str, Any], got: dict[str, Any], expected: dict[str
 # the question where it is made: such a case names under args["basis"] a probe of the student's own earlier
 # function, and the probe returns that output alongside. Where the expected value follows from it ("own": how),
 # a case that misses the reference passes when it matches what the student's own earlier output gives, computed
-# here (in the grader's process, or in the student's notebook for a local check), never from reference code or
+# here (in the grader's process, or in the student's notebook for a local check), never with reference code or
 # tables shipped for the purpose. Only a genuine attempt stands in for the reference: the right shape, finite,
 # and not degenerate (a table must change with position; RoPE must turn q and k and keep their lengths), so code
 # that computes nothing still earns nothing. Where the expected value cannot follow (the milestone model), the
