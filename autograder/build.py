@@ -86,6 +86,9 @@ def _case_data(case: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]
     keep = {k: v for k, v in case.items() if k not in ("name", "weight", "hidden")}
     if case["check"] not in checks.USES_EXPECTED:
         expected = {"variants": expected["variants"]}
+    elif (case["args"].get("basis") or {}).get("own") and "basis" in expected["value"]:  # judged from the
+        # student's own earlier output: the reference's earlier output is not needed and not shipped
+        expected = expected | {"value": {k: v for k, v in expected["value"].items() if k != "basis"}}
     return keep | {"expected": expected}
 
 

@@ -155,16 +155,33 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
         case = by_id[case_id]
         return verdicts[case_id].passed and all(holds(f"{case['question']}/{r}") for r in case.get("requires", []))
 
-    results = []
+    results, waits = [], {}
     for case in suite.cases:
         verdict, got = verdicts[case["id"]], outputs.get(case["id"])
         blocked = [f"{case['question']}/{r}" for r in case.get("requires", []) if not holds(f"{case['question']}/{r}")]
-        if verdict.passed and blocked:
-            verdict = checks.Verdict(False, checks.gate_message(case["id"], blocked))
+        waits[case["id"]] = blocked
+        verdict = checks.gated(case, verdict, [(cid, verdicts[cid]) for cid in blocked])
         received = None if verdict.passed or got is None else checks.to_plain(got)
         results.append(CaseResult(case["id"], case["question"], case["points"] if verdict.passed else 0.0,
                                   case["points"], verdict.passed, case["hidden"], verdict.message,
                                   verdict.diagnosis, received))
+    return _one_line_per_stub(results, waits)
+
+
+def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]]) -> list[CaseResult]:
+    """Failures of one question that come from stubs not filled in read as one line: the first case says it;
+    the question's other stub failures, and the properties that wait only for them, point to it."""
+    stubs = {r.id for r in results if not r.passed and checks.STUB in r.message}
+    first: dict[str, CaseResult] = {}
+    for r in results:
+        if r.id in stubs:
+            first.setdefault(r.question, r)
+    for r in results:
+        lead = first.get(r.question)
+        if lead is None or r is lead or r.passed:
+            continue
+        if r.id in stubs or (waits.get(r.id) and set(waits[r.id]) <= stubs):
+            r.message = f"{r.id}: not filled in yet (see {lead.id})"
     return results
 
 

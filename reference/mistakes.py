@@ -256,6 +256,15 @@ def alibi_attention(q, k, v):
     scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
 """),
+    Mistake("alibi_bias_scaled", "q7_alibi",
+            "the ALiBi bias is divided by sqrt(d) together with the scores; only q k^T is scaled: "
+            "scores = q k^T / sqrt(d) + alibi_bias(H, T).", """
+def alibi_attention(q, k, v):
+    H, T, d = q.shape[-3], q.shape[-2], q.shape[-1]
+    scores = (q @ k.transpose(-2, -1) + alibi_bias(H, T).to(q.dtype)) / math.sqrt(d)
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+"""),
     Mistake("alibi_paper_slopes", "q7_alibi",
             "the slopes follow the ALiBi paper's get_slopes, which for a head count that is not a power of two "
             "takes the slopes of the next lower power of two and interleaves some of the next higher; this "
@@ -312,6 +321,33 @@ class TinyCharLM(TinyCharLM):
             scores = q @ k.transpose(-2, -1) + alibi_bias(self.num_heads, T).to(q.dtype)
             scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
             return scores.softmax(-1) @ v
+        return super().attend(q, k, v)
+"""),
+    Mistake("lm_rope_model_width", "m1_tinycharlm",
+            "inside the model, the RoPE frequencies use the model width num_hiddens instead of the per-head width "
+            "head_dim: build the tables with rope_cache(T, self.head_dim).", """
+class TinyCharLM(TinyCharLM):
+    def attend(self, q, k, v):
+        if self.pos == "rope":
+            T, d = q.shape[-2], self.head_dim
+            theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / (d * self.num_heads))
+            angles = torch.outer(torch.arange(T, dtype=torch.float64), theta).to(q.device)
+            cos, sin = torch.cos(angles).to(q.dtype), torch.sin(angles).to(q.dtype)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return super().attend(q, k, v)
+"""),
+    Mistake("lm_alibi_bias_scaled", "m1_tinycharlm",
+            "inside the model, the ALiBi bias is divided by sqrt(head_dim) with the scores; only q k^T is scaled, "
+            "the bias is added as it is.", """
+class TinyCharLM(TinyCharLM):
+    def attend(self, q, k, v):
+        if self.pos == "alibi":
+            T = q.shape[-2]
+            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+            bias = alibi_bias(self.num_heads, T).to(q.device) / math.sqrt(self.head_dim)
+            mask = bias.masked_fill(future, float("-inf")).to(q.dtype)[None]
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return super().attend(q, k, v)
 """),
     Mistake("lm_pe_parameter", "m1_tinycharlm",

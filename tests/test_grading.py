@@ -414,3 +414,163 @@ def test_a_gated_property_says_which_value_case_must_pass_first(suite: Suite) ->
     assert scores["q1_equivariance"] == 0
     assert all(scores[q.id] == pytest.approx(q.points) for q in suite.questions
                if q.id in scores and q.id != "q1_equivariance")
+
+
+# --------------------------------------------------------------------------- one penalty per mistake (#11)
+
+EARLIER = {"pe_sin_cos_swapped": "Q2 `sinusoidal_pe`", "pe_exponent_i_over_d": "Q2 `sinusoidal_pe`",
+           "rope_interleaved": "Q5 `rope_cache` and `apply_rope`",
+           "rope_negative_angle": "Q5 `rope_cache` and `apply_rope`",
+           "alibi_sign_flipped": "Q7 `alibi_slopes` and `alibi_bias`"}
+
+
+@pytest.mark.parametrize("mistake_id", sorted(EARLIER))
+def test_a_wrong_earlier_function_costs_points_only_where_it_is_made(suite: Suite, mistake_id: str) -> None:
+    """Q3 adds the student's own Q2 table and Q6 uses their own Q5 RoPE, so both keep full marks; the milestone
+    cannot be isolated, so each of its failures names the earlier function."""
+    mistake = next(m for m in MISTAKES if m.id == mistake_id)
+    result = grade_namespace(suite, {**reference_env(suite), **reference_namespace(mistake)}, name=mistake_id)
+    points = {q.id: q.points for q in suite.questions}
+    lost = {q for q, s in result.question_scores().items() if s < points[q] - 1e-9}
+    assert lost == {mistake.question, "m1_tinycharlm"}
+    failed = [c for c in result.cases if c.question == "m1_tinycharlm" and not c.passed]
+    assert failed and all(f"This comes from your {EARLIER[mistake_id]}" in c.message for c in failed)
+
+
+def test_local_checks_judge_later_questions_against_the_students_own_earlier_output(suite: Suite) -> None:
+    from autograder.build import _case_json
+
+    cases = {c["id"]: c for c in suite.cases}
+    for mistake_id, case_id in (("pe_sin_cos_swapped", "q3_sinusoidal_module/forward_adds_table"),
+                                ("rope_interleaved", "q6_rope_attention/matches_reference")):
+        mistake = next(m for m in MISTAKES if m.id == mistake_id)
+        payload = _case_json(cases[case_id], suite.expected, cases)
+        assert "basis" not in checks.loads(payload)["expected"]["value"]  # no reference table ships for this
+        checks.run_case({**reference_env(suite), **reference_namespace(mistake)}, payload)  # passes
+
+
+def test_milestone_bases_mirror_public_cases_of_the_earlier_question(suite: Suite) -> None:
+    """A milestone case names the earlier function by comparing its output with the expected value of a public
+    case of that question, so its test file holds no value a student could not already see."""
+    public = {(c["question"], c["probe"], checks.dumps(c["args"])) for c in suite.cases if not c["hidden"]}
+    bases = [c for c in suite.cases if "basis" in c["args"]]
+    assert {c["question"] for c in bases} == {"q3_sinusoidal_module", "q6_rope_attention", "m1_tinycharlm"}
+    for case in bases:
+        spec = case["args"]["basis"]
+        if not spec.get("own"):
+            assert not case["hidden"] and (spec["question"], spec["probe"], checks.dumps(spec["args"])) in public
+
+
+def test_a_constant_table_earns_no_q3_points_and_the_message_names_q2(suite: Suite) -> None:
+    """A zero table and a forward that returns x "add the student's own table correctly": a degenerate table is
+    not a genuine attempt, so Q3 is judged against the reference and says where the cause is."""
+    env = reference_env(suite)
+    exec("def sinusoidal_pe(max_len, d):\n    return np.zeros((max_len, d))\n"  # noqa: S102
+         "class SinusoidalPE(SinusoidalPE):\n    def forward(self, x):\n        return x\n", env)
+    result = grade_namespace(suite, env, name="constant")
+    assert result.question_scores()["q3_sinusoidal_module"] == 0
+    msg = next(c.message for c in result.cases if c.id == "q3_sinusoidal_module/forward_adds_table")
+    assert "This comes from your Q2 `sinusoidal_pe`" in msg and "does not change with position" in msg
+
+
+def test_a_milestone_scheme_whose_logits_are_wrong_costs_at_least_its_fifth(suite: Suite) -> None:
+    cases = [c for c in suite.cases if c["question"] == "m1_tinycharlm"]
+    points = next(q.points for q in suite.questions if q.id == "m1_tinycharlm")
+
+    def waits_for(case: dict, name: str) -> bool:
+        reqs = case.get("requires", [])
+        return name in reqs or any(waits_for(next(c for c in cases if c["name"] == r), name) for r in reqs)
+
+    for pos in ("learned", "sinusoidal", "rope", "alibi", "none"):
+        cost = sum(c["points"] for c in cases if c["name"] == f"logits_{pos}" or waits_for(c, f"logits_{pos}"))
+        assert cost >= points / 5 - 1e-6, pos
+    for mistake_id in ("lm_rope_model_width", "lm_alibi_bias_scaled"):  # a whole scheme broken inside the model
+        mistake = next(m for m in MISTAKES if m.id == mistake_id)
+        scores = _scores(suite, {**reference_env(suite), **reference_namespace(mistake)})
+        assert scores["m1_tinycharlm"] <= points * 4 / 5 + 1e-6
+
+
+# --------------------------------------------------------------------------- messages (#11)
+
+
+def test_otter_shows_a_failed_check_without_the_test_file_line(suite: Suite, tmp_path, monkeypatch) -> None:
+    import sys
+
+    from otter.test_files.exception_test import ExceptionTestFile
+
+    from autograder.build import _otter_test
+
+    monkeypatch.setitem(sys.modules, "lesson83_checks", checks)  # as the student's folder provides it
+    cases = {c["id"]: c for c in suite.cases}
+    test = _otter_test(cases["q7_alibi/bias_values"], suite.expected, cases).partition("# END TEST CONFIG\n")[2]
+    path = tmp_path / "q7_alibi.py"
+    path.write_text("from otter.test_files import test_case\n\nOK_FORMAT = False\nname = 'q7_alibi'\n"
+                    f"points = None\n\n@test_case(points=1, hidden=False)\n{test}")
+    mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
+    for env, passed in ((reference_env(suite), True), ({**reference_env(suite), **reference_namespace(mistake)},
+                                                       False)):
+        test_file = ExceptionTestFile.from_file(str(path))
+        test_file.run(env)
+        assert test_file.passed_all is passed
+    summary = test_file.summary()
+    assert "wrong sign" in summary and "Error at line" not in summary and "run_case(" not in summary
+
+
+def test_stub_failures_of_a_question_read_as_one_line(suite: Suite) -> None:
+    env, _ = notebook_env(TEMPLATE)
+    result = grade_namespace(suite, env, name="blank")
+    for q in {c.question for c in result.cases}:
+        stub_lines = [c.message for c in result.cases if c.question == q and checks.STUB in c.message]
+        assert len(stub_lines) <= 1 and all("\n" not in m for m in stub_lines), stub_lines
+    q2 = [c.message for c in result.cases if c.question == "q2_sinusoidal_pe"]
+    assert sum("not filled in yet (see q2_sinusoidal_pe/table_d4)" in m for m in q2) == len(q2) - 1
+
+
+def test_an_alibi_mismatch_shows_a_row_with_past_keys(suite: Suite) -> None:
+    mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
+    result = grade_namespace(suite, {**reference_env(suite), **reference_namespace(mistake)}, name="sign")
+    msg = next(c.message for c in result.cases if c.id == "q7_alibi/bias_values")
+    assert "expected row [0, 4]: [-1.0000, -0.7500, -0.5000, -0.2500, 0.0000]" in msg
+
+
+def test_a_learned_table_with_the_wrong_number_of_rows_is_not_read_by_its_columns(suite: Suite) -> None:
+    case = next(c for c in suite.cases if c["id"] == "q4_learned_pe/grad_only_used_rows")
+    env = reference_env(suite)
+    exec("class LearnedPE(LearnedPE):\n"  # noqa: S102
+         "    def __init__(self, max_len, d_model):\n"
+         "        super().__init__(max_len, d_model)\n"
+         "        self.table = nn.Embedding(max_len + 3, d_model)\n", env)
+    verdict = checks.judge(case, checks.run_probe(env, case["probe"], case["args"]), suite.expected[case["id"]])
+    assert not verdict.passed and "has 13 rows" in verdict.message and "[0, 1, 2, 3, 4, 5, 6, 7]" not in verdict.message
+
+
+def test_a_scaled_alibi_bias_is_not_blamed_on_the_slopes(suite: Suite) -> None:
+    env = reference_env(suite)
+    exec("def alibi_attention(q, k, v):\n"  # noqa: S102
+         "    H, T, d = q.shape[-3], q.shape[-2], q.shape[-1]\n"
+         "    scores = (q @ k.transpose(-2, -1) + alibi_bias(H, T).to(q.dtype)) / math.sqrt(d)\n"
+         "    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float('-inf'))\n"
+         "    return torch.softmax(scores, dim=-1) @ v\n", env)
+    result = grade_namespace(suite, env, name="scaled_bias")
+    failed = [c for c in result.cases if not c.passed]
+    assert failed and {c.question for c in failed} == {"q7_alibi"}
+    revisit = {c["id"]: c["revisit"] for c in suite.cases}
+    assert not any("slopes depend" in c.message or "slopes depend" in revisit[c.id] for c in failed)
+    msg = next(c.message for c in failed if c.id == "q7_alibi/attention_matches")
+    assert "Likely cause: the ALiBi bias is divided by sqrt(d)" in msg
+
+
+def test_a_property_next_to_wrong_values_names_no_catalogued_mistake(suite: Suite) -> None:
+    """Outputs of the rope and none models that differ with q = k = 0 are no proof that v is rotated: here the
+    rope scheme lacks the causal mask. The case waits for the rope logits and names nothing."""
+    env = reference_env(suite)
+    exec("class TinyCharLM(TinyCharLM):\n"  # noqa: S102
+         "    def attend(self, q, k, v):\n"
+         "        if self.pos == 'rope':\n"
+         "            cos, sin = self.rope_cos[:q.shape[-2]], self.rope_sin[:q.shape[-2]]\n"
+         "            return F.scaled_dot_product_attention(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)\n"
+         "        return super().attend(q, k, v)\n", env)
+    result = grade_namespace(suite, env, name="rope_not_causal")
+    case = next(c for c in result.cases if c.id == "m1_tinycharlm/values_not_rotated")
+    assert not case.passed and case.diagnosis is None and "v as well" not in case.message
+    assert "m1_tinycharlm/logits_rope" in case.message

@@ -31,9 +31,20 @@ def graded_mutants(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> Pa
     return tmp / "out" / "results"
 
 
+def penalty_table(rows: list[tuple[str, str, dict[str, float], set[str]]]) -> str:
+    """Markdown table: per catalogued mistake, the question it is made in and every question that lost points."""
+    lines = ["| mistake | made in | points lost (question: points) |", "|---|---|---|"]
+    for mistake_id, question, lost, named in rows:
+        cells = [f"{q}: {p:g}" + (" (message names the earlier function)" if q in named else "")
+                 for q, p in lost.items()]
+        lines.append(f"| `{mistake_id}` | {question} | {'; '.join(cells)} |")
+    return "\n".join(lines)
+
+
 def test_mutation_score(graded_mutants: Path, suite: Suite, capsys: pytest.CaptureFixture) -> None:
     points = {q.id: q.points for q in suite.questions}
-    caught, missed = 0, []
+    notebook = {c["question"] for c in suite.cases}  # the checkpoint is graded from files these notebooks lack
+    caught, missed, elsewhere, rows = 0, [], [], []
     for m in MISTAKES:
         record = json.loads((graded_mutants / f"mistake_{m.id}.json").read_text())
         diagnoses = {c["diagnosis"] for c in record["cases"] if c["question"] == m.question and not c["passed"]}
@@ -41,11 +52,21 @@ def test_mutation_score(graded_mutants: Path, suite: Suite, capsys: pytest.Captu
             caught += 1
         else:
             missed.append(m.id)
+        lost = {q: round(points[q] - s, 2) for q, s in record["questions"].items()
+                if q in notebook and s < points[q] - 1e-9}
+        # A later question may lose points for this mistake only if every failure there names the earlier one.
+        named = {q for q in lost if q != m.question and all(
+            "This comes from your" in c["message"] for c in record["cases"] if c["question"] == q and not c["passed"])}
+        elsewhere += [f"{m.id} costs {q}" for q in lost if q not in (m.question, *named)]
+        rows.append((m.id, m.question, lost, named))
     kept = [k for k in CORRECT_VARIANTS
             if json.loads((graded_mutants / f"variant_{k}.json").read_text())["total"] == suite.notebook_points]
     with capsys.disabled():
         print(f"\nmutation score: {caught}/{len(MISTAKES)} catalogued mistakes lose points on their question with "
               f"the expected diagnosis ({100 * caught / len(MISTAKES):.0f}%); {len(kept)}/{len(CORRECT_VARIANTS)} "
               "correct variants keep full marks")
+        print("\npoints lost per catalogued mistake (a mistake costs points where it is made; a later question "
+              "that cannot be isolated names the earlier function):\n" + penalty_table(rows))
     assert missed == [] and len(MISTAKES) >= 20
+    assert elsewhere == []
     assert len(kept) == len(CORRECT_VARIANTS) >= 8

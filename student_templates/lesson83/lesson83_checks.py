@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ class Verdict:
     passed: bool
     message: str = ""
     diagnosis: str | None = None  # id of the catalogued mistake the failure matches, if any
+    upstream: str | None = None  # "This comes from your Q2 `sinusoidal_pe`: ..." when an earlier question is the cause
 
 
 def probe(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
@@ -100,7 +102,20 @@ def loads(text: str) -> Any:
 
 
 def run_probe(env: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Run probe `name` on the namespace `env`; a student error becomes data, never an exception."""
+    """Run probe `name` on the namespace `env`; a student error becomes data, never an exception.
+
+    A case whose value builds on an earlier question names, under args["basis"], a probe of the student's own
+    earlier function ({"probe", "args", "question", "names", "own"}); its output comes back alongside, under
+    "basis", so that the check can tell a mistake made here from one made in the earlier question.
+    """
+    basis = args.get("basis") if isinstance(args, dict) else None
+    out = _run_one(env, name, {k: v for k, v in args.items() if k != "basis"})
+    if isinstance(basis, dict):
+        out["basis"] = _run_one(env, basis["probe"], basis["args"])
+    return out
+
+
+def _run_one(env: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any]:
     try:
         _torch().manual_seed(0)  # modules with random init give the same values on every run
         out = PROBES[name](env, **args)
@@ -335,8 +350,10 @@ def learned_grad(env: dict[str, Any], max_len: int, d_model: int, T: int) -> dic
     if len(grads) != 1:
         raise TypeError(f"expected one 2-D trainable table with a gradient, found {len(grads)}")
     g = grads[0]
-    rows = g if g.shape[0] == max_len else g.T
-    return {"value": as_array(rows.norm(dim=1), "gradient row norms")}
+    transposed = g.shape[0] != max_len and g.shape[1] == max_len  # (d_model, max_len): positions are columns
+    rows = g.T if transposed else g
+    return {"value": as_array(rows.norm(dim=1), "gradient row norms"), "shape": list(g.shape),
+            "transposed": bool(transposed)}
 
 
 @probe
@@ -376,6 +393,15 @@ def rope_apply(env: dict[str, Any], shape: list[int], seed: int) -> dict[str, An
     cos, sin = _get(env, "rope_cache")(shape[-2], shape[-1])
     x = _seeded(seed, *shape).float()
     return {"value": as_array(_get(env, "apply_rope")(x, cos, sin), "apply_rope")}
+
+
+@probe
+def rope_qk(env: dict[str, Any], shape: list[int], seed: int) -> dict[str, Any]:
+    """The student's RoPE (rope_cache and apply_rope) on the seeded q and k that `attention` feeds its function."""
+    cos, sin = _get(env, "rope_cache")(shape[-2], shape[-1])
+    rope = _get(env, "apply_rope")
+    q, k = _seeded(seed, *shape), _seeded(seed + 1, *shape)
+    return {"q": as_array(rope(q, cos, sin), "apply_rope"), "k": as_array(rope(k, cos, sin), "apply_rope")}
 
 
 @probe
@@ -655,6 +681,19 @@ def _where(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> str:
             f"({int(bad.sum())} of {bad.size} values differ)")
 
 
+def _teaching_row(bad: np.ndarray) -> tuple[int, ...]:
+    """The row to show for a mismatch: the first row that differs; but in a square (..., T, T) table of queries
+    by keys (a bias or a mask), the last query row of that block that differs, whose keys are all past or
+    present (row 0 of an ALiBi bias holds only future keys, which the mask removes anyway)."""
+    if bad.ndim < 2:
+        return ()
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    if bad.shape[-1] == bad.shape[-2]:
+        rows = np.flatnonzero(bad[idx[:-2]].any(axis=-1))
+        return (*idx[:-2], int(rows[-1]))
+    return idx[:-1]
+
+
 def _row(arr: np.ndarray, index: tuple[int, ...]) -> str:
     return _fmt(arr[index]) if arr.ndim > 1 else _fmt(arr)
 
@@ -709,10 +748,9 @@ def close(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -
         return _fail(case, f"{what} contains NaN; expected {_fmt(want)}")
     if _close(value, want, atol, rtol):
         return Verdict(True)
-    idx = tuple(int(i) for i in np.argwhere(~np.isclose(value, want, atol=atol, rtol=rtol))[0])
-    row = idx[:-1] if want.ndim > 1 else ()
+    row = _teaching_row(~np.isclose(value, want, atol=atol, rtol=rtol))
     label = f" row {list(row)}" if row else ""
-    text = (f"{what} does not match the reference.\n  expected{label}: {_row(want, row)}\n"
+    text = (f"{what} does not match {case.get('against', 'the reference')}.\n  expected{label}: {_row(want, row)}\n"
             f"  received{label}: {_row(value, row)}\n  {_where(value, want, atol, rtol)}")
     return _fail(case, text, _match(got, expected, atol, rtol, "value"))
 
@@ -825,7 +863,12 @@ def grad_rows(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any
     got_rows, want_rows = np.asarray(got["value"]) > 0, np.asarray(expected["value"]["value"]) > 0
     if got_rows.shape == want_rows.shape and (got_rows == want_rows).all():
         return Verdict(True)
-    return _fail(case, f"rows with a non-zero gradient: {np.flatnonzero(got_rows).tolist()}, expected "
+    max_len, shape = case["args"]["max_len"], got.get("shape")
+    if shape and max_len not in shape[:2]:  # neither its rows nor its columns are the positions
+        return _fail(case, f"the trainable table has shape {shape}, so it has {shape[0]} rows, not one per "
+                     f"position: expected max_len = {max_len} rows, nn.Embedding(max_len, d_model).")
+    kind = "positions (columns of your transposed table)" if got.get("transposed") else "rows"
+    return _fail(case, f"{kind} with a non-zero gradient: {np.flatnonzero(got_rows).tolist()}, expected rows "
                  f"{np.flatnonzero(want_rows).tolist()}: a sequence of length T reads rows 0..T-1 only.")
 
 
@@ -953,38 +996,197 @@ def lm_same_device(case: dict[str, Any], got: dict[str, Any], expected: dict[str
     return Verdict(True)
 
 
+# --------------------------------------------------------------------------- earlier questions
+#
+# Q3 adds the table of Q2, Q6 uses the RoPE of Q5 and the milestone uses Q2, Q5 and Q7. A mistake costs points on
+# the question where it is made: such a case names under args["basis"] a probe of the student's own earlier
+# function, and the probe returns that output alongside. Where the expected value follows from it ("own": how),
+# a case that misses the reference passes when it matches what the student's own earlier output gives, computed
+# here (in the grader's process, or in the student's notebook for a local check), never with reference code or
+# tables shipped for the purpose. Only a genuine attempt stands in for the reference: the right shape, finite,
+# and not degenerate (a table must change with position; RoPE must turn q and k and keep their lengths), so code
+# that computes nothing still earns nothing. Where the expected value cannot follow (the milestone model), the
+# basis mirrors a public case of the earlier question, and a failure whose earlier output differs from that
+# case's expected value says so: "This comes from your Q2 `sinusoidal_pe`".
+
+STUB = "the stub is not filled in yet"
+
+
+def _label(spec: dict[str, Any]) -> str:
+    """ "your Q2 `sinusoidal_pe`" for a basis spec."""
+    names = " and ".join(f"`{n}`" for n in spec.get("names", []))
+    return f"your {str(spec.get('question', '')).split('_')[0].upper()} {names}"
+
+
+def _own_table_add(case: dict[str, Any], mine: dict[str, Any]) -> tuple[np.ndarray | None, str]:
+    """x + the student's own table[:T], which SinusoidalPE's forward returns: (value, "") or (None, why not)."""
+    torch = _torch()
+    args = case["args"]
+    T, d = args["x_shape"][-2], args["x_shape"][-1]
+    table = np.asarray(mine["value"], dtype=float)
+    if table.ndim != 2 or table.shape[1] != d or table.shape[0] < T:
+        return None, f"returned shape {list(table.shape)}, not (max_len, {d})"
+    if not np.isfinite(table).all():
+        return None, "returned NaN or infinite values"
+    if float(np.ptp(table, axis=0).max()) <= 1e-6:
+        return None, "returned a table whose rows are all the same: it does not change with position"
+    x = _seeded(args["seed"], *args["x_shape"]).to(getattr(torch, args.get("dtype", "float32")))
+    if args.get("zeros"):
+        x = torch.zeros_like(x)
+    return (x + torch.tensor(table[:T], dtype=torch.float32)).numpy(), ""
+
+
+def _own_rope_attention(case: dict[str, Any], mine: dict[str, Any]) -> tuple[np.ndarray | None, str]:
+    """Causal softmax attention over the student's own rotated q and k (v as it is): (value, "") or (None, why)."""
+    torch = _torch()
+    args = case["args"]
+    shape, seed = args["shape"], args["seed"]
+    q0, k0 = _seeded(seed, *shape).numpy(), _seeded(seed + 1, *shape).numpy()
+    q, k = np.asarray(mine["q"], dtype=float), np.asarray(mine["k"], dtype=float)
+    if q.shape != q0.shape or k.shape != k0.shape:
+        return None, f"returned shape {list(q.shape)} for q of shape {list(shape)}"
+    if not (np.isfinite(q).all() and np.isfinite(k).all()):
+        return None, "returned NaN or infinite values"
+    if np.allclose(q, q0, atol=1e-6) and np.allclose(k, k0, atol=1e-6):
+        return None, "left q and k unchanged: nothing was rotated"
+    norms = [np.linalg.norm(a, axis=-1) for a in (q, q0, k, k0)]
+    if not (np.allclose(norms[0], norms[1], rtol=1e-4, atol=1e-6) and np.allclose(norms[2], norms[3], rtol=1e-4,
+                                                                                  atol=1e-6)):
+        return None, "changed the lengths of q and k, so it is not a rotation"
+    T, width = shape[-2], shape[-1]
+    scores = torch.from_numpy(q) @ torch.from_numpy(k).transpose(-2, -1) / width ** 0.5
+    if args.get("kwargs", {}).get("causal", True):
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ _seeded(seed + 2, *shape)).numpy(), ""
+
+
+OWN: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[np.ndarray | None, str]]] = {
+    "table_add": _own_table_add, "rope_attention": _own_rope_attention}
+
+
+def _same(mine: Any, want: Any, atol: float, rtol: float) -> bool:
+    """Every array of the reference output `want` is matched by the student's output `mine`."""
+    if not isinstance(mine, dict) or "error" in mine or not isinstance(want, dict):
+        return False
+    arrays = [k for k, v in want.items() if isinstance(v, np.ndarray)]
+    return bool(arrays) and all(k in mine and _close(mine[k], want[k], atol, rtol) for k in arrays)
+
+
+def _with_note(verdict: Verdict, note: str) -> Verdict:
+    """The failing verdict with the earlier question named before its hints."""
+    text = verdict.message
+    cut = min((i for i in (text.find("\n  Likely cause:"), text.find("\n  Revisit:")) if i >= 0), default=len(text))
+    return Verdict(False, f"{text[:cut]}\n  {note}{text[cut:]}", verdict.diagnosis, note)
+
+
+def builds_on(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any], verdict: Verdict) -> Verdict:
+    """A failing case that builds on an earlier question, judged so that the mistake costs points where it is made."""
+    spec = case["args"]["basis"]
+    mine, label, where = got.get("basis"), _label(spec), spec["question"]
+    atol, rtol = case["atol"], case["rtol"]
+    if isinstance(mine, dict) and "error" in mine:
+        err = mine["error"]
+        if STUB in str(err.get("message", "")):
+            return _with_note(verdict, f"This comes from {label}, which is not filled in yet: fill it in {where} "
+                                       "first.")
+        return _with_note(verdict, f"This comes from {label}: {spec['what']} raised {err['type']}: "
+                                   f"{err['message']}. Fix it in {where} first.")
+    if not isinstance(mine, dict):
+        return verdict
+    if not spec.get("own"):  # the milestone: name the earlier function when its output differs
+        if _same(mine, expected.get("value", {}).get("basis"), atol, rtol):
+            return verdict
+        return _with_note(verdict, f"This comes from {label}: {spec['what']} does not match the reference (see "
+                                   f"its cases in {where}); fix it there first.")
+    own, why = OWN[spec["own"]](case, mine)
+    if own is None:
+        return _with_note(verdict, f"This comes from {label}: {spec['what']} {why}, so it cannot stand in for the "
+                                   f"reference here. Fix it in {where} first.")
+    if _close(own, expected["value"]["value"], atol, rtol):
+        return verdict  # the earlier function agrees with the reference here: the mistake is in this question
+    again = CHECKS[case["check"]](case | {"against": f"what {label} gives"}, got,
+                                  {"value": expected["value"] | {"value": own}, "variants": []})
+    if again.passed:
+        return Verdict(True, f"{case['id']}: judged against {label}, which differs from the reference; that costs "
+                             f"points in {where} only.")
+    return again
+
+
 # --------------------------------------------------------------------------- entry points
 
 
 def judge(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
-    """Apply the case's check; a check that trips over odd student data fails the case, never crashes."""
+    """Apply the case's check; a check that trips over odd student data fails the case, never crashes.
+
+    A stub that is not filled in gets one line, not a traceback and a hint. A case that builds on an earlier
+    question (args["basis"]) is judged as `builds_on` says."""
     try:
-        return CHECKS[case["check"]](case, got, expected)
+        err = got.get("error") if isinstance(got, dict) else None
+        if isinstance(err, dict) and STUB in str(err.get("message", "")):
+            return Verdict(False, f"{case['id']}: {err['message']}.")
+        verdict = CHECKS[case["check"]](case, got, expected)
+        basis = case.get("args", {}).get("basis") if isinstance(case.get("args"), dict) else None
+        return builds_on(case, got, expected, verdict) if basis and not verdict.passed else verdict
     except Exception as exc:  # noqa: BLE001 - malformed student data is a failure, not a grader crash
         return _fail(case, f"the result could not be judged ({type(exc).__name__}: {exc}).")
 
 
-def gate_message(case_id: str, blocked: list[str]) -> str:
-    """Why a property that holds earns nothing yet: the value cases it requires fail."""
-    return (f"{case_id}: earns its points only once {' and '.join(blocked)} passes: make {blocked[0]} pass "
+def gate_message(case_id: str, blocked: list[str], note: str | None = None) -> str:
+    """Why a property earns nothing yet: the value cases it requires fail (and, if known, the earlier question
+    they fail because of)."""
+    text = (f"{case_id}: earns its points only once {' and '.join(blocked)} passes: make {blocked[0]} pass "
             "first. This property also holds of code that computes nothing (zeros, an identity), so it counts "
             "only with correct values.")
+    return f"{text}\n  {note}" if note else text
+
+
+def gated(case: dict[str, Any], verdict: Verdict, blocked: list[tuple[str, Verdict]]) -> Verdict:
+    """The verdict on a case once the value cases it requires (id, verdict) are judged; one rule for the grader
+    and the local checks. While a required case fails, the case earns nothing and its message is the gate's:
+    a property that fails next to wrong values is no evidence of any particular mistake, so none is named."""
+    if not blocked:
+        return verdict
+    note = next((v.upstream for _, v in blocked if v.upstream), None)
+    return Verdict(False, gate_message(case["id"], [cid for cid, _ in blocked], note), None, note)
+
+
+class CheckFailed(AssertionError):
+    """A local check that failed: Otter shows its message alone (see `_otter_shows_message_only`)."""
+
+    lesson83_message = True
+
+
+def _otter_shows_message_only() -> None:
+    """Make Otter show a failed check as its message alone, without "Error at line 13 in test q7_alibi:
+    run_case(env, case)" (a line of the generated test file, not of the student's code). Otter still counts
+    the case as failed, and any other exception is reported as Otter reports it."""
+    cls = getattr(sys.modules.get("otter.test_files.exception_test"), "ExceptionTestFile", None)
+    original = getattr(cls, "_generate_error_message", None)
+    if original is None or getattr(original, "lesson83", False):
+        return
+
+    def message(self: Any, excp: BaseException, context: int = 0) -> str:
+        if getattr(excp, "lesson83_message", False):
+            return str(excp)
+        return original(self, excp, context)
+
+    message.lesson83 = True  # type: ignore[attr-defined]
+    cls._generate_error_message = message  # type: ignore[union-attr]
 
 
 def run_case(env: dict[str, Any], case_json: str) -> None:
-    """Local check used by the notebook's test files: probe, judge, and raise with the message on failure.
+    """Local check used by the notebook's test files: probe, judge, and raise CheckFailed with the message.
 
     A case carries the value cases it requires under "gate"; it passes only when they pass too, as in the
     grader (autograder/judge.py judge_outputs)."""
     case = loads(case_json)
     got = run_probe(env, case["probe"], case["args"])
     verdict = judge(case, got, case["expected"])
+    gate = [(g["id"], judge(g, run_probe(env, g["probe"], g["args"]), g["expected"])) for g in case.get("gate", [])]
+    verdict = gated(case, verdict, [(cid, v) for cid, v in gate if not v.passed])
     if not verdict.passed:
-        raise AssertionError(verdict.message)
-    blocked = [g["id"] for g in case.get("gate", [])
-               if not judge(g, run_probe(env, g["probe"], g["args"]), g["expected"]).passed]
-    if blocked:
-        raise AssertionError(gate_message(case["id"], blocked))
+        _otter_shows_message_only()
+        raise CheckFailed(verdict.message)
 
 
 # --------------------------------------------------------------------------- local checks: one thread, a summary
@@ -1031,8 +1233,9 @@ def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> N
     public case passed, else fails with the count, so a local check never reads as "all tests passed"."""
     failed = sum(not LOCAL_RESULTS.get(cid, False) for cid in public)
     if failed:
-        raise AssertionError(summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers))
+        _otter_shows_message_only()
+        raise CheckFailed(summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers))
 
 
-__all__ = ["PROBES", "CHECKS", "Verdict", "run_probe", "judge", "run_case", "gate_message", "to_plain", "from_plain",
-           "dumps", "loads", "trace_devices", "device_message"]
+__all__ = ["PROBES", "CHECKS", "Verdict", "CheckFailed", "run_probe", "judge", "gated", "run_case", "gate_message",
+           "to_plain", "from_plain", "dumps", "loads", "trace_devices", "device_message"]
