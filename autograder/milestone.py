@@ -264,11 +264,17 @@ def _claimed_row(ppl: dict[str, Any], pos: str) -> dict[int, float]:
     return out
 
 
+def _threads() -> int:
+    """Threads of the evaluating child: the CPUs this process may run on (taskset, cgroups), at most 4."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(4, cpus or 1))
+
+
 def _child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP", "PYTHONINSPECT")}
     env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
                PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2",
-               OMP_NUM_THREADS=str(max(1, min(4, os.cpu_count() or 1))))
+               OMP_NUM_THREADS=str(_threads()))
     return env
 
 
@@ -306,7 +312,7 @@ def _child_main() -> int:
 
     header = sys.stdin.buffer.readline()
     request = json.loads(header)
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    torch.set_num_threads(_threads())
     status = Path("/proc/self/status")
     base = next((int(line.split()[1]) * 1024 for line in status.read_text().splitlines()
                  if line.startswith("VmSize:")), 0) if status.exists() else 0
