@@ -541,7 +541,7 @@ def test_same_weights_are_evaluated_once(tiny_checkpoint: tuple[Path, Path], mon
 @pytest.mark.parametrize("pos", lm.SCHEMES)
 def test_one_pass_gives_every_context(pos: str) -> None:
     """measure_ppl reads 128 and 256 from the prefixes of one 512-token pass: the same as a pass per context."""
-    model = model_with_large_weights(pos)
+    model = ms.build_model(pos, ms.load_checkpoint(CHECKPOINT / "milestone.pt")[1][pos])
     expected = lm.evaluate_ppl(model, batch_size=4, max_windows=6)
     got = ms.measure_ppl(model, tokens=lm.corpus_tokens(), batch_size=4, max_windows=6)
     assert set(got) == set(lm.CONTEXTS)
