@@ -88,7 +88,7 @@ class PresetRule(_Strict):
 class Milestone(_Strict):
     points: float = Field(0, ge=0, description="points of the checkpoint verification (question m1_checkpoint)")
     rel_tol: float = Field(0.02, gt=0, description="largest relative gap between milestone.json and re-evaluation")
-    verify_windows: int = Field(300, gt=0, le=3000, description="validation windows re-evaluated per context")
+    verify_windows: int = Field(100, gt=0, le=3000, description="validation windows re-evaluated per context")
     presets: dict[str, PresetRule] = Field({}, description="accepted presets (full, quick) and their rules")
 
 

@@ -716,6 +716,12 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
                                        hide=(submissions.resolve(), out.resolve()))
         starter.shutdown(wait=False)
     suite = load_suite(config_path)
+    # Checkpoints are verified ahead, beside the sandboxed runs; judging a run then finds its verdict measured
+    # (verify_checkpoint evaluates the same weights once and waits for a verification already under way).
+    ahead = ThreadPoolExecutor(1)
+    for sub, _ in runnable if suite.checkpoint_cases else ():
+        if "milestone.pt" in sub.files and not sub.file_problems:
+            ahead.submit(judge_checkpoint, suite, sub.files)
     for sub, key in todo:
         if sub.source is None:
             save(sub, key, partial(_result_from_exec, suite, sub, "unreadable", {}, [sub.problem], [sub.problem]),
@@ -749,6 +755,7 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
                               f"{time.monotonic() - start:5.1f}s", end="", file=sys.stderr, flush=True)
             if progress:
                 print(file=sys.stderr)
+    ahead.shutdown(cancel_futures=True)
     rows = write_tables(suite, subs, out, failed=failed)
     return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()))
 

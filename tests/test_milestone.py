@@ -12,8 +12,12 @@ import shutil
 import struct
 import subprocess
 import sys
+import threading
+import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -551,3 +555,108 @@ def test_time_left_counts_the_later_schemes_and_evaluations() -> None:
     assert lm.time_left(done=1000, steps=1000, seconds=60.0, stage=(5, 5), later_s=7.5) == pytest.approx(7.5)
     assert lm.time_left(done=500, steps=1000, seconds=50.0) == pytest.approx(50.0)
     assert [lm.duration(s) for s in (0.4, 59, 390, 3725)] == ["0 s", "59 s", "6 min 30 s", "1 h 02 min"]
+
+
+# --------------------------------------------------------------------------- verification at class scale
+
+
+@pytest.mark.parametrize("pos", lm.SCHEMES)
+def test_one_pass_gives_every_context(pos: str) -> None:
+    """measure_ppl reads 128 and 256 from the prefixes of one 512-token pass: the same as a pass per context."""
+    model = ms.build_model(pos, ms.load_checkpoint(CHECKPOINT / "milestone.pt")[1][pos])
+    expected = lm.evaluate_ppl(model, batch_size=4, max_windows=6)
+    got = ms.measure_ppl(model, tokens=lm.corpus_tokens(), batch_size=4, max_windows=6)
+    assert set(got) == set(lm.CONTEXTS)
+    assert all(abs(got[c] - expected[c]) <= 1e-5 * expected[c] for c in lm.CONTEXTS), (got, expected)
+
+
+def test_same_weights_asked_twice_at_once_run_one_child(tiny_checkpoint: tuple[Path, Path],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """grade_batch verifies ahead in a thread while the consumer may ask for the same weights: one child."""
+    pt, js = tiny_checkpoint
+    monkeypatch.setattr(ms, "_MEASURED", {})
+    monkeypatch.setattr(ms, "_CONFIGS", {})
+    real, calls = ms._run_child, []
+
+    def slow_child(*args: object, **kwargs: object) -> dict:
+        calls.append(1)
+        time.sleep(1.0)  # long enough for the second thread to arrive while this one runs
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ms, "_run_child", slow_child)
+    with ThreadPoolExecutor(2) as ex:
+        results = list(ex.map(lambda data: ms.verify_checkpoint(data, js, schemes=("rope",), rules=rules(),
+                                                                max_windows=4), (pt, pt.read_bytes())))
+    assert len(calls) == 1
+    assert results[0]["schemes"]["rope"]["ppl"] == results[1]["schemes"]["rope"]["ppl"]
+
+
+def test_an_unreadable_checkpoint_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile file verified ahead costs its child's time once, not again when its run is judged."""
+    (tmp_path / "milestone.pt").write_bytes(b"not a checkpoint")
+    claims = json.dumps({"preset": "quick", "ppl": {}}).encode()
+    first = ms.verify_checkpoint(tmp_path / "milestone.pt", claims, schemes=("rope",), rules=rules())
+    monkeypatch.setattr(ms, "_run_child", lambda *a, **k: pytest.fail("read the same bytes again"))
+    again = ms.verify_checkpoint(tmp_path / "milestone.pt", claims, schemes=("rope",), rules=rules())
+    assert not first["ok"] and again["message"] == first["message"] and "plain weights" in again["message"]
+
+
+class WaitingPool:
+    """A sandbox stand-in whose run returns once the submission's checkpoint is being verified (or after 20 s)."""
+
+    sandbox = "fake"
+    verifying = threading.Event()
+    waited: list[bool] = []
+
+    def __init__(self, size: int = 1, **_: object) -> None:
+        pass
+
+    def run(self, source: bytes, *, probes: list) -> Any:
+        from autograder.execute import ExecResult
+
+        WaitingPool.waited.append(WaitingPool.verifying.wait(20))
+        return ExecResult("ok", sandbox="fake")
+
+    def __enter__(self) -> WaitingPool:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+
+def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from autograder import judge
+
+    verdict = {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": "quick", "credit": 1.0,
+               "seconds": 0.0, "schemes": {pos: {"passed": True, "message": "ok"} for pos in lm.SCHEMES}}
+
+    def verify(*args: object, **kwargs: object) -> dict:
+        WaitingPool.verifying.set()
+        return verdict
+
+    monkeypatch.setattr(judge, "WorkerPool", WaitingPool)
+    monkeypatch.setattr(judge, "verify_checkpoint", verify)
+    WaitingPool.verifying.clear()
+    WaitingPool.waited.clear()
+    student = tmp_path / "subs" / "ada"
+    student.mkdir(parents=True)
+    (student / "lesson83.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4,
+                                                         "nbformat_minor": 5}))
+    for name in ("milestone.pt", "milestone.json"):
+        shutil.copy(CHECKPOINT / name, student / name)
+    summary = judge.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
+    assert WaitingPool.waited == [True], "the checkpoint was verified only after its sandboxed run"
+    assert [r["m1_checkpoint"] for r in summary.rows] == [load_config().milestone.points]
+
+
+def test_committed_checkpoints_keep_their_verdicts_at_the_configured_windows() -> None:
+    """100 windows in one pass (grading_config.yaml): the reference still agrees with room to spare, and the
+    sample class's inflated claims (x 0.9) still disagree."""
+    config = load_config().milestone
+    claims = json.loads((CHECKPOINT / "milestone.json").read_text())
+    result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", CHECKPOINT / "milestone.json", rules=config)
+    assert all(r["passed"] and max(r["rel_diff"].values()) < config.rel_tol / 2 for r in result["schemes"].values())
+    inflated = claims | {"ppl": {p: {c: v * 0.9 for c, v in row.items()} for p, row in claims["ppl"].items()}}
+    result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", json.dumps(inflated).encode(), rules=config)
+    assert {r["problem"] for r in result["schemes"].values()} == {"checkpoint_claims_disagree"}
