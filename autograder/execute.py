@@ -8,8 +8,8 @@ its copies and only *watches* it: exit status, wall clock, CPU, memory of the su
 it kills the child's process tree, wipes the scratch folder, /dev/shm and System V IPC objects, and
 replies with a small header of facts. The child drops to an unprivileged uid (when the grader runs as
 root), applies the limits, receives its cells from the grader, runs them in-process with IPython's
-InteractiveShell and answers the grader's probe requests one at a time with framed wire messages (never
-pickles). The grader reads stdout (capped) and the frames itself; judging happens in the grader.
+InteractiveShell and answers the grader's probe requests in order, one framed wire message (never a
+pickle) per answer. The grader reads stdout (capped) and the frames itself; judging happens in the grader.
 
 Time. Each run of a notebook gets the whole-notebook limits (wall clock, enforced by the zygote; CPU, by
 RLIMIT_CPU). The grader times each cell from the frames (a cell starts when the previous one reports) and,
@@ -46,8 +46,9 @@ Threat model. Student code is hostile and runs with the child's privileges.
   RLIMIT_FSIZE, RLIMIT_CORE. Wall clock is enforced by the zygote, captured output by the grader (the
   rest is read and discarded).
 - Forgery: the protocol is grader-driven and strict. The grader sends the cells, waits for one frame
-  per cell and the end-of-cells frame, then sends the probe requests one at a time (public cases first,
-  hidden cases only once every public one is answered) and accepts exactly one answer each, for that
+  per cell and the end-of-cells frame, then sends the public probe requests in one frame and the hidden
+  ones in a second frame only once every public one is answered (so no hidden argument is in the child
+  while it computes a public output), and accepts exactly one answer per request, in order, for that
   key. Any other frame (unknown, duplicate, out of order, for another key, malformed, oversized, absurd
   array shapes) voids the case it names and flags the submission ("tampering") without ever raising;
   a malformed stream ends the conversation (the remaining probes return nothing). stdout/stderr go to a
@@ -370,7 +371,7 @@ class WorkerPool:
         if self._closed:
             raise RuntimeError("the worker pool is closed")
         start = time.monotonic()
-        ordered = _order_probes(probes)
+        ordered, public = _order_probes(probes)
         try:
             cells, skipped = read_notebook(source, skip_tags=self.skip_tags)
         except NotebookError as exc:
@@ -384,7 +385,7 @@ class WorkerPool:
                               memory_guard=self.memory_guard, isolation=self.isolation)
         worker = self._idle.get()
         try:
-            result = self._run_timed(worker, cells, ordered)
+            result = self._run_timed(worker, cells, ordered, public)
         finally:
             self._idle.put(worker)
         result.skipped_cells = skipped
@@ -397,7 +398,7 @@ class WorkerPool:
         return result
 
     def _run_timed(self, worker: _Worker, cells: list[tuple[int, str]],
-                   probes: list[tuple[str, str, dict[str, Any]]]) -> ExecResult:
+                   probes: list[tuple[str, str, dict[str, Any]]], public: int) -> ExecResult:
         """Run the notebook; when a time limit stops it in a cell, run it again in a fresh child without that cell.
 
         A cell over the per-cell limit is left out and everything else runs (at most _MAX_TIME_STOPS such
@@ -412,7 +413,7 @@ class WorkerPool:
         cpu = 0.0
         for attempt in range(_MAX_TIME_STOPS + 2):
             todo = [(i, s) for i, s in cells if i not in stopped and (cut is None or i < cut[0])]
-            raw = self._attempt(worker, _cells_job(todo), todo, probes)
+            raw = self._attempt(worker, _cells_job(todo), todo, probes, public)
             if isinstance(raw, ExecResult):
                 return raw
             header, _, _, t = raw
@@ -446,7 +447,7 @@ class WorkerPool:
         return res
 
     def _attempt(self, worker: _Worker, job: bytes, cells: list[tuple[int, str]],
-                 probes: list[tuple[str, str, dict[str, Any]]]) -> tuple[Any, ...] | ExecResult:
+                 probes: list[tuple[str, str, dict[str, Any]]], public: int) -> tuple[Any, ...] | ExecResult:
         """One run of the cells in a fresh child: what the worker returned, or "crashed" when it failed twice.
 
         A worker that fails (not the student's doing) is restarted and the run retried once.
@@ -458,7 +459,7 @@ class WorkerPool:
                 if err:
                     raise WorkerError(err)
             try:
-                return worker.run(job, cells, probes)
+                return worker.run(job, cells, probes, public)
             except (WorkerError, OSError) as exc:
                 failures.append(str(exc)[:300])
                 log.warning("worker %d failed (%s); restarting it", worker.index, exc)
@@ -558,15 +559,16 @@ def _time_note(i: int, limit: str, src: str, limits: Limits, *, cut: bool = Fals
             "the cells after it did not run")
 
 
-def _order_probes(probes: list[Probe]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(key, name, args) with public probes first and hidden ones last, each group in list order."""
+def _order_probes(probes: list[Probe]) -> tuple[list[tuple[str, str, dict[str, Any]]], int]:
+    """(key, name, args) with public probes first and hidden ones last, each group in list order; and how
+    many are public."""
     keys = [p[0] for p in probes]
     if len(set(keys)) != len(keys) or not all(len(p) in (3, 4) and type(p[0]) is str and type(p[1]) is str
                                               for p in probes):
         raise ValueError("probes must be (case_key, probe_name, args[, hidden]) with unique str keys")
     public = [tuple(p[:3]) for p in probes if not (len(p) == 4 and p[3])]
     hidden = [tuple(p[:3]) for p in probes if len(p) == 4 and p[3]]
-    return public + hidden  # type: ignore[return-value]
+    return public + hidden, len(public)  # type: ignore[return-value]
 
 
 def _write(path: str, text: str) -> None:
@@ -835,8 +837,8 @@ class _Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and self.ctl is not None
 
-    def run(self, job: bytes, cells: list[tuple[int, str]],
-            probes: list[tuple[str, str, dict[str, Any]]]) -> tuple[dict[str, Any], bytes, int, _Transcript]:
+    def run(self, job: bytes, cells: list[tuple[int, str]], probes: list[tuple[str, str, dict[str, Any]]],
+            public: int) -> tuple[dict[str, Any], bytes, int, _Transcript]:
         """One job: make the child's channels, hand them over, talk to the child, collect the facts."""
         if not self.alive():
             raise WorkerError("the worker is not running")
@@ -859,7 +861,7 @@ class _Worker:
             finally:
                 job_c.close()
                 os.close(out_w)
-            talk = _Conversation(self, job_g, out_r, job, cells, probes)
+            talk = _Conversation(self, job_g, out_r, job, cells, probes, public)
             try:
                 return talk.run()
             finally:
@@ -958,10 +960,11 @@ def _fits(msg: dict[str, Any], shape: dict[str, Any]) -> bool:
 
 
 class _Conversation:
-    """The grader's side of one job: send the cells, then one probe request per answer, strictly in order."""
+    """The grader's side of one job: send the cells, then the public probe requests in one frame and, once
+    every public answer is in, the hidden ones in another; one answer per request, strictly in order."""
 
     def __init__(self, worker: _Worker, sock: socket.socket, out_r: int, job: bytes, cells: list[tuple[int, str]],
-                 probes: list[tuple[str, str, dict[str, Any]]]):
+                 probes: list[tuple[str, str, dict[str, Any]]], public: int):
         limits = worker.pool.limits
         self.worker, self.sock, self.out_r, self.job, self.cells, self.probes = worker, sock, out_r, job, cells, probes
         self.out_cap, self.res_cap = limits.output_kb * 1024, limits.result_mb * 2**20
@@ -969,6 +972,7 @@ class _Conversation:
         self.buf, self.received = bytearray(), 0
         self.t = _Transcript()
         self.phase, self.cell, self.probe = "cells", 0, 0
+        self.public, self.asked = public, 0  # probes[:asked] have been sent to the child
         self.wanted = {k for k, _, _ in probes}
         self.void: set[str] = set()
         self.deadline = time.monotonic() + limits.wall_s + 30
@@ -1090,12 +1094,13 @@ class _Conversation:
             self._violation(f"{name} {t.where}")
 
     def _next_probe(self) -> None:
-        if self.probe < len(self.probes):
-            key, name, args = self.probes[self.probe]
-            self._send({"t": "probe", "key": key, "name": name, "args": args})
-        else:
+        if self.probe == len(self.probes):
             self.phase, self.t.finished = "ended", True
             self._send({"t": "end"})
+        elif self.probe == self.asked:  # every request so far is answered: the public group, then the hidden
+            end = self.public if self.asked < self.public else len(self.probes)
+            batch, self.asked = self.probes[self.asked:end], end
+            self._send({"t": "probes", "probes": [list(p) for p in batch]})
         self._where()
 
     def _where(self) -> None:
@@ -1644,7 +1649,8 @@ def _flush() -> None:
 def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe: Any,
            suspicious: list[str] | None, scratch: str, uid: int | None, cgroups: dict[str, str]) -> NoReturn:
     """Runs in the forked child: confine, receive the cells from the grader, run them, then answer the
-    grader's probe requests one at a time; exits without returning."""
+    grader's probe requests (a frame of public ones, then one of hidden ones) in order; exits without
+    returning."""
     write, exit_, getpid, encode, decode, to_plain = os.write, os._exit, os.getpid, wire.encode, wire.decode, \
         wire.to_plain
     res_cap = limits.result_mb * 2**20
@@ -1722,24 +1728,24 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
             if how:
                 exit_(0)
         send({"t": "cells_done"})
-        while (req := recv()) is not None and req.get("t") == "probe":
-            key, name, args = req["key"], req["name"], req["args"]
-            try:
-                value = run_probe(shell.user_ns, name, args)
-            except BaseException as exc:  # noqa: BLE001 - SystemExit and friends from student code
-                ename, text = _describe(exc)
-                value = {"error": {"type": ename, "message": text, "where": "probe harness"}}
-            facts = guard.sweep()
-            if getpid() != me:
-                exit_(0)
-            if suspicious:
-                facts += [f"suspicious probe output in {key!r}: {s}"[:200] for s in suspicious[:5]]
-                del suspicious[:]
-            value = to_plain(value)
-            err = value.get("error") if type(value) is dict else None
-            oom = type(err) is dict and (err.get("type") in _OOM_TYPES
-                                         or "can't allocate memory" in str(err.get("message", "")))
-            send({"t": "out", "key": key, "value": value, "oom": oom, "tamper": facts})
+        while (req := recv()) is not None and req.get("t") == "probes":
+            for key, name, args in req["probes"]:  # answered one by one, in the order asked
+                try:
+                    value = run_probe(shell.user_ns, name, args)
+                except BaseException as exc:  # noqa: BLE001 - SystemExit and friends from student code
+                    ename, text = _describe(exc)
+                    value = {"error": {"type": ename, "message": text, "where": "probe harness"}}
+                facts = guard.sweep()
+                if getpid() != me:
+                    exit_(0)
+                if suspicious:
+                    facts += [f"suspicious probe output in {key!r}: {s}"[:200] for s in suspicious[:5]]
+                    del suspicious[:]
+                value = to_plain(value)
+                err = value.get("error") if type(value) is dict else None
+                oom = type(err) is dict and (err.get("type") in _OOM_TYPES
+                                             or "can't allocate memory" in str(err.get("message", "")))
+                send({"t": "out", "key": key, "value": value, "oom": oom, "tamper": facts})
         _flush()
         exit_(0)
     except BaseException:  # noqa: BLE001 - anything escaping the harness is a crash, reported as such

@@ -35,7 +35,7 @@ SAMPLES = DIST / "samples"
 OTTER_ZIP = DIST / "lesson83-otter-autograder.zip"
 
 GOAL_MEDIAN_S = 1.0
-GOAL_SPEEDUP = 10.0
+GOAL_SPEEDUP = 50.0
 GOAL_100_S = 60.0
 SCORE_TOL = 0.01
 

@@ -522,6 +522,20 @@ def test_hidden_probes_reach_the_child_only_after_every_public_one(one_worker):
     assert value(res, "secret") == ["add", "value", "hidden"]
 
 
+SEEN = ("import gc\nMARK = '-'.join(['hidden', 'argument', '4b1d'])\n"
+        "def seen(*_):\n    return sum(1 for o in gc.get_objects() if type(o) in (list, tuple, dict)\n"
+        "               for v in (o.values() if type(o) is dict else o)\n"
+        "               if type(v) is str and v == MARK and v is not MARK)\n"
+        "add = lambda a, b: seen()\nvalue = hidden = seen")
+
+
+def test_no_hidden_argument_is_in_the_child_while_public_outputs_are_computed(one_worker):
+    res = one_worker.run(nb(SEEN), probes=[("secret", "hidden", {"args": ["hidden-argument-4b1d"]}, True), *PROBES])
+    assert res.status == "ok", res.notes
+    assert value(res, "secret") > 0  # the scan finds the hidden argument once it has been sent
+    assert value(res, "add") == 0 and value(res, "value") == 0
+
+
 def test_a_zygote_killed_from_outside_is_restarted_and_the_submission_retried(one_worker):
     honest = nb("import time\ntime.sleep(1.5)", ADD, "import numpy as np\ndef value():\n    return np.arange(3.0)")
     got: list[ExecResult] = []
