@@ -1266,15 +1266,17 @@ def run_case(env: dict[str, Any], case_json: str, *, memo: VerdictMemo | None = 
     """Local check used by the notebook's test files: probe, judge, and raise CheckFailed with the message.
 
     A case carries the value cases it requires under "gate"; it passes only when they pass too, as in the
-    grader (autograder/judge.py judge_outputs). With `memo`, the case itself is always probed afresh, and a
-    gate case already judged in the same check reuses that verdict instead of running its probe again."""
+    grader (autograder/judge.py judge_outputs). With `memo`, a case already judged in the same check (as the
+    gate of an earlier case, or as a case of its own) reuses that verdict instead of running its probe again;
+    a case checked a second time starts a new check, so its own probe always runs then."""
     case = loads(case_json)
     if memo is not None:
         memo.start(env, case)
-    got = run_probe(env, case["probe"], case["args"])
-    verdict = judge(case, got, case["expected"])
-    if memo is not None:
-        memo.put(memo.key(case), verdict)
+    verdict = memo.get(memo.key(case)) if memo is not None else None  # judged as a gate earlier in this check
+    if verdict is None:
+        verdict = judge(case, run_probe(env, case["probe"], case["args"]), case["expected"])
+        if memo is not None:
+            memo.put(memo.key(case), verdict)
     gate = []
     for g in case.get("gate", []):
         key = memo.key(g) if memo is not None else ""
