@@ -5,6 +5,8 @@ calls with Otter, on a copy of the student release (student_templates/lesson83 b
 holding the reference solution (so every public case runs to the end and passes), while one busy-loop process
 per core competes for the CPU, as on a student's laptop running something else or a shared course server.
 Each question is checked once to warm up, then timed --repeats times; the median is judged against the goal.
+The warm-up also fills lesson83_checks' per-process memo of meta-device attention layouts (as a student's
+first check does); the verdicts a check reuses for its gates are dropped at the end of every check.
 
     python benchmarks/check_speed.py               # 5 timed runs per question, one load process per core
     python benchmarks/check_speed.py --smoke       # one timed run, one load process: checks the code, not speed

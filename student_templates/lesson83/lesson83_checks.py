@@ -156,8 +156,9 @@ def as_array(value: Any, what: str) -> np.ndarray:
         value = value.detach().cpu().clone()
         if str(value.dtype) == "torch.bfloat16":
             value = value.float()
-        value = value.numpy()
-    arr = np.array(value, copy=True)
+        arr = np.asarray(value.numpy())  # the clone is already the probe's own copy: no second one
+    else:
+        arr = np.array(value, copy=True)
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{what} returned {type(value).__name__} of dtype {arr.dtype}, expected numbers")
     return arr
@@ -416,7 +417,13 @@ def toeplitz(env: dict[str, Any], num_heads: int, seq_len: int) -> dict[str, Any
 @probe
 def bias_corners(env: dict[str, Any], num_heads: int, seq_len: int) -> dict[str, Any]:
     """Shape and corner rows of a long alibi_bias (only a formula can make it)."""
-    b = as_array(_get(env, "alibi_bias")(num_heads, seq_len), "alibi_bias")
+    torch = _torch()
+    raw = _get(env, "alibi_bias")(num_heads, seq_len)
+    if type(raw) is torch.Tensor and raw.dim() == 3:  # copy the corners only, not the whole (H, T, T) bias
+        parts = [as_array(p, "alibi_bias") for p in (raw[:, -1, :4], raw[:, :4, 0],
+                                                     torch.diagonal(raw, dim1=1, dim2=2)[:, -3:])]
+        return {"value": np.concatenate([p.ravel() for p in parts]), "shape": list(raw.shape)}
+    b = as_array(raw, "alibi_bias")
     return {"value": np.concatenate([b[:, -1, :4].ravel(), b[:, :4, 0].ravel(), np.diagonal(b, axis1=1,
                                      axis2=2)[:, -3:].ravel()]), "shape": list(b.shape)}
 
@@ -554,6 +561,38 @@ def _student_line() -> str:
     return ", called from ".join(mine[:2])
 
 
+_SDPA_LAYOUTS: dict[tuple, tuple] = {}  # metadata of a meta-device attention call -> its output's layout
+
+
+def _meta_sdpa(func: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
+    """scaled_dot_product_attention on `meta` tensors, from a memo of layouts when the same call was seen.
+
+    On `meta` nothing is computed, so the output (shape, strides, dtype) is a function of the inputs' layouts
+    and the other arguments alone; torch still takes milliseconds to derive it, every call. The first call with
+    given metadata runs torch's own kernel (and raises as it does); a later one returns an empty tensor of the
+    layout that call produced."""
+    torch = _torch()
+
+    def meta(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return ("T", tuple(value.shape), value.stride(), value.storage_offset(), str(value.dtype),
+                    value.device.type, value.requires_grad)
+        if isinstance(value, list | tuple):
+            return tuple(meta(v) for v in value)
+        return ("V", type(value).__name__, repr(value))
+
+    key = (meta(args), tuple(sorted((k, meta(v)) for k, v in kwargs.items())), torch.is_grad_enabled())
+    layout = _SDPA_LAYOUTS.get(key)
+    if layout is None:
+        out = func(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and out.device.type == "meta":
+            _SDPA_LAYOUTS[key] = (tuple(out.shape), out.stride(), out.dtype, out.requires_grad)
+        return out
+    shape, stride, dtype, grad = layout
+    out = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    return out.requires_grad_() if grad else out
+
+
 def trace_devices(model: Any, X: Any) -> dict[str, Any] | None:
     """Run model(X) once and report the first op that combines tensors of different devices, or None.
 
@@ -606,7 +645,10 @@ def trace_devices(model: Any, X: Any) -> dict[str, Any] | None:
                 raise DeviceMismatch({"op": name, "module": stack[-1] if stack else "",
                                       "line": _student_line(), "device": device.type,
                                       "tensor": describe(off[0]), "shape": list(off[0].shape)})
-            out = func(*args, **kwargs)
+            if name == "scaled_dot_product_attention" and inputs and all(t.device == device for t in inputs):
+                out = _meta_sdpa(func, args, kwargs)
+            else:
+                out = func(*args, **kwargs)
             made = [t for t in tensors(out) if t.device != device]
             if made and name not in ("__get__",):
                 parent = next((origins[id(t)][1] for t in off if id(t) in origins and origins[id(t)][0] is t),
@@ -1174,15 +1216,77 @@ def _otter_shows_message_only() -> None:
     cls._generate_error_message = message  # type: ignore[union-attr]
 
 
-def run_case(env: dict[str, Any], case_json: str) -> None:
+class VerdictMemo:
+    """Verdicts of the cases already judged in the current local check, so that a gate reuses them.
+
+    A property case re-judges the value cases it requires (its gate); within one `grader.check` those value
+    cases have usually just been judged as cases of their own, on the same code. The grader, too, judges each
+    case once and gates with that verdict (autograder/judge.py judge_outputs). A verdict is reused only while
+    the check is the same: same question, same `env` dict, every public name in env bound to the very object
+    it was bound to when the verdict was made. The memo empties when any of these changes, when a case is
+    checked a second time (the student checks again), and at the question's summary (`check_summary`).
+    """
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.question: str | None = None
+        self.env: dict[str, Any] | None = None
+        self.names: dict[str, Any] = {}
+        self.verdicts: dict[str, Verdict] = {}
+        self.checked: set[str] = set()
+
+    @staticmethod
+    def key(case: dict[str, Any]) -> str:
+        """Everything that decides a verdict: the probe, its arguments, the check and the expected values."""
+        return dumps({k: v for k, v in case.items() if k != "gate"})
+
+    def start(self, env: dict[str, Any], case: dict[str, Any]) -> None:
+        """Called before case is checked as a case of its own: keeps the memo only if the check is the same."""
+        question = str(case["id"]).split("/")[0]
+        names = {k: v for k, v in env.items() if isinstance(k, str) and not k.startswith("_")}
+        same = (self.env is env and self.question == question and case["id"] not in self.checked
+                and names.keys() == self.names.keys() and all(names[k] is v for k, v in self.names.items()))
+        if not same:
+            self.clear()
+            self.env, self.question, self.names = env, question, names
+        self.checked.add(case["id"])
+
+    def get(self, key: str) -> Verdict | None:
+        return self.verdicts.get(key)
+
+    def put(self, key: str, verdict: Verdict) -> None:
+        self.verdicts[key] = verdict
+
+
+MEMO = VerdictMemo()  # used by check_case (the notebook's checks); run_case alone never reuses a verdict
+
+
+def run_case(env: dict[str, Any], case_json: str, *, memo: VerdictMemo | None = None) -> None:
     """Local check used by the notebook's test files: probe, judge, and raise CheckFailed with the message.
 
     A case carries the value cases it requires under "gate"; it passes only when they pass too, as in the
-    grader (autograder/judge.py judge_outputs)."""
+    grader (autograder/judge.py judge_outputs). With `memo`, a case already judged in the same check (as the
+    gate of an earlier case, or as a case of its own) reuses that verdict instead of running its probe again;
+    a case checked a second time starts a new check, so its own probe always runs then."""
     case = loads(case_json)
-    got = run_probe(env, case["probe"], case["args"])
-    verdict = judge(case, got, case["expected"])
-    gate = [(g["id"], judge(g, run_probe(env, g["probe"], g["args"]), g["expected"])) for g in case.get("gate", [])]
+    if memo is not None:
+        memo.start(env, case)
+    verdict = memo.get(memo.key(case)) if memo is not None else None  # judged as a gate earlier in this check
+    if verdict is None:
+        verdict = judge(case, run_probe(env, case["probe"], case["args"]), case["expected"])
+        if memo is not None:
+            memo.put(memo.key(case), verdict)
+    gate = []
+    for g in case.get("gate", []):
+        key = memo.key(g) if memo is not None else ""
+        v = memo.get(key) if memo is not None else None
+        if v is None:
+            v = judge(g, run_probe(env, g["probe"], g["args"]), g["expected"])
+            if memo is not None:
+                memo.put(key, v)
+        gate.append((g["id"], v))
     verdict = gated(case, verdict, [(cid, v) for cid, v in gate if not v.passed])
     if not verdict.passed:
         _otter_shows_message_only()
@@ -1203,7 +1307,7 @@ def check_case(env: dict[str, Any], case_json: str) -> None:
     LOCAL_RESULTS[case_id] = False
     torch.set_num_threads(1)
     try:
-        run_case(env, case_json)
+        run_case(env, case_json, memo=MEMO)
     finally:
         torch.set_num_threads(threads)
     LOCAL_RESULTS[case_id] = True
@@ -1231,6 +1335,7 @@ def public_summary(public: list[str], *, hidden: int, answers: bool = False) -> 
 def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> None:
     """Otter's last case of a question: passes (and Otter prints summary_line as its message) only when every
     public case passed, else fails with the count, so a local check never reads as "all tests passed"."""
+    MEMO.clear()  # the question's check is over
     failed = sum(not LOCAL_RESULTS.get(cid, False) for cid in public)
     if failed:
         _otter_shows_message_only()
