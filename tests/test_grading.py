@@ -574,3 +574,27 @@ def test_a_property_next_to_wrong_values_names_no_catalogued_mistake(suite: Suit
     case = next(c for c in result.cases if c.id == "m1_tinycharlm/values_not_rotated")
     assert not case.passed and case.diagnosis is None and "v as well" not in case.message
     assert "m1_tinycharlm/logits_rope" in case.message
+
+
+def test_local_check_judges_a_gate_again_when_the_function_is_rebound(suite: Suite) -> None:
+    """Within one grader.check a gate reuses the verdict of a value case just judged, but never after the
+    student rebinds the function it judged: a do-nothing table must not pass odd_d_raises on a stale verdict."""
+    from autograder.build import _case_json
+
+    cases = {c["id"]: c for c in suite.cases}
+    table, raises = (_case_json(cases[f"q2_sinusoidal_pe/{n}"], suite.expected, cases)
+                     for n in ("table_d4", "odd_d_raises"))
+    checks.MEMO.clear()
+    env = dict(reference_env(suite))
+    checks.check_case(env, table)  # the reference table passes and its verdict is remembered
+
+    def zeros_but_raises(max_len: int, d: int) -> torch.Tensor:
+        if d % 2:
+            raise ValueError("d must be even")
+        return torch.zeros(max_len, d)
+
+    env["sinusoidal_pe"] = zeros_but_raises
+    with pytest.raises(AssertionError) as info:
+        checks.check_case(env, raises)  # its own check passes; the gate (table_d4) is judged again and fails
+    assert "table_d4" in str(info.value), str(info.value)
+    checks.MEMO.clear()
