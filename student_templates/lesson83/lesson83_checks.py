@@ -561,17 +561,17 @@ def _student_line() -> str:
     return ", called from ".join(mine[:2])
 
 
-_SDPA_LAYOUTS: dict[tuple, tuple] = {}  # metadata of a meta-device attention call -> its output's layout
-
-
 def _meta_sdpa(func: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
     """scaled_dot_product_attention on `meta` tensors, from a memo of layouts when the same call was seen.
 
     On `meta` nothing is computed, so the output (shape, strides, dtype) is a function of the inputs' layouts
     and the other arguments alone; torch still takes milliseconds to derive it, every call. The first call with
     given metadata runs torch's own kernel (and raises as it does); a later one returns an empty tensor of the
-    layout that call produced."""
+    layout that call produced. Only the notebook's local checks keep that memo (MEMO.layouts, while check_case
+    runs): the grader runs each submission in a fresh process, and its module tables stay as they were built."""
     torch = _torch()
+    if not MEMO.active:
+        return func(*args, **kwargs)
 
     def meta(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
@@ -582,11 +582,11 @@ def _meta_sdpa(func: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> A
         return ("V", type(value).__name__, repr(value))
 
     key = (meta(args), tuple(sorted((k, meta(v)) for k, v in kwargs.items())), torch.is_grad_enabled())
-    layout = _SDPA_LAYOUTS.get(key)
+    layout = MEMO.layouts.get(key)
     if layout is None:
         out = func(*args, **kwargs)
         if isinstance(out, torch.Tensor) and out.device.type == "meta":
-            _SDPA_LAYOUTS[key] = (tuple(out.shape), out.stride(), out.dtype, out.requires_grad)
+            MEMO.layouts[key] = (tuple(out.shape), out.stride(), out.dtype, out.requires_grad)
         return out
     shape, stride, dtype, grad = layout
     out = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
@@ -1228,6 +1228,8 @@ class VerdictMemo:
     """
 
     def __init__(self) -> None:
+        self.active = False  # True while check_case runs
+        self.layouts: dict[tuple, tuple] = {}  # meta-device attention call -> its output's layout (_meta_sdpa)
         self.clear()
 
     def clear(self) -> None:
@@ -1306,9 +1308,11 @@ def check_case(env: dict[str, Any], case_json: str) -> None:
     case_id, threads = json.loads(case_json)["id"], torch.get_num_threads()
     LOCAL_RESULTS[case_id] = False
     torch.set_num_threads(1)
+    MEMO.active = True
     try:
         run_case(env, case_json, memo=MEMO)
     finally:
+        MEMO.active = False
         torch.set_num_threads(threads)
     LOCAL_RESULTS[case_id] = True
 
