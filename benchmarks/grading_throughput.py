@@ -256,7 +256,7 @@ def compare_scores(ours: EngineRun, otter: EngineRun) -> list[str]:
             lines.append(f"{sid:44s} {ours.totals[sid]:7.3f} {'-':>7s}  otter run failed")
             disagree += 1
             continue
-        qids = list(ours.questions[sid])  # auto-graded questions only (grades.csv has no manual columns)
+        qids = list(ours.questions[sid])  # auto-graded questions only (merged manual scores are not compared)
         theirs = otter.questions[sid]
         otter_total = sum(theirs.get(q, 0.0) for q in qids)
         diffs = [f"{q} {ours.questions[sid][q]:g} vs {theirs.get(q, 0.0):g}" for q in qids
