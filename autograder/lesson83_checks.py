@@ -1329,9 +1329,14 @@ def summary_line(*, public: int, hidden: int, failed: int = 0, answers: bool = F
     return f"{done}; {after}.{note}"
 
 
+def _failed(public: list[str]) -> int:
+    """How many of the public cases `public` (ids) did not pass their latest local check (not run: not passed)."""
+    return sum(not LOCAL_RESULTS.get(cid, False) for cid in public)
+
+
 def public_summary(public: list[str], *, hidden: int, answers: bool = False) -> str:
-    """summary_line for the public cases `public` (ids), from their latest local checks (not run: not passed)."""
-    failed = sum(not LOCAL_RESULTS.get(cid, False) for cid in public)
+    """summary_line for the public cases `public` (ids), from their latest local checks."""
+    failed = _failed(public)
     return summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers)
 
 
@@ -1339,7 +1344,7 @@ def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> N
     """Otter's last case of a question: passes (and Otter prints summary_line as its message) only when every
     public case passed, else fails with the count, so a local check never reads as "all tests passed"."""
     MEMO.clear()  # the question's check is over
-    failed = sum(not LOCAL_RESULTS.get(cid, False) for cid in public)
+    failed = _failed(public)
     if failed:
         _otter_shows_message_only()
         raise CheckFailed(summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers))
