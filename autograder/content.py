@@ -16,7 +16,7 @@ from typing import Any, Literal
 import jinja2
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from autograder import lesson83_checks as checks
 from autograder.config import ROOT, GradingConfig
@@ -58,18 +58,12 @@ class CaseSpec(_Strict):
     requires: list[str] = []
     revisit: str
 
-    @field_validator("probe")
+    @field_validator("probe", "check")
     @classmethod
-    def _known_probe(cls, v: str) -> str:
-        if v not in checks.PROBES:
-            raise ValueError(f"unknown probe {v!r}; known: {sorted(checks.PROBES)}")
-        return v
-
-    @field_validator("check")
-    @classmethod
-    def _known_check(cls, v: str) -> str:
-        if v not in checks.CHECKS:
-            raise ValueError(f"unknown check {v!r}; known: {sorted(checks.CHECKS)}")
+    def _known(cls, v: str, info: ValidationInfo) -> str:
+        known = checks.PROBES if info.field_name == "probe" else checks.CHECKS
+        if v not in known:
+            raise ValueError(f"unknown {info.field_name} {v!r}; known: {sorted(known)}")
         return v
 
 

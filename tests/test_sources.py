@@ -64,6 +64,17 @@ def test_question_without_tests(tmp_path: Path) -> None:
     assert "q2_sinusoidal_pe.md" in str(info.value) and "has no tests" in str(info.value)
 
 
+@pytest.mark.parametrize(("field", "name"), [("probe", "call"), ("check", "close")])
+def test_unknown_probe_or_check_is_named(tmp_path: Path, field: str, name: str) -> None:
+    src = _assignments(tmp_path)
+    q2 = src / "q2_sinusoidal_pe.md"
+    q2.write_text(q2.read_text().replace(f"    {field}: {name}\n", f"    {field}: no_such_{field}\n", 1))
+    with pytest.raises(ContentError) as info:
+        load_questions(load_config(), src)
+    msg = str(info.value)
+    assert "q2_sinusoidal_pe.md" in msg and f"unknown {field} 'no_such_{field}'" in msg and name in msg
+
+
 def test_solution_marker_left_open(tmp_path: Path) -> None:
     ref = tmp_path / "lesson83.py"
     text = REFERENCE_FILE.read_text()
