@@ -1651,8 +1651,8 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
     """Runs in the forked child: confine, receive the cells from the grader, run them, then answer the
     grader's probe requests (a frame of public ones, then one of hidden ones) in order; exits without
     returning."""
-    write, exit_, getpid, encode, decode, to_plain = os.write, os._exit, os.getpid, wire.encode, wire.decode, \
-        wire.to_plain
+    write, exit_, getpid, encode, decode, sanitize = os.write, os._exit, os.getpid, wire.encode, wire.decode, \
+        wire.sanitize
     res_cap = limits.result_mb * 2**20
     me, parent = getpid(), os.getppid()
 
@@ -1741,7 +1741,7 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
                 if suspicious:
                     facts += [f"suspicious probe output in {key!r}: {s}"[:200] for s in suspicious[:5]]
                     del suspicious[:]
-                value = to_plain(value)
+                value = sanitize(value)
                 err = value.get("error") if type(value) is dict else None
                 oom = type(err) is dict and (err.get("type") in _OOM_TYPES
                                              or "can't allocate memory" in str(err.get("message", "")))

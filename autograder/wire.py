@@ -1,4 +1,11 @@
-"""Plain data to bytes and back without pickle: JSON, numpy arrays as base64 bytes with dtype and shape."""
+"""The sandbox's message format: plain data to bytes and back without pickle, strict on every byte it reads.
+
+Messages between the grader and the sandboxed student process are JSON, numpy arrays as base64 bytes with
+dtype and shape. The reader treats its input as hostile: sizes, depth, tags and dtypes are checked before
+anything is allocated. This is not the shipped checks' case JSON (`to_plain`/`dumps` in the lesson's checks
+module), which stores trusted data built by the release and must run in a student's notebook without the
+engine; the two share the array layout, nothing else.
+"""
 
 from __future__ import annotations
 
@@ -50,8 +57,9 @@ def decode(data: bytes, *, max_bytes: int = MAX_BYTES) -> Any:
     return _unpack(raw, 0)
 
 
-def to_plain(obj: Any, *, depth: int = 0) -> Any:
-    """Best-effort copy of obj as plain data: numpy scalars become Python scalars, other objects a marker str.
+def sanitize(obj: Any, *, depth: int = 0) -> Any:
+    """Best-effort copy of untrusted obj as plain data that encode() takes: numpy scalars become Python scalars,
+    other objects a marker str.
 
     Only exact built-in types pass (an int subclass with a custom __eq__ does not), so no object with
     behaviour of its own ever reaches encode().
@@ -62,11 +70,11 @@ def to_plain(obj: Any, *, depth: int = 0) -> Any:
     if depth >= MAX_DEPTH:
         return "<not plain data: nested too deeply>"
     if t in (list, tuple):
-        return [to_plain(v, depth=depth + 1) for v in obj]
+        return [sanitize(v, depth=depth + 1) for v in obj]
     if t is dict:
         if not all(type(k) is str and not k.startswith("__") for k in obj):
             return "<not plain data: dict keys must be str not starting with '__'>"
-        return {k: to_plain(v, depth=depth + 1) for k, v in obj.items()}
+        return {k: sanitize(v, depth=depth + 1) for k, v in obj.items()}
     if t is np.ndarray:
         return obj if _plain_dtype(obj.dtype) else f"<not plain data: ndarray of dtype {obj.dtype}>"
     if isinstance(obj, np.generic) and t.__module__ == "numpy" and _plain_dtype(obj.dtype):
