@@ -101,6 +101,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from autograder import wire
+from autograder.limits import (
+    CELL_TIMEOUT_S,
+    CPU_TIMEOUT_S,
+    MAX_OUTPUT_KB,
+    MAX_PROCESSES,
+    MEMORY_MB,
+    MIB,
+    UPLOAD_CAP_MB,
+    WALL_TIMEOUT_S,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +123,7 @@ PROBE_MODULE = "autograder.lesson83_checks"
 PRELOAD = ("numpy", "torch", "torch._dynamo", "IPython.core.interactiveshell")  # torch._dynamo wraps
 # torch.manual_seed when first imported: loaded before the guard records identities, so honest code that
 # triggers it (fused attention, torch.compile) is not reported as tampering
-MAX_NOTEBOOK_BYTES = 64 * 2**20
+MAX_NOTEBOOK_BYTES = UPLOAD_CAP_MB * MIB
 Probe = tuple[Any, ...]  # (case key, probe name, args) or (case key, probe name, args, hidden)
 
 _WARNED: set[str] = set()
@@ -129,6 +139,7 @@ _JOB_FD = 3
 _SETUP_FAILED, _HARNESS_FAILED = 70, 71
 _LEN = struct.Struct(">Q")
 _CTL_BYTES = 1 << 16
+_SHM_MB = 64  # the sandbox's own /dev/shm
 _WATCH_S = 0.05
 _MAX_TIME_STOPS = 3  # cells left out for the per-cell limit; one more too slow cell ends the notebook there
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
@@ -172,14 +183,14 @@ class Limits:
     cell (cell_timeout_s); wall_s and cpu_s the whole notebook, cells and probes, in each run of it.
     """
 
-    wall_s: float = 60.0
-    cell_s: float = 20.0
-    cpu_s: int = 60
-    memory_mb: int = 4096
-    processes: int = 64
-    file_mb: int = 64
-    output_kb: int = 256
-    result_mb: int = 64
+    wall_s: float = WALL_TIMEOUT_S
+    cell_s: float = CELL_TIMEOUT_S
+    cpu_s: int = CPU_TIMEOUT_S
+    memory_mb: int = MEMORY_MB
+    processes: int = MAX_PROCESSES
+    file_mb: int = UPLOAD_CAP_MB
+    output_kb: int = MAX_OUTPUT_KB
+    result_mb: int = UPLOAD_CAP_MB
     scratch_mb: int = 512
     threads: int = 1
 
@@ -340,7 +351,7 @@ class WorkerPool:
                     os.mkdir(path, 0o755)
                     self._cgroups.append(path)
                     made[ctrl] = path
-                limit = str(self.limits.memory_mb * 2**20)
+                limit = str(self.limits.memory_mb * MIB)
                 _write(os.path.join(made["memory"], "memory.limit_in_bytes"), limit)
                 with contextlib.suppress(OSError):  # no swap accounting: no memsw file
                     _write(os.path.join(made["memory"], "memory.memsw.limit_in_bytes"), limit)
@@ -644,14 +655,14 @@ def _choose_sandbox(wanted: str) -> tuple[str, str]:
 
 
 def _stage_modules(stage: Path, probe_module: str) -> None:
-    """Copy only this module, wire.py, the probe module and the shipped milestone trainer into a folder the
-    sandbox sees read-only."""
+    """Copy only this module, wire.py, limits.py, the probe module and the shipped milestone trainer into a folder
+    the sandbox sees read-only."""
     spec = importlib.util.find_spec(probe_module)
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         raise WorkerError(f"cannot find the source of probe module {probe_module!r}")
     here = Path(__file__).resolve().parent
-    files = {"autograder/__init__.py": "", "autograder/wire.py": (here / "wire.py").read_text(),
-             "autograder/execute.py": Path(__file__).read_text()}
+    files = {"autograder/__init__.py": "", "autograder/execute.py": Path(__file__).read_text(),
+             **{f"autograder/{m}": (here / m).read_text() for m in ("wire.py", "limits.py")}}
     parts = probe_module.split(".")
     for n in range(1, len(parts)):
         files.setdefault("/".join(parts[:n]) + "/__init__.py", "")
@@ -723,7 +734,7 @@ def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
         elif not any(_under(p, h) for h in top):
             path.append(p)
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--perms", "1777", "--size", str(64 * 2**20), "--tmpfs", "/dev/shm",
+            "--perms", "1777", "--size", str(_SHM_MB * MIB), "--tmpfs", "/dev/shm",
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--new-session"]
     for h in top:
@@ -734,7 +745,7 @@ def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
                 argv += [a for d in parents for a in ("--perms", "0755", "--dir", d)] + ["--ro-bind", p, p]
         if h == "/tmp":
             argv += ["--ro-bind", str(stage), _SANDBOX_STAGE,
-                     "--perms", "0755", "--size", str(limits.scratch_mb * 2**20), "--tmpfs", _SANDBOX_SCRATCH]
+                     "--perms", "0755", "--size", str(limits.scratch_mb * MIB), "--tmpfs", _SANDBOX_SCRATCH]
             if site:
                 argv += ["--perms", "0755", "--dir", _SANDBOX_SITE]
             argv += [a for src, dst in site for a in ("--ro-bind", src, dst)]
@@ -967,7 +978,7 @@ class _Conversation:
                  probes: list[tuple[str, str, dict[str, Any]]], public: int):
         limits = worker.pool.limits
         self.worker, self.sock, self.out_r, self.job, self.cells, self.probes = worker, sock, out_r, job, cells, probes
-        self.out_cap, self.res_cap = limits.output_kb * 1024, limits.result_mb * 2**20
+        self.out_cap, self.res_cap = limits.output_kb * 1024, limits.result_mb * MIB
         self.output, self.total = bytearray(), 0
         self.buf, self.received = bytearray(), 0
         self.t = _Transcript()
@@ -1422,7 +1433,7 @@ class _MemoryWatch:
 
     def __init__(self, cfg: dict[str, Any], limits: Limits):
         self.kind = "cgroup" if cfg["cgroups"] else "watchdog"
-        self.limit = limits.memory_mb * 2**20
+        self.limit = limits.memory_mb * MIB
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.oom_file = os.path.join(cfg["cgroups"]["memory"], "memory.oom_control") if cfg["cgroups"] else ""
         self.base = 0
@@ -1611,9 +1622,9 @@ def _apply_limits(limits: Limits, uid: int | None) -> None:
     with open("/proc/self/status") as f:
         vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
     base = 1 if uid is not None else _count_tasks(os.getuid())
-    for rlim, value in ((resource.RLIMIT_AS, vm + limits.memory_mb * 2**20),
+    for rlim, value in ((resource.RLIMIT_AS, vm + limits.memory_mb * MIB),
                         (resource.RLIMIT_NPROC, base + limits.processes),
-                        (resource.RLIMIT_FSIZE, limits.file_mb * 2**20), (resource.RLIMIT_CORE, 0),
+                        (resource.RLIMIT_FSIZE, limits.file_mb * MIB), (resource.RLIMIT_CORE, 0),
                         (resource.RLIMIT_NOFILE, 1024)):
         resource.setrlimit(rlim, (value, value))
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
@@ -1653,7 +1664,7 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
     returning."""
     write, exit_, getpid, encode, decode, sanitize = os.write, os._exit, os.getpid, wire.encode, wire.decode, \
         wire.sanitize
-    res_cap = limits.result_mb * 2**20
+    res_cap = limits.result_mb * MIB
     me, parent = getpid(), os.getppid()
 
     def send(msg: dict[str, Any]) -> None:

@@ -552,8 +552,8 @@ def suite_fingerprint(config_path: Path = DEFAULT_CONFIG) -> str:
     here = Path(__file__).parent
     files = [config_path, REFERENCE_FILE, REFERENCE_FILE.with_name("mistakes.py"),
              *sorted(ASSIGNMENT_DIR.glob("*.md")),
-             *(here / m for m in ("lesson83_checks.py", "content.py", "execute.py", "wire.py", "judge.py",
-                                "milestone.py", "lesson83_milestone.py"))]
+             *(here / m for m in ("lesson83_checks.py", "content.py", "execute.py", "wire.py", "limits.py",
+                                "judge.py", "milestone.py", "lesson83_milestone.py"))]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())

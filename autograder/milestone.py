@@ -41,6 +41,7 @@ from autograder.lesson83_milestone import (
     val_starts,
     windows,
 )
+from autograder.limits import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB
 from reference.lesson83 import TinyCharLM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,11 +49,11 @@ DEFAULT_CONFIG = ROOT / "grading_config.yaml"
 # Verification re-evaluates on verify_windows evenly spaced validation windows (grading_config.yaml; 100 start
 # at 100,000 + 30 i), one forward pass of 512 tokens per window for all three contexts (measure_ppl).
 VERIFY_BATCH = 50  # larger batches than the protocol's 16 run faster on a CPU and give the same mean
-MAX_CHECKPOINT_MB = 64  # five models in float32 take about 4 MB
+MAX_CHECKPOINT_MB = UPLOAD_CAP_MB  # five models in float32 take about 4 MB
 MAX_CLAIMS_KB = 256  # milestone.json is about 1 KB
 # The child that loads and evaluates a checkpoint may allocate this much beyond the interpreter with torch
 # imported (a legitimate checkpoint needs about 300 MB), and gets this much CPU and wall-clock time.
-CHILD_MEMORY_MB = 1024
+CHILD_MEMORY_MB = CHECKPOINT_MEMORY_MB
 CHILD_TIMEOUT_S = 300
 UPLOAD_HINT = ("Upload milestone.pt and milestone.json next to your notebook, exactly as the milestone's "
                "save cell writes them (save_checkpoint).")

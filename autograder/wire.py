@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-MAX_BYTES = 64 * 2**20
+from autograder.limits import MIB, UPLOAD_CAP_MB
+
+MAX_BYTES = UPLOAD_CAP_MB * MIB
 MAX_DEPTH = 64
 MAX_DIMS = 32
 ARRAY_TAG = "__ndarray__"
