@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 import nbformat
 
 from autograder import lesson83_checks as checks
-from autograder.config import DEFAULT_CONFIG, GradingConfig, Submissions, load_config
+from autograder.config import DEFAULT_CONFIG, ROOT, GradingConfig, Submissions, load_config
 from autograder.content import (
     ASSIGNMENT_DIR,
     REFERENCE_FILE,
@@ -669,8 +669,8 @@ def _run_isolated(pool: WorkerPool, todo: list[tuple[Submission, str]], probes: 
             yield sub, key, exc if exc is not None else fut.result()
 
 
-def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: int | None = None,
-                config_path: Path = DEFAULT_CONFIG, progress: bool = True) -> BatchSummary:
+def grade_batch(submissions: Path, *, out: Path = ROOT / "dist" / "grades", force: bool = False,
+                workers: int | None = None, config_path: Path = DEFAULT_CONFIG, progress: bool = True) -> BatchSummary:
     """Grade every submission under `submissions` into `out`: results/<file>.json, grades.csv, summary.json.
 
     Every input is isolated: whatever goes wrong reading, running, judging or storing one becomes that row's

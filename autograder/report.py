@@ -1214,7 +1214,7 @@ def regrade_command(students: list[Student], *, grades: Path, out: Path, config_
             f"lesson83{config} report {shlex.quote(str(grades))} --out {shlex.quote(str(out))}")
 
 
-def write_report(grades: Path, *, out: Path, config_path: Path = DEFAULT_CONFIG) -> Path:
+def write_report(grades: Path, *, out: Path = ROOT / "dist" / "report", config_path: Path = DEFAULT_CONFIG) -> Path:
     """Write the report of the batch graded into `grades` to the folder `out`; returns out/index.html.
 
     Built in a temporary folder beside `out` and renamed into place, so `out` is never half-written.

@@ -1,0 +1,48 @@
+"""Grade one Gradescope submission folder into its results.json (what the bundle's run_autograder runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.config import DEFAULT_CONFIG
+from autograder.judge import grade_batch
+
+
+@dataclass
+class GradescopeRun:
+    """Whether the submission was graded, and the status line for the autograder's log."""
+
+    graded: bool
+    line: str
+
+
+def grade_gradescope(submission: Path, results: Path, *, config_path: Path = DEFAULT_CONFIG) -> GradescopeRun:
+    """Grade the folder `submission` (/autograder/submission) and write Gradescope's results.json to `results`.
+
+    When the grader fails (not the student), results.json says so with score 0, so Gradescope shows an error.
+    """
+    with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
+        subs = Path(tmp) / "in"
+        # Links are copied as links and pipes or devices not at all: the grader refuses both, never follows them.
+        shutil.copytree(submission, subs / "submission", symlinks=True,
+                        copy_function=lambda src, dst: shutil.copy2(src, dst) if os.path.isfile(src) else None)
+        summary = grade_batch(subs, out=Path(tmp) / "out", force=True, config_path=config_path, progress=False)
+        row = json.loads((Path(tmp) / "out" / "summary.json").read_text())["rows"][0]
+        if row["result"] is None:  # the grader failed (not the student): say so, and let Gradescope show an error
+            out = {"score": 0, "output": f"Not graded: {row['message']} Ask your instructor to re-run the "
+                                          "autograder.", "stdout_visibility": "hidden", "tests": []}
+            record = {"status": row["status"], "total": 0}
+        else:
+            record = json.loads((Path(tmp) / "out" / "results" / row["result"]).read_text())
+            out = record["gradescope"]
+            out.setdefault("extra_data", {})["isolation"] = record.get("isolation", "")
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(out, indent=1))
+    return GradescopeRun(row["result"] is not None,
+                         f"status: {record['status']}; score {record['total']:g}; sandbox: {summary.sandbox}; "
+                         f"isolation: {record.get('isolation', 'not started')}")

@@ -1,0 +1,38 @@
+"""Plain-text summaries that the command line prints after a stage: aligned tables of its results."""
+
+from __future__ import annotations
+
+from autograder.judge import NOT_GRADED, BatchSummary, full_marks
+
+
+def text_table(rows: list[list[str]]) -> str:
+    """Rows as aligned columns (the first left-aligned, the others right-aligned), a rule under the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def grade_summary(summary: BatchSummary, *, points: dict[str, float]) -> str:
+    """What `grade` did: counts per status, the mean and full marks per question (`points` of each), the
+    submissions it could not grade, and where the grades are."""
+    rows = [r for r in summary.rows if r["total"] is not None]
+    lines = [f"graded {summary.graded_now} submission(s), reused {summary.reused} unchanged result(s); "
+             f"sandbox: {summary.sandbox}",
+             "status:  " + ", ".join(f"{k} {v}" for k, v in sorted(summary.counts().items()))]
+    if rows:
+        table = [["question", "mean", "full marks"]]
+        for q in summary.questions:
+            mean = sum(r[q] for r in rows) / len(rows)
+            full = sum(full_marks(r[q], points[q]) for r in rows)
+            table.append([q, f"{mean:.2f}", f"{full}/{len(rows)}"])
+        lines.append(text_table(table))
+    lines += [f"not graded: {r['id']}: {r['message']}" for r in not_graded(summary)]
+    lines.append(f"grades: {summary.out / 'grades.csv'}   per-submission results: {summary.out / 'results'}/")
+    return "\n".join(lines)
+
+
+def not_graded(summary: BatchSummary) -> list[dict[str, object]]:
+    """The rows the grader failed on in this run (a re-run grades them)."""
+    return [r for r in summary.rows if r["status"] == NOT_GRADED]
