@@ -628,12 +628,6 @@ def code_cells(cells: list[dict[str, Any]]) -> list[tuple[int, str]]:
     return [(n, _source(c)) for n, c in enumerate(cells) if c.get("cell_type") == "code"]
 
 
-def notebook_cells(path: str | None, grades: Path, *, limits: Any = None) -> tuple[list[tuple[int, str]], str]:
-    """The code cells (index, source) of a submission, read as data only, or why there are none."""
-    cells, why = read_notebook(path, grades, limits=limits)
-    return code_cells(cells), why
-
-
 def _prompt_marker(part: str) -> str:
     return f"**`{part}`.**"  # how the builder heads each written part (Otter and nbgrader alike)
 
