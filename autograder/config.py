@@ -7,18 +7,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autograder import limits
 from autograder.lesson83_milestone import CONTEXTS, SCHEMES
-from autograder.limits import (
-    CELL_TIMEOUT_S,
-    CHECKPOINT_MEMORY_MB,
-    CPU_TIMEOUT_S,
-    MAX_OUTPUT_KB,
-    MAX_PROCESSES,
-    MEMORY_MB,
-    MIB,
-    UPLOAD_CAP_MB,
-    WALL_TIMEOUT_S,
-)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "grading_config.yaml"
@@ -43,16 +33,18 @@ class QuestionPoints(_Strict):
 
 
 class Execution(_Strict):
-    cell_timeout_s: float = Field(CELL_TIMEOUT_S, gt=0, description="wall-clock limit of one cell: a cell still "
-                                  "running then is stopped and skipped, and the rest of the notebook runs without it")
-    wall_timeout_s: float = Field(WALL_TIMEOUT_S, gt=0, description="wall-clock limit of the whole notebook (all its "
-                                  "cells and the probes); a last resort, above cell_timeout_s")
-    cpu_timeout_s: int = Field(CPU_TIMEOUT_S, gt=0, description="CPU-time limit of the whole notebook; a last resort, "
-                               "above cell_timeout_s")
-    memory_mb: int = Field(MEMORY_MB, gt=0, description="address-space limit per submission")
-    max_processes: int = Field(MAX_PROCESSES, gt=0, description="process limit inside the sandbox")
-    max_file_mb: int = Field(UPLOAD_CAP_MB, gt=0, description="largest file a submission may write")
-    max_output_kb: int = Field(MAX_OUTPUT_KB, gt=0, description="captured output kept per submission")
+    cell_timeout_s: float = Field(limits.CELL_TIMEOUT_S, gt=0,
+                                  description="wall-clock limit of one cell: a cell still running then is stopped "
+                                  "and skipped, and the rest of the notebook runs without it")
+    wall_timeout_s: float = Field(limits.WALL_TIMEOUT_S, gt=0,
+                                  description="wall-clock limit of the whole notebook (all its cells and the probes); "
+                                  "a last resort, above cell_timeout_s")
+    cpu_timeout_s: int = Field(limits.CPU_TIMEOUT_S, gt=0,
+                               description="CPU-time limit of the whole notebook; a last resort, above cell_timeout_s")
+    memory_mb: int = Field(limits.MEMORY_MB, gt=0, description="address-space limit per submission")
+    max_processes: int = Field(limits.MAX_PROCESSES, gt=0, description="process limit inside the sandbox")
+    max_file_mb: int = Field(limits.UPLOAD_CAP_MB, gt=0, description="largest file a submission may write")
+    max_output_kb: int = Field(limits.MAX_OUTPUT_KB, gt=0, description="captured output kept per submission")
     workers: int = Field(2, gt=0, description="submissions graded in parallel")
 
     @model_validator(mode="after")
@@ -67,17 +59,20 @@ class Execution(_Strict):
 class Submissions(_Strict):
     """What the grader reads from a class folder: regular files only, each capped before it is read."""
 
-    max_notebook_mb: float = Field(20, gt=0, le=UPLOAD_CAP_MB, description="largest notebook read (a file or a "
-                                   f"zip member); the sandbox refuses more than {UPLOAD_CAP_MB}")
-    max_checkpoint_mb: float = Field(UPLOAD_CAP_MB, gt=0, description="largest milestone.pt or milestone.json read")
+    max_notebook_mb: float = Field(20, gt=0, le=limits.UPLOAD_CAP_MB,
+                                   description="largest notebook read (a file or a zip member); the sandbox refuses "
+                                   f"more than {limits.UPLOAD_CAP_MB}")
+    max_checkpoint_mb: float = Field(limits.UPLOAD_CAP_MB, gt=0,
+                                     description="largest milestone.pt or milestone.json read")
     max_zip_mb: float = Field(256, gt=0, description="largest zip opened (only its notebook and checkpoint "
                               "members are read, each under its own cap)")
-    checkpoint_memory_mb: int = Field(CHECKPOINT_MEMORY_MB, gt=0, description="memory of the child process that "
-                                      "loads and evaluates an uploaded milestone.pt (sizes declared inside it can lie)")
+    checkpoint_memory_mb: int = Field(limits.CHECKPOINT_MEMORY_MB, gt=0,
+                                      description="memory of the child process that loads and evaluates an uploaded "
+                                      "milestone.pt (sizes declared inside it can lie)")
 
     def cap(self, what: str) -> int:
         """The cap of `what` ("notebook", "checkpoint" or "zip") in bytes."""
-        return int(getattr(self, f"max_{what}_mb") * MIB)
+        return int(getattr(self, f"max_{what}_mb") * limits.MIB)
 
 
 class PresetRule(_Strict):
