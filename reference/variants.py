@@ -62,8 +62,7 @@ def alibi_bias(num_heads, seq_len):
 class LearnedPE(nn.Module):
     def __init__(self, max_len, d_model):
         super().__init__()
-        self.max_len = max_len
-        self.pos = nn.Embedding(max_len, d_model)
+        self.max_len, self.pos = max_len, nn.Embedding(max_len, d_model)
 
     def forward(self, x):
         if x.shape[1] > self.max_len:
