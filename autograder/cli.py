@@ -11,7 +11,7 @@ from typing import Any
 
 from autograder import judge
 from autograder.build import BuildError, release, stale_files
-from autograder.config import ROOT, ConfigError
+from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError
 from autograder.content import ContentError
 from autograder.gradescope import grade_gradescope
 from autograder.judge import MergeError, load_suite, merge_scores
@@ -104,7 +104,7 @@ class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-CONFIG_HELP = "grading_config.yaml to use"
+CONFIG_HELP = "grading_config.yaml to use"  # its default, DEFAULT_CONFIG, is every stage's config_path default
 
 
 class _VerbParser(argparse.ArgumentParser):
@@ -114,7 +114,7 @@ class _VerbParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _ShowDefaults)
         super().__init__(*args, **kwargs)
         self.add_argument("--config", type=Path, default=argparse.SUPPRESS,
-                          help=f"{CONFIG_HELP} (default: {_default(judge.grade_batch, 'config_path')})")
+                          help=f"{CONFIG_HELP} (default: {DEFAULT_CONFIG})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="lesson83", formatter_class=_ShowDefaults,
         description="The Lesson 83 homework package: one verb per pipeline stage, all listed below. "
                     "`lesson83 VERB --help` shows a verb's options and their defaults.")
-    parser.add_argument("--config", type=Path, default=_default(judge.grade_batch, "config_path"), help=CONFIG_HELP)
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="VERB", parser_class=_VerbParser)
     p = sub.add_parser("release", help="build the student release, the Otter zip and the nbgrader release")
     p.add_argument("--check", action="store_true", help="only report whether student_templates/ is stale")
