@@ -95,7 +95,7 @@ def from_plain(value: Any) -> Any:
 
 
 def dumps(value: Any) -> str:
-    """Case data as canonical JSON text (sorted keys, no spaces), as the release embeds it in the checks."""
+    """Case data as canonical JSON text (sorted keys, no spaces), as the release writes it into the notebook's tests."""
     return json.dumps(to_plain(value), sort_keys=True, separators=(",", ":"))
 
 
