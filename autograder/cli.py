@@ -43,7 +43,8 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def cmd_selfcheck(args: argparse.Namespace) -> int:
-    from autograder.judge import grade_namespace, load_suite, notebook_env, reference_env
+    from autograder.judge import grade_namespace, notebook_env
+    from autograder.suite import load_suite, reference_env
 
     suite = load_suite(args.config)
     template = ROOT / "student_templates" / suite.config.assignment / f"{suite.config.assignment}.ipynb"
@@ -71,7 +72,9 @@ def cmd_selfcheck(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from autograder.judge import NOT_GRADED, full_marks, grade_batch, load_suite
+    from autograder.batch import grade_batch
+    from autograder.results import Status, full_marks
+    from autograder.suite import load_suite
 
     try:
         summary = grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
@@ -91,7 +94,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
             full = sum(full_marks(r[q], points[q]) for r in rows)
             table.append([q, f"{mean:.2f}", f"{full}/{len(rows)}"])
         print(_table(table))
-    left = [r for r in summary.rows if r["status"] == NOT_GRADED]
+    left = [r for r in summary.rows if r["status"] == Status.NOT_GRADED]
     for r in left:
         print(f"not graded: {r['id']}: {r['message']}")
     print(f"grades: {args.out / 'grades.csv'}   per-submission results: {args.out / 'results'}/")
@@ -104,7 +107,7 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from autograder.judge import grade_batch
+    from autograder.batch import grade_batch
 
     with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
         subs = Path(tmp) / "in"
@@ -144,7 +147,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     """Merge scores graded elsewhere (CSV: id and question or written-part columns) into grades.csv and
     summary.json."""
-    from autograder.judge import MergeError, merge_scores
+    from autograder.batch import MergeError, merge_scores
 
     try:
         done = merge_scores(args.grades, args.scores, config_path=args.config)

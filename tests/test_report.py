@@ -19,24 +19,25 @@ import nbformat
 import numpy as np
 import pytest
 
+from autograder.batch import grade_batch
 from autograder.build import filled_notebook
 from autograder.cli import main as cli_main
 from autograder.config import DEFAULT_CONFIG, ROOT
 from autograder.content import mc_answers, shuffled
-from autograder.judge import Suite, grade_batch, load_suite
 from autograder.report import (
     MANUAL_CSV,
     MARKER,
     SCRIPT_HASH,
     UNFINISHED,
     UNRECOGNISED,
-    UNUSABLE,
     checkpoint_table,
     plain_math,
     record_problem,
     write_report,
 )
 from autograder.report import SCRIPT as REPORT_SCRIPT
+from autograder.results import Status
+from autograder.suite import Suite, load_suite
 from reference.mistakes import MISTAKES
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
@@ -453,7 +454,8 @@ def _random_json(rng: random.Random, depth: int = 0) -> object:
 @pytest.fixture(scope="module")
 def base_record(suite: Suite) -> dict:
     """A real result whose q2 cases failed with a zero-size 3-D array (no sandbox: the reference, patched)."""
-    from autograder.judge import grade_namespace, reference_env
+    from autograder.judge import grade_namespace
+    from autograder.suite import reference_env
 
     env = reference_env(suite) | {"sinusoidal_pe": lambda max_len, d: np.zeros((0, 3, 2))}
     record = grade_namespace(suite, env, name="base").to_dict()
@@ -508,7 +510,8 @@ def test_report_is_written_whatever_the_results_hold(tmp_path: Path, suite: Suit
     assert 10 < len(unusable) < len(records) - 3  # the fuzz reaches both kinds
     for n in [*unusable, "broken"]:
         sid = f"s{n:03d}" if isinstance(n, int) else n
-        assert re.search(rf'<span class="status bad">{UNUSABLE}</span></td><td><a href="[^"]+">{sid}</a>', text), sid
+        shown = rf'<span class="status bad">{Status.UNUSABLE}</span></td><td><a href="[^"]+">{sid}</a>'
+        assert re.search(shown, text), sid
     assert re.search(r'<span class="status bad">not graded</span></td><td><a href="[^"]+">left</a>', text)
     assert "empty, shape [0, 3, 2]" in _page(tmp_path / "report", "s000")  # the zero-size array, shown as such
     assert "half a character: \\ud800" in _page(tmp_path / "report", "s001")
