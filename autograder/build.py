@@ -19,16 +19,15 @@ import nbformat
 import yaml
 
 from autograder import lesson83_checks as checks
-from autograder.config import DEFAULT_CONFIG, ROOT, load_config
+from autograder.config import DEFAULT_CONFIG, ROOT
 from autograder.content import (
     ASSIGNMENT_DIR,
     REFERENCE_FILE,
     Question,
-    expected_values,
-    load_questions,
     mc_answers,
     shuffled,
 )
+from autograder.suite import checkpoint_shares, load_suite, read_suite
 
 CHECKS_FILE = Path(checks.__file__)
 # Shipped next to the notebook: the checks, the milestone trainer and its corpus (never anything of reference/).
@@ -243,15 +242,6 @@ def _nbgrader_checkpoint_test(scheme: str, points: float) -> str:
             f"### END HIDDEN TESTS")
 
 
-def checkpoint_shares(points: float) -> dict[str, float]:
-    """The milestone checkpoint's points per scheme (as the grader splits them)."""
-    from autograder.lesson83_milestone import SCHEMES
-
-    share = [round(points / len(SCHEMES), 4) for _ in SCHEMES]
-    share[-1] = round(points - sum(share[:-1]), 4)
-    return dict(zip(SCHEMES, share))
-
-
 def nbgrader_hidden_cases(questions: list[Question], expected: dict[str, dict[str, Any]]) -> dict[str, str]:
     """HIDDEN_CASES: case id -> the case as its test carries it (with the expected values), hidden cases only."""
     cases = {c["id"]: c for q in questions for c in q.cases}
@@ -450,9 +440,10 @@ def _answer_stubs(release_nb: Path, questions: list[Question]) -> None:
 def build(*, config_path: Path = DEFAULT_CONFIG, assignments: Path = ASSIGNMENT_DIR,
           reference_file: Path = REFERENCE_FILE, work: Path) -> dict[str, Path]:
     """Build everything under `work` (a fresh folder); returns the paths of the parts."""
-    config = load_config(config_path)
-    questions = load_questions(config, assignments, reference_file)
-    expected = expected_values(questions)
+    own = (assignments, reference_file) != (ASSIGNMENT_DIR, REFERENCE_FILE)  # a copy of the sources: read afresh
+    suite = read_suite(config_path, assignments=assignments, reference_file=reference_file) if own \
+        else load_suite(config_path)
+    config, questions, expected = suite.config, suite.authored, suite.expected
     name = config.assignment
 
     master_dir = work / "otter-master"

@@ -9,14 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autograder import judge
+from autograder import batch
+from autograder.batch import MergeError, merge_scores
 from autograder.build import BuildError, release, stale_files
 from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError
 from autograder.content import ContentError
 from autograder.gradescope import grade_gradescope
-from autograder.judge import MergeError, load_suite, merge_scores
 from autograder.report import write_report
 from autograder.selfcheck import selfcheck
+from autograder.suite import load_suite
 from autograder.summaries import grade_summary, not_graded
 
 
@@ -52,7 +53,7 @@ def cmd_selfcheck(args: argparse.Namespace) -> int:
 
 def cmd_grade(args: argparse.Namespace) -> int:
     try:
-        summary = judge.grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
+        summary = batch.grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
                               config_path=args.config, progress=not args.quiet)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -131,12 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_selfcheck)
     p = sub.add_parser("grade", help="grade a folder of submissions in the sandbox")
     p.add_argument("submissions", type=Path, help="folder of .ipynb files, per-student folders or zips")
-    p.add_argument("--out", type=Path, default=_default(judge.grade_batch, "out"), help="where to write the grades")
-    p.add_argument("--force", action="store_true", default=_default(judge.grade_batch, "force"),
+    p.add_argument("--out", type=Path, default=_default(batch.grade_batch, "out"), help="where to write the grades")
+    p.add_argument("--force", action="store_true", default=_default(batch.grade_batch, "force"),
                    help="regrade even unchanged submissions")
-    p.add_argument("--workers", type=int, default=_default(judge.grade_batch, "workers"),
+    p.add_argument("--workers", type=int, default=_default(batch.grade_batch, "workers"),
                    help="parallel workers (default: execution.workers of the config)")
-    p.add_argument("--quiet", action="store_true", default=not _default(judge.grade_batch, "progress"),
+    p.add_argument("--quiet", action="store_true", default=not _default(batch.grade_batch, "progress"),
                    help="no progress bar")
     p.set_defaults(func=cmd_grade)
     p = sub.add_parser("gradescope", help="grade one Gradescope submission folder into results.json")

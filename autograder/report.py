@@ -23,19 +23,12 @@ from urllib.parse import quote
 import numpy as np
 
 from autograder import lesson83_checks as checks
+from autograder.batch import MergeError, merged_scores, merged_value
 from autograder.config import DEFAULT_CONFIG, ROOT
 from autograder.content import Choice, Question, shuffled
-from autograder.judge import (
-    MergeError,
-    Suite,
-    full_marks,
-    load_suite,
-    merged_scores,
-    merged_value,
-    read_entry,
-    read_regular,
-    spreadsheet_text,
-)
+from autograder.results import CaseResult, Status, SubmissionResult, full_marks, spreadsheet_text
+from autograder.submissions import read_cells, read_regular
+from autograder.suite import CHECKPOINT_QUESTION, Suite, load_suite
 
 UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"
@@ -46,7 +39,6 @@ GRID = 8  # at most GRID x GRID values of an array are shown
 CODE_CHARS = 20_000  # per cell
 MESSAGE_CHARS = 4_000
 MAX_RECORD_MB = 128  # a stored result larger than this is not read
-UNUSABLE = "unusable result"  # the status shown for a stored result the report cannot use
 INVALID = "invalid"  # the label of a multiple-choice answer that is not one of the letters
 ANSWER_PLACEHOLDERS = ("_Type your answer here, replacing this text._", "YOUR ANSWER HERE")
 MANUAL_CSV = "manual_scores.csv"  # the written-answer scores a TA fills in, for `lesson83 merge`
@@ -148,34 +140,37 @@ SCRIPT_HASH = base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).
 
 @dataclass
 class Student:
-    """One submission's stored result, plus what the report derives from it."""
+    """One submission's stored result (the record as stored, and the results object it holds), plus what the
+    report derives from it."""
 
     id: str
-    record: dict[str, Any]
+    record: dict[str, Any]  # as stored: the result's fields and the grader's own (path, stdout, ...)
     page: str  # file name under students/
     cells: list[tuple[int, str]] = field(default_factory=list)  # (index, source) of the notebook's code cells
     code_problem: str = ""  # why there are no cells, when there are none
     answers: dict[str, str | None] = field(default_factory=dict)  # written part -> answer (None: no answer cell)
+    result: SubmissionResult = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.use(self.record)
+
+    def use(self, record: dict[str, Any]) -> None:
+        """Show `record` (a stored result that record_problem accepts, or one made by the report)."""
+        self.record, self.result = record, SubmissionResult.from_dict(record)
 
     @property
     def status(self) -> str:
-        return str(self.record.get("status", "unknown"))
+        return self.result.status
 
     @property
     def ran(self) -> bool:
-        return self.status == "graded"
+        return self.result.ran
 
-    def failed(self, qid: str | None = None) -> list[dict[str, Any]]:
-        return [c for c in self.record.get("cases", [])
-                if not c.get("passed") and (qid is None or c.get("question") == qid)]
+    def failed(self, qid: str | None = None) -> list[CaseResult]:
+        return self.result.failed(qid)
 
     def diagnoses(self, qid: str | None = None) -> list[str]:
-        seen: list[str] = []
-        for c in self.failed(qid):
-            d = c.get("diagnosis")
-            if d and d not in seen:
-                seen.append(str(d))
-        return seen
+        return self.result.diagnoses(qid)
 
     def labels(self, q: Question) -> list[str]:
         """The groups this student falls in on question `q` (none when they lost no points there).
@@ -192,7 +187,7 @@ class Student:
         if names and all(stubs.get(n) for n in names):
             return [UNFINISHED]
         found = self.diagnoses(q.id) + self.wrong_picks(q)
-        if any(stubs.values()) or (not found and any(STUB_WORDS in str(c.get("message", "")) for c in failed)):
+        if any(stubs.values()) or (not found and any(STUB_WORDS in c.message for c in failed)):
             return [*found, UNFINISHED]
         return found or [UNRECOGNISED]
 
@@ -201,12 +196,12 @@ class Student:
         the item was never judged (the notebook stopped before it)."""
         case_id = next((c["id"] for c in q.cases if c.get("check") == "choice_correct"
                         and c.get("args", {}).get("names") == [choice.var]), None)
-        case = next((c for c in self.record.get("cases", []) if c.get("id") == case_id), None)
+        case = next((c for c in self.result.cases if c.id == case_id), None)
         if case is None:
             return ""
-        if case.get("passed"):
+        if case.passed:
             return shuffled(choice)[1]
-        got = case.get("received")
+        got = case.received
         letter = got.get(choice.var) if isinstance(got, dict) else None
         return letter if isinstance(letter, str) and letter in checks.LETTERS else INVALID
 
@@ -223,7 +218,11 @@ class Student:
         return list(dict.fromkeys(ids))
 
     def score(self, qid: str) -> float:
-        return float(self.record.get("questions", {}).get(qid, 0.0))
+        return self.result.score(qid)
+
+    @property
+    def total(self) -> float:
+        return self.result.total
 
 
 @dataclass
@@ -274,10 +273,11 @@ def record_problem(record: Any) -> str:
     questions = record.get("questions")
     if not isinstance(questions, dict) or not all(isinstance(k, str) and _finite(v) for k, v in questions.items()):
         return "its per-question scores are not numbers"
-    notes = record.get("notes", [])
-    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-        return "its notes are not a list of text"
-    for key in ("path", "stdout"):
+    for key in ("notes", "student_notes"):
+        notes = record.get(key, [])
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            return f"its {key.replace('_', ' ')} are not a list of text"
+    for key in ("path", "stdout", "fingerprint"):
         if not isinstance(record.get(key), str | None):
             return f"its {key} is not text"
     cases = record.get("cases")
@@ -295,7 +295,7 @@ def record_problem(record: Any) -> str:
 
 
 def _unusable(sid: str, why: str) -> dict[str, Any]:
-    return {"submission": sid, "status": UNUSABLE, "cases": [], "questions": {}, "total": 0, "notes": [why]}
+    return {"submission": sid, "status": Status.UNUSABLE, "cases": [], "questions": {}, "total": 0, "notes": [why]}
 
 
 def _read_record(path: Path) -> dict[str, Any]:
@@ -335,12 +335,16 @@ def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None =
     for sid, name, row in _batch_rows(grades):
         if not isinstance(name, str) or "/" in name or name.startswith("."):
             message = _text(row.get("message") or "no stored result")
-            record = {"submission": sid, "status": _text(row.get("status") or UNUSABLE), "cases": [],
+            record = {"submission": sid, "status": _text(row.get("status") or Status.UNUSABLE), "cases": [],
                       "questions": {}, "total": 0, "notes": [message]}
         else:
             record = _read_record(results / name)
-        student = Student(sid, record, _page_name(sid))
-        if student.status not in ("could not be read", UNUSABLE) and record.get("path"):
+        try:
+            student = Student(sid, record, _page_name(sid))
+        except Exception as exc:  # noqa: BLE001 - a record record_problem let through but the results object refuses
+            record = _unusable(sid, f"results/{_text(name)}: not a stored result ({_text(exc)[:300]})")
+            student = Student(sid, record, _page_name(sid))
+        if student.status not in (Status.UNREADABLE, Status.UNUSABLE) and record.get("path"):
             cells, student.code_problem = read_notebook(record.get("path"), grades, limits=limits)
             student.cells = code_cells(cells)
             student.answers = written_answers(cells, parts or []) if cells else {}
@@ -354,7 +358,6 @@ def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None =
 
 def catalogue(suite: Suite) -> dict[str, tuple[str, str]]:
     """Every diagnosis id the judge can give: (the question it belongs to, its description with the fix)."""
-    from autograder.judge import CHECKPOINT_QUESTION
     from autograder.milestone import PROBLEMS
     from reference.mistakes import MISTAKES
 
@@ -568,11 +571,20 @@ def checkpoint_table(received: Any, *, rel_tol: float) -> str:
             + "".join(rows) + "</table>")
 
 
-def _detail(case: dict[str, Any], want: Any, received: Any, *, atol: float, rtol: float, rel_tol: float) -> str:
-    """Expected versus received and the traceback of one failed case; a note when the stored data cannot be shown."""
+def _detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, rel_tol: float) -> str:
+    """Expected versus received and the traceback of one failed case; a note when the stored data cannot be shown.
+
+    `expected` is the reference value stored with the result (plain data), the one the case was judged against;
+    a result stored without it (by an older grader) shows a note instead: the report never recomputes it.
+    """
     try:
-        shown = checkpoint_table(received, rel_tol=rel_tol) if not case else compare(case, want, received, atol=atol,
-                                                                                     rtol=rtol)
+        if not case:
+            shown = checkpoint_table(received, rel_tol=rel_tol)
+        elif expected is None and received is not None:
+            shown = ('<p class="note">The expected value was not stored with this result (it was graded by an older '
+                     "version of the grader); grade the batch again to see it.</p>")
+        else:
+            shown = compare(case, checks.from_plain(expected), received, atol=atol, rtol=rtol)
         return shown + _traceback(received)
     except Exception as exc:  # noqa: BLE001 - stored data of any shape: the page is written all the same
         return f'<p class="note">The stored output of this case could not be shown ({esc(type(exc).__name__)}: ' \
@@ -607,15 +619,7 @@ def read_notebook(path: str | None, grades: Path, *, limits: Any = None) -> tupl
     file = _resolve(path, grades)
     if file is None:
         return [], f"the submission file {path!r} was not found" if path else "the result does not name its file"
-    sub = read_entry(file, limits=limits, with_files=False)
-    if sub.source is None:
-        return [], f"the notebook could not be read: {sub.problem}"
-    try:
-        nb = json.loads(sub.source.decode("utf-8", errors="replace"))
-    except (ValueError, RecursionError) as exc:
-        return [], f"the notebook could not be read: {exc}"
-    cells = nb.get("cells", []) if isinstance(nb, dict) else []
-    return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else [], ""
+    return read_cells(file, limits=limits)
 
 
 def _source(cell: dict[str, Any]) -> str:
@@ -807,12 +811,12 @@ def _names(students: list[Student], limit: int = 8, prefix: str = "students/") -
     return ", ".join(_link(s, prefix) for s in students[:limit]) + more
 
 
-def _example(cluster: Cluster) -> tuple[Student, dict[str, Any]] | None:
+def _example(cluster: Cluster) -> tuple[Student, CaseResult] | None:
     for prefer_public in (True, False):
         for s in cluster.students:
             for c in s.failed(cluster.question):
-                if (cluster.diagnosis in UNDIAGNOSED or c.get("diagnosis") == cluster.diagnosis) and (
-                        not prefer_public or not c.get("hidden")):
+                if (cluster.diagnosis in UNDIAGNOSED or c.diagnosis == cluster.diagnosis) and (
+                        not prefer_public or not c.hidden):
                     return s, c
     return None
 
@@ -895,16 +899,23 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
     for s in students:
         counts[s.status] = counts.get(s.status, 0) + 1
     auto = ctx.suite.auto_points
-    mean_total = sum(float(s.record.get("total", 0)) for s in students) / n if n else 0.0
+    mean_total = sum(s.total for s in students) / n if n else 0.0
     manual = ctx.manual
-    status_line = " · ".join(f"{v} {esc(k)}" if k == "graded" else f'<a href="#statuses">{v} {esc(k)}</a>'
-                             for k, v in sorted(counts.items(), key=lambda kv: (kv[0] != "graded", -kv[1])))
+    status_line = " · ".join(f"{v} {esc(k)}" if k == Status.GRADED else f'<a href="#statuses">{v} {esc(k)}</a>'
+                             for k, v in sorted(counts.items(), key=lambda kv: (kv[0] != Status.GRADED, -kv[1])))
     out = ["<h1>Lesson 83 · failure report</h1>",
            f'<p class="sub">{n} submission{"s" if n != 1 else ""} ({status_line}) · mean total '
            f"{_score(mean_total)} / {_score(auto)} auto-graded points"
            + (f' · {", ".join(f"<a href=#written>{esc(q.id)}</a>" for q in manual)} graded by hand' if manual else "")
            + '<br><span class="note">For staff only: shows hidden test cases and reference values.</span></p>'
            + _regrade(ctx)]
+    stale = [s for s in students if _other_suite(ctx, s)]
+    if stale:
+        many = len(stale) != 1
+        out.append(f'<p class="note stale">{len(stale)} result{"s were" if many else " was"} judged against another '
+                   f"version of the tests than the current one ({esc(ctx.suite.fingerprint)}): {_names(stale)}. "
+                   f"{'Their' if many else 'Its'} page shows the expected values stored with the result; grade the "
+                   "batch again to judge against the current tests.</p>")
 
     # per-question pass rates, with the failure clusters of each at a glance
     rows = []
@@ -957,8 +968,8 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
             example = ""
             if ex:
                 s, case = ex
-                example = (f'<div class="note">example: {esc(s.id)}, {esc(case.get("id", ""))}</div>'
-                           f'<pre class="ex">{esc(_clip(str(case.get("message", "")), MESSAGE_CHARS))}</pre>')
+                example = (f'<div class="note">example: {esc(s.id)}, {esc(case.id)}</div>'
+                           f'<pre class="ex">{esc(_clip(case.message, MESSAGE_CHARS))}</pre>')
             kind = f"cluster {_KIND[c.diagnosis]}" if c.diagnosis in _KIND else "cluster"
             cards.append(f'<div class="{kind}" id="{esc(c.anchor)}"><div class="head">'
                          f'<span class="count">{len(c.students)}</span>'
@@ -988,7 +999,7 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
     out.append('<h2>Submissions that did not run normally</h2>')
     if odd:
         body = [f'<tr><td><span class="status bad">{esc(s.status)}</span></td><td>{_link(s)}</td>'
-                f'<td>{esc(_clip("; ".join(str(x) for x in s.record.get("notes", [])), 400))}</td></tr>'
+                f'<td>{esc(_clip("; ".join(s.result.notes), 400))}</td></tr>'
                 for s in sorted(odd, key=lambda s: (s.status, s.id))]
         out.append(_sortable("statuses", [("status", "status", ""), ("student", "student", ""),
                                           ("notes", "notes", "")], body))
@@ -1005,7 +1016,7 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
         cells = "".join(f'<td class="num{"" if full_marks(s.score(q.id), q.points) else " lost"}">'
                         f"{_score(s.score(q.id))}</td>" for q in ctx.questions)
         st = f'<span class="status{"" if s.ran else " bad"}">{esc(s.status)}</span>'
-        body.append(f'<tr><td>{_link(s)}</td><td>{st}</td><td class="num">{_score(float(s.record.get("total", 0)))}'
+        body.append(f'<tr><td>{_link(s)}</td><td>{st}</td><td class="num">{_score(s.total)}'
                     f'</td>{cells}{_manual_cells(ctx, s)}<td>{esc(" ".join(s.diagnosis_ids(ctx.questions)))}</td></tr>')
     out.append('<h2>All students</h2>'
                + _sortable("students", head, body, search="search students, statuses, diagnoses", cls="scores")
@@ -1059,6 +1070,18 @@ def manual_csv(ctx: _Ctx, students: list[Student]) -> str:
     return buf.getvalue()
 
 
+def _other_suite(ctx: _Ctx, s: Student) -> str:
+    """What the page says when the student's result was judged against another version of the suite ("" when
+    it was judged against this one, or has no cases)."""
+    if not s.result.cases or s.result.fingerprint == ctx.suite.fingerprint:
+        return ""
+    when = (f"suite {s.result.fingerprint}" if s.result.fingerprint
+            else "a version of the suite that stored no fingerprint")
+    return (f"Judged against another version of the tests ({when}; the current one is {ctx.suite.fingerprint}): "
+            "the expected values shown are the ones stored with this result, the ones it was judged against. "
+            "Grade the batch again to judge it against the current tests.")
+
+
 def student_page(ctx: _Ctx, s: Student) -> str:
     rec = s.record
     cells, why = s.cells, s.code_problem
@@ -1067,9 +1090,11 @@ def student_page(ctx: _Ctx, s: Student) -> str:
     rel_tol = ctx.suite.config.milestone.rel_tol
     out = ['<p><a href="../index.html">← class report</a></p>', f"<h1>{esc(s.id)}</h1>",
            f'<p class="sub"><span class="status{"" if s.ran else " bad"}">{esc(s.status)}</span> · total '
-           f"{_score(float(rec.get('total', 0)))} / {_score(ctx.suite.auto_points)}" + _student_file(ctx, s) + "</p>"
+           f"{_score(s.total)} / {_score(ctx.suite.auto_points)}" + _student_file(ctx, s) + "</p>"
            + _regrade(ctx)]
-    notes = [str(x) for x in rec.get("notes", [])]
+    if _other_suite(ctx, s):
+        out.append(f'<p class="note stale">{esc(_other_suite(ctx, s))}</p>')
+    notes = s.result.notes
     if notes:
         out.append("<h2>Notes from the grader</h2><ul class=\"notes\">"
                    + "".join(f"<li>{esc(_clip(x, 1000))}</li>" for x in notes) + "</ul>")
@@ -1094,15 +1119,14 @@ def student_page(ctx: _Ctx, s: Student) -> str:
         part = [f'<section class="qsec"><h3 id="{esc(q.id)}">{esc(q.id)} <span class="meta">{esc(q.title)} · '
                 f"{_score(s.score(q.id))} / {_score(q.points)}</span></h3>"]
         for c in lost:
-            case = by_id.get(str(c.get("id")), {})
-            badges = (' <span class="badge">hidden</span>' if c.get("hidden") else "") + (
-                f' <span class="badge diag">{esc(c["diagnosis"] + _carried(ctx, c["diagnosis"], q.id))}</span>'
-                if c.get("diagnosis") else "")
-            want = ctx.suite.expected.get(str(c.get("id")), {}).get("value")
-            part.append(f'<div class="case"><h3>{esc(c.get("id", ""))}{badges} <span class="meta note">'
-                        f'−{_score(float(c.get("max_points", 0)))} points</span></h3>'
-                        f'<pre>{esc(_clip(str(c.get("message", "")), MESSAGE_CHARS))}</pre>'
-                        + _detail(case, want, c.get("received"), atol=case.get("atol", tol.atol),
+            case = by_id.get(c.id, {})
+            badges = (' <span class="badge">hidden</span>' if c.hidden else "") + (
+                f' <span class="badge diag">{esc(c.diagnosis + _carried(ctx, c.diagnosis, q.id))}</span>'
+                if c.diagnosis else "")
+            part.append(f'<div class="case"><h3>{esc(c.id)}{badges} <span class="meta note">'
+                        f'−{_score(float(c.max_points))} points</span></h3>'
+                        f'<pre>{esc(_clip(c.message, MESSAGE_CHARS))}</pre>'
+                        + _detail(case, c.expected, c.received, atol=case.get("atol", tol.atol),
                                   rtol=case.get("rtol", tol.rtol), rel_tol=rel_tol) + "</div>")
         picks = [d for d in s.wrong_picks(q)]
         if picks:
@@ -1148,7 +1172,7 @@ def report_csv(students: list[Student], questions: list[Question]) -> str:
     writer.writerow(["id", "status", "total", *(q.id for q in questions), "diagnoses"])
     for s in students:
         writer.writerow([spreadsheet_text(_text(s.id)), spreadsheet_text(_text(s.status)),
-                         _score(float(s.record.get("total", 0))), *(_score(s.score(q.id)) for q in questions),
+                         _score(s.total), *(_score(s.score(q.id)) for q in questions),
                          spreadsheet_text(_text(" ".join(s.diagnosis_ids(questions))))])
     return buf.getvalue()
 
@@ -1160,7 +1184,7 @@ def _student_page_or_note(ctx: _Ctx, s: Student) -> str:
         return student_page(ctx, s)
     except Exception as exc:  # noqa: BLE001 - one record must never stop the class report
         why = f"the report could not show this result ({type(exc).__name__}: {_clip(_text(exc), 300)})"
-        s.record = _unusable(s.id, why) | {"path": s.record.get("path") if isinstance(s.record, dict) else None}
+        s.use(_unusable(s.id, why) | {"path": s.record.get("path")})
         s.cells = []
         return student_page(ctx, s)
 

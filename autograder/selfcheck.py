@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.config import DEFAULT_CONFIG, ROOT
-from autograder.judge import grade_namespace, load_suite, notebook_env, reference_env
+from autograder.judge import grade_namespace, notebook_env
+from autograder.suite import load_suite, reference_env
 from autograder.summaries import text_table
 
 

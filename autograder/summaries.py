@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from autograder.judge import NOT_GRADED, BatchSummary, full_marks
+from autograder.batch import BatchSummary
+from autograder.results import Status, full_marks
 
 
 def text_table(rows: list[list[str]]) -> str:
@@ -35,4 +36,4 @@ def grade_summary(summary: BatchSummary, *, points: dict[str, float]) -> str:
 
 def not_graded(summary: BatchSummary) -> list[dict[str, object]]:
     """The rows the grader failed on in this run (a re-run grades them)."""
-    return [r for r in summary.rows if r["status"] == NOT_GRADED]
+    return [r for r in summary.rows if r["status"] == Status.NOT_GRADED]

@@ -1,7 +1,7 @@
 """Grading throughput: our sandboxed engine against `otter run` on the same honest submissions, side by side.
 
 One run builds N honest submissions (copies of the reference, the blank template and every catalogued
-mistake from dist/samples/, cycled to N), grades all of them with `autograder.judge.grade_batch` and a
+mistake from dist/samples/, cycled to N), grades all of them with `autograder.batch.grade_batch` and a
 subset of them one by one with the real `otter run` CLI on the release's Otter autograder zip, then
 prints the timings, the ratio, the extrapolation to 100 submissions and a score comparison.
 
@@ -113,8 +113,8 @@ def otter_subset(subs: list[Path], *, k: int) -> list[Path]:
 def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineRun, float]:
     """Grade `folder` with grade_batch (force, no progress bar); returns the run and the import time."""
     t0 = time.perf_counter()
+    from autograder.batch import grade_batch
     from autograder.config import load_config
-    from autograder.judge import grade_batch
 
     import_s = time.perf_counter() - t0
     workers = workers or load_config().execution.workers
@@ -287,7 +287,7 @@ def report(ours: EngineRun, import_s: float, otter: EngineRun | None, *, n: int,
                      f"{percentile(ot, 90):.3f}", f"{otter.total_s / len(ot):.3f}"])
     lines = [table(rows),
              f"ours: total includes worker start-up (grade_batch call, {ours.note}); importing "
-             f"autograder.judge took a further {import_s:.1f} s; per-submission times are results/<id>.json wall_s."]
+             f"autograder.batch took a further {import_s:.1f} s; per-submission times are results/<id>.json wall_s."]
     if otter:
         lines.append(f"otter run: {otter.note}; each time is the whole CLI call (Python start-up, kernel, tests).")
     statuses: dict[str, int] = {}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autograder.build import build
-from autograder.judge import Suite, load_suite
+from autograder.suite import Suite, load_suite
 
 
 @pytest.fixture(scope="session")

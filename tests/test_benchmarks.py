@@ -10,7 +10,7 @@ from pathlib import Path
 
 from autograder.build import tool_env
 from autograder.config import ROOT
-from autograder.judge import Suite
+from autograder.suite import Suite
 
 
 def test_grading_throughput_smoke(fresh_build: dict[str, Path]) -> None:

@@ -30,7 +30,7 @@ from autograder import lesson83_checks as checks
 from autograder.build import GRADESCOPE_VENV, _case_json, filled_notebook, gradescope_bundle, tool_env
 from autograder.config import ROOT
 from autograder.content import mc_answers
-from autograder.judge import Suite
+from autograder.suite import Suite
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 CHECKPOINT = ROOT / "reference" / "milestone"

@@ -11,11 +11,12 @@ import nbformat
 import pytest
 import yaml
 
+from autograder.batch import grade_batch
 from autograder.build import filled_notebook
 from autograder.config import ROOT, ConfigError, load_config
 from autograder.content import mc_answers
 from autograder.execute import ExecResult, Limits, WorkerPool
-from autograder.judge import Suite, grade_batch
+from autograder.suite import Suite
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 CELL_S = 2  # short, so that the tests stay quick; real limits are in grading_config.yaml

@@ -23,14 +23,18 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import judge
+from autograder import batch
 from autograder import lesson83_checks as checks
+from autograder.batch import grade_batch
 from autograder.build import filled_notebook, gradescope_bundle, tool_env
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
 from autograder.content import mc_answers
 from autograder.execute import ExecResult, WorkerError
-from autograder.judge import CHECKPOINT_FILES, Suite, grade_batch, notebook_env, spreadsheet_text
+from autograder.judge import notebook_env
+from autograder.results import CaseResult, Status, SubmissionResult, spreadsheet_text
+from autograder.submissions import CHECKPOINT_FILES, Submission, submission_ids
+from autograder.suite import Suite
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 SIM = ROOT.parent / "shared" / "tools" / "gradescope-sim"
@@ -324,7 +328,7 @@ class FakePool:
 
 @pytest.fixture()
 def fake_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(judge, "WorkerPool", FakePool)
+    monkeypatch.setattr(batch, "WorkerPool", FakePool)
     FakePool.broken = True
 
 
@@ -365,14 +369,14 @@ def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks
         _mkfile(subs / name, "lesson83.ipynb", notebooks["honest"])
         shutil.copy(CHECKPOINT / "milestone.pt", subs / name / "milestone.pt")
         _mkfile(subs / name, "milestone.json", claims)
-    write = judge._write_atomic
+    write = batch._write_atomic
 
     def full_disk(path: Path, text: str) -> None:  # storing one result fails
         if path.name.startswith("unstored"):
             raise OSError(28, "No space left on device")
         write(path, text)
 
-    monkeypatch.setattr(judge, "_write_atomic", full_disk)
+    monkeypatch.setattr(batch, "_write_atomic", full_disk)
     done = threading.Event()
     worker = threading.Thread(target=lambda: (grade_batch(subs, out=out, progress=False), done.set()), daemon=True)
     worker.start()
@@ -400,7 +404,7 @@ def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks
 
     assert write_report(out, out=tmp_path / "report").exists()
     FakePool.broken = False  # the sandbox is back: a re-run grades exactly what was left
-    monkeypatch.setattr(judge, "_write_atomic", write)
+    monkeypatch.setattr(batch, "_write_atomic", write)
     again = grade_batch(subs, out=out, progress=False)
     assert again.graded_now == 2 and again.reused == len(rows) - 2
     assert {r["id"]: r["status"] for r in again.rows}["infra"] == "graded"
@@ -642,7 +646,7 @@ def test_hostile_class_grades_to_completion(tmp_path: Path, suite: Suite, notebo
     for h in HOSTILE:
         h.make(Path(os.fsdecode(os.path.join(os.fsencode(subs), os.fsencode(h.entry)))), kit)
     entries = sorted(os.listdir(subs), key=os.fsencode)
-    ids = dict(zip(entries, judge.submission_ids([(n, (subs / n).is_dir() and not (subs / n).is_symlink())
+    ids = dict(zip(entries, submission_ids([(n, (subs / n).is_dir() and not (subs / n).is_symlink())
                                                   for n in entries])))
     config = _config(tmp_path)
     config.write_text(config.read_text().replace("checkpoint_memory_mb: 1024", "checkpoint_memory_mb: 256"))
@@ -665,16 +669,17 @@ def test_hostile_class_grades_to_completion(tmp_path: Path, suite: Suite, notebo
 # --------------------------------------------------------------------------- summary: full marks, merged scores
 
 
-def _fake_batch(out: Path, suite: Suite, scores: dict[str, dict[str, float]]) -> list[judge.Submission]:
+def _fake_batch(out: Path, suite: Suite, scores: dict[str, dict[str, float]]) -> list[Submission]:
     """A graded batch written from made-up results (no sandbox): one result file per student."""
     (out / "results").mkdir(parents=True)
     subs = []
-    for sid, questions in scores.items():
-        record = {"status": "graded", "total": round(sum(questions.values()), 4), "questions": questions,
-                  "notes": [], "cases": []}
+    points = suite.question_points()
+    for sid, questions in scores.items():  # one case per question, worth its points
+        cases = [CaseResult(f"{q}/all", q, s, points[q], s >= points[q], False) for q, s in questions.items()]
+        record = SubmissionResult(sid, Status.GRADED, cases).to_dict()
         (out / "results" / f"{sid}.json").write_text(json.dumps(record))
-        subs.append(judge.Submission(sid, Path(f"{sid}.ipynb"), None, result_name=f"{sid}.json"))
-    judge.write_tables(suite, subs, out)
+        subs.append(Submission(sid, Path(f"{sid}.ipynb"), None, result_name=f"{sid}.json"))
+    batch.write_tables(suite, subs, out)
     return subs
 
 
@@ -689,10 +694,10 @@ def test_full_marks_means_the_questions_points(tmp_path: Path, suite: Suite, mon
     points = suite.question_points()
     half = {q: p / 2 for q, p in points.items()} | {"q2_sinusoidal_pe": points["q2_sinusoidal_pe"]}
     subs = _fake_batch(tmp_path / "out", suite, {"ann": half, "bob": half})
-    rows = judge.write_tables(suite, subs, tmp_path / "out")
-    batch = judge.BatchSummary(tmp_path / "out", rows, 2, 0, "fake", list(points))
+    rows = batch.write_tables(suite, subs, tmp_path / "out")
+    summary = batch.BatchSummary(tmp_path / "out", rows, 2, 0, "fake", list(points))
     # The command line reads its option defaults from grade_batch's signature: the stand-in keeps it.
-    monkeypatch.setattr(judge, "grade_batch", functools.wraps(grade_batch)(lambda *a, **k: batch))
+    monkeypatch.setattr(batch, "grade_batch", functools.wraps(grade_batch)(lambda *a, **k: summary))
     assert cli_main(["grade", str(tmp_path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     table = {line.split()[0]: line.split()[-1] for line in capsys.readouterr().out.splitlines() if line[:1] in "qm"}
     assert table["q1_equivariance"] == "0/2" and table["q2_sinusoidal_pe"] == "2/2", table
@@ -730,7 +735,7 @@ def test_merge_brings_manual_and_platform_scores_into_the_tables(tmp_path: Path,
     assert summary["max_per_question"]["q9_written"] == 6 and summary["full_marks_per_question"]["q9_written"] == 1
     assert summary["mean_total"] == pytest.approx(round((auto + 5.5 + 1 + auto - points["m1_checkpoint"] + 10) / 3, 3))
     # re-writing the tables (as `grade` does) keeps the merged scores
-    judge.write_tables(suite, [judge.Submission(s, Path(), None, result_name=f"{s}.json") for s in
+    batch.write_tables(suite, [Submission(s, Path(), None, result_name=f"{s}.json") for s in
                                ("ann", "=bob", "cy")], out)
     assert float(_grades(out)["ann"]["q9_written"]) == 5.5
 
@@ -751,4 +756,4 @@ def test_merge_refuses_a_bad_scores_file_and_changes_nothing(tmp_path: Path, sui
     assert cli_main(["merge", str(out), str(tmp_path / "bad.csv")]) == 2
     assert words in capsys.readouterr().err
     assert ((out / "grades.csv").read_text(), (out / "summary.json").read_text()) == before
-    assert not (out / judge.MERGED_FILE).exists()
+    assert not (out / batch.MERGED_FILE).exists()

@@ -13,7 +13,8 @@ from torch import nn
 
 from autograder import lesson83_checks as checks
 from autograder.config import ROOT
-from autograder.judge import Suite, grade_namespace, notebook_env, reference_env
+from autograder.judge import grade_namespace, notebook_env
+from autograder.suite import Suite, reference_env
 from reference.mistakes import MISTAKES, reference_namespace
 from reference.variants import CORRECT_VARIANTS
 
@@ -360,7 +361,7 @@ def alibi_attention(q, k, v):
 
 @cache
 def _do_nothing_scores(name: str) -> tuple[dict[str, float], tuple[str, ...]]:
-    from autograder.judge import load_suite
+    from autograder.suite import load_suite
 
     env = {"np": np, "torch": torch, "nn": nn, "F": F, "math": math}
     exec(DO_NOTHING[name], env)  # noqa: S102

@@ -626,7 +626,7 @@ class WaitingPool:
 
 def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from autograder import judge
+    from autograder import batch, judge
 
     verdict = {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": "quick", "credit": 1.0,
                "seconds": 0.0, "schemes": {pos: {"passed": True, "message": "ok"} for pos in lm.SCHEMES}}
@@ -635,7 +635,7 @@ def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Pa
         WaitingPool.verifying.set()
         return verdict
 
-    monkeypatch.setattr(judge, "WorkerPool", WaitingPool)
+    monkeypatch.setattr(batch, "WorkerPool", WaitingPool)
     monkeypatch.setattr(judge, "verify_checkpoint", verify)
     WaitingPool.verifying.clear()
     WaitingPool.waited.clear()
@@ -645,7 +645,7 @@ def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Pa
                                                          "nbformat_minor": 5}))
     for name in ("milestone.pt", "milestone.json"):
         shutil.copy(CHECKPOINT / name, student / name)
-    summary = judge.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
+    summary = batch.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
     assert WaitingPool.waited == [True], "the checkpoint was verified only after its sandboxed run"
     assert [r["m1_checkpoint"] for r in summary.rows] == [load_config().milestone.points]
 

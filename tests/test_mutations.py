@@ -8,10 +8,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.batch import grade_batch
 from autograder.build import _defined_names, filled_notebook
 from autograder.config import ROOT
 from autograder.content import mc_answers
-from autograder.judge import Suite, grade_batch
+from autograder.suite import Suite
 from reference.mistakes import MISTAKES
 from reference.variants import CORRECT_VARIANTS
 

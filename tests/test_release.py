@@ -17,7 +17,7 @@ import pytest
 
 from autograder.build import TRAIN_TAG, diff_trees, tool_env
 from autograder.config import ROOT
-from autograder.judge import Suite
+from autograder.suite import Suite
 
 TEMPLATES = ROOT / "student_templates" / "lesson83"
 REFERENCE = ROOT / "reference" / "lesson83.py"

@@ -19,24 +19,28 @@ import nbformat
 import numpy as np
 import pytest
 
+from autograder import lesson83_checks as checks
+from autograder import report as report_module
+from autograder import suite as suite_module
+from autograder.batch import grade_batch
 from autograder.build import filled_notebook
 from autograder.cli import main as cli_main
 from autograder.config import DEFAULT_CONFIG, ROOT
 from autograder.content import mc_answers, shuffled
-from autograder.judge import Suite, grade_batch, load_suite
 from autograder.report import (
     MANUAL_CSV,
     MARKER,
     SCRIPT_HASH,
     UNFINISHED,
     UNRECOGNISED,
-    UNUSABLE,
     checkpoint_table,
     plain_math,
     record_problem,
     write_report,
 )
 from autograder.report import SCRIPT as REPORT_SCRIPT
+from autograder.results import Status
+from autograder.suite import Suite, load_suite, read_suite
 from reference.mistakes import MISTAKES
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
@@ -414,6 +418,59 @@ def test_report_replaces_itself_but_nothing_else(report: dict[str, Path], capsys
     assert not [p for p in report["tmp"].iterdir() if ".tmp-" in p.name]  # no temporary folder left behind
 
 
+def test_results_store_what_they_were_judged_against(report: dict[str, Path], suite: Suite) -> None:
+    """Each result keeps the suite's fingerprint, and each failed case that ran the reference value it was
+    judged against (the report shows those, never values recomputed at report time)."""
+    record = json.loads((report["grades"] / "results" / "carol.json").read_text())
+    assert record["fingerprint"] == suite.fingerprint
+    shown = [c for c in record["cases"] if not c["passed"] and c["received"] is not None]
+    assert shown and all(c["expected"] == checks.to_plain(suite.expected[c["id"]]["value"]) for c in shown)
+    assert all(c["expected"] is None for c in record["cases"] if c["passed"])
+
+
+def _fill_arrays(plain: object, value: float) -> object:
+    """Plain probe data with every array's values replaced by `value` (same shape and dtype)."""
+    if isinstance(plain, dict) and "__ndarray__" in plain:
+        return checks.to_plain(np.full_like(checks.from_plain(plain), value))
+    if isinstance(plain, dict):
+        return {k: _fill_arrays(v, value) for k, v in plain.items()}
+    if isinstance(plain, list):
+        return [_fill_arrays(v, value) for v in plain]
+    return plain
+
+
+def test_report_shows_the_stored_expected_values_and_says_when_the_suite_changed(
+        report: dict[str, Path], suite: Suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A result judged against another version of the tests: its page shows the expected values stored with
+    it (here made up, 4242.5 everywhere) and says so; a result of an older grader, stored without them, says
+    that instead; the report never computes the reference values."""
+    grades = tmp_path / "grades"
+    shutil.copytree(report["grades"], grades)
+    carol = json.loads((grades / "results" / "carol.json").read_text())
+    carol["fingerprint"] = "0123456789abcdef"
+    for c in carol["cases"]:
+        c["expected"] = _fill_arrays(c["expected"], 4242.5)
+    (grades / "results" / "carol.json").write_text(json.dumps(carol))
+    dave = json.loads((grades / "results" / "dave.json").read_text())
+    dave.pop("fingerprint")
+    for c in dave["cases"]:
+        c.pop("expected")
+    (grades / "results" / "dave.json").write_text(json.dumps(dave))
+    fresh = read_suite(DEFAULT_CONFIG)  # nothing computed yet: the report must not ask for the reference values
+    monkeypatch.setattr(report_module, "load_suite", lambda config_path: fresh)
+    monkeypatch.setattr(suite_module, "expected_values", lambda questions: pytest.fail("recomputed expected values"))
+    write_report(grades, out=tmp_path / "report")
+    index = (tmp_path / "report" / "index.html").read_text()
+    assert "2 results were judged against another version of the tests" in index
+    page = _page(tmp_path / "report", "carol")
+    assert "Judged against another version of the tests (suite 0123456789abcdef" in page
+    assert "4242.5000" in page and "4242.5000" not in _page(report["out"], "carol")
+    page = _page(tmp_path / "report", "dave")
+    assert "a version of the suite that stored no fingerprint" in page
+    assert "The expected value was not stored with this result" in page
+    assert "Judged against another version" not in _page(tmp_path / "report", "erin")
+
+
 def test_checkpoint_table_marks_disagreement_and_bounds() -> None:
     received = {"ppl": {"128": 5.0, "256": 7.0, "512": 9.0}, "claimed": {"128": 5.01, "256": 6.0, "512": 9.0},
                 "thresholds": {"128": 4.5}}
@@ -453,7 +510,8 @@ def _random_json(rng: random.Random, depth: int = 0) -> object:
 @pytest.fixture(scope="module")
 def base_record(suite: Suite) -> dict:
     """A real result whose q2 cases failed with a zero-size 3-D array (no sandbox: the reference, patched)."""
-    from autograder.judge import grade_namespace, reference_env
+    from autograder.judge import grade_namespace
+    from autograder.suite import reference_env
 
     env = reference_env(suite) | {"sinusoidal_pe": lambda max_len, d: np.zeros((0, 3, 2))}
     record = grade_namespace(suite, env, name="base").to_dict()
@@ -508,7 +566,8 @@ def test_report_is_written_whatever_the_results_hold(tmp_path: Path, suite: Suit
     assert 10 < len(unusable) < len(records) - 3  # the fuzz reaches both kinds
     for n in [*unusable, "broken"]:
         sid = f"s{n:03d}" if isinstance(n, int) else n
-        assert re.search(rf'<span class="status bad">{UNUSABLE}</span></td><td><a href="[^"]+">{sid}</a>', text), sid
+        shown = rf'<span class="status bad">{Status.UNUSABLE}</span></td><td><a href="[^"]+">{sid}</a>'
+        assert re.search(shown, text), sid
     assert re.search(r'<span class="status bad">not graded</span></td><td><a href="[^"]+">left</a>', text)
     assert "empty, shape [0, 3, 2]" in _page(tmp_path / "report", "s000")  # the zero-size array, shown as such
     assert "half a character: \\ud800" in _page(tmp_path / "report", "s001")

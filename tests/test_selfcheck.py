@@ -10,8 +10,8 @@ import nbformat
 from autograder.build import filled_notebook
 from autograder.config import ROOT
 from autograder.content import mc_answers
-from autograder.judge import Suite
 from autograder.selfcheck import selfcheck
+from autograder.suite import Suite
 
 TEMPLATES = ROOT / "student_templates"
 

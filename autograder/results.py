@@ -1,0 +1,166 @@
+"""Grading results: the verdict on each case and on a submission, the status words, and their views."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+class Status:
+    """The status word of a submission's result and of its grades.csv row: the one place each is spelled."""
+
+    GRADED = "graded"
+    TIMED_OUT = "timed out"
+    OUT_OF_MEMORY = "out of memory"
+    UNREADABLE = "could not be read"
+    CRASHED = "crashed"
+    TAMPERING = "tampering detected"
+    NOT_GRADED = "not graded"  # the grader failed on it (sandbox, judging, storing): nothing stored, a re-run grades it
+    UNUSABLE = "unusable result"  # the report's word for a stored result it cannot use
+
+
+# The executor's status of a run (autograder.execute.STATUSES) -> the status word of the result.
+STATUS_WORDS = {"ok": Status.GRADED, "timeout": Status.TIMED_OUT, "oom": Status.OUT_OF_MEMORY,
+                "unreadable": Status.UNREADABLE, "crashed": Status.CRASHED, "tampering": Status.TAMPERING}
+
+# What a student reads on Gradescope under a status other than "graded".
+STUDENT_HELP = {
+    Status.TIMED_OUT: "The notebook as a whole ran past its time limit; what the cells before the running one "
+                      "defined was still graded, the rest earns nothing. Look for an endless loop, or training "
+                      "outside the cell tagged for it.",
+    Status.OUT_OF_MEMORY: "The notebook used more memory than the grader allows; the cases that had not run earn "
+                          "nothing. Look for very large arrays.",
+    Status.CRASHED: "The notebook stopped the grader (sys.exit, exit() or a fatal error); the cases that had not "
+                    "run earn nothing. Run it from the top (Kernel > Restart & Run All) to find where.",
+    Status.TAMPERING: "The notebook changed the grading environment (for example replaced a numpy or torch "
+                      "function); your points come from your outputs alone, and a TA will review it.",
+}
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_text(text: str) -> str:
+    """A CSV cell that a spreadsheet shows as text: one that starts like a formula gets a leading apostrophe."""
+    return "'" + text if text[:1] in FORMULA_STARTS else text
+
+
+def full_marks(score: float | None, points: float) -> bool:
+    """The one definition of "full marks": a score that reaches the question's points (not the batch's best)."""
+    return score is not None and score >= points - 1e-6
+
+
+@dataclass
+class CaseResult:
+    """The verdict on one test case."""
+
+    id: str
+    question: str
+    points: float
+    max_points: float
+    passed: bool
+    hidden: bool
+    message: str = ""
+    diagnosis: str | None = None
+    received: Any = None  # the probe output of a failed case (plain data), for the TA report
+    expected: Any = None  # the reference value a failed case was judged against (plain data), for the TA report
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaseResult:
+        """A case as `asdict` stored it; keys it does not know are ignored, missing optional ones take defaults."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class SubmissionResult:
+    """Everything the grader concluded about one submission, with its views: the stored record (`to_dict`,
+    `from_dict`), the student's Gradescope results.json (`gradescope`), the grades.csv row (`csv_row`) and
+    what the TA report asks of it (`failed`, `score`, `diagnoses`)."""
+
+    submission: str
+    status: str
+    cases: list[CaseResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # for TAs: everything, the sandbox's words included
+    student_notes: list[str] = field(default_factory=list)  # written by the grader alone; the student sees them
+    fingerprint: str = ""  # the suite's fingerprint when it was judged: the expected values stored belong to it
+
+    def question_scores(self) -> dict[str, float]:
+        scores: dict[str, float] = {}
+        for c in self.cases:
+            scores[c.question] = round(scores.get(c.question, 0.0) + c.points, 4)
+        return scores
+
+    @property
+    def total(self) -> float:
+        return round(sum(c.points for c in self.cases), 4)
+
+    @property
+    def ran(self) -> bool:
+        """The notebook ran to its end and every case was judged."""
+        return self.status == Status.GRADED
+
+    # ------------------------------------------------------------------ the stored record
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"total": self.total, "questions": self.question_scores()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SubmissionResult:
+        """The result a record of `to_dict` holds (a stored results/<file>.json); the record's other keys (its
+        key, path, stdout, the sandbox's words) are not part of it. Raises on a record that is not one."""
+        return cls(str(data.get("submission", "")), str(data["status"]),
+                   [CaseResult.from_dict(c) for c in data.get("cases", [])],
+                   [str(n) for n in data.get("notes", [])], [str(n) for n in data.get("student_notes", [])],
+                   str(data.get("fingerprint") or ""))
+
+    # ------------------------------------------------------------------ the student's view
+
+    def gradescope(self, *, revisit: dict[str, str]) -> dict[str, Any]:
+        """The Gradescope results.json of this submission, the student's view of it (`revisit`: case id -> the
+        idea a failed case sends the student back to).
+
+        Visible cases keep their messages (their probes run before any hidden one). A hidden case says only that
+        it failed and which idea to revisit: never its inputs, expected or received values; and nothing the
+        student's process wrote or raised (notes, stdout) reaches this view. The TA's copy in results/ keeps
+        everything.
+        """
+        tests, hidden_failed = [], {}
+        for c in self.cases:
+            if c.max_points <= 0:
+                continue
+            output = c.message or "passed"
+            if c.hidden:
+                output = "passed" if c.passed else f"a hidden case of {c.question} failed; revisit: {revisit.get(c.id)}"
+                if not c.passed:
+                    hidden_failed.setdefault(c.question, revisit.get(c.id) or "")
+            tests.append({"name": c.id, "score": c.points, "max_score": c.max_points, "output": output,
+                          "visibility": "hidden" if c.hidden else "visible"})
+        lines = [f"Status: {self.status}", STUDENT_HELP.get(self.status, ""), *self.student_notes]
+        if self.status != Status.UNREADABLE:  # nothing ran: the reading problem says it all
+            lines += [f"{q}: a hidden case failed. Revisit: {why}" for q, why in hidden_failed.items()]
+        return {"score": self.total, "tests": tests, "output": "\n".join(x for x in lines if x),
+                "stdout_visibility": "hidden", "extra_data": {"status": self.status}}
+
+    # ------------------------------------------------------------------ the gradebook's view
+
+    def csv_row(self, questions: list[str]) -> dict[str, Any]:
+        """Its grades.csv cells: the total, a score per question of `questions`, the status and a one-line
+        message (the reason first, the cells' own notes after) when it is not "graded"."""
+        scores = self.question_scores()
+        why_first = [n for n in self.notes if not n.startswith(("cell ", "skipped cells"))] or self.notes
+        message = "" if self.status == Status.GRADED else "; ".join(why_first)
+        return {"total": float(self.total), **{q: float(scores.get(q, 0.0)) for q in questions},
+                "status": self.status, "message": " ".join(message.split())[:300]}
+
+    # ------------------------------------------------------------------ the TA report's view
+
+    def failed(self, question: str | None = None) -> list[CaseResult]:
+        """The cases that failed (of one question, when named)."""
+        return [c for c in self.cases if not c.passed and (question is None or c.question == question)]
+
+    def diagnoses(self, question: str | None = None) -> list[str]:
+        """The diagnoses of the failed cases, each once, in case order."""
+        return list(dict.fromkeys(c.diagnosis for c in self.failed(question) if c.diagnosis))
+
+    def score(self, question: str) -> float:
+        return self.question_scores().get(question, 0.0)

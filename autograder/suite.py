@@ -1,0 +1,125 @@
+"""The suite: every graded case with its reference values, the checkpoint's cases, and the suite's fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cache, cached_property
+from pathlib import Path
+from typing import Any
+
+from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
+from autograder.content import (
+    ASSIGNMENT_DIR,
+    REFERENCE_FILE,
+    Question,
+    expected_values,
+    load_questions,
+    mc_answers,
+)
+from autograder.lesson83_milestone import SCHEMES
+
+CHECKPOINT_QUESTION = "m1_checkpoint"
+
+
+def checkpoint_shares(points: float) -> dict[str, float]:
+    """The milestone checkpoint's points per scheme: equal shares, the last one taking the rounding."""
+    share = [round(points / len(SCHEMES), 4) for _ in SCHEMES]
+    share[-1] = round(points - sum(share[:-1]), 4)
+    return dict(zip(SCHEMES, share))
+
+
+@dataclass(frozen=True)
+class Suite:
+    """All graded cases with their reference values: the single definition the build, both graders and the
+    report use. The reference values are computed (seconds) the first time they are asked for."""
+
+    config: GradingConfig
+    questions: tuple[Question, ...]  # the authored questions, then the checkpoint's when it has points
+    cases: tuple[dict[str, Any], ...]
+    fingerprint: str = ""  # suite_fingerprint of the files it was read from
+
+    @cached_property
+    def expected(self) -> dict[str, dict[str, Any]]:
+        """Case id -> the reference's canonical output and the catalogued mistakes it catches."""
+        return expected_values(self.authored)
+
+    @property
+    def authored(self) -> list[Question]:
+        """The questions read from the assignment's sources (the checkpoint's is made by the suite)."""
+        return [q for q in self.questions if q.id != CHECKPOINT_QUESTION]
+
+    @property
+    def notebook_points(self) -> float:
+        """Points a notebook alone can earn (every probe case)."""
+        return round(sum(c["points"] for c in self.cases), 4)
+
+    @property
+    def auto_points(self) -> float:
+        """All automatically graded points: the notebook's and the milestone checkpoint's."""
+        return round(self.notebook_points + self.config.milestone.points, 4)
+
+    def question_points(self) -> dict[str, float]:
+        """Automatically graded questions (grades.csv columns) and their points, checkpoint last."""
+        return {q.id: q.points for q in self.questions if q.graded and not q.manual}
+
+    def revisit(self) -> dict[str, str]:
+        """Case id -> the idea a failed case sends the student back to."""
+        return {c["id"]: str(c.get("revisit") or "") for c in self.cases}
+
+    @property
+    def checkpoint_cases(self) -> list[dict[str, Any]]:
+        """One case per scheme for the milestone checkpoint (none when the config gives it no points)."""
+        pts = self.config.milestone.points
+        if not pts:
+            return []
+        return [{"id": f"{CHECKPOINT_QUESTION}/{pos}", "question": CHECKPOINT_QUESTION, "points": p,
+                 "hidden": False, "scheme": pos} for pos, p in checkpoint_shares(pts).items()]
+
+
+def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path = ASSIGNMENT_DIR,
+                      reference_file: Path = REFERENCE_FILE) -> str:
+    """Changes whenever a question, the reference, a check, the executor or the config changes."""
+
+    here = Path(__file__).parent
+    files = [config_path, reference_file, reference_file.with_name("mistakes.py"),
+             *sorted(assignments.glob("*.md")),
+             *(here / m for m in ("lesson83_checks.py", "content.py", "execute.py", "wire.py", "limits.py", "suite.py",
+                                "submissions.py", "judge.py", "results.py", "batch.py",
+                                "milestone.py", "lesson83_milestone.py"))]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def read_suite(config_path: Path = DEFAULT_CONFIG, *, assignments: Path = ASSIGNMENT_DIR,
+               reference_file: Path = REFERENCE_FILE) -> Suite:
+    """The suite of a config and an assignment's sources, read afresh (load_suite keeps one per config)."""
+    config = load_config(config_path)
+    fingerprint = suite_fingerprint(config_path, assignments=assignments, reference_file=reference_file)
+    questions = load_questions(config, assignments, reference_file)
+    cases = tuple(c for q in questions for c in q.cases)
+    if config.milestone.points:  # graded from uploaded files, not from the notebook: no probe cases
+        milestone = next((q for q in questions if q.id.startswith("m1")), None)
+        questions.append(Question(CHECKPOINT_QUESTION, "Milestone M1 — checkpoint",
+                                  milestone.path if milestone else config_path, [], [], [], [],
+                                  points=config.milestone.points))
+    return Suite(config, tuple(questions), cases, fingerprint)
+
+
+def load_suite(config_path: Path = DEFAULT_CONFIG) -> Suite:
+    """The suite for a config file (cached per resolved path: computing reference values takes seconds)."""
+    return _load_suite(Path(config_path).resolve())
+
+
+@cache
+def _load_suite(config_path: Path) -> Suite:
+    return read_suite(config_path)
+
+
+def reference_env(suite: Suite) -> dict[str, Any]:
+    """The reference solution's namespace, with the right multiple-choice answers."""
+    from reference.mistakes import reference_namespace
+
+    return reference_namespace() | mc_answers(list(suite.questions))
