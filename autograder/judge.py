@@ -36,7 +36,7 @@ from autograder.content import (
 )
 from autograder.execute import SKIP_TAGS, ExecResult, Limits, WorkerPool
 from autograder.lesson83_milestone import SCHEMES
-from autograder.milestone import verify_checkpoint
+from autograder.milestone import VERIFY_SLOTS, verify_checkpoint
 
 CHECKPOINT_QUESTION = "m1_checkpoint"
 CHECKPOINT_FILES = ("milestone.pt", "milestone.json")
@@ -718,7 +718,7 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
     suite = load_suite(config_path)
     # Checkpoints are verified ahead, beside the sandboxed runs; judging a run then finds its verdict measured
     # (verify_checkpoint evaluates the same weights once and waits for a verification already under way).
-    ahead = ThreadPoolExecutor(1)
+    ahead = ThreadPoolExecutor(VERIFY_SLOTS)
     for sub, _ in runnable if suite.checkpoint_cases else ():
         if "milestone.pt" in sub.files and not sub.file_problems:
             ahead.submit(judge_checkpoint, suite, sub.files)

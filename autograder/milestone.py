@@ -305,44 +305,62 @@ class Verifier:
     """A pre-started reader: a process that imports torch, reads the corpus and builds the five models once,
     then forks a child per checkpoint (cheap: the child shares the started interpreter). Each child loads
     milestone.pt (weights_only) under its own memory, CPU-time and wall-clock limits, evaluates it and exits,
-    so a hostile file can only ever cost that child. One request at a time; a pool of them serves threads."""
+    so a hostile file can only ever cost that child. One request at a time; a pool of them serves threads.
+    threads: torch threads of each child (one: verifications run side by side instead)."""
 
-    def __init__(self, *, startup_s: float = STARTUP_TIMEOUT_S) -> None:
+    def __init__(self, *, threads: int = 1, startup_s: float = STARTUP_TIMEOUT_S) -> None:
+        self.threads, self.startup_s = threads, startup_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup: dict[str, float] = {}  # seconds (wall) and cpu_s of the last start
+
+    def start(self) -> Verifier:
+        """Start the process (about 3 CPU-s) unless it runs; VerifierError when it cannot."""
+        if self.alive():
+            return self
+        self.close()
         started = time.perf_counter()
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "autograder.milestone", "--server"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=_child_env())
         except OSError as err:
             raise VerifierError(f"the grader could not start its checkpoint reader ({err})") from err
-        ready = _read_line(self.proc.stdout.fileno(), time.monotonic() + startup_s)  # type: ignore[union-attr]
+        ready = _read_line(self.proc.stdout.fileno(), time.monotonic() + self.startup_s)  # type: ignore[union-attr]
         if ready is None:
             self.close()
-            raise VerifierError(f"the grader's checkpoint reader did not start within {startup_s:g} s")
+            raise VerifierError(f"the grader's checkpoint reader did not start within {self.startup_s:g} s")
         self.startup = {"seconds": time.perf_counter() - started, **json.loads(ready)}
+        return self
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.proc is not None and self.proc.poll() is None
 
     def request(self, pt_bytes: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
         """Evaluate one checkpoint in a fresh limited child; its answer, or {"error": ...} about the file."""
-        header = json.dumps({**request, "timeout_s": timeout_s, "size": len(pt_bytes)}).encode() + b"\n"
+        proc = self.start().proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        header = json.dumps({**request, "timeout_s": timeout_s, "threads": self.threads,
+                             "size": len(pt_bytes)}).encode() + b"\n"
         try:
-            self.proc.stdin.write(header + pt_bytes)  # type: ignore[union-attr]
-            self.proc.stdin.flush()  # type: ignore[union-attr]
+            proc.stdin.write(header + pt_bytes)
+            proc.stdin.flush()
         except OSError as err:
             self.close()
             raise VerifierError(f"the checkpoint reader stopped ({err})") from err
-        line = _read_line(self.proc.stdout.fileno(), time.monotonic() + timeout_s + 60)  # type: ignore[union-attr]
+        line = _read_line(proc.stdout.fileno(), time.monotonic() + timeout_s + 60)
         if line is None:
             self.close()
             raise VerifierError("the checkpoint reader stopped answering")
         return json.loads(line)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
+        """Stop the process (a later request starts it again)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
             if stream is not None:
                 stream.close()
 
@@ -364,21 +382,18 @@ class _Pool:
     def request(self, pt_bytes: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
         with self.slots:
             with self.guard:
-                verifier = self.idle.pop() if self.idle else None
-            for attempt in (1, 2):  # a reader that dies for reasons of its own is restarted once
-                try:
-                    if verifier is None or not verifier.alive():
-                        verifier = Verifier()
-                    answer = verifier.request(pt_bytes, request, timeout_s=timeout_s)
-                except VerifierError as err:
-                    verifier = None
-                    if attempt == 2:
-                        return {"error": str(err), "infrastructure": True}
-                    continue
+                verifier = self.idle.pop() if self.idle else Verifier()
+            try:
+                for attempt in (1, 2):  # a reader that dies for reasons of its own is started again, once
+                    try:
+                        return verifier.request(pt_bytes, request, timeout_s=timeout_s)
+                    except VerifierError as err:
+                        if attempt == 2:
+                            return {"error": str(err), "infrastructure": True}
+                raise AssertionError("unreachable")
+            finally:
                 with self.guard:
                     self.idle.append(verifier)
-                return answer
-        raise AssertionError("unreachable")
 
     def close(self) -> None:
         with self.guard:
@@ -387,7 +402,8 @@ class _Pool:
             verifier.close()
 
 
-_POOL = _Pool(_threads())
+VERIFY_SLOTS = _threads()  # checkpoints verified side by side (grade_batch verifies ahead in as many threads)
+_POOL = _Pool(VERIFY_SLOTS)
 atexit.register(_POOL.close)
 
 
