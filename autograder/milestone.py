@@ -3,7 +3,8 @@
 This module and everything it imports run on a bare PyTorch image (no pydantic): the milestone rules are read
 from grading_config.yaml by a small reader here, with the same validation as autograder/config.py.
 A submitted milestone.pt is loaded and evaluated in a child process with a memory, CPU-time and wall-clock
-limit, so a hostile file can only ever give a verdict.
+limit, so a hostile file can only ever give a verdict; the child is forked from a pre-started verifier process
+(torch imported and the models built once), so a class of checkpoints pays the start-up once.
 """
 
 from __future__ import annotations
@@ -271,7 +272,8 @@ def _claimed_row(ppl: dict[str, Any], pos: str) -> dict[int, float]:
 
 
 def _threads() -> int:
-    """The CPUs this process may run on (taskset, cgroups), at most 4: verifications run side by side, so many."""
+    """How many checkpoints are verified side by side: the CPUs this process may run on (taskset, cgroups),
+    at most 4."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(4, cpus or 1))
 
@@ -321,7 +323,8 @@ class Verifier:
         started = time.perf_counter()
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "autograder.milestone", "--server"],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=_child_env())
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=_child_env(),
+                                         start_new_session=True)  # its own group: close() stops its child too
         except OSError as err:
             raise VerifierError(f"the grader could not start its checkpoint reader ({err})") from err
         ready = _read_line(self.proc.stdout.fileno(), time.monotonic() + self.startup_s)  # type: ignore[union-attr]
@@ -353,12 +356,13 @@ class Verifier:
         return json.loads(line)
 
     def close(self) -> None:
-        """Stop the process (a later request starts it again)."""
+        """Stop the process and a child it may be running (a later request starts it again)."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
         if proc.poll() is None:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:

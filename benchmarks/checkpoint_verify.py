@@ -195,6 +195,36 @@ def class_scale(n: int, *, schemes: Sequence[str], windows: int) -> tuple[str, l
     return line, failed
 
 
+def window_spread(*, schemes: Sequence[str], counts: Sequence[int], base: int = OLD_WINDOWS) -> list[str]:
+    """Why verify_windows is not smaller: for each count k dividing `base`, the largest relative move of a
+    reference figure (any scheme and context) from its `base`-window figure, over the base/k subsets of k evenly
+    spaced windows (every offset), as an honest checkpoint's figures would move at k windows."""
+    _, states = lm.load_checkpoint(REFERENCE / "milestone.pt")
+    tokens, starts = lm.corpus_tokens(), lm.val_starts(max_windows=base)
+    lines = []
+    nll = {}
+    with torch.inference_mode():
+        for pos in schemes:
+            model = ms.build_model(pos, states[pos])
+            nll[pos] = torch.cat([F.cross_entropy(model(X).transpose(1, 2), Y, reduction="none").double()
+                                  for X, Y in (lm.windows(tokens, b, max(lm.CONTEXTS)) for b in starts.split(10))])
+
+    def figures(rows: torch.Tensor) -> dict[int, float]:
+        prefix = rows.sum(0).cumsum(0)
+        return {c: math.exp(prefix[c - 1].item() / (len(rows) * c)) for c in lm.CONTEXTS}
+
+    for k in counts:
+        step, worst = base // k, (0.0, "")
+        for pos, rows in nll.items():
+            full = figures(rows)
+            for offset in range(step):
+                sub = figures(rows[offset::step])
+                for c in lm.CONTEXTS:
+                    worst = max(worst, (abs(sub[c] - full[c]) / full[c], f"{pos} at {c}"))
+        lines.append(f"{k:>4} windows: figures move by up to {worst[0]:.2%} ({worst[1]}) over {step} offset(s)")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Print old, spawn and new CPU seconds per checkpoint side by side, the figures' largest move, the verdicts
     and the class-scale figure."""
@@ -204,12 +234,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tune-steps", type=int, default=20, help="steps each mistaken model trains")
     parser.add_argument("--work", type=Path, default=None, help="folder for the mistakes' checkpoints (reused)")
     parser.add_argument("--class-n", type=int, default=None, help="distinct checkpoints at class scale (24)")
+    parser.add_argument("--spread", action="store_true", help="only: how far the reference's figures move at "
+                        "fewer windows (every offset of 100, 75, 60, 50 of the 300 windows)")
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
         cpus = sorted(os.sched_getaffinity(0))[: args.cores]
         os.sched_setaffinity(0, cpus)
     torch.set_num_threads(max(1, args.cores))
     schemes = ("rope", "alibi") if args.smoke else lm.SCHEMES
+    if args.spread:
+        print(f"from the reference's {OLD_WINDOWS}-window figures, {', '.join(schemes)}:")
+        print("\n".join(window_spread(schemes=schemes, counts=(100, 75, 60, 50))))
+        return 0
     old_windows, new_windows = (20, 20) if args.smoke else (OLD_WINDOWS, ms.load_rules().verify_windows)
     work = args.work or Path(tempfile.mkdtemp(prefix="checkpoint_verify_"))
     claims = json.loads((REFERENCE / "milestone.json").read_text())
