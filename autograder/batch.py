@@ -24,6 +24,7 @@ from autograder.config import DEFAULT_CONFIG, ROOT, load_config
 from autograder.content import Question
 from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.judge import judge_checkpoint, judge_exec, judge_unreadable
+from autograder.milestone import VERIFY_SLOTS
 from autograder.results import FORMULA_STARTS, Status, SubmissionResult, full_marks, spreadsheet_text
 from autograder.submissions import CHECKPOINT_FILES, Submission, find_submissions
 from autograder.suite import Suite, load_suite, suite_fingerprint
@@ -144,7 +145,7 @@ def grade_batch(submissions: Path, *, out: Path = ROOT / "dist" / "grades", forc
         suite.expected  # noqa: B018 - the reference values, computed now while the sandboxed workers start
     # Checkpoints are verified ahead, beside the sandboxed runs; judging a run then finds its verdict measured
     # (verify_checkpoint evaluates the same weights once and waits for a verification already under way).
-    ahead = ThreadPoolExecutor(1)
+    ahead = ThreadPoolExecutor(VERIFY_SLOTS)
     for sub, _ in runnable if suite.checkpoint_cases else ():
         if "milestone.pt" in sub.files and not sub.file_problems:
             ahead.submit(judge_checkpoint, suite, sub.files)

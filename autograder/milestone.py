@@ -3,16 +3,21 @@
 This module and everything it imports run on a bare PyTorch image (no pydantic): the milestone rules are read
 from grading_config.yaml by a small reader here, with the same validation as autograder/config.py.
 A submitted milestone.pt is loaded and evaluated in a child process with a memory, CPU-time and wall-clock
-limit, so a hostile file can only ever give a verdict.
+limit, so a hostile file can only ever give a verdict; the child is forked from a pre-started verifier process
+(torch imported and the models built once), so a class of checkpoints pays the start-up once.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import hashlib
 import json
 import math
 import os
+import select
+import signal
 import subprocess
 import sys
 import threading
@@ -47,14 +52,16 @@ from reference.lesson83 import TinyCharLM
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "grading_config.yaml"
 # Verification re-evaluates on verify_windows evenly spaced validation windows (grading_config.yaml; 100 start
-# at 100,000 + 30 i), one forward pass of 512 tokens per window for all three contexts (measure_ppl).
-VERIFY_BATCH = 50  # larger batches than the protocol's 16 run faster on a CPU and give the same mean
+# at 100,000 + 30 i), one forward pass of 512 tokens per window for all three contexts (measure_ppl), on one
+# thread per checkpoint (two threads on two cores cost more CPU for the same work; checkpoints run side by side).
+VERIFY_BATCH = 10  # windows per forward pass: on one thread, 1 to 10 cost the same and 50 about 25% more
 MAX_CHECKPOINT_MB = UPLOAD_CAP_MB  # five models in float32 take about 4 MB
 MAX_CLAIMS_KB = 256  # milestone.json is about 1 KB
-# The child that loads and evaluates a checkpoint may allocate this much beyond the interpreter with torch
-# imported (a legitimate checkpoint needs about 300 MB), and gets this much CPU and wall-clock time.
+# The child that loads and evaluates a checkpoint may allocate this much beyond the started verifier (a
+# legitimate checkpoint needs about 300 MB), and gets this much CPU and wall-clock time.
 CHILD_MEMORY_MB = CHECKPOINT_MEMORY_MB
 CHILD_TIMEOUT_S = 300
+STARTUP_TIMEOUT_S = 120  # for a verifier process to import torch and warm up (about 3 CPU-s, once)
 UPLOAD_HINT = ("Upload milestone.pt and milestone.json next to your notebook, exactly as the milestone's "
                "save cell writes them (save_checkpoint).")
 
@@ -207,7 +214,7 @@ def _row(message: str = "", problem: str | None = None) -> dict[str, Any]:
 
 def _failure(message: str, schemes: Sequence[str], problem: str = "checkpoint_unreadable") -> dict[str, Any]:
     return {"ok": False, "message": message, "problem": problem, "preset": None, "credit": 0.0, "seconds": 0.0,
-            "schemes": {pos: _row(message, problem) for pos in schemes}}
+            "cpu_s": 0.0, "schemes": {pos: _row(message, problem) for pos in schemes}}
 
 
 def _read(data: str | Path | bytes | None, name: str, limit: int) -> bytes:
@@ -266,7 +273,8 @@ def _claimed_row(ppl: dict[str, Any], pos: str) -> dict[int, float]:
 
 
 def _threads() -> int:
-    """Threads of the evaluating child: the CPUs this process may run on (taskset, cgroups), at most 4."""
+    """How many checkpoints are verified side by side: the CPUs this process may run on (taskset, cgroups),
+    at most 4."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(4, cpus or 1))
 
@@ -274,104 +282,279 @@ def _threads() -> int:
 def _child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP", "PYTHONINSPECT")}
     env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
-               PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2",
-               OMP_NUM_THREADS=str(_threads()))
+               PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2", OMP_NUM_THREADS="1")
     return env
 
 
-def _run_child(pt_bytes: bytes, request: dict[str, Any], *, memory_mb: int, timeout_s: float) -> dict[str, Any]:
-    """Load and evaluate milestone.pt in a limited child process; any failure comes back as {"error": ...}."""
-    request = {**request, "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1}
-    stdin = json.dumps(request).encode() + b"\n" + pt_bytes
-    try:
-        proc = subprocess.run([sys.executable, "-m", "autograder.milestone", "--child"], input=stdin,
-                              capture_output=True, timeout=timeout_s, cwd=ROOT, env=_child_env())
-    except subprocess.TimeoutExpired:
-        return {"error": f"reading and evaluating it took longer than the grader's limit of {timeout_s:g} s"}
-    except OSError as err:
-        return {"error": f"the grader could not start its reader ({err})"}
-    lines = proc.stdout.decode(errors="replace").strip().splitlines()
-    if proc.returncode == 0 and lines:
+class VerifierError(RuntimeError):
+    """The verifier process itself failed (not the checkpoint): it is restarted and the request retried once."""
+
+
+def _read_line(fd: int, deadline: float) -> bytes | None:
+    """One line from a pipe, or None at end of file or when the deadline (time.monotonic) passes."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+class Verifier:
+    """A pre-started reader: a process that imports torch, reads the corpus and builds the five models once,
+    then forks a child per checkpoint (cheap: the child shares the started interpreter). Each child loads
+    milestone.pt (weights_only) under its own memory, CPU-time and wall-clock limits, evaluates it and exits,
+    so a hostile file can only ever cost that child. One request at a time; a pool of them serves threads.
+    threads: torch threads of each child (one: verifications run side by side instead)."""
+
+    def __init__(self, *, threads: int = 1, startup_s: float = STARTUP_TIMEOUT_S) -> None:
+        self.threads, self.startup_s = threads, startup_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup: dict[str, float] = {}  # seconds (wall) and cpu_s of the last start
+
+    def start(self) -> Verifier:
+        """Start the process (about 3 CPU-s) unless it runs; VerifierError when it cannot."""
+        if self.alive():
+            return self
+        self.close()
+        started = time.perf_counter()
         try:
-            result = json.loads(lines[-1])
-            if isinstance(result, dict):
-                return result
-        except ValueError:
-            pass
-    tail = proc.stderr.decode(errors="replace").strip().splitlines()
-    if proc.returncode < 0 or "MemoryError" in "".join(tail[-3:]) or "alloc" in "".join(tail[-3:]):
-        why = (f"the reader stopped with signal {-proc.returncode}" if proc.returncode < 0 else "the reader "
-               "failed")
-        return {"error": f"{why}; loading it needs more than the grader's {memory_mb} MB or crashes the reader"}
-    return {"error": f"the reader failed ({tail[-1][:200] if tail else f'exit status {proc.returncode}'})"}
+            self.proc = subprocess.Popen([sys.executable, "-m", "autograder.milestone", "--server"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=_child_env(),
+                                         start_new_session=True)  # its own group: close() stops its child too
+        except OSError as err:
+            raise VerifierError(f"the grader could not start its checkpoint reader ({err})") from err
+        ready = _read_line(self.proc.stdout.fileno(), time.monotonic() + self.startup_s)  # type: ignore[union-attr]
+        if ready is None:
+            self.close()
+            raise VerifierError(f"the grader's checkpoint reader did not start within {self.startup_s:g} s")
+        self.startup = {"seconds": time.perf_counter() - started, **json.loads(ready)}
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def request(self, pt_bytes: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
+        """Evaluate one checkpoint in a fresh limited child; its answer, or {"error": ...} about the file."""
+        proc = self.start().proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        header = json.dumps({**request, "timeout_s": timeout_s, "threads": self.threads,
+                             "size": len(pt_bytes)}).encode() + b"\n"
+        try:
+            proc.stdin.write(header + pt_bytes)
+            proc.stdin.flush()
+        except OSError as err:
+            self.close()
+            raise VerifierError(f"the checkpoint reader stopped ({err})") from err
+        line = _read_line(proc.stdout.fileno(), time.monotonic() + timeout_s + 60)
+        if line is None:
+            self.close()
+            raise VerifierError("the checkpoint reader stopped answering")
+        return json.loads(line)
+
+    def close(self) -> None:
+        """Stop the process and a child it may be running (a later request starts it again)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+
+    def __enter__(self) -> Verifier:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
-def _child_main() -> int:
-    """Inside the child: limit memory and CPU time, read the request and milestone.pt from stdin, load it
-    with weights_only=True, evaluate the requested schemes, print one JSON line."""
-    import resource
+class _Pool:
+    """Up to `slots` verifiers, started when first needed and kept for the process (grade_batch, the tests)."""
 
-    header = sys.stdin.buffer.readline()
-    request = json.loads(header)
-    torch.set_num_threads(_threads())
-    status = Path("/proc/self/status")
-    base = next((int(line.split()[1]) * 1024 for line in status.read_text().splitlines()
-                 if line.startswith("VmSize:")), 0) if status.exists() else 0
-    limit = base + int(request["memory_mb"]) * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    resource.setrlimit(resource.RLIMIT_CPU, (request["cpu_s"], request["cpu_s"]))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    pt_bytes = sys.stdin.buffer.read()
-    legacy = request.get("method") == "legacy"
-    out: dict[str, Any]
+    def __init__(self, slots: int) -> None:
+        self.slots = threading.BoundedSemaphore(slots)
+        self.idle: list[Verifier] = []
+        self.guard = threading.Lock()
+
+    def request(self, pt_bytes: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
+        with self.slots:
+            with self.guard:
+                verifier = self.idle.pop() if self.idle else Verifier()
+            try:
+                for attempt in (1, 2):  # a reader that dies for reasons of its own is started again, once
+                    try:
+                        return verifier.request(pt_bytes, request, timeout_s=timeout_s)
+                    except VerifierError as err:
+                        if attempt == 2:
+                            return {"error": str(err), "infrastructure": True}
+                raise AssertionError("unreachable")
+            finally:
+                with self.guard:
+                    self.idle.append(verifier)
+
+    def close(self) -> None:
+        with self.guard:
+            idle, self.idle = self.idle, []
+        for verifier in idle:
+            verifier.close()
+
+
+VERIFY_SLOTS = _threads()  # checkpoints verified side by side (grade_batch verifies ahead in as many threads)
+_POOL = _Pool(VERIFY_SLOTS)
+atexit.register(_POOL.close)
+
+
+def _run_child(pt_bytes: bytes, request: dict[str, Any], *, memory_mb: int, timeout_s: float,
+               verifier: Verifier | None = None) -> dict[str, Any]:
+    """Load and evaluate milestone.pt in a limited child of a verifier (the pool's unless one is given); any
+    failure comes back as {"error": ...}."""
+    request = {**request, "memory_mb": memory_mb}
+    if verifier is None:
+        return _POOL.request(pt_bytes, request, timeout_s=timeout_s)
+    try:
+        return verifier.request(pt_bytes, request, timeout_s=timeout_s)
+    except VerifierError as err:
+        return {"error": str(err), "infrastructure": True}
+
+
+def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
+              models: dict[str, torch.nn.Module]) -> dict[str, Any]:
+    """Inside the limited child: load milestone.pt with weights_only=True and evaluate the requested schemes
+    (models: the verifier's TinyCharLM per scheme, filled with the checkpoint's weights here)."""
     try:
         config, state_dicts = load_checkpoint(pt_bytes)
     except Exception as err:  # noqa: BLE001 - weights_only refusals, corrupt zips, out of memory, wrong layout
         first = str(err).splitlines()[0][:300] if str(err) else ""
-        out = {"error": f"{type(err).__name__}: {first}"}
-    else:
-        preset = config.get("preset") if isinstance(config.get("preset"), str) else None
-        out = {"config": {"preset": preset, "vocab_ok": config.get("vocab") == list(VOCAB)}, "schemes": {}}
-        evaluate = (out["config"]["vocab_ok"] and preset is not None and preset == request["preset"]
-                    and preset in request["accepted"])
-        tokens = corpus_tokens() if evaluate and request["schemes"] else None
-        for pos in request["schemes"] if evaluate else []:
-            if pos not in state_dicts:
-                out["schemes"][pos] = {"missing": True}
-                continue
-            try:
-                model = build_model(pos, state_dicts[pos])
-            except Exception as err:  # noqa: BLE001 - names, shapes or types that do not fit
-                out["schemes"][pos] = {"unfit": (str(err).splitlines() or [type(err).__name__])[0][:300]}
-                continue
-            try:
-                ppl = (evaluate_ppl(model, batch_size=request["batch"], max_windows=request["windows"]) if legacy
-                       else measure_ppl(model, tokens=tokens, batch_size=request["batch"],
-                                        max_windows=request["windows"]))
-            except Exception as err:  # noqa: BLE001 - out of memory while evaluating
-                out["schemes"][pos] = {"unfit": f"evaluating them failed ({type(err).__name__})"}
-                continue
-            out["schemes"][pos] = {"ppl": {str(c): v for c, v in ppl.items()}}
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+        return {"error": f"{type(err).__name__}: {first}"}
+    preset = config.get("preset") if isinstance(config.get("preset"), str) else None
+    out: dict[str, Any] = {"config": {"preset": preset, "vocab_ok": config.get("vocab") == list(VOCAB)},
+                           "schemes": {}}
+    evaluate = (out["config"]["vocab_ok"] and preset is not None and preset == request["preset"]
+                and preset in request["accepted"])
+    for pos in request["schemes"] if evaluate else []:
+        if pos not in state_dicts:
+            out["schemes"][pos] = {"missing": True}
+            continue
+        try:
+            model = models[pos]
+            model.load_state_dict(state_dicts[pos], strict=True)
+        except Exception as err:  # noqa: BLE001 - names, shapes or types that do not fit
+            out["schemes"][pos] = {"unfit": (str(err).splitlines() or [type(err).__name__])[0][:300]}
+            continue
+        try:
+            ppl = (evaluate_ppl(model, batch_size=request["batch"], max_windows=request["windows"])
+                   if request.get("method") == "legacy" else
+                   measure_ppl(model, tokens=tokens, batch_size=request["batch"], max_windows=request["windows"]))
+        except Exception as err:  # noqa: BLE001 - out of memory while evaluating
+            out["schemes"][pos] = {"unfit": f"evaluating them failed ({type(err).__name__})"}
+            continue
+        out["schemes"][pos] = {"ppl": {str(c): v for c, v in ppl.items()}}
+    return out
+
+
+def _fork_child(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
+                models: dict[str, torch.nn.Module]) -> dict[str, Any]:
+    """In the verifier: evaluate one checkpoint in a forked child limited to memory_mb beyond the verifier's
+    size, timeout_s of CPU and of wall-clock time; the child's answer with its CPU seconds, or an error."""
+    import resource
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing of the verifier's protocol, its own limits, one answer, then exit
+        code = 0
+        try:
+            os.close(read_end)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            status = Path("/proc/self/status")
+            base = next((int(line.split()[1]) * 1024 for line in status.read_text().splitlines()
+                         if line.startswith("VmSize:")), 0) if status.exists() else 0
+            limit = base + int(request["memory_mb"]) * 2**20
+            cpu = int(request["timeout_s"]) + 1
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if request.get("threads", 1) != 1:
+                torch.set_num_threads(int(request["threads"]))
+            answer = json.dumps(_evaluate(request, pt_bytes, tokens, models)).encode() + b"\n"
+            view = memoryview(answer)
+            while view:
+                view = view[os.write(write_end, view):]
+        except BaseException:  # noqa: BLE001 - the verifier reports how the child ended
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    timeout_s = float(request["timeout_s"])
+    deadline = time.monotonic() + timeout_s
+    try:
+        line = _read_line(read_end, deadline)
+    finally:
+        os.close(read_end)
+    timed_out = line is None and time.monotonic() >= deadline
+    if line is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    cpu_s = usage.ru_utime + usage.ru_stime
+    if line is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return {**json.loads(line), "cpu_s": cpu_s}
+    if timed_out:
+        return {"error": f"reading and evaluating it took longer than the grader's limit of {timeout_s:g} s",
+                "cpu_s": cpu_s}
+    why = (f"the reader stopped with signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else
+           f"the reader failed (exit status {os.WEXITSTATUS(status)})")
+    return {"error": f"{why}; loading it needs more than the grader's {request['memory_mb']} MB or crashes the "
+                     "reader", "cpu_s": cpu_s}
+
+
+def _serve() -> int:
+    """The verifier's loop: start once (torch, the corpus, the five models warmed up on one thread), say ready,
+    then per request (a JSON line and milestone.pt's bytes on stdin) fork a limited child, answer one line."""
+    torch.set_num_threads(1)
+    tokens = corpus_tokens()
+    models = {pos: TinyCharLM(pos=pos, **ARCH).eval() for pos in SCHEMES}
+    for model in models.values():  # the first forward pass sets up kernels once, here, not in every child
+        measure_ppl(model, tokens=tokens, max_windows=1)
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    times = os.times()
+    stdout.write(json.dumps({"cpu_s": times.user + times.system}).encode() + b"\n")
+    stdout.flush()
+    while header := stdin.readline():
+        request = json.loads(header)
+        pt_bytes = stdin.read(request["size"])
+        stdout.write(json.dumps(_fork_child(request, pt_bytes, tokens, models)).encode() + b"\n")
+        stdout.flush()
     return 0
 
 
 def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes | None, *,
                       schemes: Sequence[str] = SCHEMES, rules: Any = None, max_windows: int | None = None,
                       batch_size: int = VERIFY_BATCH, memory_mb: int = CHILD_MEMORY_MB,
-                      timeout_s: float = CHILD_TIMEOUT_S, method: str = "prefix") -> dict[str, Any]:
+                      timeout_s: float = CHILD_TIMEOUT_S, method: str = "prefix",
+                      verifier: Verifier | None = None) -> dict[str, Any]:
     """Re-evaluate a submitted checkpoint on the CPU and compare with its claimed table and the thresholds.
 
     pt and claims are milestone.pt and milestone.json as paths or bytes (None: not submitted). rules are
     the milestone section of the grading config (MilestoneRules or config.Milestone; default: read from
     grading_config.yaml): accepted presets with their credit and thresholds, rel_tol and the number of
     validation windows (max_windows overrides it). milestone.pt is loaded (weights_only=True) and evaluated
-    in a child process limited to memory_mb beyond its start-up size and timeout_s; whatever the files hold,
-    the answer is a verdict, never an exception. Returns plain data: ok, message, problem, preset, credit,
-    seconds and, per scheme, the re-evaluated ppl, the claimed ppl, the relative differences, the thresholds
-    and the flags agrees, meets_thresholds, passed. The same weights are evaluated once per process, also
-    when two threads ask at once (the second waits for the first). method "prefix" reads all contexts from one
+    in a child process limited to memory_mb beyond the verifier's size and to timeout_s; whatever the files
+    hold, the answer is a verdict, never an exception. The child is forked from a pre-started Verifier (a pool
+    of them, one per CPU up to 4, kept for the process; `verifier` picks one instead). Returns plain data: ok,
+    message, problem, preset, credit, seconds, cpu_s (the child's CPU time, 0 when nothing was evaluated)
+    and, per scheme, the re-evaluated ppl, the claimed ppl, the relative differences, the thresholds and the
+    flags agrees, meets_thresholds, passed. The same weights are evaluated once per process, also when two
+    threads ask at once (the second waits for the first). method "prefix" reads all contexts from one
     512-token pass per window (measure_ppl); "legacy" runs evaluate_ppl's pass per context, as graders
     before issue 13 did (benchmarks/checkpoint_verify.py compares the two).
     """
@@ -401,15 +584,19 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
     digest = hashlib.sha256(pt_bytes).hexdigest()
     accepted = sorted(rules.presets)
     wanted = list(schemes) if claims_error is None and preset in accepted else []
+    cpu_s = 0.0
     with _lock(digest):  # the same weights uploaded twice (or verified ahead) are evaluated once
         todo = [pos for pos in wanted if (digest, pos, windows, batch_size, method) not in _MEASURED]
         error = _FAILED.get((digest, memory_mb, timeout_s))
         if error is None and (digest not in _CONFIGS or todo):
             found = _run_child(pt_bytes, {"schemes": todo, "windows": windows, "batch": batch_size,
                                           "preset": preset, "accepted": accepted, "method": method},
-                               memory_mb=memory_mb, timeout_s=timeout_s)
+                               memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier)
+            cpu_s = float(found.get("cpu_s", 0.0))
             if "error" in found or not isinstance(found.get("config"), dict):
-                error = _FAILED[(digest, memory_mb, timeout_s)] = str(found.get("error"))
+                error = str(found.get("error"))
+                if not found.get("infrastructure"):  # the grader's own failure is tried again next time
+                    _FAILED[(digest, memory_mb, timeout_s)] = error
             else:
                 _CONFIGS[digest] = found["config"]
                 for pos, result in found.get("schemes", {}).items():
@@ -460,7 +647,7 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
         row["problem"] = (None if row["passed"] else
                           "checkpoint_claims_disagree" if not row["agrees"] else "checkpoint_above_bound")
     return {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": preset,
-            "credit": rule.credit, "seconds": time.perf_counter() - start, "schemes": results}
+            "credit": rule.credit, "seconds": time.perf_counter() - start, "cpu_s": cpu_s, "schemes": results}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -473,11 +660,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-graph", action="store_true", help="CUDA only: train eagerly, not as a CUDA graph")
     parser.add_argument("--out", type=Path, default=Path("."), help="folder for milestone.pt/.json/.png")
     parser.add_argument("--verify", action="store_true", help="verify OUT/milestone.pt instead of training")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the limited reader
+    parser.add_argument("--server", action="store_true", help=argparse.SUPPRESS)  # a Verifier process
     parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)  # 3 steps of batch 4 (tests)
     args = parser.parse_args(argv)
-    if args.child:
-        return _child_main()
+    if args.server:
+        return _serve()
     if args.smoke:  # this process only: a tiny run of the same code path, saved under the preset's name
         PRESETS[args.preset].update(steps=3, batch_size=4, eval_windows=20)
     pt_path, json_path = args.out / "milestone.pt", args.out / "milestone.json"

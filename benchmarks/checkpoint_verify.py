@@ -1,17 +1,25 @@
-"""Checkpoint verification before and after issue 13: seconds per checkpoint, how far the figures move, verdicts.
+"""Checkpoint verification before and after issue 13: CPU seconds per checkpoint, how far the figures move,
+verdicts, and a class-scale figure.
 
-"old" is the grader before issue 13: 300 validation windows, one pass per context (evaluate_ppl). "new" is
-today's: the configured verify_windows (100), one 512-token pass per window read at all three contexts
-(measure_ppl). Both run the real verify_checkpoint with its limited child. The checkpoints are the committed
-reference, the same weights with inflated claims (the sample class's), and one checkpoint per catalogued
-milestone mistake: the reference weights of the schemes it touches loaded into the mistaken TinyCharLM,
-tuned a few steps with it, and claims measured by that class as the student's notebook would (300 windows, the
-quick preset's table); only those schemes are verified (the others are the reference row).
+Three graders side by side, each running the real verify_checkpoint with its memory-limited reader:
+"old" (before issue 13): a fresh Python process per checkpoint that imports torch, 300 validation windows and a
+pass per context (evaluate_ppl), on every CPU (up to 4 threads); "spawn" (the first step of issue 13): the
+same fresh process per checkpoint on the configured verify_windows (100), one 512-token pass per window read at
+all three contexts (measure_ppl); "new" (today's grader): a child forked per checkpoint from a pre-started
+verifier (torch imported and the five models built once), one thread, the same windows and pass as "spawn".
+The checkpoints are the committed reference, the same weights with inflated claims (the sample class's), and
+one checkpoint per catalogued milestone mistake: the reference weights of the schemes it touches loaded into
+the mistaken TinyCharLM, tuned a few steps with it, and claims measured by that class as the student's notebook
+would (300 windows, the quick preset's table); only those schemes are verified (the others are the reference
+row). The class-scale figure verifies N distinct checkpoints (the reference with its weights perturbed by
+1e-4 relative noise, its claims unchanged) as grade_batch does: from VERIFY_SLOTS threads, on verifiers
+started for the run, and projects the CPU time of a class of 300 on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -19,6 +27,7 @@ import resource
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +41,9 @@ from reference.mistakes import MISTAKES, reference_namespace
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reference" / "milestone"
 OLD_WINDOWS = 300  # what grading_config.yaml said before issue 13
+OLD_BATCH = 50  # windows per forward pass before this change
+CLASS = 300  # the class size of the goal
+GOAL_S = 15 * 60  # ... graded in 15 minutes on 2 cores
 
 
 def _children_cpu() -> float:
@@ -93,12 +105,21 @@ def mistake_checkpoints(folder: Path, *, schemes: Sequence[str], tune_steps: int
     return out
 
 
-def timed(pt: Path, js: Path, *, schemes: Sequence[str], windows: int, method: str) -> tuple[dict[str, Any], float,
-                                                                                              float]:
-    """verify_checkpoint's verdict, its wall-clock seconds and its child's CPU seconds."""
-    cpu, wall = _children_cpu(), time.perf_counter()
-    result = ms.verify_checkpoint(pt, js, schemes=schemes, rules=ms.load_rules(), max_windows=windows,
-                                  method=method)
+def timed(pt: Path | bytes, js: Path, *, schemes: Sequence[str], windows: int, mode: str,
+          started: ms.Verifier) -> tuple[dict[str, Any], float, float]:
+    """verify_checkpoint's verdict, its wall-clock seconds and the CPU seconds of its reader: for "old" and
+    "spawn" a verifier process started for this checkpoint (start-up included), for "new" a child forked from
+    the verifier `started` before."""
+    wall = time.perf_counter()
+    if mode == "new":
+        result = ms.verify_checkpoint(pt, js, schemes=schemes, rules=ms.load_rules(), max_windows=windows,
+                                      verifier=started)
+        return result, time.perf_counter() - wall, result["cpu_s"]
+    cpu = _children_cpu()
+    with ms.Verifier(threads=ms._threads()) as verifier:
+        result = ms.verify_checkpoint(pt, js, schemes=schemes, rules=ms.load_rules(), max_windows=windows,
+                                      batch_size=OLD_BATCH, method="legacy" if mode == "old" else "prefix",
+                                      verifier=verifier)
     return result, time.perf_counter() - wall, _children_cpu() - cpu
 
 
@@ -115,29 +136,116 @@ def move(old: dict[str, Any], new: dict[str, Any]) -> float:
 
 
 def margin(result: dict[str, Any], rules: ms.MilestoneRules) -> float:
-    """Smallest relative distance of a new figure from a verdict boundary (rel_tol or a bound)."""
+    """How far (relative difference, or relative distance from a bound) the figures are from changing any
+    scheme's verdict: a pass must stay within rel_tol and under every bound; a disagreement needs one figure
+    to stay beyond rel_tol; a figure above a bound needs agreement and that bound to hold."""
     gaps = []
     for row in result["schemes"].values():
         if not row["ppl"] or not row["claimed"]:
             continue
-        gaps += [abs(d - rules.rel_tol) for d in row["rel_diff"].values()]
-        gaps += [abs(row["ppl"][c] - bound) / bound for c, bound in row["thresholds"].items()]
+        agree = [rules.rel_tol - d for d in row["rel_diff"].values()]
+        under = [(bound - row["ppl"][c]) / bound for c, bound in row["thresholds"].items()]
+        if row["passed"]:
+            gaps.append(min(agree + under))
+        elif not row["agrees"]:
+            gaps.append(max(-g for g in agree))
+        else:
+            gaps.append(min([*agree, max(-g for g in under if g < 0)]))
     return min(gaps, default=math.inf)
 
 
+def perturbed(n: int) -> list[bytes]:
+    """n distinct milestone.pt files: the reference's weights times (1 + 1e-4 noise), seed i."""
+    ckpt = torch.load(REFERENCE / "milestone.pt", map_location="cpu", weights_only=True)
+    out = []
+    for i in range(n):
+        gen = torch.Generator().manual_seed(i)
+        states = {pos: {k: v * (1 + 1e-4 * torch.randn(v.shape, generator=gen)) if v.is_floating_point() else v
+                        for k, v in state.items()} for pos, state in ckpt["state_dicts"].items()}
+        buf = io.BytesIO()
+        torch.save({"config": ckpt["config"], "state_dicts": states}, buf)
+        out.append(buf.getvalue())
+    return out
+
+
+def class_scale(n: int, *, schemes: Sequence[str], windows: int) -> tuple[str, list[str]]:
+    """Verify n distinct checkpoints as grade_batch does; the summary line and the checkpoints not passed."""
+    from autograder.config import load_config
+
+    memory_mb = load_config().submissions.checkpoint_memory_mb
+    claims = (REFERENCE / "milestone.json").read_bytes()
+    files, rules = perturbed(n), ms.load_rules()
+    ms._POOL.close()  # verifiers started for this run: their start-up is counted
+    cpu, parent, wall = _children_cpu(), time.process_time(), time.perf_counter()
+    with ThreadPoolExecutor(ms.VERIFY_SLOTS) as ex:
+        results = list(ex.map(lambda pt: ms.verify_checkpoint(pt, claims, schemes=schemes, rules=rules,
+                                                               max_windows=windows, memory_mb=memory_mb), files))
+    wall = time.perf_counter() - wall
+    ms._POOL.close()  # the verifiers exit: their CPU time, and their children's, is counted
+    total = _children_cpu() - cpu + time.process_time() - parent
+    per = total / n
+    failed = [f"perturbed {i}: {verdicts(r)}" for i, r in enumerate(results)
+              if not (r["ok"] and all(row["passed"] for row in r["schemes"].values()))]
+    projected = CLASS * per / 2
+    line = (f"class scale: {n} distinct checkpoints verified as grade_batch does ({ms.VERIFY_SLOTS} at a time) in "
+            f"{wall:.1f} s wall, {total:.1f} CPU-s with the verifiers' start-up: {per:.2f} CPU-s per checkpoint; "
+            f"projected for {CLASS} on 2 cores: {projected / 60:.1f} min of both cores ({projected / GOAL_S:.0%} of "
+            f"the {GOAL_S // 60}-minute goal, leaving {max(0.0, 2 * GOAL_S - CLASS * per) / CLASS:.1f} CPU-s per "
+            "submission for its notebook)")
+    return line, failed
+
+
+def window_spread(*, schemes: Sequence[str], counts: Sequence[int], base: int = OLD_WINDOWS) -> list[str]:
+    """Why verify_windows is not smaller: for each count k dividing `base`, the largest relative move of a
+    reference figure (any scheme and context) from its `base`-window figure, over the base/k subsets of k evenly
+    spaced windows (every offset), as an honest checkpoint's figures would move at k windows."""
+    _, states = lm.load_checkpoint(REFERENCE / "milestone.pt")
+    tokens, starts = lm.corpus_tokens(), lm.val_starts(max_windows=base)
+    lines = []
+    nll = {}
+    with torch.inference_mode():
+        for pos in schemes:
+            model = ms.build_model(pos, states[pos])
+            nll[pos] = torch.cat([F.cross_entropy(model(X).transpose(1, 2), Y, reduction="none").double()
+                                  for X, Y in (lm.windows(tokens, b, max(lm.CONTEXTS)) for b in starts.split(10))])
+
+    def figures(rows: torch.Tensor) -> dict[int, float]:
+        prefix = rows.sum(0).cumsum(0)
+        return {c: math.exp(prefix[c - 1].item() / (len(rows) * c)) for c in lm.CONTEXTS}
+
+    for k in counts:
+        step, worst = base // k, (0.0, "")
+        for pos, rows in nll.items():
+            full = figures(rows)
+            for offset in range(step):
+                sub = figures(rows[offset::step])
+                for c in lm.CONTEXTS:
+                    worst = max(worst, (abs(sub[c] - full[c]) / full[c], f"{pos} at {c}"))
+        lines.append(f"{k:>4} windows: figures move by up to {worst[0]:.2%} ({worst[1]}) over {step} offset(s)")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print old and new seconds per checkpoint side by side, the figures' largest move and the verdicts."""
+    """Print old, spawn and new CPU seconds per checkpoint side by side, the figures' largest move, the verdicts
+    and the class-scale figure."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny run (two schemes, one mistake, 20 windows)")
     parser.add_argument("--cores", type=int, default=2, help="CPUs this process and its children may use")
     parser.add_argument("--tune-steps", type=int, default=20, help="steps each mistaken model trains")
     parser.add_argument("--work", type=Path, default=None, help="folder for the mistakes' checkpoints (reused)")
+    parser.add_argument("--class-n", type=int, default=None, help="distinct checkpoints at class scale (24)")
+    parser.add_argument("--spread", action="store_true", help="only: how far the reference's figures move at "
+                        "fewer windows (every offset of 100, 75, 60, 50 of the 300 windows)")
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
         cpus = sorted(os.sched_getaffinity(0))[: args.cores]
         os.sched_setaffinity(0, cpus)
     torch.set_num_threads(max(1, args.cores))
     schemes = ("rope", "alibi") if args.smoke else lm.SCHEMES
+    if args.spread:
+        print(f"from the reference's {OLD_WINDOWS}-window figures, {', '.join(schemes)}:")
+        print("\n".join(window_spread(schemes=schemes, counts=(100, 75, 60, 50))))
+        return 0
     old_windows, new_windows = (20, 20) if args.smoke else (OLD_WINDOWS, ms.load_rules().verify_windows)
     work = args.work or Path(tempfile.mkdtemp(prefix="checkpoint_verify_"))
     claims = json.loads((REFERENCE / "milestone.json").read_text())
@@ -152,34 +260,48 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        lm.PRESETS["quick"]["eval_windows"],
                                        only=("lm_rotates_v",) if args.smoke else ())
     rules = ms.load_rules()
+    started = ms.Verifier().start()
     print(f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores, torch "
-          f"{torch.__version__}; old: {old_windows} windows, a pass per context; new: {new_windows} windows, one "
-          f"512-token pass each; mistakes' checkpoints built in {time.perf_counter() - began:.0f} s under {work}")
-    print(f"{'checkpoint':<40} {'old s':>7} {'new s':>7} {'old cpu':>8} {'new cpu':>8} {'ratio':>6} "
-          f"{'moved':>7} {'margin':>7}  verdicts")
-    flipped, totals = [], [0.0, 0.0, 0.0, 0.0]
+          f"{torch.__version__}; old: a process per checkpoint, {old_windows} windows, a pass per context, "
+          f"{ms._threads()} threads; spawn: a process per checkpoint, {new_windows} windows, one 512-token pass "
+          f"each; new: as spawn, forked from a started verifier, one thread (its start-up, once: "
+          f"{started.startup['cpu_s']:.1f} CPU-s); mistakes' checkpoints built in {time.perf_counter() - began:.0f} s "
+          f"under {work}")
+    print(f"{'checkpoint':<40} {'old s':>7} {'new s':>7} {'old cpu':>8} {'spawn cpu':>9} {'new cpu':>8} "
+          f"{'ratio':>6} {'moved':>7} {'margin':>7}  verdicts")
+    flipped, totals = [], [0.0] * 5
     worst = 0.0
     for name, (pt, js, touched) in checkpoints.items():
         if not touched:
             print(f"{name:<40} {'its weights and claims are the reference checkpoint:':>50} {', '.join(schemes)}")
             continue
-        old, old_s, old_cpu = timed(pt, js, schemes=touched, windows=old_windows, method="legacy")
-        new, new_s, new_cpu = timed(pt, js, schemes=touched, windows=new_windows, method="prefix")
-        for i, v in enumerate((old_s, new_s, old_cpu, new_cpu)):
+        old, old_s, old_cpu = timed(pt, js, schemes=touched, windows=old_windows, mode="old",
+                                     started=started)
+        spawn, _, spawn_cpu = timed(pt, js, schemes=touched, windows=new_windows, mode="spawn",
+                                     started=started)
+        new, new_s, new_cpu = timed(pt, js, schemes=touched, windows=new_windows, mode="new",
+                                     started=started)
+        for i, v in enumerate((old_s, new_s, old_cpu, spawn_cpu, new_cpu)):
             totals[i] += v
         before, after = verdicts(old), verdicts(new)
         flipped += [f"{name}/{pos}: {before[pos]} -> {after[pos]}" for pos in before if before[pos] != after[pos]]
+        if move(spawn, new) > 1e-5:  # the same windows and pass: only float rounding may differ
+            flipped.append(f"{name}: spawn and new figures differ by {move(spawn, new):.2e}")
         if old["ok"] != new["ok"]:
             flipped.append(f"{name}: ok {old['ok']} -> {new['ok']}")
         worst = max(worst, moved := move(old, new))
         ratio = f"{old_cpu / new_cpu:5.1f}x" if new_cpu > 0.05 else "cached"
         shown = ", ".join(f"{p} {v}" for p, v in after.items()) if old["ok"] else old["message"][:60]
-        print(f"{name:<40} {old_s:7.2f} {new_s:7.2f} {old_cpu:8.2f} {new_cpu:8.2f} {ratio:>6} {moved:7.2%} "
-              f"{margin(new, rules):7.2%}  {shown}", flush=True)
-    print(f"{'all':<40} {totals[0]:7.2f} {totals[1]:7.2f} {totals[2]:8.2f} {totals[3]:8.2f} "
-          f"{totals[2] / max(totals[3], 1e-9):5.1f}x {worst:7.2%}")
-    print("moved: the largest relative change of a figure (scheme, context) from old to new; margin: the new "
-          "figures' smallest relative distance from a verdict boundary (rel_tol, a bound)")
+        print(f"{name:<40} {old_s:7.2f} {new_s:7.2f} {old_cpu:8.2f} {spawn_cpu:9.2f} {new_cpu:8.2f} {ratio:>6} "
+              f"{moved:7.2%} {margin(new, rules):7.2%}  {shown}", flush=True)
+    print(f"{'all':<40} {totals[0]:7.2f} {totals[1]:7.2f} {totals[2]:8.2f} {totals[3]:9.2f} {totals[4]:8.2f} "
+          f"{totals[2] / max(totals[4], 1e-9):5.1f}x {worst:7.2%}")
+    print("moved: the largest relative change of a figure (scheme, context) from old to new; margin: how far the "
+          "new figures are from changing a verdict (relative difference past rel_tol, or distance from a bound)")
+    started.close()
+    line, failed = class_scale(args.class_n or (2 if args.smoke else 24), schemes=schemes, windows=new_windows)
+    print(line)
+    flipped += failed
     print(f"flipped: {'; '.join(flipped) if flipped else 'none'}")
     return 1 if flipped else 0
 

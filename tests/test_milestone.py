@@ -523,7 +523,8 @@ def test_a_reader_that_runs_too_long_gives_a_verdict(tiny_checkpoint: tuple[Path
     pt, js = tiny_checkpoint
     monkeypatch.setattr(ms, "_MEASURED", {})
     monkeypatch.setattr(ms, "_CONFIGS", {})
-    result = ms.verify_checkpoint(pt, js, schemes=("rope",), rules=rules(), max_windows=20, timeout_s=0.5)
+    # 300 windows take seconds; the started verifier's child has 0.5 s
+    result = ms.verify_checkpoint(pt, js, schemes=("rope",), rules=rules(), max_windows=300, timeout_s=0.5)
     assert not result["ok"] and "longer than" in result["message"] and result["problem"] == "checkpoint_unreadable"
 
 
@@ -660,3 +661,84 @@ def test_committed_checkpoints_keep_their_verdicts_at_the_configured_windows() -
     inflated = claims | {"ppl": {p: {c: v * 0.9 for c, v in row.items()} for p, row in claims["ppl"].items()}}
     result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", json.dumps(inflated).encode(), rules=config)
     assert {r["problem"] for r in result["schemes"].values()} == {"checkpoint_claims_disagree"}
+
+
+def _other_weights(pt: Path, seed: int) -> bytes:
+    """The checkpoint at pt with its weights moved by 1e-4 relative noise: distinct bytes, the same verdict."""
+    ckpt = torch.load(pt, weights_only=True)
+    gen = torch.Generator().manual_seed(seed)
+    ckpt["state_dicts"] = {pos: {k: v * (1 + 1e-4 * torch.randn(v.shape, generator=gen)) for k, v in sd.items()}
+                           for pos, sd in ckpt["state_dicts"].items()}
+    buf = io.BytesIO()
+    torch.save(ckpt, buf)
+    return buf.getvalue()
+
+
+def test_distinct_checkpoints_are_read_by_one_started_verifier(tiny_checkpoint: tuple[Path, Path], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Class scale: one process imports torch once and reads checkpoint after checkpoint, each in a child with
+    its own memory limit (a compressed checkpoint in between costs only its child)."""
+    pt, js = tiny_checkpoint
+    zip_bomb(tmp_path / "bomb.pt", mib=256)
+    real, started = subprocess.Popen, []
+
+    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen:
+        started.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    results = [ms.verify_checkpoint(_other_weights(pt, 1), js, schemes=("rope",), rules=rules(), max_windows=4),
+               ms.verify_checkpoint(tmp_path / "bomb.pt", js, schemes=("rope",), rules=rules(), max_windows=4,
+                                    memory_mb=96),
+               ms.verify_checkpoint(_other_weights(pt, 2), js, schemes=("rope",), rules=rules(), max_windows=4)]
+    assert len(started) <= 1, f"a process was started per checkpoint: {started}"
+    assert results[0]["ok"] and results[2]["ok"] and results[0]["schemes"]["rope"]["ppl"]
+    assert results[0]["schemes"]["rope"]["ppl"] != results[2]["schemes"]["rope"]["ppl"]
+    assert not results[1]["ok"] and "allocate" in results[1]["message"], results[1]["message"]
+
+
+def test_a_verifier_killed_from_outside_is_started_again(tiny_checkpoint: tuple[Path, Path]) -> None:
+    """The grader's own reader dying is not the student's failure: the request is retried on a fresh one."""
+    pt, js = tiny_checkpoint
+    assert ms.verify_checkpoint(_other_weights(pt, 3), js, schemes=("rope",), rules=rules(), max_windows=4)["ok"]
+    for verifier in ms._POOL.idle:
+        assert verifier.proc is not None
+        verifier.proc.kill()
+        verifier.proc.wait()
+    result = ms.verify_checkpoint(_other_weights(pt, 4), js, schemes=("rope",), rules=rules(), max_windows=4)
+    assert result["ok"] and result["schemes"]["rope"]["ppl"], result["message"]
+
+
+def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two cores verify two checkpoints at once while the notebooks run (a class of 300 needs both)."""
+    from autograder import judge
+
+    verdict = {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": "quick", "credit": 1.0,
+               "seconds": 0.0, "schemes": {pos: {"passed": True, "message": "ok"} for pos in lm.SCHEMES}}
+    both, met = threading.Barrier(2, timeout=20), []
+
+    def verify(*args: object, **kwargs: object) -> dict:
+        if threading.current_thread() is not threading.main_thread():  # verified ahead
+            try:
+                both.wait()
+                met.append(True)
+            except threading.BrokenBarrierError:
+                met.append(False)
+            WaitingPool.verifying.set()
+        return verdict
+
+    monkeypatch.setattr(judge, "WorkerPool", WaitingPool)
+    monkeypatch.setattr(judge, "verify_checkpoint", verify)
+    monkeypatch.setattr(judge, "VERIFY_SLOTS", 2)
+    WaitingPool.verifying.clear()
+    WaitingPool.waited.clear()
+    for name in ("ada", "bob"):
+        student = tmp_path / "subs" / name
+        student.mkdir(parents=True)
+        (student / "lesson83.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4,
+                                                             "nbformat_minor": 5}))
+        for file in ("milestone.pt", "milestone.json"):
+            shutil.copy(CHECKPOINT / file, student / file)
+    summary = judge.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
+    assert met == [True, True], "the two checkpoints were not verified at the same time"
+    assert [r["m1_checkpoint"] for r in summary.rows] == [load_config().milestone.points] * 2
