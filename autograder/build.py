@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 import filecmp
 import json
 import os
@@ -578,26 +579,43 @@ def _strip_markers(source: str) -> str:
                      if line.strip() not in ("# BEGIN SOLUTION", "# END SOLUTION"))
 
 
-def filled_notebook(template: Path, *, extra: dict[str, str] | None = None,
-                    answers: dict[str, str] | None = None) -> nbformat.NotebookNode:
-    """The student template with every stub replaced by the reference; `extra` appends code to the cell
-    that defines a name (a catalogued mistake), `answers` fills the multiple-choice cell."""
+def _reference_filled(template: Path, answers: dict[str, str] | None) -> tuple[nbformat.NotebookNode,
+                                                                                 dict[int, list[str]]]:
+    """The student template with every stub replaced by the reference and the multiple-choice cell filled, and
+    the names each replaced cell defines, by cell index."""
     from autograder.content import solution_source
 
     nb = nbformat.read(str(template), as_version=4)
-    extra = dict(extra or {})
-    for cell in nb.cells:
+    names_at: dict[int, list[str]] = {}
+    for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or ANSWER_TAG not in cell.metadata.get("tags", []):
             continue
         names = _defined_names(cell.source)
         if names:
             cell.source = _strip_markers(solution_source(names, template, "sample"))
+            names_at[i] = names
         elif answers and "q8_" in cell.source:
             cell.source = "\n".join(f'{k} = "{v}"' for k, v in answers.items())
+    return nb, names_at
+
+
+def _with_extra(filled: nbformat.NotebookNode, names_at: dict[int, list[str]],
+                extra: dict[str, str]) -> nbformat.NotebookNode:
+    """A copy of a filled notebook with `extra` code appended to the first cell that defines each name."""
+    nb, extra = copy.deepcopy(filled), dict(extra)
+    for i, names in names_at.items():
         for name in names:
             if name in extra:
-                cell.source += "\n\n\n" + extra.pop(name)
+                nb.cells[i].source += "\n\n\n" + extra.pop(name)
     return nb
+
+
+def filled_notebook(template: Path, *, extra: dict[str, str] | None = None,
+                    answers: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """The student template with every stub replaced by the reference; `extra` appends code to the cell
+    that defines a name (a catalogued mistake), `answers` fills the multiple-choice cell."""
+    nb, names_at = _reference_filled(template, answers)
+    return _with_extra(nb, names_at, extra or {})
 
 
 REFERENCE_CHECKPOINT = ROOT / "reference" / "milestone"  # a quick-preset run of the reference TinyCharLM
@@ -616,22 +634,22 @@ def write_samples(template: Path, dest: Path, *, answers: dict[str, str]) -> lis
         nbformat.write(nb, str(path))
         written.append(path)
 
-    reference_nb = filled_notebook(template, answers=answers)
+    reference_nb, names_at = _reference_filled(template, answers)  # filled once: each sample is a copy
     claims = json.loads((REFERENCE_CHECKPOINT / "milestone.json").read_text())
     inflated = claims | {"ppl": {pos: {c: v * 0.9 for c, v in row.items()} for pos, row in claims["ppl"].items()}}
     for name, record in (("reference", claims), ("checkpoint_inflated_claims", inflated)):
         folder = dest / name
         folder.mkdir()
-        nbformat.write(reference_nb, str(folder / template.name))
+        nbformat.write(copy.deepcopy(reference_nb), str(folder / template.name))
         shutil.copy(REFERENCE_CHECKPOINT / "milestone.pt", folder / "milestone.pt")
         (folder / "milestone.json").write_text(json.dumps(record, indent=2) + "\n")
         written.append(folder)
     save("blank", nbformat.read(str(template), as_version=4))
     for m in MISTAKES:
         target = _defined_names(m.code)[0]
-        save(f"mistake_{m.id}", filled_notebook(template, extra={target: m.code}, answers=answers))
+        save(f"mistake_{m.id}", _with_extra(reference_nb, names_at, {target: m.code}))
     for name, code in ADVERSARIAL.items():
-        nb = filled_notebook(template, answers=answers)
+        nb = copy.deepcopy(reference_nb)
         nb.cells.insert(3, nbformat.v4.new_code_cell(code))
         save(f"adversarial_{name}", nb)
     (dest / "adversarial_not_json.ipynb").write_text("this is not a notebook {")
