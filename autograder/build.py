@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 import filecmp
 import json
 import os
@@ -11,23 +12,29 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import nbformat
-import yaml
+# nbformat validates with jsonschema, whose import builds rfc3987_syntax's IRI grammar (2-3 s of CPU, a third of
+# the engine's import) for a format checker that nbformat never turns on. A None entry makes that optional import
+# fail, so jsonschema leaves the checker out; only where nothing imported it yet (the CLI imports this module first).
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
-from autograder import lesson83_checks as checks
-from autograder.config import DEFAULT_CONFIG, ROOT
-from autograder.content import (
+import nbformat  # noqa: E402
+import yaml  # noqa: E402
+
+from autograder import lesson83_checks as checks  # noqa: E402
+from autograder.config import DEFAULT_CONFIG, ROOT  # noqa: E402
+from autograder.content import (  # noqa: E402
     ASSIGNMENT_DIR,
     REFERENCE_FILE,
     Question,
     mc_answers,
     shuffled,
 )
-from autograder.suite import checkpoint_shares, load_suite, read_suite
+from autograder.suite import checkpoint_shares, load_suite, read_suite  # noqa: E402
 
 CHECKS_FILE = Path(checks.__file__)
 # Shipped next to the notebook: the checks, the milestone trainer and its corpus (never anything of reference/).
@@ -248,6 +255,147 @@ def nbgrader_hidden_cases(questions: list[Question], expected: dict[str, dict[st
     return {cid: _case_json(c, expected, cases) for cid, c in cases.items() if c["hidden"]}
 
 
+# --------------------------------------------------------------------------- one dispatch over cell kinds
+
+
+@dataclass
+class _Writing:
+    """What a cell writer needs besides the cell: the question, the expected values and every case by id, the
+    milestone checkpoint's points, and (Otter) whether a BEGIN QUESTION block is open."""
+
+    q: Question
+    expected: dict[str, dict[str, Any]]
+    cases: dict[str, dict[str, Any]]
+    checkpoint_points: float = 0
+    opened: bool = False
+
+
+def _nbgrader_meta(grade_id: str, *, solution: bool, grade: bool, points: float = 0) -> dict[str, Any]:
+    m = {"grade_id": grade_id, "solution": solution, "grade": grade, "locked": not solution, "schema_version": 3}
+    if grade:
+        m["points"] = points
+    return {"nbgrader": m}
+
+
+def _markdown(w: _Writing, cell: Any) -> list[Any]:
+    return [_md(cell.source)]
+
+
+def _code_cell(w: _Writing, cell: Any) -> list[Any]:
+    return [_plain_code(cell)]
+
+
+def _otter_open(w: _Writing) -> list[Any]:
+    """Otter's BEGIN QUESTION before a graded question's first answer cell (its cases' points, then the summary
+    case's 0)."""
+    if not w.q.graded or w.opened:
+        return []
+    w.opened = True
+    points = [c["points"] for c in w.q.cases] + [0]
+    return [_raw("# BEGIN QUESTION\n" + yaml.safe_dump({"name": w.q.id, "points": points}, sort_keys=False))]
+
+
+def _otter_solution(w: _Writing, cell: Any) -> list[Any]:
+    return [*_otter_open(w), _raw("# BEGIN SOLUTION"), _code(cell.source), _raw("# END SOLUTION")]
+
+
+def _nbgrader_solution(w: _Writing, cell: Any) -> list[Any]:
+    return [_code(cell.source, **_nbgrader_meta(f"{w.q.id}-solution", solution=True, grade=False))]
+
+
+def _otter_choices(w: _Writing, cell: Any) -> list[Any]:
+    return [*_otter_open(w), _md(_choices_markdown(w.q)), _raw("# BEGIN SOLUTION"), _code(_choices_code(w.q)),
+            _raw("# END SOLUTION")]
+
+
+def _nbgrader_choices(w: _Writing, cell: Any) -> list[Any]:
+    src = "\n".join(f'{c.var} = "{shuffled(c)[1]}"' for c in w.q.choices)
+    return [_md(_choices_markdown(w.q)), _code(f"# BEGIN SOLUTION\n{src}\n# END SOLUTION",
+                                               **_nbgrader_meta(f"{w.q.id}-answers", solution=True, grade=False))]
+
+
+def _otter_written(w: _Writing, cell: Any) -> list[Any]:
+    """Otter gives a manual question one answer cell, so each part is its own manual question."""
+    out = []
+    for part in w.q.written:
+        qconf = {"name": part.part, "manual": True, "points": w.q.points / len(w.q.written)}
+        out += [_raw("# BEGIN QUESTION\n" + yaml.safe_dump(qconf, sort_keys=False)),
+                _md(f"**`{part.part}`.** {part.prompt}"),
+                _raw("# BEGIN SOLUTION"), _md(part.answer), _raw("# END SOLUTION"), _raw("# END QUESTION")]
+    return out
+
+
+def _nbgrader_written(w: _Writing, cell: Any) -> list[Any]:
+    per_part = w.q.points / len(w.q.written)
+    return [c for part in w.q.written for c in (
+        _md(f"**`{part.part}`.** {part.prompt}"),
+        _md(f"# BEGIN SOLUTION\n{part.answer}\n# END SOLUTION",
+            **_nbgrader_meta(part.part, solution=True, grade=True, points=per_part)))]
+
+
+def _otter_tests(w: _Writing, cell: Any) -> list[Any]:
+    """The question's test cells and its summary case, which close the question."""
+    w.opened = False
+    return [_raw("# BEGIN TESTS"), *(_code(_otter_test(c, w.expected, w.cases)) for c in w.q.cases),
+            _code(_otter_summary_test(w.q)), _raw("# END TESTS"), _raw("# END QUESTION")]
+
+
+def _nbgrader_tests(w: _Writing, cell: Any) -> list[Any]:
+    """A graded cell per case (hidden ones without their expected values), the summary and, after the milestone,
+    the checkpoint's hidden tests."""
+    q, out = w.q, []
+    for c in q.cases:
+        meta = _nbgrader_meta(f"{q.id}-{c['name']}", solution=False, grade=True, points=c["points"])
+        if c["hidden"]:
+            out.append(_code(_nbgrader_hidden_test(c), **meta))
+        elif c["points"] > 0:
+            out.append(_code(_nbgrader_test(c, w.expected, w.cases), **meta))
+        else:  # an ungraded local check (e.g. the answer format)
+            out.append(_code(_nbgrader_test(c, w.expected, w.cases)))
+    out.append(_code(_nbgrader_summary(q)))
+    if q.id.startswith("m1") and w.checkpoint_points:
+        out.append(_md("**Milestone checkpoint.** The grader re-evaluates `milestone.pt` next to this notebook and "
+                       "compares it with `milestone.json` and the bounds above "
+                       f"({w.checkpoint_points:g} points, one share per scheme)."))
+        out += [_code(_nbgrader_checkpoint_test(pos, pts),
+                      **_nbgrader_meta(f"m1_checkpoint-{pos}", solution=False, grade=True, points=pts))
+                for pos, pts in checkpoint_shares(w.checkpoint_points).items()]
+    return out
+
+
+CellWriter = Callable[[_Writing, Any], list[Any]]
+# Cell kind -> its writer per target: the one place where the Otter master and the nbgrader source differ.
+CELL_WRITERS: dict[str, dict[str, CellWriter]] = {
+    "markdown": {"otter": _markdown, "nbgrader": _markdown},
+    "code": {"otter": _code_cell, "nbgrader": _code_cell},
+    "solution": {"otter": _otter_solution, "nbgrader": _nbgrader_solution},
+    "choices": {"otter": _otter_choices, "nbgrader": _nbgrader_choices},
+    "written": {"otter": _otter_written, "nbgrader": _nbgrader_written},
+    "tests": {"otter": _otter_tests, "nbgrader": _nbgrader_tests},
+}
+SUBMIT_TEXT = {
+    "otter": "## Submit\n\nSave the notebook, then run the cell below and upload the zip it writes to Gradescope.",
+    "nbgrader": "## Submit\n\nSave the notebook, click **Validate**, then submit from the Assignments tab with "
+                "`milestone.pt` and `milestone.json` in this folder.",
+}
+
+
+def _question_cells(questions: list[Question], expected: dict[str, dict[str, Any]], target: str, *,
+                    checkpoint_points: float = 0) -> list[Any]:
+    """Every question's cells in the target's form, each written by CELL_WRITERS[kind][target]."""
+    cases = {c["id"]: c for q in questions for c in q.cases}
+    cells = []
+    for q in questions:
+        w = _Writing(q, expected, cases, checkpoint_points)
+        for cell in _target_cells(q, target):
+            if cell.kind not in CELL_WRITERS:
+                raise BuildError(f"{q.path}: question {q.id}: no writer for cells of kind {cell.kind!r}")
+            cells += CELL_WRITERS[cell.kind][target](w, cell)
+        if w.opened:
+            cells.append(_raw("# END QUESTION"))
+    return cells
+
+
 def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]], *,
                  name: str) -> nbformat.NotebookNode:
     """The Otter master notebook (solutions and all tests), in Otter Assign's v1 format."""
@@ -266,44 +414,9 @@ def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]],
         "python_version": "3.11",
         "requirements": list(OTTER_REQUIREMENTS),
     }
-    cells = [_raw("# ASSIGNMENT CONFIG\n" + yaml.safe_dump(config, sort_keys=False))]
-    cases = {c["id"]: c for q in questions for c in q.cases}
-    for q in questions:
-        opened = False
-        for cell in _target_cells(q, "otter"):
-            if cell.kind in ("solution", "choices") and q.graded and not opened:
-                points = [c["points"] for c in q.cases] + [0]  # the summary case is worth nothing
-                cells.append(_raw("# BEGIN QUESTION\n" + yaml.safe_dump({"name": q.id, "points": points},
-                                                                        sort_keys=False)))
-                opened = True
-            if cell.kind == "markdown":
-                cells.append(_md(cell.source))
-            elif cell.kind == "code":
-                cells.append(_plain_code(cell))
-            elif cell.kind == "solution":
-                cells += [_raw("# BEGIN SOLUTION"), _code(cell.source), _raw("# END SOLUTION")]
-            elif cell.kind == "choices":
-                cells.append(_md(_choices_markdown(q)))
-                cells += [_raw("# BEGIN SOLUTION"), _code(_choices_code(q)), _raw("# END SOLUTION")]
-            elif cell.kind == "written":
-                # Otter gives a manual question one answer cell, so each part is its own manual question.
-                for part in q.written:
-                    qconf = {"name": part.part, "manual": True, "points": q.points / len(q.written)}
-                    cells.append(_raw("# BEGIN QUESTION\n" + yaml.safe_dump(qconf, sort_keys=False)))
-                    cells.append(_md(f"**`{part.part}`.** {part.prompt}"))
-                    cells += [_raw("# BEGIN SOLUTION"), _md(part.answer), _raw("# END SOLUTION")]
-                    cells.append(_raw("# END QUESTION"))
-            elif cell.kind == "tests":
-                cells.append(_raw("# BEGIN TESTS"))
-                cells += [_code(_otter_test(c, expected, cases)) for c in q.cases]
-                cells.append(_code(_otter_summary_test(q)))
-                cells.append(_raw("# END TESTS"))
-                cells.append(_raw("# END QUESTION"))
-                opened = False
-        if opened:
-            cells.append(_raw("# END QUESTION"))
-    cells += [_md("## Submit\n\nSave the notebook, then run the cell below and upload the zip it writes to "
-                  "Gradescope."), _code(EXPORT_CELL, tags=["otter_ignore"], deletable=False, editable=False)]
+    cells = [_raw("# ASSIGNMENT CONFIG\n" + yaml.safe_dump(config, sort_keys=False)),
+             *_question_cells(questions, expected, "otter"),
+             _md(SUBMIT_TEXT["otter"]), _code(EXPORT_CELL, tags=["otter_ignore"], deletable=False, editable=False)]
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
@@ -314,57 +427,8 @@ def nbgrader_source(questions: list[Question], expected: dict[str, dict[str, Any
                     checkpoint_points: float = 0) -> nbformat.NotebookNode:
     """The nbgrader source notebook: solution cells, autograder test cells (hidden ones without their expected
     values), manually graded answers and, after the milestone, the checkpoint's hidden tests."""
-
-    def meta(grade_id: str, *, solution: bool, grade: bool, points: float = 0) -> dict[str, Any]:
-        m = {"grade_id": grade_id, "solution": solution, "grade": grade, "locked": not solution,
-             "schema_version": 3}
-        if grade:
-            m["points"] = points
-        return {"nbgrader": m}
-
-    cells = []
-    cases = {c["id"]: c for q in questions for c in q.cases}
-    for q in questions:
-        for cell in _target_cells(q, "nbgrader"):
-            if cell.kind == "markdown":
-                cells.append(_md(cell.source))
-            elif cell.kind == "code":
-                cells.append(_plain_code(cell))
-            elif cell.kind == "solution":
-                cells.append(_code(cell.source, **meta(f"{q.id}-solution", solution=True, grade=False)))
-            elif cell.kind == "choices":
-                cells.append(_md(_choices_markdown(q)))
-                src = "\n".join(f'{c.var} = "{shuffled(c)[1]}"' for c in q.choices)
-                cells.append(_code(f"# BEGIN SOLUTION\n{src}\n# END SOLUTION",
-                                   **meta(f"{q.id}-answers", solution=True, grade=False)))
-            elif cell.kind == "written":
-                per_part = q.points / len(q.written)
-                for part in q.written:
-                    cells.append(_md(f"**`{part.part}`.** {part.prompt}"))
-                    cells.append(_md(f"# BEGIN SOLUTION\n{part.answer}\n# END SOLUTION",
-                                     **meta(part.part, solution=True, grade=True, points=per_part)))
-            elif cell.kind == "tests":
-                for c in q.cases:
-                    if c["hidden"]:
-                        cells.append(_code(_nbgrader_hidden_test(c),
-                                           **meta(f"{q.id}-{c['name']}", solution=False, grade=True,
-                                                  points=c["points"])))
-                    elif c["points"] > 0:
-                        cells.append(_code(_nbgrader_test(c, expected, cases),
-                                           **meta(f"{q.id}-{c['name']}", solution=False, grade=True,
-                                                  points=c["points"])))
-                    else:  # an ungraded local check (e.g. the answer format)
-                        cells.append(_code(_nbgrader_test(c, expected, cases)))
-                cells.append(_code(_nbgrader_summary(q)))
-                if q.id.startswith("m1") and checkpoint_points:
-                    cells.append(_md("**Milestone checkpoint.** The grader re-evaluates `milestone.pt` next to "
-                                     "this notebook and compares it with `milestone.json` and the bounds above "
-                                     f"({checkpoint_points:g} points, one share per scheme)."))
-                    cells += [_code(_nbgrader_checkpoint_test(pos, pts),
-                                    **meta(f"m1_checkpoint-{pos}", solution=False, grade=True, points=pts))
-                              for pos, pts in checkpoint_shares(checkpoint_points).items()]
-    cells.append(_md("## Submit\n\nSave the notebook, click **Validate**, then submit from the Assignments tab "
-                     "with `milestone.pt` and `milestone.json` in this folder."))
+    cells = [*_question_cells(questions, expected, "nbgrader", checkpoint_points=checkpoint_points),
+             _md(SUBMIT_TEXT["nbgrader"])]
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
@@ -568,26 +632,43 @@ def _strip_markers(source: str) -> str:
                      if line.strip() not in ("# BEGIN SOLUTION", "# END SOLUTION"))
 
 
-def filled_notebook(template: Path, *, extra: dict[str, str] | None = None,
-                    answers: dict[str, str] | None = None) -> nbformat.NotebookNode:
-    """The student template with every stub replaced by the reference; `extra` appends code to the cell
-    that defines a name (a catalogued mistake), `answers` fills the multiple-choice cell."""
+def _reference_filled(template: Path, answers: dict[str, str] | None) -> tuple[nbformat.NotebookNode,
+                                                                                 dict[int, list[str]]]:
+    """The student template with every stub replaced by the reference and the multiple-choice cell filled, and
+    the names each replaced cell defines, by cell index."""
     from autograder.content import solution_source
 
     nb = nbformat.read(str(template), as_version=4)
-    extra = dict(extra or {})
-    for cell in nb.cells:
+    names_at: dict[int, list[str]] = {}
+    for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or ANSWER_TAG not in cell.metadata.get("tags", []):
             continue
         names = _defined_names(cell.source)
         if names:
             cell.source = _strip_markers(solution_source(names, template, "sample"))
+            names_at[i] = names
         elif answers and "q8_" in cell.source:
             cell.source = "\n".join(f'{k} = "{v}"' for k, v in answers.items())
+    return nb, names_at
+
+
+def _with_extra(filled: nbformat.NotebookNode, names_at: dict[int, list[str]],
+                extra: dict[str, str]) -> nbformat.NotebookNode:
+    """A copy of a filled notebook with `extra` code appended to the first cell that defines each name."""
+    nb, extra = copy.deepcopy(filled), dict(extra)
+    for i, names in names_at.items():
         for name in names:
             if name in extra:
-                cell.source += "\n\n\n" + extra.pop(name)
+                nb.cells[i].source += "\n\n\n" + extra.pop(name)
     return nb
+
+
+def filled_notebook(template: Path, *, extra: dict[str, str] | None = None,
+                    answers: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """The student template with every stub replaced by the reference; `extra` appends code to the cell
+    that defines a name (a catalogued mistake), `answers` fills the multiple-choice cell."""
+    nb, names_at = _reference_filled(template, answers)
+    return _with_extra(nb, names_at, extra or {})
 
 
 REFERENCE_CHECKPOINT = ROOT / "reference" / "milestone"  # a quick-preset run of the reference TinyCharLM
@@ -606,22 +687,22 @@ def write_samples(template: Path, dest: Path, *, answers: dict[str, str]) -> lis
         nbformat.write(nb, str(path))
         written.append(path)
 
-    reference_nb = filled_notebook(template, answers=answers)
+    reference_nb, names_at = _reference_filled(template, answers)  # filled once: each sample is a copy
     claims = json.loads((REFERENCE_CHECKPOINT / "milestone.json").read_text())
     inflated = claims | {"ppl": {pos: {c: v * 0.9 for c, v in row.items()} for pos, row in claims["ppl"].items()}}
     for name, record in (("reference", claims), ("checkpoint_inflated_claims", inflated)):
         folder = dest / name
         folder.mkdir()
-        nbformat.write(reference_nb, str(folder / template.name))
+        nbformat.write(copy.deepcopy(reference_nb), str(folder / template.name))
         shutil.copy(REFERENCE_CHECKPOINT / "milestone.pt", folder / "milestone.pt")
         (folder / "milestone.json").write_text(json.dumps(record, indent=2) + "\n")
         written.append(folder)
     save("blank", nbformat.read(str(template), as_version=4))
     for m in MISTAKES:
         target = _defined_names(m.code)[0]
-        save(f"mistake_{m.id}", filled_notebook(template, extra={target: m.code}, answers=answers))
+        save(f"mistake_{m.id}", _with_extra(reference_nb, names_at, {target: m.code}))
     for name, code in ADVERSARIAL.items():
-        nb = filled_notebook(template, answers=answers)
+        nb = copy.deepcopy(reference_nb)
         nb.cells.insert(3, nbformat.v4.new_code_cell(code))
         save(f"adversarial_{name}", nb)
     (dest / "adversarial_not_json.ipynb").write_text("this is not a notebook {")

@@ -485,17 +485,93 @@ def expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
         return _expected_values(questions)
 
 
+class _ReadLog(dict[str, Any]):
+    """A namespace that records the names read from it, by a probe (`env[name]`, `env.get`, `in`) and by the
+    functions defined in it (a function whose globals are not a plain dict looks its globals up through
+    `__getitem__`). Reading it whole (iterating, keys, values, items, copying) records "*"."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.names: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.names.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.names.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.names.add(str(key))
+        return super().__contains__(key)
+
+    def _whole(self) -> None:
+        self.names.add("*")
+
+    def __iter__(self) -> Iterator[str]:
+        self._whole()
+        return super().__iter__()
+
+    def keys(self) -> Any:
+        self._whole()
+        return super().keys()
+
+    def values(self) -> Any:
+        self._whole()
+        return super().values()
+
+    def items(self) -> Any:
+        self._whole()
+        return super().items()
+
+    def copy(self) -> dict[str, Any]:
+        self._whole()
+        return dict(super().items())
+
+
+def _redefined(code: str) -> set[str] | None:
+    """The names a catalogued mistake's code (re)defines, or None when it does anything else at top level (it
+    may then change an object the reference shares, so it has to run on every case)."""
+    names: set[str] = set()
+    for node in ast.parse(code).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.decorator_list:
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        else:
+            return None
+    return names
+
+
+def _reference_log(answers: dict[str, str]) -> _ReadLog:
+    """The reference namespace (as `reference_namespace()` builds it, plus the answers) as a _ReadLog, its
+    functions' globals included."""
+    from reference.mistakes import REFERENCE_SOURCE
+
+    ns = _ReadLog({"__name__": "lesson83_reference"})
+    exec(compile(REFERENCE_SOURCE.read_text(), str(REFERENCE_SOURCE), "exec"), ns)  # noqa: S102
+    ns.update(answers)
+    return ns
+
+
 def _expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
+    """A mistake only redefines names; a probe that reads none of them on the reference (every read of the
+    namespace is logged) takes the same path on the mistake and returns the same output, which its case does
+    not catch, so that run is skipped. Every other mistake runs, in the catalogue's order."""
     from reference.mistakes import MISTAKES, reference_namespace
 
     answers = mc_answers(questions)
-    ref_ns = reference_namespace() | answers
-    mutant_ns = {m.id: reference_namespace(m) | answers for m in MISTAKES}
+    ref_ns = _reference_log(answers)
+    redefined = {m.id: _redefined(m.code) for m in MISTAKES}
+    mutant_ns: dict[str, dict[str, Any]] = {}
     out: dict[str, dict[str, Any]] = {}
     for q in questions:
         for case in q.cases:
             tol = {"atol": case["atol"], "rtol": case["rtol"]}
+            ref_ns.names = set()
             value = checks.run_probe(ref_ns, case["probe"], case["args"])
+            read = ref_ns.names
             if "error" in value:
                 raise ContentError(f"{q.path}: question {q.id}: the reference fails case {case['name']}: "
                                    f"{value['error']}")
@@ -506,6 +582,11 @@ def _expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
                                    f"{case['name']} (its expected value rounded to the case's tolerances): "
                                    f"{verdict.message}")
             for m in MISTAKES:
+                names = redefined[m.id]
+                if names is not None and "*" not in read and not names & read:
+                    continue  # the same output as the reference's, which passes
+                if m.id not in mutant_ns:
+                    mutant_ns[m.id] = reference_namespace(m) | answers
                 got = checks.run_probe(mutant_ns[m.id], case["probe"], case["args"])
                 if "error" not in got and not checks.judge(case, got, expected).passed:
                     expected["variants"].append({"id": m.id, "description": m.description,

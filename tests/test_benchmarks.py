@@ -1,8 +1,10 @@
 """Smoke tests of the benchmarks: grading_throughput.py (a tiny run on the sample class prints its figures and
-ratio) and check_speed.py (one timed grader.check per question prints a row per question)."""
+ratio), check_speed.py (one timed grader.check per question prints a row per question), checkpoint_verify.py and
+release_time.py (a one-question release, stage by stage)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -61,3 +63,36 @@ def test_checkpoint_verify_smoke(tmp_path: Path) -> None:
     assert re.search(r"^all" + number * 5, out, re.M) and "flipped: none" in out, out
     assert re.search(r"^class scale: 2 distinct checkpoints verified as grade_batch does .* [\d.]+ CPU-s per "
                      r"checkpoint; projected for 300 on 2 cores: [\d.]+ min", out, re.M), out
+
+
+def test_release_time_smoke() -> None:
+    """A one-question release built by this checkout: a row per stage, ours apart from the tools, and the totals."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "release_time.py"), "--smoke"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=tool_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert re.search(r"^release build time: a one-question assignment \(--smoke\), 1 build\(s\)", out, re.M), out
+    number = r"\s+\|\s+[\d.]+"
+    for stage in ("import", "load questions", "expected values", "notebooks", "student release \\+ samples",
+                  "gradescope bundle", "other"):
+        assert re.search(rf"^{stage}\s+\| ours{number * 2}$", out, re.M), out
+    for tool in ("otter assign", "nbgrader generate_assignment"):
+        assert re.search(rf"^{tool}\s+\| tool{number * 2}$", out, re.M), out
+    for total in ("ours", "external tools", "build"):
+        assert re.search(rf"^{total}\s+\| total{number * 2}$", out, re.M), out
+    assert re.search(r"^ours is \d+% of the build's [\d.]+ s$", out, re.M), out
+
+
+def test_release_time_table_prints_the_ratio_of_our_part() -> None:
+    """--compare: the old build's columns and the ratio of our part, of the tools' and of the whole build."""
+    spec = importlib.util.spec_from_file_location("release_time", ROOT / "benchmarks" / "release_time.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    new = {"import": [2.0, 2.0], "expected values": [4.0, 4.0], "otter assign": [10.0, 9.0],
+           "nbgrader generate_assignment": [20.0, 18.0]}
+    old = new | {"expected values": [16.0, 15.0]}
+    out = module.table(module._median([new]), module._median([old]), old_name="abc123")
+    assert re.search(r"^expected values\s+\| ours\s+\|\s+4.00 \|\s+4.00 \|\s+16.00 \|\s+15.00$", out, re.M), out
+    assert re.search(r"^ours\s+\| total\s+\|\s+6.00 \|\s+6.00 \|\s+18.00 \|\s+17.00$", out, re.M), out
+    assert "ratio old (abc123) / new: ours 3.00x (cpu 2.83x), external tools 1.00x, build 1.33x" in out, out
+    assert "ours is 17% of the build's 36.00 s" in out, out

@@ -181,6 +181,39 @@ def test_numbers_in_the_release_are_identical_with_one_and_two_threads() -> None
     assert [k for k in one if one[k] != two[k]] == []
 
 
+def test_expected_values_skip_only_mistake_runs_that_cannot_be_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mistake runs on a case only where the reference's probe read a name it redefines, through the reference's
+    own functions too (the model's logits call sinusoidal_pe and apply_rope), and one that does more than define
+    names runs everywhere: the variants are exactly those of every mistake run on every case."""
+    import dataclasses
+
+    import reference.mistakes
+    from autograder import lesson83_checks as checks
+    from autograder.config import load_config
+    from autograder.content import expected_values, load_questions, mc_answers
+    from reference.mistakes import MISTAKES, Mistake, reference_namespace
+
+    planted = Mistake("patched_after_definition", "q3_sinusoidal_module", "defines nothing, patches the module",
+                      "SinusoidalPE.forward = lambda self, x: x * 0\n")
+    monkeypatch.setattr(reference.mistakes, "MISTAKES", (*MISTAKES, planted))
+    model_cases = ("m1_tinycharlm/logits_sinusoidal", "m1_tinycharlm/logits_rope")
+    questions = [dataclasses.replace(q, cases=[c for c in q.cases if q.id != "m1_tinycharlm" or c["id"] in model_cases])
+                 for q in load_questions(load_config()) if q.id in ("q3_sinusoidal_module", "m1_tinycharlm")]
+    expected = expected_values(questions)
+    answers = mc_answers(questions)
+    every = {}
+    for case in (c for q in questions for c in q.cases):
+        caught = []
+        for m in (*MISTAKES, planted):
+            got = checks.run_probe(reference_namespace(m) | answers, case["probe"], case["args"])
+            if "error" not in got and not checks.judge(case, got, expected[case["id"]]).passed:
+                caught.append(m.id)
+        every[case["id"]] = caught
+    assert {cid: [v["id"] for v in e["variants"]] for cid, e in expected.items()} == every
+    assert "patched_after_definition" in every["q3_sinusoidal_module/forward_adds_table"]
+    assert {"pe_sin_cos_swapped", "rope_interleaved"} <= {m for ids in every.values() for m in ids}  # read indirectly
+
+
 def test_stored_floats_are_rounded_within_the_tolerances() -> None:
     import numpy as np
 
