@@ -24,18 +24,14 @@ from typing import Any, BinaryIO
 
 import nbformat
 
-from autograder import lesson83_checks as checks
-from autograder.config import DEFAULT_CONFIG, GradingConfig, Submissions, load_config
+from autograder.config import DEFAULT_CONFIG, GradingConfig, Submissions, command, load_config
 from autograder.content import (
-    ASSIGNMENT_DIR,
-    REFERENCE_FILE,
     Question,
     expected_values,
     load_questions,
     mc_answers,
 )
 from autograder.execute import SKIP_TAGS, ExecResult, Limits, WorkerPool
-from autograder.lesson83_milestone import SCHEMES
 from autograder.milestone import verify_checkpoint
 
 CHECKPOINT_QUESTION = "m1_checkpoint"
@@ -110,10 +106,11 @@ class Suite:
         pts = self.config.milestone.points
         if not pts:
             return []
-        share = [round(pts / len(SCHEMES), 4) for _ in SCHEMES]
+        schemes = self.config.lesson.trainer.SCHEMES
+        share = [round(pts / len(schemes), 4) for _ in schemes]
         share[-1] = round(pts - sum(share[:-1]), 4)
         return [{"id": f"{CHECKPOINT_QUESTION}/{pos}", "question": CHECKPOINT_QUESTION, "points": p,
-                 "hidden": False, "scheme": pos} for pos, p in zip(SCHEMES, share)]
+                 "hidden": False, "scheme": pos} for pos, p in zip(schemes, share)]
 
 
 def load_suite(config_path: Path = DEFAULT_CONFIG) -> Suite:
@@ -128,7 +125,7 @@ def _load_suite(config_path: Path) -> Suite:
     cases = tuple(c for q in questions for c in q.cases)
     expected = expected_values(questions)
     if config.milestone.points:  # graded from uploaded files, not from the notebook: no probe cases
-        milestone = next((q for q in questions if q.id.startswith("m1")), None)
+        milestone = next((q for q in questions if q.kind == "milestone"), None)
         questions.append(Question(CHECKPOINT_QUESTION, "Milestone M1 — checkpoint",
                                   milestone.path if milestone else config_path, [], [], [], [],
                                   points=config.milestone.points))
@@ -141,6 +138,7 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
     A case that `requires` value cases of its question passes only when they pass too (recursively): a
     property such as "shuffling the input shuffles the output" also holds of code that returns zeros.
     """
+    checks = suite.config.lesson.checks
     verdicts: dict[str, checks.Verdict] = {}
     for case in suite.cases:
         got = outputs.get(case["id"])
@@ -165,13 +163,13 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
         results.append(CaseResult(case["id"], case["question"], case["points"] if verdict.passed else 0.0,
                                   case["points"], verdict.passed, case["hidden"], verdict.message,
                                   verdict.diagnosis, received))
-    return _one_line_per_stub(results, waits)
+    return _one_line_per_stub(results, waits, stub=checks.STUB)
 
 
-def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]]) -> list[CaseResult]:
+def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]], *, stub: str) -> list[CaseResult]:
     """Failures of one question that come from stubs not filled in read as one line: the first case says it;
     the question's other stub failures, and the properties that wait only for them, point to it."""
-    stubs = {r.id for r in results if not r.passed and checks.STUB in r.message}
+    stubs = {r.id for r in results if not r.passed and stub in r.message}
     first: dict[str, CaseResult] = {}
     for r in results:
         if r.id in stubs:
@@ -223,7 +221,8 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
 
 def probe_namespace(suite: Suite, env: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Run every probe against a namespace in this process (for trusted code: the reference, templates)."""
-    return {c["id"]: checks.run_probe(env, c["probe"], c["args"]) for c in suite.cases}
+    run_probe = suite.config.lesson.checks.run_probe
+    return {c["id"]: run_probe(env, c["probe"], c["args"]) for c in suite.cases}
 
 
 def grade_namespace(suite: Suite, env: dict[str, Any], *, name: str) -> SubmissionResult:
@@ -231,9 +230,7 @@ def grade_namespace(suite: Suite, env: dict[str, Any], *, name: str) -> Submissi
 
 
 def reference_env(suite: Suite) -> dict[str, Any]:
-    from reference.mistakes import reference_namespace
-
-    return reference_namespace() | mc_answers(list(suite.questions))
+    return suite.config.lesson.namespace() | mc_answers(list(suite.questions))
 
 
 def _is_otter_cell(source: str) -> bool:
@@ -550,10 +547,8 @@ def suite_fingerprint(config_path: Path = DEFAULT_CONFIG) -> str:
     """Changes whenever a question, the reference, a check, the executor or the config changes."""
 
     here = Path(__file__).parent
-    files = [config_path, REFERENCE_FILE, REFERENCE_FILE.with_name("mistakes.py"),
-             *sorted(ASSIGNMENT_DIR.glob("*.md")),
-             *(here / m for m in ("lesson83_checks.py", "content.py", "execute.py", "wire.py", "judge.py",
-                                "milestone.py", "lesson83_milestone.py"))]
+    files = [config_path, *load_config(config_path).lesson.source_files,
+             *(here / m for m in ("content.py", "execute.py", "wire.py", "judge.py", "milestone.py", "lesson.py"))]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
@@ -712,7 +707,8 @@ def grade_batch(submissions: Path, *, out: Path, force: bool = False, workers: i
                         memory_mb=ex.memory_mb,
                         processes=ex.max_processes, file_mb=ex.max_file_mb, output_kb=ex.max_output_kb)
         starter = ThreadPoolExecutor(1)
-        pool_starting = starter.submit(WorkerPool, n_workers, limits=limits,
+        pool_starting = starter.submit(WorkerPool, n_workers, limits=limits, probe_module=config.lesson.checks_name,
+                                       modules=config.lesson.sandbox_modules,
                                        hide=(submissions.resolve(), out.resolve()))
         starter.shutdown(wait=False)
     suite = load_suite(config_path)
@@ -819,7 +815,7 @@ def merged_scores(out: Path) -> dict[str, dict[str, float]]:
     try:
         return {str(k): {str(c): float(v) for c, v in row.items()} for k, row in data["scores"].items()}
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise MergeError(f"{out / MERGED_FILE}: not a file written by `lesson83 merge`") from None
+        raise MergeError(f"{out / MERGED_FILE}: not a file written by `{command()} merge`") from None
 
 
 def merged_value(q: Question, scores: dict[str, float]) -> float | None:
@@ -894,7 +890,7 @@ def merge_scores(out: Path, files: list[Path], *, config_path: Path = DEFAULT_CO
     try:
         rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["rows"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise MergeError(f"{out}: no summary.json of a graded batch; run `lesson83 grade` first ({exc})") from None
+        raise MergeError(f"{out}: no summary.json of a graded batch; run `{command()} grade` first ({exc})") from None
     subs = [Submission(str(r["id"]), Path(), None, result_name=str(r.get("result") or "")) for r in rows]
     failed = {str(r["id"]): str(r.get("message") or NOT_GRADED) for r in rows if not r.get("result")}
     stored = merged_scores(out)
