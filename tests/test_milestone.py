@@ -24,12 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder import lesson83_milestone as lm
 from autograder import milestone as ms
 from autograder.config import ROOT, Milestone, load_config
 from reference.lesson83 import TinyCharLM, apply_rope, rope_cache, sinusoidal_pe
 
-CHECKPOINT = ROOT / "reference" / "milestone"  # a quick-preset run of the reference, committed
+CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"  # a quick-preset run of the reference, committed
+lm = ms.LESSON.trainer  # lesson83_milestone
 QUICK = lm.PRESETS["quick"]
 
 
@@ -359,7 +359,8 @@ def test_training_and_verification_run_without_pydantic(tmp_path: Path) -> None:
     assert blocked.returncode != 0 and "blocked by the test" in blocked.stderr
     script = f'''
 from pathlib import Path
-from autograder import lesson83_milestone as lm
+from autograder.lesson import default_lesson
+lm = default_lesson().trainer
 from reference.lesson83 import TinyCharLM
 out = Path({str(tmp_path)!r})
 info = {{}}
@@ -381,7 +382,8 @@ print("trained", len(history), info["graph"])
     assert result["schemes"]["none"]["problem"] == "checkpoint_wrong_weights"
 
 
-MILESTONE_FILES = ["autograder/lesson83_milestone.py", "autograder/milestone.py", "autograder/lesson83_checks.py",
+MILESTONE_FILES = ["assignments/lesson83/lesson83_milestone.py", "autograder/milestone.py", "autograder/lesson.py",
+                   "assignments/lesson83/lesson83_checks.py",
                    "reference/lesson83.py", "benchmarks/gpu_check.py", "benchmarks/milestone_speed.py"]
 
 

@@ -37,7 +37,7 @@ from autograder.report import (
     write_report,
 )
 from autograder.report import SCRIPT as REPORT_SCRIPT
-from reference.mistakes import MISTAKES
+from reference.lesson83_mistakes import MISTAKES
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 ARTIFACTS = ROOT / "dist" / "test-artifacts"  # dist/ is not committed; CI keeps the screenshots from here
