@@ -47,6 +47,13 @@ def graded(course: Path) -> Path:
     return course / "grades"
 
 
+def _grades(folder: Path) -> dict[str, dict[str, float | None]]:
+    """grades.csv: id -> column -> number (None where empty)."""
+    rows = csv.DictReader((folder / "grades.csv").open())
+    text = ("id", "status", "message")
+    return {r["id"]: {k: float(v) if v else None for k, v in r.items() if k not in text} for r in rows}
+
+
 def test_the_engine_names_no_lesson() -> None:
     """`lesson83` appears in autograder/ in comments only (environment variables such as LESSON83_SANDBOX are
     the engine's own settings)."""
@@ -95,7 +102,9 @@ def test_release_builds_the_second_lesson_in_its_own_folder(course: Path) -> Non
     notebook = (student / "lesson_demo.ipynb").read_text()
     assert "def center(x)" in notebook and "x.mean(axis=0" not in notebook  # the stub, not the solution
     tests = "".join(p.read_text() for p in (student / "tests").glob("*.py"))
-    assert "from lesson_demo_checks import check_case" in tests and "lesson83" not in tests + notebook
+    assert "from lesson_demo_checks import check_case" in tests
+    assert "lesson83_" not in tests + notebook and "assignments/lesson83" not in tests + notebook  # only the
+    # command's name (pyproject.toml's [project.scripts]) is the same, in the banner
     assert not (ROOT / "student_templates" / "lesson_demo").exists()  # nothing written into this package's folder
     dist = course / "dist"
     assert (dist / "lesson_demo-otter-autograder.zip").is_file()
@@ -112,16 +121,17 @@ def test_release_builds_the_second_lesson_in_its_own_folder(course: Path) -> Non
 def test_selfcheck_of_the_second_lesson(course: Path) -> None:
     done = _cli(course / "grading_config.yaml", "selfcheck")
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line.startswith("q")}
+    rows = {cols[0]: cols[1:] for cols in map(str.split, done.stdout.splitlines()) if cols and cols[0][:3] in
+            ("q1_", "q2_", "q3_")}
     assert rows == {"q1_center": ["5", "5", "0"], "q2_pick": ["2", "2", "0"], "q3_explain": ["3", "manual", "manual"]}
 
 
 def test_grade_report_and_merge_of_the_second_lesson(course: Path, graded: Path) -> None:
-    grades = {r["id"]: r for r in csv.DictReader((graded / "grades.csv").open())}
+    grades = _grades(graded)
     assert {k: grades["reference"][k] for k in ("q1_center", "q2_pick", "q3_explain", "total")} == \
-        {"q1_center": "5", "q2_pick": "2", "q3_explain": "", "total": "7"}
-    assert grades["blank"]["total"] == "0"
-    assert grades["mistake_center_rows"]["q1_center"] == "0" and grades["mistake_center_rows"]["q2_pick"] == "2"
+        {"q1_center": 5, "q2_pick": 2, "q3_explain": None, "total": 7}
+    assert grades["blank"]["total"] == 0
+    assert grades["mistake_center_rows"]["q1_center"] == 0 and grades["mistake_center_rows"]["q2_pick"] == 2
     results = {p.stem: json.loads(p.read_text()) for p in (graded / "results").glob("*.json")}
     mistake = next(r for k, r in results.items() if k.startswith("mistake_center_rows"))
     assert {c["diagnosis"] for c in mistake["cases"] if not c["passed"]} == {"center_rows"}
@@ -132,11 +142,12 @@ def test_grade_report_and_merge_of_the_second_lesson(course: Path, graded: Path)
     done = _cli(course / "grading_config.yaml", "report", str(graded), "--out", str(course / "report"))
     assert done.returncode == 0, done.stdout + done.stderr
     index = (course / "report" / "index.html").read_text()
-    assert "center_rows" in index and "q3_why" in index and "lesson83" not in index
+    assert "center_rows" in index and "q3_why" in index and "q1_equivariance" not in index
+    assert f"--config {course / 'grading_config.yaml'} grade" in index  # the command that grades this batch again
 
     scores = course / "manual.csv"
     scores.write_text("id,q3_why\nreference,3\n")
     done = _cli(course / "grading_config.yaml", "merge", str(graded), str(scores))
     assert done.returncode == 0, done.stdout + done.stderr
-    merged = {r["id"]: r for r in csv.DictReader((graded / "grades.csv").open())}
-    assert merged["reference"]["q3_explain"] == "3" and merged["reference"]["total"] == "10"
+    merged = _grades(graded)
+    assert merged["reference"]["q3_explain"] == 3 and merged["reference"]["total"] == 10
