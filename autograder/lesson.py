@@ -19,6 +19,7 @@ verifier imports it on a bare PyTorch image.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import re
 import sys
@@ -42,13 +43,15 @@ class LessonError(ValueError):
 
 
 def load_module(name: str, path: Path) -> ModuleType:
-    """Import the file at `path` under the module name `name` (once per process; a module of that name from
-    another file is an error, not a silent swap)."""
+    """Import the file at `path` under the module name `name`, once per process. Where that name is taken by
+    another file (in a notebook kernel that also imported the student's copy, as nbgrader's hidden cells do),
+    the file is imported under a private name beside it: the engine never uses the student's copy."""
     path = path.resolve()
     known = sys.modules.get(name)
+    if known is not None and Path(getattr(known, "__file__", "") or "").resolve() != path:
+        name = f"_lesson_{name}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+        known = sys.modules.get(name)
     if known is not None:
-        if Path(getattr(known, "__file__", "") or "").resolve() != path:
-            raise LessonError(f"{path}: the module name {name!r} is already taken by {known.__file__}")
         return known
     if not path.is_file():
         raise LessonError(f"{path}: no such file")
