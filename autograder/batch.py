@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from autograder.config import DEFAULT_CONFIG, ROOT, load_config
+from autograder.config import DEFAULT_CONFIG, ROOT, command, load_config
 from autograder.content import Question
 from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.judge import judge_checkpoint, judge_exec, judge_unreadable
@@ -137,7 +137,8 @@ def grade_batch(submissions: Path, *, out: Path = ROOT / "dist" / "grades", forc
                         memory_mb=ex.memory_mb,
                         processes=ex.max_processes, file_mb=ex.max_file_mb, output_kb=ex.max_output_kb)
         starter = ThreadPoolExecutor(1)
-        pool_starting = starter.submit(WorkerPool, n_workers, limits=limits,
+        pool_starting = starter.submit(WorkerPool, n_workers, limits=limits, probe_module=config.lesson.checks_name,
+                                       modules=config.lesson.sandbox_modules,
                                        hide=(submissions.resolve(), out.resolve()))
         starter.shutdown(wait=False)
     suite = load_suite(config_path)
@@ -225,7 +226,7 @@ def merged_scores(out: Path) -> dict[str, dict[str, float]]:
     try:
         return {str(k): {str(c): float(v) for c, v in row.items()} for k, row in data["scores"].items()}
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise MergeError(f"{out / MERGED_FILE}: not a file written by `lesson83 merge`") from None
+        raise MergeError(f"{out / MERGED_FILE}: not a file written by `{command()} merge`") from None
 
 
 def merged_value(q: Question, scores: dict[str, float]) -> float | None:
@@ -300,7 +301,7 @@ def merge_scores(out: Path, files: list[Path], *, config_path: Path = DEFAULT_CO
     try:
         rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["rows"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise MergeError(f"{out}: no summary.json of a graded batch; run `lesson83 grade` first ({exc})") from None
+        raise MergeError(f"{out}: no summary.json of a graded batch; run `{command()} grade` first ({exc})") from None
     subs = [Submission(str(r["id"]), Path(), None, result_name=str(r.get("result") or "")) for r in rows]
     failed = {str(r["id"]): str(r.get("message") or Status.NOT_GRADED) for r in rows if not r.get("result")}
     stored = merged_scores(out)

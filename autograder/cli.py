@@ -12,7 +12,7 @@ from typing import Any
 from autograder import batch
 from autograder.batch import MergeError, merge_scores
 from autograder.build import BuildError, release, stale_files
-from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError
+from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command
 from autograder.content import ContentError
 from autograder.gradescope import grade_gradescope
 from autograder.report import write_report
@@ -36,12 +36,16 @@ def cmd_release(args: argparse.Namespace) -> int:
         print("student_templates/ is up to date with assignments/ and reference/.")
         return 0
     rel = release(config_path=args.config)
-    print(f"student release:      {rel.student_dir.relative_to(ROOT)}")
-    print(f"Gradescope zip:       {rel.gradescope_zip.relative_to(ROOT)}  (upload to Gradescope: grades with "
+
+    def shown(path: Path) -> Path:
+        return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+    print(f"student release:      {shown(rel.student_dir)}")
+    print(f"Gradescope zip:       {shown(rel.gradescope_zip)}  (upload to Gradescope: grades with "
           "this package's sandboxed engine)")
-    print(f"Otter autograder zip: {rel.otter_zip.relative_to(ROOT)}  (the same tests run by `otter run`)")
-    print(f"Otter output:         {rel.otter_dir.relative_to(ROOT)}")
-    print(f"nbgrader course:      {rel.nbgrader_dir.relative_to(ROOT)}  (release/ is what students get)")
+    print(f"Otter autograder zip: {shown(rel.otter_zip)}  (the same tests run by `otter run`)")
+    print(f"Otter output:         {shown(rel.otter_dir)}")
+    print(f"nbgrader course:      {shown(rel.nbgrader_dir)}  (release/ is what students get)")
     return 0
 
 
@@ -120,9 +124,9 @@ class _VerbParser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="lesson83", formatter_class=_ShowDefaults,
+        prog=command(), formatter_class=_ShowDefaults,
         description="The Lesson 83 homework package: one verb per pipeline stage, all listed below. "
-                    "`lesson83 VERB --help` shows a verb's options and their defaults.")
+                    f"`{command()} VERB --help` shows a verb's options and their defaults.")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="VERB", parser_class=_VerbParser)
     p = sub.add_parser("release", help="build the student release, the Otter zip and the nbgrader release")
@@ -145,12 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", type=Path, help="where to write results.json")
     p.set_defaults(func=cmd_gradescope)
     p = sub.add_parser("report", help="TA failure report of a graded batch: HTML folder and report.csv")
-    p.add_argument("grades", type=Path, help="folder written by `lesson83 grade` (results/, grades.csv)")
+    p.add_argument("grades", type=Path, help=f"folder written by `{command()} grade` (results/, grades.csv)")
     p.add_argument("--out", type=Path, default=_default(write_report, "out"), help="report folder (replaced whole)")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("merge", help="merge scores graded elsewhere (written answers, a platform's points) into "
                                      "grades.csv and summary.json")
-    p.add_argument("grades", type=Path, help="folder written by `lesson83 grade`")
+    p.add_argument("grades", type=Path, help=f"folder written by `{command()} grade`")
     p.add_argument("scores", type=Path, nargs="+", help="CSV files: an id column and score columns named by "
                    "question (q9_written, m1_checkpoint) or written part (q9_buffer); blank cells are skipped")
     p.set_defaults(func=cmd_merge)

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, model_validator
 
 from autograder import limits
-from autograder.lesson83_milestone import CONTEXTS, SCHEMES
+from autograder.lesson import Lesson, LessonError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "grading_config.yaml"
+
+
+@cache
+def command() -> str:
+    """The console command that runs autograder.cli (its name is defined once, in pyproject.toml's
+    [project.scripts]), or `python -m autograder.cli` where the package is not installed."""
+    from importlib.metadata import entry_points
+
+    names = sorted(ep.name for ep in entry_points(group="console_scripts") if ep.value == "autograder.cli:main")
+    return names[0] if names else "python -m autograder.cli"
 
 
 class ConfigError(ValueError):
@@ -28,8 +39,8 @@ class Tolerances(_Strict):
 
 
 class QuestionPoints(_Strict):
-    points: float = Field(gt=0, description="points of the question")
-    manual: bool = Field(False, description="graded by hand (written answers)")
+    points: float = Field(gt=0, description="points of the question (whether they are graded by hand is the "
+                          "question's kind, in its front matter)")
 
 
 class Execution(_Strict):
@@ -80,16 +91,6 @@ class PresetRule(_Strict):
     thresholds: dict[str, dict[int, float]] = Field(
         {}, description="scheme -> {context: largest re-evaluated perplexity that passes}")
 
-    @field_validator("thresholds")
-    @classmethod
-    def _known(cls, v: dict[str, dict[int, float]]) -> dict[str, dict[int, float]]:
-        for pos, bounds in v.items():
-            if pos not in SCHEMES:
-                raise ValueError(f"unknown scheme {pos!r}; schemes are {', '.join(SCHEMES)}")
-            if bad := [c for c in bounds if c not in CONTEXTS]:
-                raise ValueError(f"{pos}: contexts {bad} are not measured; use {', '.join(map(str, CONTEXTS))}")
-        return v
-
 
 class Milestone(_Strict):
     points: float = Field(0, ge=0, description="points of the checkpoint verification (question m1_checkpoint)")
@@ -99,13 +100,43 @@ class Milestone(_Strict):
 
 
 class GradingConfig(_Strict):
-    assignment: str = Field("lesson83", description="assignment name used by Otter and nbgrader")
+    assignment: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="the lesson: assignments/<assignment>/ "
+                            "and the files autograder/lesson.py names after it; also the Otter and nbgrader name")
     total_points: float = Field(gt=0, description="sum of all question points")
     tolerances: Tolerances = Tolerances()
     questions: dict[str, QuestionPoints]
     execution: Execution = Execution()
     submissions: Submissions = Submissions()
     milestone: Milestone = Milestone()
+    _near: Path = PrivateAttr(ROOT)  # the folder of the config file: where its lesson is looked for first
+
+    @property
+    def lesson(self) -> Lesson:
+        """The lesson this config grades (autograder/lesson.py)."""
+        return Lesson.load(self.assignment, near=self._near)
+
+    @model_validator(mode="after")
+    def _lesson_exists_and_fits(self, info: ValidationInfo) -> GradingConfig:
+        """The lesson's folder exists, and the milestone's schemes and contexts are its trainer's (SCHEMES,
+        CONTEXTS)."""
+        self._near = (info.context or {}).get("near", ROOT)
+        rules = self.milestone
+        try:
+            lesson = self.lesson
+            if not rules.points and not rules.presets:
+                return self
+            trainer = lesson.trainer
+        except LessonError as exc:
+            raise ValueError(str(exc)) from None
+        for name, preset in rules.presets.items():
+            where = f"milestone.presets.{name}.thresholds"
+            for pos, bounds in preset.thresholds.items():
+                if pos not in trainer.SCHEMES:
+                    raise ValueError(f"{where}: unknown scheme {pos!r}; schemes are {', '.join(trainer.SCHEMES)}")
+                if bad := [c for c in bounds if c not in trainer.CONTEXTS]:
+                    raise ValueError(f"{where}.{pos}: contexts {bad} are not measured; use "
+                                     f"{', '.join(map(str, trainer.CONTEXTS))}")
+        return self
 
     @model_validator(mode="after")
     def _points_add_up(self) -> GradingConfig:
@@ -125,7 +156,7 @@ def load_config(path: Path = DEFAULT_CONFIG) -> GradingConfig:
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read the grading config: {exc}") from exc
     try:
-        return GradingConfig.model_validate(raw or {})
+        return GradingConfig.model_validate(raw or {}, context={"near": path.resolve().parent})
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

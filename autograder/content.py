@@ -9,21 +9,18 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
 import jinja2
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 
-from autograder import lesson83_checks as checks
-from autograder.config import ROOT, GradingConfig
+from autograder.config import GradingConfig
+from autograder.lesson import Lesson
 
-ASSIGNMENT_DIR = ROOT / "assignments" / "lesson83"
-REFERENCE_FILE = ROOT / "reference" / "lesson83.py"
-LETTERS = checks.LETTERS
+LETTERS = ("A", "B", "C", "D")  # a multiple-choice item's options, in display order
 DIRECTIVE = re.compile(r"^<!--\s*(solution|tests|choices|written|cell)\s*-->\s*$")
 
 
@@ -61,6 +58,7 @@ class CaseSpec(_Strict):
     @field_validator("probe", "check")
     @classmethod
     def _known(cls, v: str, info: ValidationInfo) -> str:
+        checks = (info.context or {})["checks"]
         known = checks.PROBES if info.field_name == "probe" else checks.CHECKS
         if v not in known:
             raise ValueError(f"unknown {info.field_name} {v!r}; known: {sorted(known)}")
@@ -70,12 +68,13 @@ class CaseSpec(_Strict):
 class Choice(_Strict):
     """A multiple-choice item; the first option is the right one until the builder shuffles them."""
 
-    var: str = Field(pattern=r"^q8_[a-z0-9_]+$")
+    var: str = Field(pattern=r"^[a-z][a-z0-9_]*$")  # starts with the question's number: q8_ in q8_checks
     prompt: str
     options: list[str] = Field(min_length=4, max_length=4)
     why: str
     # For the TA report (never shipped): the misconception behind each wrong option, in the order of options[1:].
     misconceptions: list[str] = Field([], max_length=3)
+    _lesson: str = PrivateAttr("")  # the lesson's name: with var, the seed of the shuffle
 
     @field_validator("misconceptions")
     @classmethod
@@ -88,13 +87,19 @@ class Choice(_Strict):
 class WrittenPart(_Strict):
     """A hand-graded written answer with its model answer."""
 
-    part: str = Field(pattern=r"^q9_[a-z0-9_]+$")
+    part: str = Field(pattern=r"^[a-z][a-z0-9_]*$")  # starts with the question's number: q9_ in q9_written
     prompt: str
     answer: str
 
 
+Kind = Literal["prose", "cases", "choices", "manual", "milestone"]  # autograder/lesson.py: KINDS
+
+
 class FrontMatter(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_]*$")
+    # prose: no points; cases: graded by probe cases; choices: multiple choice; manual: written answers graded
+    # by hand; milestone: graded by probe cases, and its checkpoint (the config's milestone points) from files.
+    kind: Kind
     title: str
     solution: list[str] = []
     cases: list[CaseSpec] = []
@@ -125,15 +130,13 @@ class Question:
     cells: list[Cell] = field(default_factory=list)
     points: float = 0.0
     manual: bool = False
+    kind: Kind = "cases"
+    lesson: Lesson | None = field(default=None, repr=False, compare=False)  # where it was loaded from
 
     @property
     def graded(self) -> bool:
-        return is_graded(self.id)
-
-
-def is_graded(qid: str) -> bool:
-    """Questions (q1, q2, ...) and milestones (m1, ...) carry points; other files (00_intro) are prose."""
-    return re.match(r"^[qm]\d", qid) is not None
+        """Every kind but prose carries points."""
+        return self.kind != "prose"
 
 
 # --------------------------------------------------------------------------- rendering helpers
@@ -159,17 +162,9 @@ def table(header: list[str], rows: Any, index: list[Any] | None = None) -> str:
     return "\n".join(lines)
 
 
-@cache
-def reference_module() -> Any:
-    import reference.lesson83 as ref
-
-    return ref
-
-
 def milestone_bounds(config: GradingConfig) -> str:
     """Markdown table of the checkpoint thresholds per preset, scheme and context (from the config)."""
-    from autograder import lesson83_milestone as lm
-
+    lm = config.lesson.trainer
     presets = config.milestone.presets
     header = ["scheme", *(f"`{name}` preset: perplexity at most" for name in presets)]
     rows = [[f"`{pos}`", *("; ".join(f"{bound:g} at {c}" for c, bound in sorted(rule.thresholds.get(pos, {}).items()))
@@ -177,16 +172,24 @@ def milestone_bounds(config: GradingConfig) -> str:
     return table(header, rows)
 
 
+def _milestone_names(config: GradingConfig) -> dict[str, Any]:
+    """Template names of a lesson with a milestone trainer: `lm`, the trainer, and `milestone_bounds`."""
+    if config.lesson.trainer_file is None:
+        return {}
+    return {"lm": config.lesson.trainer, "milestone_bounds": milestone_bounds(config)}
+
+
 def _render(text: str, path: Path, qid: str, config: GradingConfig) -> str:
+    """Render a question's text: `ref` is the lesson's reference module, `checks` its checks module, `grading`
+    the config; `lm` and `milestone_bounds` exist when the lesson has a milestone trainer."""
     import torch
 
-    from autograder import lesson83_milestone as lm
-
+    lesson = config.lesson
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     try:
-        return env.from_string(text).render(ref=reference_module(), np=np, torch=torch, math=math, fmt=fmt,
-                                            table=table, lm=lm, lm_small=checks.LM_SMALL, grading=config,
-                                            milestone_bounds=milestone_bounds(config))
+        return env.from_string(text).render(ref=lesson.reference, checks=lesson.checks, np=np, torch=torch,
+                                            math=math, fmt=fmt, table=table, grading=config,
+                                            **_milestone_names(config))
     except Exception as exc:  # noqa: BLE001 - any template error is reported with its file
         raise ContentError(f"{path}: question {qid}: cannot render the text: {type(exc).__name__}: {exc}") \
             from exc
@@ -232,7 +235,7 @@ def split_cells(body: str, path: Path, qid: str) -> list[Cell]:
 # --------------------------------------------------------------------------- loading
 
 
-def solution_source(names: list[str], path: Path, qid: str, reference_file: Path = REFERENCE_FILE) -> str:
+def solution_source(names: list[str], path: Path, qid: str, reference_file: Path) -> str:
     """Source of the named reference definitions, solution markers included, checked for balance."""
     text = reference_file.read_text()
     tree = ast.parse(text)
@@ -267,11 +270,11 @@ def solution_source(names: list[str], path: Path, qid: str, reference_file: Path
 def shuffled(choice: Choice) -> tuple[list[str], str]:
     """Options in display order and the letter of the right one (deterministic per variable)."""
     order = list(range(4))
-    random.Random(f"lesson83/{choice.var}").shuffle(order)
+    random.Random(f"{choice._lesson}/{choice.var}").shuffle(order)
     return [choice.options[i] for i in order], LETTERS[order.index(0)]
 
 
-def _read(path: Path) -> tuple[FrontMatter, str]:
+def _read(path: Path, lesson: Lesson) -> tuple[FrontMatter, str]:
     text = path.read_text()
     m = re.match(r"^---\n(.*?)\n---\n(.*)$", text, flags=re.S)
     if not m:
@@ -282,7 +285,7 @@ def _read(path: Path) -> tuple[FrontMatter, str]:
         raise ContentError(f"{path}: front matter is not valid YAML: {exc}") from exc
     qid = raw.get("id", path.stem) if isinstance(raw, dict) else path.stem
     try:
-        return FrontMatter.model_validate(raw), m.group(2)
+        return FrontMatter.model_validate(raw, context={"checks": lesson.checks}), m.group(2)
     except ValidationError as exc:
         lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
         raise ContentError(f"{path}: question {qid}: invalid front matter:\n" + "\n".join(lines)) from None
@@ -292,10 +295,14 @@ def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[dict[str,
     specs = list(fm.cases)
     if fm.choices:
         names = [c.var for c in fm.choices]
-        specs.append(CaseSpec(name="answers_valid", weight=0, probe="answers", args={"names": names},
-                              check="choices_valid", revisit="answer with a single letter string."))
-        specs += [CaseSpec(name=f"correct_{c.var.removeprefix('q8_')}", hidden=True, probe="answers",
-                           args={"names": [c.var]}, check="choice_correct", revisit=c.prompt) for c in fm.choices]
+        context = {"checks": config.lesson.checks}
+        specs.append(CaseSpec.model_validate(
+            {"name": "answers_valid", "weight": 0, "probe": "answers", "args": {"names": names},
+             "check": "choices_valid", "revisit": "answer with a single letter string."}, context=context))
+        specs += [CaseSpec.model_validate(
+            {"name": f"correct_{c.var.removeprefix(_prefix(fm.id))}", "hidden": True, "probe": "answers",
+             "args": {"names": [c.var]}, "check": "choice_correct", "revisit": c.prompt}, context=context)
+            for c in fm.choices]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ContentError(f"{path}: question {fm.id}: duplicate case names {sorted(names)}")
@@ -307,9 +314,7 @@ def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[dict[str,
     points = [round(qcfg.points * s.weight / total_weight, 4) for s in specs]
     last = max(i for i, s in enumerate(specs) if s.weight > 0)
     points[last] = round(qcfg.points - sum(points) + points[last], 4)
-    from reference.mistakes import MISTAKES
-
-    known = {m.id: m for m in MISTAKES}
+    known = {m.id: m for m in config.lesson.mistakes}
     out = []
     for spec, pts in zip(specs, points):
         case = spec.model_dump()
@@ -352,35 +357,70 @@ def _check_requires(specs: list[CaseSpec], path: Path, qid: str) -> None:
         visit(spec.name, [])
 
 
-def load_questions(config: GradingConfig, directory: Path = ASSIGNMENT_DIR,
-                   reference_file: Path = REFERENCE_FILE) -> list[Question]:
-    """Every question file in order, validated against the config and the reference."""
-    # Prose (00_intro) first, then the questions, then the milestones that build on them.
-    files = sorted(directory.glob("*.md"), key=lambda p: ({"q": 1, "m": 2}.get(p.stem[0], 0), p.stem))
-    if not files:
+def _prefix(qid: str) -> str:
+    """The prefix of a question's answer variables and written parts: its number and `_` (q8_ in q8_checks)."""
+    return qid.split("_")[0] + "_"
+
+
+def _check_kind(fm: FrontMatter, path: Path, config: GradingConfig) -> None:
+    """What the declared kind needs: points (all but prose), its own kind of content, namespaced names."""
+    where = f"{path}: question {fm.id} (kind: {fm.kind})"
+    if fm.kind == "prose":
+        if fm.id in config.questions:
+            raise ContentError(f"{where}: prose carries no points; remove questions.{fm.id} from "
+                               "grading_config.yaml or declare the question's kind")
+        if fm.cases or fm.choices or fm.written or fm.solution:
+            raise ContentError(f"{where}: prose has no solution, cases, choices or written parts")
+        return
+    if fm.id not in config.questions:
+        raise ContentError(f"{path}: question {fm.id}: no points in grading_config.yaml (questions.{fm.id})")
+    if fm.kind in ("cases", "milestone") and not fm.cases:
+        raise ContentError(f"{path}: question {fm.id}: has no tests (add a `cases:` list)")
+    if fm.kind == "choices" and not fm.choices:
+        raise ContentError(f"{where}: needs `choices:`")
+    if fm.kind == "manual" and not fm.written:
+        raise ContentError(f"{path}: question {fm.id}: a manual question needs `written:` parts")
+    if fm.kind != "choices" and fm.choices or fm.kind != "manual" and fm.written:
+        raise ContentError(f"{where}: `choices:` belong to kind choices and `written:` parts to kind manual")
+    if fm.kind == "milestone" and len(fm.solution) != 1:
+        raise ContentError(f"{where}: a milestone names one solution, the model its checkpoint is loaded into")
+    bad = [n for n in [c.var for c in fm.choices] + [w.part for w in fm.written] if not n.startswith(_prefix(fm.id))]
+    if bad:
+        raise ContentError(f"{where}: {', '.join(bad)}: answer variables and written parts start with "
+                           f"{_prefix(fm.id)!r}")
+
+
+ORDER = {"prose": 0, "milestone": 2}  # prose first, then the questions, then the milestones that build on them
+
+
+def load_questions(config: GradingConfig, directory: Path | None = None,
+                   reference_file: Path | None = None) -> list[Question]:
+    """Every question file in order, validated against the config and the reference (by default the
+    lesson's: config.lesson)."""
+    lesson = config.lesson
+    directory = directory or lesson.assignment_dir
+    reference_file = reference_file or lesson.reference_file
+    read = [(path, *_read(path, lesson)) for path in sorted(directory.glob("*.md"))]
+    if not read:
         raise ContentError(f"{directory}: no question files (*.md)")
     questions: list[Question] = []
-    for path in files:
-        fm, body = _read(path)
+    for path, fm, body in sorted(read, key=lambda r: (ORDER.get(r[1].kind, 1), r[0].stem)):
         fm.choices = [c.model_copy(update={  # choice texts are templates too (numbers from reference/)
             "prompt": _render(c.prompt, path, fm.id, config), "why": _render(c.why, path, fm.id, config),
             "options": [_render(o, path, fm.id, config) for o in c.options],
             "misconceptions": [_render(m, path, fm.id, config) for m in c.misconceptions]}) for c in fm.choices]
+        for c in fm.choices:
+            c._lesson = lesson.name
         if fm.id in {q.id for q in questions}:
             raise ContentError(f"{path}: question {fm.id}: the id is used by another file")
-        graded = is_graded(fm.id)
-        if graded and fm.id not in config.questions:
-            raise ContentError(f"{path}: question {fm.id}: no points in grading_config.yaml (questions.{fm.id})")
+        _check_kind(fm, path, config)
+        graded = fm.kind != "prose"
         qcfg = config.questions.get(fm.id)
-        manual = bool(qcfg and qcfg.manual)
+        manual = fm.kind == "manual"
         q = Question(fm.id, fm.title, path, fm.solution, [], fm.choices, fm.written,
-                     points=qcfg.points if qcfg else 0.0, manual=manual)
+                     points=qcfg.points if qcfg else 0.0, manual=manual, kind=fm.kind, lesson=lesson)
         if graded and not manual:
-            if not fm.cases and not fm.choices:
-                raise ContentError(f"{path}: question {fm.id}: has no tests (add a `cases:` list)")
             q.cases = _cases(fm, config, path)
-        if manual and not fm.written:
-            raise ContentError(f"{path}: question {fm.id}: a manual question needs `written:` parts")
         q.cells = split_cells(_render(body, path, fm.id, config), path, fm.id)
         if graded:
             _heading_points(q, config)
@@ -406,7 +446,7 @@ def _heading_points(q: Question, config: GradingConfig) -> None:
     points = f"{q.points:g} points"
     if q.manual:
         points += ", graded by hand"
-    elif q.id.startswith("m") and config.milestone.points:
+    elif q.kind == "milestone" and config.milestone.points:
         points += f"; {config.milestone.points:g} more for the checkpoint"
     for cell in q.cells:
         lines = cell.source.splitlines()
@@ -544,26 +584,32 @@ def _redefined(code: str) -> set[str] | None:
     return names
 
 
-def _reference_log(answers: dict[str, str]) -> _ReadLog:
-    """The reference namespace (as `reference_namespace()` builds it, plus the answers) as a _ReadLog, its
+def _reference_log(lesson: Lesson, answers: dict[str, str]) -> _ReadLog:
+    """The reference namespace (as `Lesson.namespace()` builds it, plus the answers) as a _ReadLog, its
     functions' globals included."""
-    from reference.mistakes import REFERENCE_SOURCE
-
-    ns = _ReadLog({"__name__": "lesson83_reference"})
-    exec(compile(REFERENCE_SOURCE.read_text(), str(REFERENCE_SOURCE), "exec"), ns)  # noqa: S102
+    ns = lesson.namespace(into=_ReadLog())
     ns.update(answers)
     return ns
+
+
+def lesson_of(questions: list[Question] | tuple[Question, ...]) -> Lesson:
+    """The lesson the questions were loaded from (load_questions)."""
+    found = next((q.lesson for q in questions if q.lesson is not None), None)
+    if found is None:
+        raise ContentError("these questions were not loaded by load_questions: they name no lesson")
+    return found
+
 
 
 def _expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
     """A mistake only redefines names; a probe that reads none of them on the reference (every read of the
     namespace is logged) takes the same path on the mistake and returns the same output, which its case does
     not catch, so that run is skipped. Every other mistake runs, in the catalogue's order."""
-    from reference.mistakes import MISTAKES, reference_namespace
-
+    lesson = lesson_of(questions)
+    checks, mistakes = lesson.checks, lesson.mistakes
     answers = mc_answers(questions)
-    ref_ns = _reference_log(answers)
-    redefined = {m.id: _redefined(m.code) for m in MISTAKES}
+    ref_ns = _reference_log(lesson, answers)
+    redefined = {m.id: _redefined(m.code) for m in mistakes}
     mutant_ns: dict[str, dict[str, Any]] = {}
     out: dict[str, dict[str, Any]] = {}
     for q in questions:
@@ -581,12 +627,12 @@ def _expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
                 raise ContentError(f"{q.path}: question {q.id}: the reference does not pass its own case "
                                    f"{case['name']} (its expected value rounded to the case's tolerances): "
                                    f"{verdict.message}")
-            for m in MISTAKES:
+            for m in mistakes:
                 names = redefined[m.id]
                 if names is not None and "*" not in read and not names & read:
                     continue  # the same output as the reference's, which passes
                 if m.id not in mutant_ns:
-                    mutant_ns[m.id] = reference_namespace(m) | answers
+                    mutant_ns[m.id] = lesson.namespace(m) | answers
                 got = checks.run_probe(mutant_ns[m.id], case["probe"], case["args"])
                 if "error" not in got and not checks.judge(case, got, expected).passed:
                     expected["variants"].append({"id": m.id, "description": m.description,

@@ -94,7 +94,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -119,7 +119,7 @@ MEMORY_GUARDS = ("cgroup", "watchdog")
 MEMORY_GUARD_ENV = "LESSON83_MEMORY_GUARD"  # "watchdog" forces the watchdog where "auto" would pick a cgroup
 SANDBOX_ENV = "LESSON83_SANDBOX"  # "none" forces the fallback (no bubblewrap) where "auto" would pick bwrap
 SKIP_TAGS = ("long-running", "milestone-train")
-PROBE_MODULE = "autograder.lesson83_checks"
+CGROUP_PREFIX = "grader-cgroup-"  # one memory and one pids group per worker: PREFIX<pid>-<slot>
 PRELOAD = ("numpy", "torch", "torch._dynamo", "IPython.core.interactiveshell")  # torch._dynamo wraps
 # torch.manual_seed when first imported: loaded before the guard records identities, so honest code that
 # triggers it (fused attention, torch.compile) is not reported as tampering
@@ -272,8 +272,9 @@ def read_notebook(source: bytes, *,
 class WorkerPool:
     """Warm sandboxed zygotes that run submissions in parallel, one at a time per worker."""
 
-    def __init__(self, size: int = 1, *, limits: Limits = Limits(), probe_module: str = PROBE_MODULE,
-                 skip_tags: Iterable[str] = SKIP_TAGS, hide: Iterable[str | Path] = (),
+    def __init__(self, size: int = 1, *, limits: Limits = Limits(), probe_module: str | None = None,
+                 modules: Mapping[str, Path] | None = None, skip_tags: Iterable[str] = SKIP_TAGS,
+                 hide: Iterable[str | Path] = (),
                  sandbox: str = "auto", preload: Iterable[str] = PRELOAD, start_timeout_s: float = 180.0,
                  memory_guard: str = "auto"):
         if sandbox == "auto" and os.environ.get(SANDBOX_ENV):
@@ -282,6 +283,11 @@ class WorkerPool:
             raise ValueError(f"sandbox ({SANDBOX_ENV}) must be 'auto', 'bwrap' or 'none', got {sandbox!r}")
         if memory_guard not in ("auto", *MEMORY_GUARDS):
             raise ValueError(f"memory_guard must be 'auto', 'cgroup' or 'watchdog', got {memory_guard!r}")
+        if probe_module is None:  # the lesson of grading_config.yaml
+            from autograder.lesson import default_lesson
+
+            lesson = default_lesson()
+            probe_module, modules = lesson.checks_name, lesson.sandbox_modules
         self.limits, self.probe_module, self.skip_tags = limits, probe_module, tuple(skip_tags)
         self._closed = False
         self._cgroups: list[str] = []
@@ -291,7 +297,7 @@ class WorkerPool:
         size = max(1, size)
         self._slots = [next(_SLOTS) % 64 for _ in range(size)]  # this process's workers, all pools together
         try:
-            _stage_modules(stage, probe_module)
+            _stage_modules(stage, probe_module, modules or {})
             self.sandbox, why = _choose_sandbox(sandbox)
             groups, guard_why = self._make_cgroups(size, memory_guard)
         except BaseException:
@@ -347,7 +353,7 @@ class WorkerPool:
             for i in range(size):
                 made = {}
                 for ctrl, root in roots.items():
-                    path = os.path.join(root, f"lesson83-grader-{os.getpid()}-{self._slots[i]}")
+                    path = os.path.join(root, f"{CGROUP_PREFIX}{os.getpid()}-{self._slots[i]}")
                     os.mkdir(path, 0o755)
                     self._cgroups.append(path)
                     made[ctrl] = path
@@ -511,24 +517,25 @@ _POOLS_LOCK = threading.Lock()
 
 
 def execute_submission(source: bytes, *, probes: list[Probe], limits: Limits = Limits(),
-                       skip_tags: Iterable[str] = SKIP_TAGS, probe_module: str = PROBE_MODULE,
+                       skip_tags: Iterable[str] = SKIP_TAGS, probe_module: str | None = None,
+                       modules: Mapping[str, Path] | None = None,
                        hide: Iterable[str | Path] = ()) -> ExecResult:
     """Run one notebook on a warm one-worker pool kept for these options until the process exits."""
-    key = (limits, tuple(skip_tags), probe_module, tuple(map(str, hide)))
+    key = (limits, tuple(skip_tags), probe_module, tuple(sorted((modules or {}).items())), tuple(map(str, hide)))
     with _POOLS_LOCK:
         if key not in _POOLS:
-            _POOLS[key] = WorkerPool(1, limits=limits, probe_module=probe_module, skip_tags=skip_tags,
-                                     hide=hide)
+            _POOLS[key] = WorkerPool(1, limits=limits, probe_module=probe_module, modules=modules,
+                                     skip_tags=skip_tags, hide=hide)
         pool = _POOLS[key]
     return pool.run(source, probes=probes)
 
 
 def execute_batch(items: Iterable[tuple[str, bytes]], *, probes: list[Probe], limits: Limits = Limits(),
-                  skip_tags: Iterable[str] = SKIP_TAGS, probe_module: str = PROBE_MODULE,
-                  workers: int | None = None,
+                  skip_tags: Iterable[str] = SKIP_TAGS, probe_module: str | None = None,
+                  modules: Mapping[str, Path] | None = None, workers: int | None = None,
                   hide: Iterable[str | Path] = ()) -> Iterator[tuple[str, ExecResult]]:
     """Run many (id, notebook bytes) pairs on a fresh pool (one worker per core by default)."""
-    with WorkerPool(workers or os.cpu_count() or 1, limits=limits, probe_module=probe_module,
+    with WorkerPool(workers or os.cpu_count() or 1, limits=limits, probe_module=probe_module, modules=modules,
                     skip_tags=skip_tags, hide=hide) as pool:
         yield from pool.run_many(items, probes=probes)
 
@@ -607,7 +614,7 @@ def _remove_stale_cgroups(root: str) -> None:
     """Empty groups left by a grader that was killed (SIGKILL skips close())."""
     for name in os.listdir(root):
         parts = name.split("-")
-        if name.startswith("lesson83-grader-") and len(parts) == 4 and parts[2].isdigit():
+        if name.startswith(CGROUP_PREFIX) and len(parts) == 4 and parts[2].isdigit():
             try:
                 os.kill(int(parts[2]), 0)
             except ProcessLookupError:
@@ -654,21 +661,25 @@ def _choose_sandbox(wanted: str) -> tuple[str, str]:
     return "none", f"sandbox: {msg}; falling back to resource limits only (no network isolation)"
 
 
-def _stage_modules(stage: Path, probe_module: str) -> None:
-    """Copy only this module, wire.py, limits.py, the probe module and the shipped milestone trainer into a folder
-    the sandbox sees read-only."""
-    spec = importlib.util.find_spec(probe_module)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        raise WorkerError(f"cannot find the source of probe module {probe_module!r}")
+def _stage_modules(stage: Path, probe_module: str, modules: Mapping[str, Path]) -> None:
+    """Copy only this module, wire.py, limits.py and the lesson's shipped modules (`modules`: top-level name ->
+    file; the probe module is one of them, or found on sys.path) into a folder the sandbox sees read-only: the child
+    imports the same files under the same names as the student's notebook does."""
     here = Path(__file__).resolve().parent
     files = {"autograder/__init__.py": "", "autograder/execute.py": Path(__file__).read_text(),
              **{f"autograder/{m}": (here / m).read_text() for m in ("wire.py", "limits.py")}}
-    parts = probe_module.split(".")
-    for n in range(1, len(parts)):
-        files.setdefault("/".join(parts[:n]) + "/__init__.py", "")
-    files["/".join(parts) + ".py"] = Path(spec.origin).read_text()
-    # Student notebooks import the shipped milestone trainer at top level (its training cells never run here).
-    files["lesson83_milestone.py"] = (here / "lesson83_milestone.py").read_text()
+    for name, path in modules.items():
+        if not name.isidentifier():
+            raise WorkerError(f"cannot ship {path} as module {name!r}: not a top-level module name")
+        files[f"{name}.py"] = Path(path).read_text()
+    if probe_module not in modules:
+        spec = importlib.util.find_spec(probe_module)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            raise WorkerError(f"cannot find the source of probe module {probe_module!r}")
+        parts = probe_module.split(".")
+        for n in range(1, len(parts)):
+            files.setdefault("/".join(parts[:n]) + "/__init__.py", "")
+        files["/".join(parts) + ".py"] = Path(spec.origin).read_text()
     for rel, text in files.items():
         path = stage / rel
         path.parent.mkdir(parents=True, exist_ok=True)

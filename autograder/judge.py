@@ -9,7 +9,6 @@ from typing import Any
 
 import nbformat
 
-from autograder import lesson83_checks as checks
 from autograder.execute import SKIP_TAGS, ExecResult
 from autograder.milestone import verify_checkpoint
 from autograder.results import STATUS_WORDS, CaseResult, Status, SubmissionResult
@@ -23,6 +22,7 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
     A case that `requires` value cases of its question passes only when they pass too (recursively): a
     property such as "shuffling the input shuffles the output" also holds of code that returns zeros.
     """
+    checks = suite.config.lesson.checks
     verdicts: dict[str, checks.Verdict] = {}
     for case in suite.cases:
         got = outputs.get(case["id"])
@@ -49,13 +49,13 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
         results.append(CaseResult(case["id"], case["question"], case["points"] if verdict.passed else 0.0,
                                   case["points"], verdict.passed, case["hidden"], verdict.message,
                                   verdict.diagnosis, received, expected))
-    return _one_line_per_stub(results, waits)
+    return _one_line_per_stub(results, waits, stub=checks.STUB)
 
 
-def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]]) -> list[CaseResult]:
+def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]], *, stub: str) -> list[CaseResult]:
     """Failures of one question that come from stubs not filled in read as one line: the first case says it;
     the question's other stub failures, and the properties that wait only for them, point to it."""
-    stubs = {r.id for r in results if not r.passed and checks.STUB in r.message}
+    stubs = {r.id for r in results if not r.passed and stub in r.message}
     first: dict[str, CaseResult] = {}
     for r in results:
         if r.id in stubs:
@@ -107,7 +107,8 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
 
 def probe_namespace(suite: Suite, env: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Run every probe against a namespace in this process (for trusted code: the reference, templates)."""
-    return {c["id"]: checks.run_probe(env, c["probe"], c["args"]) for c in suite.cases}
+    run_probe = suite.config.lesson.checks.run_probe
+    return {c["id"]: run_probe(env, c["probe"], c["args"]) for c in suite.cases}
 
 
 def grade_namespace(suite: Suite, env: dict[str, Any], *, name: str) -> SubmissionResult:

@@ -24,30 +24,24 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from autograder.lesson83_milestone import (
-    ARCH,
-    CONTEXTS,
-    PRECISIONS,
-    PRESETS,
-    SCHEMES,
-    VOCAB,
-    corpus_tokens,
-    evaluate_ppl,
-    load_checkpoint,
-    plot_table,
-    run_milestone,
-    save_checkpoint,
-    val_starts,
-    windows,
-)
+from autograder.lesson import default_lesson
 from autograder.limits import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB
-from reference.lesson83 import TinyCharLM
+
+# The lesson of grading_config.yaml: its milestone trainer (shipped next to the notebook) and the reference model
+# class its milestone question names (autograder/lesson.py).
+LESSON = default_lesson()
+(ARCH, CONTEXTS, PRECISIONS, PRESETS, SCHEMES, VOCAB, corpus_tokens, evaluate_ppl, load_checkpoint, plot_table,
+ run_milestone, save_checkpoint, val_starts, windows) = attrgetter(
+    "ARCH", "CONTEXTS", "PRECISIONS", "PRESETS", "SCHEMES", "VOCAB", "corpus_tokens", "evaluate_ppl",
+    "load_checkpoint", "plot_table", "run_milestone", "save_checkpoint", "val_starts", "windows")(LESSON.trainer)
+TinyCharLM = LESSON.milestone_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "grading_config.yaml"

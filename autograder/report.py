@@ -22,10 +22,9 @@ from urllib.parse import quote
 
 import numpy as np
 
-from autograder import lesson83_checks as checks
 from autograder.batch import MergeError, merged_scores, merged_value
-from autograder.config import DEFAULT_CONFIG, ROOT
-from autograder.content import Choice, Question, shuffled
+from autograder.config import DEFAULT_CONFIG, ROOT, command
+from autograder.content import LETTERS, Choice, Question, shuffled
 from autograder.results import CaseResult, Status, SubmissionResult, full_marks, spreadsheet_text
 from autograder.submissions import read_cells, read_regular
 from autograder.suite import CHECKPOINT_QUESTION, Suite, load_suite
@@ -34,14 +33,14 @@ UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"
 UNDIAGNOSED = (UNFINISHED, UNRECOGNISED)
 STUB_WORDS = "the stub is not filled in yet"  # what the probes say when a stub returned None or ...
-MARKER = ".lesson83-report"  # only a folder holding this file is ever replaced by a new report
+MARKER = ".autograder-report"  # only a folder holding this file is ever replaced by a new report
 GRID = 8  # at most GRID x GRID values of an array are shown
 CODE_CHARS = 20_000  # per cell
 MESSAGE_CHARS = 4_000
 MAX_RECORD_MB = 128  # a stored result larger than this is not read
 INVALID = "invalid"  # the label of a multiple-choice answer that is not one of the letters
 ANSWER_PLACEHOLDERS = ("_Type your answer here, replacing this text._", "YOUR ANSWER HERE")
-MANUAL_CSV = "manual_scores.csv"  # the written-answer scores a TA fills in, for `lesson83 merge`
+MANUAL_CSV = "manual_scores.csv"  # the written-answer scores a TA fills in, for `merge`
 
 CSS = """
 *{box-sizing:border-box}
@@ -203,7 +202,7 @@ class Student:
             return shuffled(choice)[1]
         got = case.received
         letter = got.get(choice.var) if isinstance(got, dict) else None
-        return letter if isinstance(letter, str) and letter in checks.LETTERS else INVALID
+        return letter if isinstance(letter, str) and letter in LETTERS else INVALID
 
     def wrong_picks(self, q: Question) -> list[str]:
         """One label per multiple-choice item answered wrongly: `<variable>:<letter>` (or `:invalid`)."""
@@ -330,7 +329,7 @@ def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None =
     """
     results = grades / "results"
     if not results.is_dir() and not (grades / "summary.json").exists():
-        raise FileNotFoundError(f"{grades}: no results/ folder; run `lesson83 grade` first")
+        raise FileNotFoundError(f"{grades}: no results/ folder; run `{command()} grade` first")
     students = []
     for sid, name, row in _batch_rows(grades):
         if not isinstance(name, str) or "/" in name or name.startswith("."):
@@ -359,12 +358,10 @@ def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None =
 def catalogue(suite: Suite) -> dict[str, tuple[str, str]]:
     """Every diagnosis id the judge can give: (the question it belongs to, its description with the fix)."""
     from autograder.milestone import PROBLEMS
-    from reference.mistakes import MISTAKES
-
     known = {c["known_cause"]["id"]: (c["question"], c["known_cause"]["description"])
              for c in suite.cases if c.get("known_cause")}
     checkpoint = {k: (CHECKPOINT_QUESTION, v) for k, v in PROBLEMS.items()}
-    return known | {m.id: (m.question, m.description) for m in MISTAKES} | checkpoint
+    return known | {m.id: (m.question, m.description) for m in suite.config.lesson.mistakes} | checkpoint
 
 
 def clusters(students: list[Student], questions: list[Question]) -> dict[str, list[Cluster]]:
@@ -496,7 +493,7 @@ class _Missing:
 _MISSING = _Missing()
 
 
-def _short(value: Any) -> str:
+def _short(value: Any, codec: Any) -> str:
     if value is _MISSING:
         return repr(value)
     if isinstance(value, np.ndarray):
@@ -505,30 +502,31 @@ def _short(value: Any) -> str:
         where = f" ({value['where']})" if value.get("where") else ""
         return f"{value['type']}: {value['message']}{where}"
     try:
-        text = json.dumps(checks.to_plain(value))
+        text = json.dumps(codec.to_plain(value))
     except (TypeError, ValueError):
         text = repr(value)
     return _clip(text, 300)
 
 
-def _same(a: Any, b: Any, atol: float, rtol: float) -> bool:
+def _same(a: Any, b: Any, atol: float, rtol: float, codec: Any) -> bool:
     numbers = (float, int)
     if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
         return bool(np.isclose(float(b), float(a), atol=atol, rtol=rtol))
     if a is _MISSING or b is _MISSING:
         return False
     try:
-        return checks.dumps(a) == checks.dumps(b)
+        return codec.dumps(a) == codec.dumps(b)
     except TypeError:
         return False
 
 
-def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float) -> str:
-    """Expected-versus-received HTML for one failed case: array windows and key rows, wrong cells marked."""
+def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, codec: Any) -> str:
+    """Expected-versus-received HTML for one failed case: array windows and key rows, wrong cells marked
+    (`codec`: the lesson's checks module, whose to_plain/from_plain/dumps stored the values)."""
     if received is None:
         return '<p class="note">No output was recorded for this case (the submission stopped before it ran).</p>'
     try:
-        got = checks.from_plain(received)
+        got = codec.from_plain(received)
     except (TypeError, ValueError, KeyError) as exc:
         return f'<p class="note">The stored output could not be decoded: {esc(exc)}</p>'
     if not isinstance(expected, dict) or not isinstance(got, dict):
@@ -544,10 +542,10 @@ def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, 
             parts.append(_compare_arrays(name, want, have, atol, rtol))
             continue
         if key == "error" and want is None:
-            rows.append((name, "no error", _short(have), True))
+            rows.append((name, "no error", _short(have, codec), True))
             continue
-        rows.append((name, _short(want) if key in expected else "(not expected)", _short(have),
-                     not _same(want, have, atol, rtol)))
+        rows.append((name, _short(want, codec) if key in expected else "(not expected)", _short(have, codec),
+                     not _same(want, have, atol, rtol, codec)))
     table = ""
     if rows:
         body = "".join(f'<tr{" class=bad" if wrong else ""}><td>{esc(k)}</td><td>{esc(w)}</td><td>{esc(h)}</td></tr>'
@@ -571,7 +569,8 @@ def checkpoint_table(received: Any, *, rel_tol: float) -> str:
             + "".join(rows) + "</table>")
 
 
-def _detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, rel_tol: float) -> str:
+def _detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, rel_tol: float,
+            codec: Any) -> str:
     """Expected versus received and the traceback of one failed case; a note when the stored data cannot be shown.
 
     `expected` is the reference value stored with the result (plain data), the one the case was judged against;
@@ -584,7 +583,8 @@ def _detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, 
             shown = ('<p class="note">The expected value was not stored with this result (it was graded by an older '
                      "version of the grader); grade the batch again to see it.</p>")
         else:
-            shown = compare(case, checks.from_plain(expected), received, atol=atol, rtol=rtol)
+            shown = compare(case, codec.from_plain(expected), received, atol=atol, rtol=rtol,
+                            codec=codec)
         return shown + _traceback(received)
     except Exception as exc:  # noqa: BLE001 - stored data of any shape: the page is written all the same
         return f'<p class="note">The stored output of this case could not be shown ({esc(type(exc).__name__)}: ' \
@@ -743,7 +743,7 @@ class _Ctx:
     questions: list[Question]
     known: dict[str, tuple[str, str]]
     grades: Path
-    merged: dict[str, dict[str, float]] = field(default_factory=dict)  # scores brought in by `lesson83 merge`
+    merged: dict[str, dict[str, float]] = field(default_factory=dict)  # scores brought in by the merge verb
     regrade: str = ""  # the commands that grade the batch again and rewrite this report
 
     @property
@@ -781,7 +781,7 @@ def choice_catalogue(questions: list[Question]) -> dict[str, tuple[str, str]]:
     for q in questions:
         for c in q.choices:
             shown, right = shuffled(c)
-            for letter, text in zip(checks.LETTERS, shown):
+            for letter, text in zip(LETTERS, shown):
                 if letter == right:
                     continue
                 out[f"{c.var}:{letter}"] = (q.id, f"chose {letter}, “{plain_math(text)}”: {misconception(c, text)}")
@@ -854,7 +854,7 @@ def _choice_tables(ctx: _Ctx, q: Question, students: list[Student]) -> str:
         shown, right = shuffled(c)
         picks = {s.id: s.pick(q, c) for s in ran}
         rows = []
-        for letter, text in [*zip(checks.LETTERS, shown), (INVALID, "no valid answer (not a letter A–D, or never "
+        for letter, text in [*zip(LETTERS, shown), (INVALID, "no valid answer (not a letter A–D, or never "
                                                                      "judged)")]:
             who = [s for s in ran if picks[s.id] == letter or (letter == INVALID and picks[s.id] in ("", INVALID))]
             if letter == right:
@@ -990,7 +990,7 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
                    + f'</ul><p class="note">Each page shows every student\'s answer beside the model answer. Copy '
                    f'<a href="{MANUAL_CSV}">{MANUAL_CSV}</a> out of this folder (the next report replaces it), fill in '
                    f"the scores, then merge them into grades.csv and summary.json:</p>"
-                   f"<pre>{esc(f'lesson83 merge {shlex.quote(str(ctx.grades))} {MANUAL_CSV}')}</pre>"
+                   f"<pre>{esc(f'{command()} merge {shlex.quote(str(ctx.grades))} {MANUAL_CSV}')}</pre>"
                    '<p class="note">On Gradescope these answers are graded on Gradescope\'s own manual-grading page, '
                    "and on nbgrader in Formgrader; merge such scores here only to see them in grades.csv.</p>")
 
@@ -1053,7 +1053,7 @@ def written_page(ctx: _Ctx, q: Question, part_index: int, students: list[Student
                                   ("score", "score", "num"), ("answer", "answer", "")],
                       rows, search="search names and answers", cls="qt"),
             f'<p class="note">Scores: the column {esc(part.part)} of <a href="../{MANUAL_CSV}">{MANUAL_CSV}</a> '
-            f"(0 to {_score(per_part)}), merged with <code>lesson83 merge</code>.</p>"]
+            f"(0 to {_score(per_part)}), merged with <code>{esc(command())} merge</code>.</p>"]
     return _page(f"{part.part} · Lesson 83", "\n".join(body))
 
 
@@ -1127,7 +1127,8 @@ def student_page(ctx: _Ctx, s: Student) -> str:
                         f'−{_score(float(c.max_points))} points</span></h3>'
                         f'<pre>{esc(_clip(c.message, MESSAGE_CHARS))}</pre>'
                         + _detail(case, c.expected, c.received, atol=case.get("atol", tol.atol),
-                                  rtol=case.get("rtol", tol.rtol), rel_tol=rel_tol) + "</div>")
+                                  rtol=case.get("rtol", tol.rtol), rel_tol=rel_tol,
+                                  codec=ctx.suite.config.lesson.checks) + "</div>")
         picks = [d for d in s.wrong_picks(q)]
         if picks:
             part.append('<ul class="notes">' + "".join(f"<li>{esc(ctx.known.get(d, (q.id, d))[1])}</li>"
@@ -1210,7 +1211,7 @@ def _plain_index(students: list[Student], exc: Exception) -> str:
 
 def _check_replaceable(dest: Path) -> None:
     if dest.exists() and (not dest.is_dir() or (any(dest.iterdir()) and not (dest / MARKER).exists())):
-        raise FileExistsError(f"{dest} exists and is not a report written by `lesson83 report`; "
+        raise FileExistsError(f"{dest} exists and is not a report written by `{command()} report`; "
                               "choose another --out")
 
 
@@ -1228,8 +1229,8 @@ def regrade_command(students: list[Student], *, grades: Path, out: Path, config_
     subs = max(set(folders), key=folders.count) if folders else "SUBMISSIONS"
     default = Path(config_path).resolve() == DEFAULT_CONFIG.resolve()
     config = "" if default else f" --config {shlex.quote(str(config_path))}"
-    return (f"lesson83{config} grade {shlex.quote(subs)} --out {shlex.quote(str(grades))}\n"
-            f"lesson83{config} report {shlex.quote(str(grades))} --out {shlex.quote(str(out))}")
+    return (f"{command()}{config} grade {shlex.quote(subs)} --out {shlex.quote(str(grades))}\n"
+            f"{command()}{config} report {shlex.quote(str(grades))} --out {shlex.quote(str(out))}")
 
 
 def write_report(grades: Path, *, out: Path = ROOT / "dist" / "report", config_path: Path = DEFAULT_CONFIG) -> Path:
@@ -1269,7 +1270,7 @@ def write_report(grades: Path, *, out: Path = ROOT / "dist" / "report", config_p
             (tmp / "written" / f"{name}.html").write_text(page, encoding="utf-8", errors="backslashreplace")
         (tmp / "report.csv").write_text(report_csv(students, questions), encoding="utf-8", errors="backslashreplace")
         (tmp / MANUAL_CSV).write_text(manual_csv(ctx, students), encoding="utf-8", errors="backslashreplace")
-        (tmp / MARKER).write_text("written by `lesson83 report`; the whole folder is replaced on the next run\n")
+        (tmp / MARKER).write_text(f"written by `{command()} report`; the whole folder is replaced on the next run\n")
         tmp.chmod(0o755)
         _swap_in(tmp, out)
     except BaseException:

@@ -9,24 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
-from autograder.content import (
-    ASSIGNMENT_DIR,
-    REFERENCE_FILE,
-    Question,
-    expected_values,
-    load_questions,
-    mc_answers,
-)
-from autograder.lesson83_milestone import SCHEMES
+from autograder.content import Question, expected_values, load_questions, mc_answers
+from autograder.lesson import Lesson
 
-CHECKPOINT_QUESTION = "m1_checkpoint"
+CHECKPOINT_QUESTION = "m1_checkpoint"  # the milestone checkpoint's column (graded from uploaded files)
 
 
-def checkpoint_shares(points: float) -> dict[str, float]:
-    """The milestone checkpoint's points per scheme: equal shares, the last one taking the rounding."""
-    share = [round(points / len(SCHEMES), 4) for _ in SCHEMES]
+def checkpoint_shares(points: float, *, lesson: Lesson) -> dict[str, float]:
+    """The milestone checkpoint's points per scheme of the lesson's trainer: equal shares, the last one taking
+    the rounding."""
+    schemes = lesson.trainer.SCHEMES
+    share = [round(points / len(schemes), 4) for _ in schemes]
     share[-1] = round(points - sum(share[:-1]), 4)
-    return dict(zip(SCHEMES, share))
+    return dict(zip(schemes, share))
 
 
 @dataclass(frozen=True)
@@ -73,35 +68,41 @@ class Suite:
         pts = self.config.milestone.points
         if not pts:
             return []
+        shares = checkpoint_shares(pts, lesson=self.config.lesson)
         return [{"id": f"{CHECKPOINT_QUESTION}/{pos}", "question": CHECKPOINT_QUESTION, "points": p,
-                 "hidden": False, "scheme": pos} for pos, p in checkpoint_shares(pts).items()]
+                 "hidden": False, "scheme": pos} for pos, p in shares.items()]
 
 
-def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path = ASSIGNMENT_DIR,
-                      reference_file: Path = REFERENCE_FILE) -> str:
-    """Changes whenever a question, the reference, a check, the executor or the config changes."""
-
+def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path | None = None,
+                      reference_file: Path | None = None) -> str:
+    """Changes whenever a question, the reference, a check, the executor or the config changes (by default the
+    lesson's own sources; `assignments` and `reference_file` stand in for a copy of them)."""
+    lesson = load_config(config_path).lesson
     here = Path(__file__).parent
-    files = [config_path, reference_file, reference_file.with_name("mistakes.py"),
-             *sorted(assignments.glob("*.md")),
-             *(here / m for m in ("lesson83_checks.py", "content.py", "execute.py", "wire.py", "limits.py", "suite.py",
-                                "submissions.py", "judge.py", "results.py", "batch.py",
-                                "milestone.py", "lesson83_milestone.py"))]
+    lesson_files = lesson.source_files
+    if assignments is not None:
+        lesson_files = [f for f in lesson_files if f.parent != lesson.assignment_dir or f.suffix != ".md"]
+        lesson_files += sorted(assignments.glob("*.md"))
+    if reference_file is not None:
+        lesson_files = [reference_file if f == lesson.reference_file else f for f in lesson_files]
+    files = [config_path, *lesson_files,
+             *(here / m for m in ("content.py", "execute.py", "wire.py", "limits.py", "suite.py", "submissions.py",
+                                "judge.py", "results.py", "batch.py", "milestone.py", "lesson.py"))]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 
 
-def read_suite(config_path: Path = DEFAULT_CONFIG, *, assignments: Path = ASSIGNMENT_DIR,
-               reference_file: Path = REFERENCE_FILE) -> Suite:
+def read_suite(config_path: Path = DEFAULT_CONFIG, *, assignments: Path | None = None,
+               reference_file: Path | None = None) -> Suite:
     """The suite of a config and an assignment's sources, read afresh (load_suite keeps one per config)."""
     config = load_config(config_path)
     fingerprint = suite_fingerprint(config_path, assignments=assignments, reference_file=reference_file)
     questions = load_questions(config, assignments, reference_file)
     cases = tuple(c for q in questions for c in q.cases)
     if config.milestone.points:  # graded from uploaded files, not from the notebook: no probe cases
-        milestone = next((q for q in questions if q.id.startswith("m1")), None)
+        milestone = next((q for q in questions if q.kind == "milestone"), None)
         questions.append(Question(CHECKPOINT_QUESTION, "Milestone M1 — checkpoint",
                                   milestone.path if milestone else config_path, [], [], [], [],
                                   points=config.milestone.points))
@@ -120,6 +121,4 @@ def _load_suite(config_path: Path) -> Suite:
 
 def reference_env(suite: Suite) -> dict[str, Any]:
     """The reference solution's namespace, with the right multiple-choice answers."""
-    from reference.mistakes import reference_namespace
-
-    return reference_namespace() | mc_answers(list(suite.questions))
+    return suite.config.lesson.namespace() | mc_answers(list(suite.questions))

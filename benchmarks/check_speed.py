@@ -68,7 +68,7 @@ def solution_namespace() -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from autograder.config import load_config
     from autograder.content import load_questions, mc_answers
-    from reference.mistakes import reference_namespace
+    from reference.lesson83_mistakes import reference_namespace
 
     return reference_namespace() | mc_answers(load_questions(load_config()))
 

@@ -117,12 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     mods: dict[str, Any] = {}
 
     def imports() -> None:
-        from autograder import lesson83_milestone as lm
         from autograder import milestone as ms
         from benchmarks import milestone_speed as speed
         from reference.lesson83 import TinyCharLM
 
-        mods.update(lm=lm, ms=ms, speed=speed, model=TinyCharLM)
+        mods.update(lm=ms.LESSON.trainer, ms=ms, speed=speed, model=TinyCharLM)
         absent = [name for name in ("pydantic", "nbformat", "otter") if name in sys.modules]
         rec.say(f"imports ok (the milestone path imported none of pydantic, nbformat, otter: {not absent})")
         for pos in args.schemes or (["rope", "alibi"] if smoke else lm.SCHEMES):

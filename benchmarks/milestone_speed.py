@@ -12,8 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder import lesson83_milestone as milestone
+from autograder.lesson import default_lesson
 from reference.lesson83 import TinyCharLM, alibi_bias, apply_rope, rope_cache, sinusoidal_pe
+
+milestone = default_lesson().trainer  # lesson83_milestone
 
 
 class StraightforwardLM(nn.Module):

@@ -26,14 +26,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import lesson83_checks as checks
-from autograder.build import GRADESCOPE_VENV, _case_json, filled_notebook, gradescope_bundle, tool_env
+from autograder.build import _case_json, filled_notebook, gradescope_bundle, gradescope_venv, tool_env
 from autograder.config import ROOT
 from autograder.content import mc_answers
+from autograder.lesson import default_lesson
 from autograder.suite import Suite
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
-CHECKPOINT = ROOT / "reference" / "milestone"
+CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
+LESSON = default_lesson()
+checks = LESSON.checks
+GRADESCOPE_VENV = gradescope_venv(LESSON.name)
 CACHE = Path(os.environ.get("LESSON83_DEPLOY_CACHE", Path.home() / ".cache" / "lesson83-deploy"))
 # The Pythons of Gradescope's Ubuntu images that this machine offers, and how to find each here.
 PYTHONS = {"3.10": ["pyenv", "3.10.13"], "3.11": ["python3.11"], "3.12": ["pyenv", "3.12.1"]}
@@ -141,7 +144,7 @@ class Image:
 
 
 def _submissions(dest: Path, suite: Suite) -> dict[str, Path]:
-    from reference.mistakes import MISTAKES
+    from reference.lesson83_mistakes import MISTAKES
 
     answers = mc_answers(list(suite.questions))
     mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
@@ -259,7 +262,7 @@ def _submit(course: Path, student: str, nb: nbformat.NotebookNode, *, checkpoint
 
 def _wrong_source(course: Path, suite: Suite) -> nbformat.NotebookNode:
     """The instructor's source notebook with two catalogued mistakes and every multiple-choice answer wrong."""
-    from reference.mistakes import MISTAKES
+    from reference.lesson83_mistakes import MISTAKES
 
     nb = nbformat.read(str(course / "source" / "lesson83" / "lesson83.ipynb"), as_version=4)
     mistakes = {"q2_sinusoidal_pe-solution": "pe_sin_cos_swapped", "q7_alibi-solution": "alibi_sign_flipped"}
@@ -322,7 +325,7 @@ def test_nbgrader_feedback_shows_no_hidden_test_or_answer(fresh_build: dict[str,
     release = nbformat.read(str(course / "release" / "lesson83" / "lesson83.ipynb"), as_version=4)
     public = "\n".join(c.source for c in release.cells)
     by_id = {c["id"]: c for c in suite.cases}
-    seen = set().union(*(_secret_forms(_case_json(c, suite.expected, by_id)) for c in suite.cases
+    seen = set().union(*(_secret_forms(_case_json(c, suite.expected, by_id, lesson=LESSON)) for c in suite.cases
                          if not c["hidden"]))
     secrets = {cid: {f for f in _secret_forms(text) if f not in public and f not in seen}
                for cid, text in cases.items()}

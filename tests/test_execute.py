@@ -17,7 +17,6 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import lesson83_checks as checks
 from autograder import wire
 from autograder.execute import (
     STATUSES,
@@ -29,6 +28,9 @@ from autograder.execute import (
     execute_submission,
     read_notebook,
 )
+from autograder.lesson import default_lesson
+
+checks = default_lesson().checks
 
 REPO = Path(__file__).resolve().parent.parent
 # Another checkout beside this one (made by the batch fixture): the sandbox must hide it wherever REPO lives.

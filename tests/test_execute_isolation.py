@@ -26,11 +26,12 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from autograder.build import GRADESCOPE_VENV, RUN_AUTOGRADER, gradescope_bundle
+from autograder.build import gradescope_bundle, gradescope_venv, run_autograder
 from autograder.config import ROOT
 from autograder.execute import SANDBOX_ENV, Limits
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+RUN_AUTOGRADER, GRADESCOPE_VENV = run_autograder("lesson83"), gradescope_venv("lesson83")
 LIMITS = Limits(wall_s=30, cpu_s=10, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
 FAKE_CHECKS = '''
 def run_probe(env, name, args):

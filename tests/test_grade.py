@@ -24,7 +24,6 @@ import nbformat
 import pytest
 
 from autograder import batch
-from autograder import lesson83_checks as checks
 from autograder.batch import grade_batch
 from autograder.build import filled_notebook, gradescope_bundle, tool_env
 from autograder.cli import main as cli_main
@@ -32,9 +31,12 @@ from autograder.config import ROOT
 from autograder.content import mc_answers
 from autograder.execute import ExecResult, WorkerError
 from autograder.judge import notebook_env
+from autograder.lesson import default_lesson
 from autograder.results import CaseResult, Status, SubmissionResult, spreadsheet_text
 from autograder.submissions import CHECKPOINT_FILES, Submission, submission_ids
 from autograder.suite import Suite
+
+checks = default_lesson().checks
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 SIM = ROOT.parent / "shared" / "tools" / "gradescope-sim"
@@ -45,7 +47,7 @@ BLANK_PLUS = {
     "cheat_testing": "import numpy as np, torch\nnp.testing.assert_allclose = lambda *a, **k: None\n"
                      "torch.testing.assert_close = lambda *a, **k: None\ntorch.allclose = lambda *a, **k: True",
     "cheat_builtins": "import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.len = lambda x: 0",
-    "cheat_grader": "import autograder.lesson83_checks as c\nc.judge = lambda *a, **k: c.Verdict(True)\n"
+    "cheat_grader": "import lesson83_checks as c\nc.judge = lambda *a, **k: c.Verdict(True)\n"
                     "c.run_probe = lambda *a, **k: {}",
     "eq_always_true": "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
                       "def sinusoidal_pe(max_len, d):\n    return Yes()\nq8_equivariance = Yes()",
@@ -173,7 +175,7 @@ def test_hidden_files_are_not_visible_and_output_is_capped(adversarial_class: tu
     assert len(big["stdout"]) < 1_000_000
 
 
-CHECKPOINT = ROOT / "reference" / "milestone"
+CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
 
 
 def test_milestone_checkpoint_is_graded_from_folders_and_zips(tmp_path: Path, suite: Suite) -> None:
@@ -246,7 +248,7 @@ def test_batch_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path: 
 
 @pytest.mark.skipif(not SIM.exists(), reason="gradescope-sim is not beside the repository")
 def test_gradescope_bundle_gives_the_same_scores_as_grade(tmp_path: Path, suite: Suite) -> None:
-    from reference.mistakes import MISTAKES
+    from reference.lesson83_mistakes import MISTAKES
 
     bundle = gradescope_bundle(tmp_path / "autograder.zip")
     answers = mc_answers(list(suite.questions))

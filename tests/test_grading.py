@@ -11,14 +11,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder import lesson83_checks as checks
 from autograder.config import ROOT
 from autograder.judge import grade_namespace, notebook_env
+from autograder.lesson import default_lesson
 from autograder.suite import Suite, reference_env
-from reference.mistakes import MISTAKES, reference_namespace
+from reference.lesson83_mistakes import MISTAKES, reference_namespace
 from reference.variants import CORRECT_VARIANTS
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+LESSON = default_lesson()
+checks = LESSON.checks
 
 
 def _scores(suite: Suite, env: dict) -> dict[str, float]:
@@ -89,7 +91,7 @@ def test_local_check_raises_with_the_message(suite: Suite) -> None:
     from autograder.build import _case_json
 
     case = next(c for c in suite.cases if c["id"] == "q7_alibi/bias_values")
-    payload = _case_json(case, suite.expected, {c["id"]: c for c in suite.cases})
+    payload = _case_json(case, suite.expected, {c["id"]: c for c in suite.cases}, lesson=LESSON)
     env = {**reference_env(suite)}
     checks.run_case(env, payload)  # the reference passes silently
     mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
@@ -382,7 +384,7 @@ def test_local_checks_and_exports_gate_properties_as_the_grader_does(suite: Suit
     assert gated
     result = {r.id: r for r in grade_namespace(suite, env, name=name).cases}
     for case in gated:
-        payload = _case_json(case, suite.expected, cases)
+        payload = _case_json(case, suite.expected, cases, lesson=LESSON)
         checks.run_case(reference_env(suite), payload)
         if result[case["id"]].passed:
             continue
@@ -445,7 +447,7 @@ def test_local_checks_judge_later_questions_against_the_students_own_earlier_out
     for mistake_id, case_id in (("pe_sin_cos_swapped", "q3_sinusoidal_module/forward_adds_table"),
                                 ("rope_interleaved", "q6_rope_attention/matches_reference")):
         mistake = next(m for m in MISTAKES if m.id == mistake_id)
-        payload = _case_json(cases[case_id], suite.expected, cases)
+        payload = _case_json(cases[case_id], suite.expected, cases, lesson=LESSON)
         assert "basis" not in checks.loads(payload)["expected"]["value"]  # no reference table ships for this
         checks.run_case({**reference_env(suite), **reference_namespace(mistake)}, payload)  # passes
 
@@ -503,7 +505,8 @@ def test_otter_shows_a_failed_check_without_the_test_file_line(suite: Suite, tmp
 
     monkeypatch.setitem(sys.modules, "lesson83_checks", checks)  # as the student's folder provides it
     cases = {c["id"]: c for c in suite.cases}
-    test = _otter_test(cases["q7_alibi/bias_values"], suite.expected, cases).partition("# END TEST CONFIG\n")[2]
+    test = _otter_test(cases["q7_alibi/bias_values"], suite.expected, cases, lesson=LESSON)
+    test = test.partition("# END TEST CONFIG\n")[2]
     path = tmp_path / "q7_alibi.py"
     path.write_text("from otter.test_files import test_case\n\nOK_FORMAT = False\nname = 'q7_alibi'\n"
                     f"points = None\n\n@test_case(points=1, hidden=False)\n{test}")
@@ -583,7 +586,7 @@ def test_local_check_judges_a_gate_again_when_the_function_is_rebound(suite: Sui
     from autograder.build import _case_json
 
     cases = {c["id"]: c for c in suite.cases}
-    table, raises = (_case_json(cases[f"q2_sinusoidal_pe/{n}"], suite.expected, cases)
+    table, raises = (_case_json(cases[f"q2_sinusoidal_pe/{n}"], suite.expected, cases, lesson=LESSON)
                      for n in ("table_d4", "odd_d_raises"))
     checks.MEMO.clear()
     env = dict(reference_env(suite))

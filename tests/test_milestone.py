@@ -24,12 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder import lesson83_milestone as lm
 from autograder import milestone as ms
 from autograder.config import ROOT, Milestone, load_config
 from reference.lesson83 import TinyCharLM, apply_rope, rope_cache, sinusoidal_pe
 
-CHECKPOINT = ROOT / "reference" / "milestone"  # a quick-preset run of the reference, committed
+CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"  # a quick-preset run of the reference, committed
+lm = ms.LESSON.trainer  # lesson83_milestone
 QUICK = lm.PRESETS["quick"]
 
 
@@ -359,7 +359,8 @@ def test_training_and_verification_run_without_pydantic(tmp_path: Path) -> None:
     assert blocked.returncode != 0 and "blocked by the test" in blocked.stderr
     script = f'''
 from pathlib import Path
-from autograder import lesson83_milestone as lm
+from autograder.lesson import default_lesson
+lm = default_lesson().trainer
 from reference.lesson83 import TinyCharLM
 out = Path({str(tmp_path)!r})
 info = {{}}
@@ -381,7 +382,8 @@ print("trained", len(history), info["graph"])
     assert result["schemes"]["none"]["problem"] == "checkpoint_wrong_weights"
 
 
-MILESTONE_FILES = ["autograder/lesson83_milestone.py", "autograder/milestone.py", "autograder/lesson83_checks.py",
+MILESTONE_FILES = ["assignments/lesson83/lesson83_milestone.py", "autograder/milestone.py", "autograder/lesson.py",
+                   "assignments/lesson83/lesson83_checks.py",
                    "reference/lesson83.py", "benchmarks/gpu_check.py", "benchmarks/milestone_speed.py"]
 
 
@@ -711,7 +713,7 @@ def test_a_verifier_killed_from_outside_is_started_again(tiny_checkpoint: tuple[
 
 def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two cores verify two checkpoints at once while the notebooks run (a class of 300 needs both)."""
-    from autograder import judge
+    from autograder import batch, judge
 
     verdict = {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": "quick", "credit": 1.0,
                "seconds": 0.0, "schemes": {pos: {"passed": True, "message": "ok"} for pos in lm.SCHEMES}}
@@ -727,9 +729,9 @@ def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypat
             WaitingPool.verifying.set()
         return verdict
 
-    monkeypatch.setattr(judge, "WorkerPool", WaitingPool)
+    monkeypatch.setattr(batch, "WorkerPool", WaitingPool)
     monkeypatch.setattr(judge, "verify_checkpoint", verify)
-    monkeypatch.setattr(judge, "VERIFY_SLOTS", 2)
+    monkeypatch.setattr(batch, "VERIFY_SLOTS", 2)
     WaitingPool.verifying.clear()
     WaitingPool.waited.clear()
     for name in ("ada", "bob"):
@@ -739,6 +741,6 @@ def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypat
                                                              "nbformat_minor": 5}))
         for file in ("milestone.pt", "milestone.json"):
             shutil.copy(CHECKPOINT / file, student / file)
-    summary = judge.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
+    summary = batch.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
     assert met == [True, True], "the two checkpoints were not verified at the same time"
     assert [r["m1_checkpoint"] for r in summary.rows] == [load_config().milestone.points] * 2

@@ -13,7 +13,7 @@ from autograder.build import _defined_names, filled_notebook
 from autograder.config import ROOT
 from autograder.content import mc_answers
 from autograder.suite import Suite
-from reference.mistakes import MISTAKES
+from reference.lesson83_mistakes import MISTAKES
 from reference.variants import CORRECT_VARIANTS
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"

@@ -108,7 +108,7 @@ def test_nbgrader_autograde_gives_reference_full_marks(fresh_build: dict[str, Pa
         for shipped in ("lesson83_checks.py", "lesson83_milestone.py", "timemachine.txt"):
             shutil.copy(folder / shipped, dest / shipped)
     for f in ("milestone.pt", "milestone.json"):  # the reference uploads its checkpoint (m1_checkpoint's cells)
-        shutil.copy(ROOT / "reference" / "milestone" / f, course / "submitted" / "reference" / "lesson83" / f)
+        shutil.copy(ROOT / "reference" / "lesson83_checkpoint" / f, course / "submitted" / "reference" / "lesson83" / f)
     nbgrader = str(Path(sys.executable).with_name("nbgrader"))
     for student in ("reference", "blank"):
         subprocess.run([nbgrader, "db", "student", "add", student], cwd=course, check=True,
@@ -151,17 +151,19 @@ NUMBERED_PARTS = """
 import hashlib, json, sys
 import torch
 torch.set_num_threads(int(sys.argv[1]))
-from autograder import build, lesson83_checks as checks
+from autograder import build
 from autograder.config import load_config
 from autograder.content import expected_values, load_questions
 questions = load_questions(load_config())
 expected = expected_values(questions)
+lesson = load_config().lesson
+checks = lesson.checks
 parts = {"expected values": checks.dumps(expected)}
 for name, nb in (("otter master", build.otter_master(questions, expected, name="lesson83")),
                  ("nbgrader source", build.nbgrader_source(questions, expected))):
     parts[name] = json.dumps([[c.cell_type, c.source, c.metadata] for c in nb.cells], sort_keys=True)
 cases = {c["id"]: c for q in questions for c in q.cases}
-parts |= {f"test file of {cid}": build._otter_test(c, expected, cases) for cid, c in cases.items()}
+parts |= {f"test file of {cid}": build._otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}
 print(json.dumps({k: hashlib.sha256(v.encode()).hexdigest() for k, v in parts.items()}))
 """
 
@@ -187,15 +189,15 @@ def test_expected_values_skip_only_mistake_runs_that_cannot_be_caught(monkeypatc
     names runs everywhere: the variants are exactly those of every mistake run on every case."""
     import dataclasses
 
-    import reference.mistakes
-    from autograder import lesson83_checks as checks
     from autograder.config import load_config
     from autograder.content import expected_values, load_questions, mc_answers
-    from reference.mistakes import MISTAKES, Mistake, reference_namespace
+    from reference.lesson83_mistakes import MISTAKES, Mistake, reference_namespace
 
+    lesson = load_config().lesson
+    checks = lesson.checks
     planted = Mistake("patched_after_definition", "q3_sinusoidal_module", "defines nothing, patches the module",
                       "SinusoidalPE.forward = lambda self, x: x * 0\n")
-    monkeypatch.setattr(reference.mistakes, "MISTAKES", (*MISTAKES, planted))
+    monkeypatch.setitem(lesson.__dict__, "mistakes", (*MISTAKES, planted))  # Lesson.mistakes is cached there
     model_cases = ("m1_tinycharlm/logits_sinusoidal", "m1_tinycharlm/logits_rope")
     questions = [dataclasses.replace(q, cases=[c for c in q.cases if q.id != "m1_tinycharlm" or c["id"] in model_cases])
                  for q in load_questions(load_config()) if q.id in ("q3_sinusoidal_module", "m1_tinycharlm")]
@@ -311,7 +313,7 @@ def test_headings_show_each_questions_points(fresh_build: dict[str, Path], suite
 LOCAL_CHECKS = """
 import contextlib, io, json, sys
 import nbformat, torch
-from reference.mistakes import MISTAKES, reference_namespace
+from reference.lesson83_mistakes import MISTAKES, reference_namespace
 target, mistake, answers, questions = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4:]
 env = reference_namespace(next((m for m in MISTAKES if m.id == mistake), None)) | answers
 seen, pe = [], env["sinusoidal_pe"]

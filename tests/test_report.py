@@ -41,7 +41,7 @@ from autograder.report import (
 from autograder.report import SCRIPT as REPORT_SCRIPT
 from autograder.results import Status
 from autograder.suite import Suite, load_suite, read_suite
-from reference.mistakes import MISTAKES
+from reference.lesson83_mistakes import MISTAKES
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 ARTIFACTS = ROOT / "dist" / "test-artifacts"  # dist/ is not committed; CI keeps the screenshots from here

@@ -11,9 +11,11 @@ import yaml
 
 from autograder.build import release
 from autograder.config import ROOT, ConfigError, load_config
-from autograder.content import ASSIGNMENT_DIR, REFERENCE_FILE, ContentError, load_questions, shuffled
+from autograder.content import ContentError, load_questions, shuffled
 
 CONFIG = ROOT / "grading_config.yaml"
+LESSON = load_config(CONFIG).lesson
+ASSIGNMENT_DIR, REFERENCE_FILE = LESSON.assignment_dir, LESSON.reference_file
 
 
 def _config(tmp_path: Path, old: str, new: str) -> Path:
@@ -153,8 +155,7 @@ def test_requires_names_cases_of_the_same_question_without_cycles(tmp_path: Path
 
 def test_every_property_case_is_gated_on_a_value_case() -> None:
     """A check that judges a property of the output alone must wait for a value case of its question."""
-    from autograder.lesson83_checks import USES_EXPECTED
-
+    USES_EXPECTED = LESSON.checks.USES_EXPECTED
     properties = {"pair_equal", "pair_differ", "raises_value_error", "buffer_not_parameter", "follows_to",
                   "learned_table", "grad_rows", "shape", "lm_names", "tied_head", "lm_same_device"}
     for q in load_questions(load_config()):

@@ -1,0 +1,153 @@
+"""autograder/lesson.py: the engine knows no lesson; a second one (tests/fixtures/lesson_demo) goes through the same
+commands as lesson83 (release, selfcheck, grade, report, merge) with its own config and no engine change."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from autograder.build import tool_env
+from autograder.config import ROOT, load_config
+from autograder.content import ContentError, load_questions
+from autograder.lesson import Lesson, LessonError
+
+FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
+
+
+def _cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The package's command line, as an instructor runs it, on the given grading config."""
+    return subprocess.run([sys.executable, "-m", "autograder.cli", "--config", str(config), *args], cwd=ROOT,
+                          env=tool_env(), capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the demo course folder, released once (otter assign and nbgrader) for the whole module."""
+    root = tmp_path_factory.mktemp("course") / "lesson_demo"
+    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    done = _cli(root / "grading_config.yaml", "release")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def graded(course: Path) -> Path:
+    """The release's sample class graded in the sandbox."""
+    done = _cli(course / "grading_config.yaml", "grade", str(course / "dist" / "samples"), "--out",
+                str(course / "grades"), "--quiet")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return course / "grades"
+
+
+def _grades(folder: Path) -> dict[str, dict[str, float | None]]:
+    """grades.csv: id -> column -> number (None where empty)."""
+    rows = csv.DictReader((folder / "grades.csv").open())
+    text = ("id", "status", "message")
+    return {r["id"]: {k: float(v) if v else None for k, v in r.items() if k not in text} for r in rows}
+
+
+def test_the_engine_names_no_lesson() -> None:
+    """`lesson83` appears in autograder/ in comments only (environment variables such as LESSON83_SANDBOX are
+    the engine's own settings)."""
+    found = []
+    for path in sorted((ROOT / "autograder").rglob("*.py")):
+        for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if tok.type != tokenize.COMMENT and "lesson83" in tok.string:
+                found.append(f"{path.relative_to(ROOT)}:{tok.start[0]}: {tok.string[:60]!r}")
+    assert found == []
+
+
+def test_a_lesson_is_found_from_its_name_alone() -> None:
+    lesson = load_config(FIXTURE / "grading_config.yaml").lesson
+    assert lesson == Lesson("lesson_demo", FIXTURE)
+    assert lesson.checks_file == FIXTURE / "assignments" / "lesson_demo" / "lesson_demo_checks.py"
+    assert lesson.trainer_file is None and lesson.data_files == []  # no milestone: nothing else is shipped
+    assert lesson.shipped_files == [lesson.checks_file]
+    assert lesson.sandbox_modules == {"lesson_demo_checks": lesson.checks_file}
+    assert lesson.reference_file == FIXTURE / "reference" / "lesson_demo.py"
+    assert [m.id for m in lesson.mistakes] == ["center_rows"]
+    assert lesson.kinds == {"00_intro": "prose", "q1_center": "cases", "q2_pick": "choices", "q3_explain": "manual"}
+    with pytest.raises(LessonError, match="assignments/lesson_nine"):
+        Lesson.load("lesson_nine", near=FIXTURE)
+
+
+def test_question_kinds_come_from_the_front_matter(tmp_path: Path) -> None:
+    config = load_config(FIXTURE / "grading_config.yaml")
+    questions = {q.id: q for q in load_questions(config)}
+    assert [q.kind for q in questions.values()] == ["prose", "cases", "choices", "manual"]
+    assert questions["q3_explain"].manual and not questions["q3_explain"].cases
+    assert [c["id"] for c in questions["q2_pick"].cases] == ["q2_pick/answers_valid", "q2_pick/correct_column_sum"]
+    src = tmp_path / "lesson_demo"
+    shutil.copytree(config.lesson.assignment_dir, src)
+    q1 = src / "q1_center.md"
+    q1.write_text(q1.read_text().replace("kind: cases\n", ""))
+    with pytest.raises(ContentError, match="kind"):
+        load_questions(config, src)
+    q1.write_text(q1.read_text().replace("id: q1_center\n", "id: q1_center\nkind: manual\n"))
+    with pytest.raises(ContentError, match="needs `written:` parts"):
+        load_questions(config, src)
+
+
+def test_release_builds_the_second_lesson_in_its_own_folder(course: Path) -> None:
+    student = course / "student_templates" / "lesson_demo"
+    assert sorted(p.name for p in student.iterdir() if p.is_file()) == ["lesson_demo.ipynb", "lesson_demo_checks.py"]
+    notebook = (student / "lesson_demo.ipynb").read_text()
+    assert "def center(x)" in notebook and "x.mean(axis=0" not in notebook  # the stub, not the solution
+    tests = "".join(p.read_text() for p in (student / "tests").glob("*.py"))
+    assert "from lesson_demo_checks import check_case" in tests
+    assert "lesson83_" not in tests + notebook and "assignments/lesson83" not in tests + notebook  # only the
+    # command's name (pyproject.toml's [project.scripts]) is the same, in the banner
+    assert not (ROOT / "student_templates" / "lesson_demo").exists()  # nothing written into this package's folder
+    dist = course / "dist"
+    assert (dist / "lesson_demo-otter-autograder.zip").is_file()
+    assert (dist / "nbgrader" / "lesson_demo_hidden_cases.json").is_file()
+    import zipfile
+
+    names = zipfile.ZipFile(dist / "lesson_demo-gradescope-autograder.zip").namelist()
+    assert {"lesson_demo/autograder/lesson.py", "lesson_demo/grading_config.yaml",
+            "lesson_demo/assignments/lesson_demo/lesson_demo_checks.py",
+            "lesson_demo/reference/lesson_demo_mistakes.py"} <= set(names)
+    assert not [n for n in names if "lesson83" in n]
+
+
+def test_selfcheck_of_the_second_lesson(course: Path) -> None:
+    done = _cli(course / "grading_config.yaml", "selfcheck")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {cols[0]: cols[1:] for cols in map(str.split, done.stdout.splitlines()) if cols and cols[0][:3] in
+            ("q1_", "q2_", "q3_")}
+    assert rows == {"q1_center": ["5", "5", "0"], "q2_pick": ["2", "2", "0"], "q3_explain": ["3", "manual", "manual"]}
+
+
+def test_grade_report_and_merge_of_the_second_lesson(course: Path, graded: Path) -> None:
+    grades = _grades(graded)
+    assert {k: grades["reference"][k] for k in ("q1_center", "q2_pick", "q3_explain", "total")} == \
+        {"q1_center": 5, "q2_pick": 2, "q3_explain": None, "total": 7}
+    assert grades["blank"]["total"] == 0
+    assert grades["mistake_center_rows"]["q1_center"] == 0 and grades["mistake_center_rows"]["q2_pick"] == 2
+    results = {p.stem: json.loads(p.read_text()) for p in (graded / "results").glob("*.json")}
+    mistake = next(r for k, r in results.items() if k.startswith("mistake_center_rows"))
+    assert {c["diagnosis"] for c in mistake["cases"] if not c["passed"]} == {"center_rows"}
+    cheat = next(r for k, r in results.items() if k.startswith("adversarial_read_reference"))
+    if cheat.get("isolation") != "none":  # the sandbox shows no reference/, wherever the lesson's folder is
+        assert "x.mean(axis=0" not in cheat.get("stdout", "")
+
+    done = _cli(course / "grading_config.yaml", "report", str(graded), "--out", str(course / "report"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    index = (course / "report" / "index.html").read_text()
+    assert "center_rows" in index and "q3_why" in index and "q1_equivariance" not in index
+    assert f"--config {course / 'grading_config.yaml'} grade" in index  # the command that grades this batch again
+
+    scores = course / "manual.csv"
+    scores.write_text("id,q3_why\nreference,3\n")
+    done = _cli(course / "grading_config.yaml", "merge", str(graded), str(scores))
+    assert done.returncode == 0, done.stdout + done.stderr
+    merged = _grades(graded)
+    assert merged["reference"]["q3_explain"] == 3 and merged["reference"]["total"] == 10
