@@ -48,7 +48,7 @@ DEFAULT_CONFIG = ROOT / "grading_config.yaml"
 # Verification re-evaluates on verify_windows evenly spaced validation windows (grading_config.yaml; 100 start
 # at 100,000 + 30 i), one forward pass of 512 tokens per window for all three contexts (measure_ppl), on one
 # thread per checkpoint (two threads on two cores cost more CPU for the same work; checkpoints run side by side).
-VERIFY_BATCH = 10  # windows per forward pass: on one thread, 1 to 10 cost the same and 50 about 25% more
+VERIFY_BATCH = 4  # windows per pass: on one thread 1 to 10 cost the same (4: few page faults), 50 about 25% more
 MAX_CHECKPOINT_MB = UPLOAD_CAP_MB  # five models in float32 take about 4 MB
 MAX_CLAIMS_KB = 256  # milestone.json is about 1 KB
 # The child that loads and evaluates a checkpoint may allocate this much beyond the started verifier (a

@@ -236,7 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="folder for the mistakes' checkpoints (reused)")
     parser.add_argument("--class-n", type=int, default=None, help="distinct checkpoints at class scale (24)")
     parser.add_argument("--spread", action="store_true", help="only: how far the reference's figures move at "
-                        "fewer windows (every offset of 100, 75, 60, 50 of the 300 windows)")
+                        "fewer windows (every offset of 100, 75, 60, 50 of the base windows)")
+    parser.add_argument("--spread-base", type=int, choices=(300, 3000), default=OLD_WINDOWS,
+                        help="--spread from the 300-window figures (a quick run's claims) or all 3000 (a full run's)")
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
         cpus = sorted(os.sched_getaffinity(0))[: args.cores]
@@ -244,8 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(max(1, args.cores))
     schemes = ("rope", "alibi") if args.smoke else lm.SCHEMES
     if args.spread:
-        print(f"from the reference's {OLD_WINDOWS}-window figures, {', '.join(schemes)}:")
-        print("\n".join(window_spread(schemes=schemes, counts=(100, 75, 60, 50))))
+        print(f"from the reference's {args.spread_base}-window figures, {', '.join(schemes)}:")
+        print("\n".join(window_spread(schemes=schemes, counts=(100, 75, 60, 50), base=args.spread_base)))
         return 0
     old_windows, new_windows = (20, 20) if args.smoke else (OLD_WINDOWS, ms.load_rules().verify_windows)
     work = args.work or Path(tempfile.mkdtemp(prefix="checkpoint_verify_"))
@@ -291,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if old["ok"] != new["ok"]:
             flipped.append(f"{name}: ok {old['ok']} -> {new['ok']}")
         worst = max(worst, moved := move(old, new))
-        ratio = f"{old_cpu / new_cpu:5.1f}x" if new_cpu > 0.05 else "cached"
+        ratio = f"{old_cpu / new_cpu:5.1f}x" if new_cpu > 0.2 else "-"  # nothing evaluated: cached or unfit
         shown = ", ".join(f"{p} {v}" for p, v in after.items()) if old["ok"] else old["message"][:60]
         print(f"{name:<40} {old_s:7.2f} {new_s:7.2f} {old_cpu:8.2f} {spawn_cpu:9.2f} {new_cpu:8.2f} {ratio:>6} "
               f"{moved:7.2%} {margin(new, rules):7.2%}  {shown}", flush=True)
