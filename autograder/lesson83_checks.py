@@ -560,17 +560,15 @@ def _student_line() -> str:
     return ", called from ".join(mine[:2])
 
 
-def _meta_sdpa(func: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
-    """scaled_dot_product_attention on `meta` tensors, from a memo of layouts when the same call was seen.
+def _meta_sdpa(func: Callable[..., Any], args: Any, kwargs: dict[str, Any], layouts: dict[tuple, tuple]) -> Any:
+    """scaled_dot_product_attention on `meta` tensors, from the memo `layouts` when the same call was seen.
 
     On `meta` nothing is computed, so the output (shape, strides, dtype) is a function of the inputs' layouts
     and the other arguments alone; torch still takes milliseconds to derive it, every call. The first call with
     given metadata runs torch's own kernel (and raises as it does); a later one returns an empty tensor of the
-    layout that call produced. Only the notebook's local checks keep that memo (MEMO.layouts, while check_case
-    runs): the grader runs each submission in a fresh process, and its module tables stay as they were built."""
+    layout that call produced. The memo is the caller's (lm_device: one per probe, or MEMO.layouts while a local
+    check runs), never a module-level table: the grader's guard reads a changed module table as tampering."""
     torch = _torch()
-    if not MEMO.active:
-        return func(*args, **kwargs)
 
     def meta(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
@@ -581,25 +579,33 @@ def _meta_sdpa(func: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> A
         return ("V", type(value).__name__, repr(value))
 
     key = (meta(args), tuple(sorted((k, meta(v)) for k, v in kwargs.items())), torch.is_grad_enabled())
-    layout = MEMO.layouts.get(key)
+    layout = layouts.get(key)
     if layout is None:
         out = func(*args, **kwargs)
-        if isinstance(out, torch.Tensor) and out.device.type == "meta":
-            MEMO.layouts[key] = (tuple(out.shape), out.stride(), out.dtype, out.requires_grad)
+        if (type(out) is torch.Tensor and out.device.type == "meta" and not out._is_view()
+                and out.storage_offset() == 0 and _fresh_meta(tuple(out.shape), out.stride(), out.dtype,
+                                                              out.requires_grad).stride() == out.stride()):
+            layouts[key] = (tuple(out.shape), out.stride(), out.dtype, out.requires_grad)
         return out
-    shape, stride, dtype, grad = layout
-    out = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
-    return out.requires_grad_() if grad else out
+    return _fresh_meta(*layout)
 
 
-def trace_devices(model: Any, X: Any) -> dict[str, Any] | None:
+def _fresh_meta(shape: tuple, stride: tuple, dtype: Any, grad: bool) -> Any:
+    """An empty `meta` tensor of this layout; with grad, a non-leaf (as an op's output is), so that an in-place
+    op on it is allowed as it is on the output of the op it stands for."""
+    out = _torch().empty_strided(shape, stride, dtype=dtype, device="meta")
+    return out.requires_grad_().clone() if grad else out
+
+
+def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = None) -> dict[str, Any] | None:
     """Run model(X) once and report the first op that combines tensors of different devices, or None.
 
     X and the model's parameters and buffers live on one device (the probe uses `meta`, so nothing is
     computed). A TorchFunctionMode sees every torch call of the forward pass, so a table made on the CPU
     inside forward (or kept as a plain attribute) is caught even where an op would accept it (on torch 2.13 a
     matmul of a meta tensor with a CPU tensor succeeds). 0-dim CPU tensors count as Python numbers, as they
-    do on a GPU. The report says which tensor, made where (module, line, op, shape), met which op.
+    do on a GPU. The report says which tensor, made where (module, line, op, shape), met which op. With
+    `layouts`, attention calls on `meta` reuse the output layout of an identical earlier call (`_meta_sdpa`).
     """
     torch = _torch()
     from torch.overrides import TorchFunctionMode
@@ -644,8 +650,9 @@ def trace_devices(model: Any, X: Any) -> dict[str, Any] | None:
                 raise DeviceMismatch({"op": name, "module": stack[-1] if stack else "",
                                       "line": _student_line(), "device": device.type,
                                       "tensor": describe(off[0]), "shape": list(off[0].shape)})
-            if name == "scaled_dot_product_attention" and inputs and all(t.device == device for t in inputs):
-                out = _meta_sdpa(func, args, kwargs)
+            if (layouts is not None and name == "scaled_dot_product_attention" and device.type == "meta" and inputs
+                    and all(t.device == device for t in inputs)):
+                out = _meta_sdpa(func, args, kwargs, layouts)
             else:
                 out = func(*args, **kwargs)
             made = [t for t in tensors(out) if t.device != device]
@@ -690,11 +697,12 @@ def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]
     """Per scheme, the first op of a forward pass on the `meta` device that mixes devices (None: clean)."""
     torch = _torch()
     out: dict[str, Any] = {}
+    layouts = MEMO.layouts if MEMO.active else {}  # one memo for the five traces (never a module-level table)
     for pos in schemes:
         model = _get(env, "TinyCharLM")(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL).to("meta")
         X = torch.zeros((2, T), dtype=torch.long, device="meta")
         try:
-            out[pos] = {"finding": trace_devices(model, X), "note": ""}
+            out[pos] = {"finding": trace_devices(model, X, layouts=layouts), "note": ""}
         except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             if "device" in text and ("cpu" in text or "meta" in text):
