@@ -116,7 +116,7 @@ def run_probe(env: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str,
 
 def _run_one(env: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any]:
     try:
-        _torch().manual_seed(0)  # modules with random init give the same values on every run
+        _seed(0)  # modules with random init give the same values on every run
         out = PROBES[name](env, **args)
         return from_plain(to_plain(out))
     except Exception as exc:  # noqa: BLE001 - any student error is recorded, not raised
@@ -184,6 +184,13 @@ def _torch():
     import torch
 
     return torch
+
+
+def _seed(seed: int) -> None:
+    """torch.manual_seed(seed) for the CPU generator, the one probes draw from. torch.manual_seed itself also queues
+    the seed for each accelerator backend not yet started and formats a stack trace for each, every call: about a
+    millisecond, and probes seed about ninety times per notebook."""
+    _torch().default_generator.manual_seed(seed)
 
 
 def _seeded(seed: int, *shape: int):
@@ -362,7 +369,7 @@ def rope_scores(env: dict[str, Any], T: int, d: int, seed: int, offset: int = 0,
     """Scores q_rot[m] . k_rot[n] for seeded q, k (torch.manual_seed(seed); q = randn(T, d); k = ...)."""
     torch = _torch()
     cache, rope = _get(env, "rope_cache"), _get(env, "apply_rope")
-    torch.manual_seed(seed)
+    _seed(seed)
     q, k = torch.randn(T, d), torch.randn(T, d)
     cos, sin = cache(T + offset, d) if base is None else cache(T + offset, d, base)
     cos, sin = cos[offset:offset + T], sin[offset:offset + T]
@@ -560,31 +567,54 @@ def _student_line() -> str:
     return ", called from ".join(mine[:2])
 
 
-def _meta_sdpa(func: Callable[..., Any], args: Any, kwargs: dict[str, Any], layouts: dict[tuple, tuple]) -> Any:
-    """scaled_dot_product_attention on `meta` tensors, from the memo `layouts` when the same call was seen.
+# Ops whose output on `meta` is a new tensor (never a view or an input) with a layout that follows from the
+# metadata of their arguments alone; lm_device's traces run each distinct call of these once.
+_FRESH_OPS = frozenset({
+    "scaled_dot_product_attention", "linear", "embedding", "matmul", "bmm", "mm", "outer", "softmax", "log_softmax",
+    "add", "sub", "mul", "div", "true_divide", "neg", "pow", "exp", "sin", "cos", "sqrt", "rsqrt", "where",
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+    "__matmul__", "__rmatmul__", "__neg__", "__pow__", "__rpow__", "cat", "stack", "masked_fill", "triu", "tril",
+    "ones", "zeros", "full", "arange", "ones_like", "zeros_like", "full_like", "clone", "contiguous"})
 
-    On `meta` nothing is computed, so the output (shape, strides, dtype) is a function of the inputs' layouts
-    and the other arguments alone; torch still takes milliseconds to derive it, every call. The first call with
-    given metadata runs torch's own kernel (and raises as it does); a later one returns an empty tensor of the
-    layout that call produced. The memo is the caller's (lm_device: one per probe, or MEMO.layouts while a local
-    check runs), never a module-level table: the grader's guard reads a changed module table as tampering."""
+
+def _meta_memo(func: Callable[..., Any], args: Any, kwargs: dict[str, Any], layouts: dict[tuple, tuple]) -> Any:
+    """An op of _FRESH_OPS on `meta` tensors, from the memo `layouts` when the same call was seen.
+
+    On `meta` nothing is computed, so such an op's output (shape, strides, dtype, whether it needs grad) is a
+    function of the op, the inputs' layouts and the other arguments alone; torch still takes from tens of
+    microseconds (add) to milliseconds (attention) to derive it, every call, and one model's two blocks repeat
+    the same calls. The first call with given metadata runs torch's own kernel (and raises as it does); a later
+    one returns an empty tensor of the layout that call produced. A call with an argument of any other kind (an
+    object of the student's own, say) is always run. The memo is the caller's (lm_device: one per probe, or
+    MEMO.layouts while a local check runs), never a module-level table: the grader's guard reads a changed module
+    table as tampering."""
     torch = _torch()
+    plain = (type(None), bool, int, float, str, torch.dtype, torch.device, torch.Size, torch.memory_format,
+             torch.layout)
 
     def meta(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return ("T", tuple(value.shape), value.stride(), value.storage_offset(), str(value.dtype),
-                    value.device.type, value.requires_grad)
-        if isinstance(value, list | tuple):
-            return tuple(meta(v) for v in value)
-        return ("V", type(value).__name__, repr(value))
+        t = type(value)
+        if t in (torch.Tensor, torch.nn.Parameter):
+            return ("T", t.__name__, tuple(value.shape), value.stride(), value.storage_offset(), str(value.dtype),
+                    value.device.type, value.requires_grad, value.layout == torch.strided)
+        if t in (list, tuple):
+            return (t.__name__, *(meta(v) for v in value))
+        if t in plain:
+            return ("V", t.__name__, repr(value))
+        raise TypeError(t.__name__)
 
-    key = (meta(args), tuple(sorted((k, meta(v)) for k, v in kwargs.items())), torch.is_grad_enabled())
+    try:
+        key = (func, meta(args), tuple(sorted((k, meta(v)) for k, v in kwargs.items())), torch.is_grad_enabled(),
+               torch.is_inference_mode_enabled())
+    except TypeError:
+        return func(*args, **kwargs)
     layout = layouts.get(key)
     if layout is None:
         out = func(*args, **kwargs)
-        if (type(out) is torch.Tensor and out.device.type == "meta" and not out._is_view()
-                and out.storage_offset() == 0 and _fresh_meta(tuple(out.shape), out.stride(), out.dtype,
-                                                              out.requires_grad).stride() == out.stride()):
+        inputs = [id(a) for a in args if isinstance(a, torch.Tensor)]
+        if (type(out) is torch.Tensor and out.device.type == "meta" and out.layout == torch.strided
+                and not out._is_view() and id(out) not in inputs and out.storage_offset() == 0
+                and _fresh_meta(tuple(out.shape), out.stride(), out.dtype, out.requires_grad).stride() == out.stride()):
             layouts[key] = (tuple(out.shape), out.stride(), out.dtype, out.requires_grad)
         return out
     return _fresh_meta(*layout)
@@ -605,7 +635,7 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
     inside forward (or kept as a plain attribute) is caught even where an op would accept it (on torch 2.13 a
     matmul of a meta tensor with a CPU tensor succeeds). 0-dim CPU tensors count as Python numbers, as they
     do on a GPU. The report says which tensor, made where (module, line, op, shape), met which op. With
-    `layouts`, attention calls on `meta` reuse the output layout of an identical earlier call (`_meta_sdpa`).
+    `layouts`, calls of _FRESH_OPS on `meta` reuse the output layout of an identical earlier call (`_meta_memo`).
     """
     torch = _torch()
     from torch.overrides import TorchFunctionMode
@@ -650,9 +680,9 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
                 raise DeviceMismatch({"op": name, "module": stack[-1] if stack else "",
                                       "line": _student_line(), "device": device.type,
                                       "tensor": describe(off[0]), "shape": list(off[0].shape)})
-            if (layouts is not None and name == "scaled_dot_product_attention" and device.type == "meta" and inputs
+            if (layouts is not None and name in _FRESH_OPS and device.type == "meta" and "out" not in kwargs
                     and all(t.device == device for t in inputs)):
-                out = _meta_sdpa(func, args, kwargs, layouts)
+                out = _meta_memo(func, args, kwargs, layouts)
             else:
                 out = func(*args, **kwargs)
             made = [t for t in tensors(out) if t.device != device]
