@@ -12,9 +12,11 @@ idea to revisit. Expected values are never typed in: the release builder compute
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -450,6 +452,141 @@ LM_VOCAB = 28  # <unk>, space, a-z
 LM_SMALL = {"num_hiddens": 32, "num_heads": 4, "num_blks": 2, "max_len": 512}  # cheap to run on a CPU
 
 
+def _layout(t: Any) -> tuple:
+    """Type, shape, strides, offset, dtype, device and requires_grad of a tensor."""
+    return (type(t), tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad)
+
+
+class _Unverifiable(Exception):
+    """A model holds something whose state cannot be snapshotted and compared, so it is never reused."""
+
+
+class _State:
+    """Everything a model's behaviour depends on besides its parameter values, as it is now.
+
+    Per module (in the order of named_modules): the module, its class, and every entry of its __dict__ (the
+    parameter, buffer and submodule tables included), snapshotted by value: numbers, strings and other
+    immutable values as they are; lists, tuples, dicts and sets entry by entry; buffers and other tensors, and
+    numpy arrays, by identity, layout and a copy of their values; parameters by identity and layout (the probes
+    fill their values by name before each use); modules and functions by identity. The model's classes (not
+    torch's own) are snapshotted by their attribute tables. Anything else (an object of the student's own, a
+    bound method, a tensor subclass) raises _Unverifiable.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.modules = list(model.named_modules(remove_duplicate=False))
+        self.params = {id(p): p for p in model.parameters()}
+        self.known = {id(m) for _, m in self.modules}
+        self.tables = [(m, type(m), self._node(dict(vars(m)))) for _, m in self.modules]
+        classes = {c for _, m in self.modules for c in type(m).__mro__
+                   if c is not object and not str(getattr(c, "__module__", "")).startswith("torch")}
+        self.classes = [(c, dict(vars(c))) for c in classes]
+
+    def _node(self, value: Any) -> tuple:
+        torch, t = _torch(), type(value)
+        if t in (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device):
+            return ("v", value)
+        if t in (list, tuple, torch.Size, dict, collections.OrderedDict):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            return ("c", t, tuple((self._node(k), self._node(v)) for k, v in items))
+        if t in (set, frozenset) and all(type(v) in (str, int) for v in value):
+            return ("s", t, frozenset(value))
+        if t in (torch.Tensor, torch.nn.Parameter) and value.layout == torch.strided:
+            if id(value) in self.params:
+                return ("p", value, _layout(value))
+            if value.device.type == "cpu":
+                return ("t", value, _layout(value), value.detach().clone())
+        if t is np.ndarray and value.dtype.kind in "biufc":
+            return ("a", value, value.copy())
+        if t in (types.FunctionType, types.BuiltinFunctionType) or (isinstance(value, torch.nn.Module)
+                                                                   and id(value) in self.known):
+            return ("i", value)
+        raise _Unverifiable(t.__name__)
+
+    def _same(self, node: tuple, value: Any) -> bool:
+        kind, t = node[0], type(value)
+        if kind == "v":
+            return t is type(node[1]) and (node[1] is value or node[1] == value)
+        if kind == "c":
+            items = list(value.items() if isinstance(value, dict) else enumerate(value))
+            return t is node[1] and len(items) == len(node[2]) and all(
+                self._same(kn, k) and self._same(vn, v) for (kn, vn), (k, v) in zip(node[2], items, strict=True))
+        if kind == "s":
+            return t is node[1] and value == node[2]
+        if value is not node[1]:
+            return False
+        if kind == "i":
+            return True
+        if kind == "a":
+            return value.dtype == node[2].dtype and np.array_equal(value, node[2])
+        return _layout(value) == node[2] and (kind == "p" or bool(_torch().equal(value.detach(), node[3])))
+
+    def same(self, model: Any) -> bool:
+        """Whether model is still in the state this snapshot holds."""
+        modules = list(model.named_modules(remove_duplicate=False))
+        return (len(modules) == len(self.modules)
+                and all(n == n0 and m is m0 for (n, m), (n0, m0) in zip(modules, self.modules, strict=True))
+                and {id(p) for p in model.parameters()} == self.params.keys()
+                and all(type(m) is cls and self._same(node, dict(vars(m))) for m, cls, node in self.tables)
+                and all(vars(c).keys() == table.keys() and all(vars(c)[k] is v for k, v in table.items())
+                        for c, table in self.classes))
+
+
+class ModelCache:
+    """TinyCharLM models built by the milestone probes, handed out again while provably as built.
+
+    The milestone probes want `TinyCharLM(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL)` as built right after
+    torch.manual_seed(0), then (most of them) fill its parameters by name; one local check builds the five models
+    17 times, one graded job 20 times, and an ALiBi model builds (4, 512, 512) tables. A model built once is
+    handed out again only while the namespace is the same dict with every public name bound to the same object
+    (a re-run cell starts afresh) and while, once model.train() has restored its training flags, everything but
+    its parameter values is as it was right after the build (`_State`): a forward pass or a probe that changed a
+    buffer, an attribute or a module, or a model holding anything that cannot be compared, means a fresh build.
+    The global RNG is left as the build left it. The models live on this object, not in a module-level dict: the
+    grader's guard reads a changed module table as tampering. (lm_device builds its own: it moves them to `meta`.)
+    """
+
+    def __init__(self) -> None:
+        self.env: dict[str, Any] | None = None
+        self.names: dict[str, Any] = {}
+        self.models: dict[str, tuple[Any, _State, Any]] = {}  # pos -> (model, its state as built, RNG after)
+
+    def build(self, env: dict[str, Any], pos: str) -> Any:
+        """The student's model for pos as built right after torch.manual_seed(0), parameter values aside."""
+        torch = _torch()
+        cls = _get(env, "TinyCharLM")
+        names = {k: v for k, v in env.items() if isinstance(k, str) and not k.startswith("_")}
+        settled = (self.env is env and names.keys() == self.names.keys()
+                   and all(names[k] is v for k, v in self.names.items()))
+        if not settled:  # a namespace seen for the first time keeps nothing yet: the release builder's probes
+            self.env, self.names, self.models = env, names, {}  # switch namespaces at every case
+        _seed(0)
+        kept = self.models.pop(pos, None)
+        if kept is not None:
+            model, state, rng = kept
+            try:
+                if model.train() is model and state.same(model):
+                    torch.set_rng_state(rng)
+                    self.models[pos] = kept
+                    return model
+            except Exception:  # noqa: BLE001 - a model that cannot even be compared is built afresh
+                pass
+            _seed(0)
+        model = cls(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL)
+        if settled:
+            rng = torch.get_rng_state()
+            try:
+                self.models[pos] = (model, _State(model), rng)
+            except Exception:  # noqa: BLE001 - _Unverifiable, or student code failing here: never reused
+                pass
+            finally:
+                torch.set_rng_state(rng)
+        return model
+
+
+MODELS = ModelCache()
+
+
 def _lm(env: dict[str, Any], pos: str, seed: int = 0) -> Any:
     """The student's TinyCharLM for pos, small, in eval mode, every parameter filled from its name.
 
@@ -459,7 +596,7 @@ def _lm(env: dict[str, Any], pos: str, seed: int = 0) -> Any:
     import zlib
 
     torch = _torch()
-    model = _get(env, "TinyCharLM")(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL)
+    model = MODELS.build(env, pos)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             gen = torch.Generator().manual_seed(seed + zlib.crc32(name.encode()))
@@ -524,7 +661,7 @@ def lm_structure(env: dict[str, Any], schemes: list[str]) -> dict[str, Any]:
     """Per scheme: state-dict entries and parameters with their shapes, and the names of the buffers."""
     out = {}
     for pos in schemes:
-        model = _get(env, "TinyCharLM")(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL)
+        model = MODELS.build(env, pos)
         out[pos] = {"state_dict": {k: list(v.shape) for k, v in model.state_dict().items()},
                     "parameters": {k: list(v.shape) for k, v in model.named_parameters()},
                     "buffers": sorted(k for k, _ in model.named_buffers())}
