@@ -638,8 +638,11 @@ def lm_causal(env: dict[str, Any], pos: str, T: int, t: int, seed: int) -> dict[
 @probe
 def lm_prefix(env: dict[str, Any], pos: str, T: int, prefix: int, seed: int,
               positions: list[int]) -> dict[str, Any]:
-    """Logits at some positions below `prefix`, from a T-token input and from its first `prefix` tokens."""
-    model, X = _lm(env, pos, seed), _tokens(seed, T)
+    """Logits at some positions below `prefix`, from a T-token input and from its first `prefix` tokens.
+
+    One sequence, not a batch of two as elsewhere: the property is about positions, every case that waits here
+    first needs the scheme's logits on a batch of two, and at T = 512 a second sequence doubles the cost."""
+    model, X = _lm(env, pos, seed), _tokens(seed, T, batch=1)
     return {"first": _logits(model, X)[:, positions], "second": _logits(model, X[:, :prefix])[:, positions]}
 
 
@@ -1414,9 +1417,11 @@ class VerdictMemo:
         self.checked: set[str] = set()
 
     @staticmethod
-    def key(case: dict[str, Any]) -> str:
-        """Everything that decides a verdict: the probe, its arguments, the check and the expected values."""
-        return dumps({k: v for k, v in case.items() if k != "gate"})
+    def key(raw: dict[str, Any]) -> str:
+        """Everything that decides a verdict: the probe, its arguments, the check and the expected values, from
+        the case as its JSON reads (arrays still as text: serialising them again would cost more than most
+        probes)."""
+        return json.dumps({k: v for k, v in raw.items() if k != "gate"}, sort_keys=True, separators=(",", ":"))
 
     def start(self, env: dict[str, Any], case: dict[str, Any]) -> None:
         """Called before case is checked as a case of its own: keeps the memo only if the check is the same."""
@@ -1446,17 +1451,19 @@ def run_case(env: dict[str, Any], case_json: str, *, memo: VerdictMemo | None = 
     grader (autograder/judge.py judge_outputs). With `memo`, a case already judged in the same check (as the
     gate of an earlier case, or as a case of its own) reuses that verdict instead of running its probe again;
     a case checked a second time starts a new check, so its own probe always runs then."""
-    case = loads(case_json)
+    raw = json.loads(case_json)
+    case = from_plain(raw)
     if memo is not None:
         memo.start(env, case)
-    verdict = memo.get(memo.key(case)) if memo is not None else None  # judged as a gate earlier in this check
+    key = memo.key(raw) if memo is not None else ""
+    verdict = memo.get(key) if memo is not None else None  # judged as a gate earlier in this check
     if verdict is None:
         verdict = judge(case, run_probe(env, case["probe"], case["args"]), case["expected"])
         if memo is not None:
-            memo.put(memo.key(case), verdict)
+            memo.put(key, verdict)
     gate = []
-    for g in case.get("gate", []):
-        key = memo.key(g) if memo is not None else ""
+    for g, g_raw in zip(case.get("gate", []), raw.get("gate", []), strict=True):
+        key = memo.key(g_raw) if memo is not None else ""
         v = memo.get(key) if memo is not None else None
         if v is None:
             v = judge(g, run_probe(env, g["probe"], g["args"]), g["expected"])
