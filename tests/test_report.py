@@ -19,7 +19,6 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import lesson83_checks as checks
 from autograder import report as report_module
 from autograder import suite as suite_module
 from autograder.batch import grade_batch
@@ -27,6 +26,7 @@ from autograder.build import filled_notebook
 from autograder.cli import main as cli_main
 from autograder.config import DEFAULT_CONFIG, ROOT
 from autograder.content import mc_answers, shuffled
+from autograder.lesson import default_lesson
 from autograder.report import (
     MANUAL_CSV,
     MARKER,
@@ -50,6 +50,8 @@ SCRIPT = "</pre><script>alert(1)</script>"
 HOSTILE_ID = "mallory<b>&'\""  # a file name a student chose: every character here must be escaped
 RAISER = f'def sinusoidal_pe(max_len, d):\n    raise ValueError("{SCRIPT}")'
 HOSTILE_ANSWER = "A buffer moves with .to() but is not trained. </div><script>alert(2)</script> & =1+1"
+
+checks = default_lesson().checks
 
 
 def _answer(nb: nbformat.NotebookNode, part: str, text: str) -> nbformat.NotebookNode:
