@@ -377,6 +377,7 @@ class _Pool:
         self.slots = threading.BoundedSemaphore(slots)
         self.idle: list[Verifier] = []
         self.guard = threading.Lock()
+        self.owner = os.getpid()  # a forked copy of this process must not stop the owner's verifiers
 
     def request(self, pt_bytes: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
         with self.slots:
@@ -395,6 +396,8 @@ class _Pool:
                     self.idle.append(verifier)
 
     def close(self) -> None:
+        if os.getpid() != self.owner:
+            return
         with self.guard:
             idle, self.idle = self.idle, []
         for verifier in idle:
