@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from autograder import batch
 from autograder.batch import MergeError, merge_scores
 from autograder.build import BuildError, release, stale_files
@@ -112,14 +114,39 @@ class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
 CONFIG_HELP = "grading_config.yaml to use"  # its default, DEFAULT_CONFIG, is every stage's config_path default
 
 
+ASSIGNMENT_HELP = ("the assignment (lesson) to work on: the grading config whose `assignment:` is NAME, looked up "
+                   "in --config, ./grading_config.yaml and assignments/NAME/grading_config.yaml (here and in the "
+                   "package's folder); default: the assignment of --config")
+
+
 class _VerbParser(argparse.ArgumentParser):
-    """A verb's parser: its help shows every default, and it takes --config after the verb too."""
+    """A verb's parser: its help shows every default, and it takes --config and --assignment after the verb too."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _ShowDefaults)
         super().__init__(*args, **kwargs)
         self.add_argument("--config", type=Path, default=argparse.SUPPRESS,
                           help=f"{CONFIG_HELP} (default: {DEFAULT_CONFIG})")
+        self.add_argument("--assignment", metavar="NAME", default=argparse.SUPPRESS, help=ASSIGNMENT_HELP)
+
+
+def config_for(assignment: str, *, config: Path = DEFAULT_CONFIG) -> Path:
+    """The grading config of `assignment`: one config per assignment, found where an instructor keeps it."""
+    seen = []
+    for path in dict.fromkeys(p.resolve() for p in (config, Path("grading_config.yaml"), Path("assignments") /
+                              assignment / "grading_config.yaml", ROOT / "assignments" / assignment /
+                              "grading_config.yaml")):
+        if not path.is_file():
+            continue
+        seen.append(str(path))
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if isinstance(raw, dict) and raw.get("assignment") == assignment:
+            return path
+    raise ConfigError(f"no grading config for assignment {assignment!r} (looked in: {', '.join(seen) or 'nothing'}); "
+                      "pass its grading_config.yaml with --config")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         description="The Lesson 83 homework package: one verb per pipeline stage, all listed below. "
                     f"`{command()} VERB --help` shows a verb's options and their defaults.")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=CONFIG_HELP)
+    parser.add_argument("--assignment", metavar="NAME", default=None, help=ASSIGNMENT_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="VERB", parser_class=_VerbParser)
     p = sub.add_parser("release", help="build the student release, the Otter zip and the nbgrader release")
     p.add_argument("--check", action="store_true", help="only report whether student_templates/ is stale")
@@ -160,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_merge)
     args = parser.parse_args(argv)
     try:
+        if args.assignment is not None:
+            args.config = config_for(args.assignment, config=args.config)
         return args.func(args)
     except (ConfigError, ContentError, BuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)

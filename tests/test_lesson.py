@@ -151,3 +151,21 @@ def test_grade_report_and_merge_of_the_second_lesson(course: Path, graded: Path)
     assert done.returncode == 0, done.stdout + done.stderr
     merged = _grades(graded)
     assert merged["reference"]["q3_explain"] == 3 and merged["reference"]["total"] == 10
+
+
+def test_assignment_selects_the_config_of_that_lesson(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`--assignment NAME` on any verb: the default config when it is NAME's, a course folder's own config
+    (the current folder), and a clear error naming where it looked otherwise."""
+    from autograder.cli import config_for
+    from autograder.cli import main as cli_main
+    from autograder.config import DEFAULT_CONFIG
+
+    course = tmp_path / "lesson_demo"
+    shutil.copytree(FIXTURE, course, ignore=shutil.ignore_patterns("__pycache__"))
+    assert config_for("lesson83") == DEFAULT_CONFIG.resolve()
+    monkeypatch.chdir(course)
+    assert config_for("lesson_demo") == (course / "grading_config.yaml").resolve()
+    assert cli_main(["selfcheck", "--assignment", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "no grading config for assignment 'nosuch'" in err and str(course / "grading_config.yaml") in err
