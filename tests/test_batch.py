@@ -634,7 +634,7 @@ def _forged_frames(suite: Suite) -> str:
 def test_hostile_class_grades_to_completion(tmp_path: Path, suite: Suite, notebooks: dict[str, bytes]) -> None:
     subs, out = tmp_path / "class", tmp_path / "out"
     subs.mkdir()
-    from test_grading import DO_NOTHING
+    from test_judge import DO_NOTHING
 
     kit = {**notebooks, "outside": tmp_path / "outside", "forge": _forged_frames(suite),
            "do_nothing": DO_NOTHING["zeros"]}
