@@ -215,14 +215,16 @@ def window_spread(*, schemes: Sequence[str], counts: Sequence[int], base: int = 
         return {c: math.exp(prefix[c - 1].item() / (len(rows) * c)) for c in lm.CONTEXTS}
 
     for k in counts:
-        step, worst = base // k, (0.0, "")
+        step, worst, first = base // k, (0.0, ""), 0.0
         for pos, rows in nll.items():
             full = figures(rows)
             for offset in range(step):
                 sub = figures(rows[offset::step])
                 for c in lm.CONTEXTS:
                     worst = max(worst, (abs(sub[c] - full[c]) / full[c], f"{pos} at {c}"))
-        lines.append(f"{k:>4} windows: figures move by up to {worst[0]:.2%} ({worst[1]}) over {step} offset(s)")
+                    first = max(first, abs(sub[c] - full[c]) / full[c]) if offset == 0 else first
+        lines.append(f"{k:>4} windows: figures move by up to {worst[0]:.2%} ({worst[1]}) over {step} offset(s), "
+                     f"{first:.2%} at offset 0 (the grader's windows)")
     return lines
 
 
