@@ -602,3 +602,77 @@ def test_local_check_judges_a_gate_again_when_the_function_is_rebound(suite: Sui
         checks.check_case(env, raises)  # its own check passes; the gate (table_d4) is judged again and fails
     assert "table_d4" in str(info.value), str(info.value)
     checks.MEMO.clear()
+
+
+INPLACE_THEN_CPU = (
+    "class TinyCharLM(TinyCharLM):\n"
+    "    def attend(self, q, k, v):\n"
+    "        if self.pos != 'none':\n"
+    "            return super().attend(q, k, v)\n"
+    "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+    "        out.mul_(1.0)  # in place on the attention output: allowed\n"
+    "        return out + torch.zeros(out.shape[-1])  # made on the CPU whatever the device: stops a GPU run\n")
+
+
+def test_local_device_check_agrees_with_the_grader_after_an_in_place_op_on_attention(suite: Suite) -> None:
+    """The local check's memo of meta-device layouts hands out an op's output as the op would (a non-leaf), so an
+    in-place op on it runs as it does in the grader, and the table made on the CPU after it is still found."""
+    from autograder.build import _case_json
+
+    cases = {c["id"]: c for c in suite.cases}
+    case = cases["m1_tinycharlm/same_device"]
+    env = dict(reference_env(suite))
+    exec(INPLACE_THEN_CPU, env)  # noqa: S102
+    graded = next(c for c in grade_namespace(suite, env, name="t").cases if c.id == case["id"])
+    assert not graded.passed and graded.diagnosis == "lm_tables_on_cpu", graded.message
+    checks.MEMO.clear()
+    with pytest.raises(AssertionError) as info:  # the learned model's trace fills the memo that none's then uses
+        checks.check_case(env, _case_json(case, suite.expected, cases))
+    assert "pos='none'" in str(info.value) and "on cpu" in str(info.value), str(info.value)
+    checks.MEMO.clear()
+
+
+STATEFUL_MODELS = {
+    "buffer written through .data": (
+        "class TinyCharLM(TinyCharLM):\n"
+        "    def add_positions(self, H):\n"
+        "        if self.pos == 'sinusoidal':\n"
+        "            self.pe.data.mul_(1.5)  # unseen by autograd's version counter\n"
+        "        return super().add_positions(H)\n"),
+    "buffer written through numpy": (
+        "class TinyCharLM(TinyCharLM):\n"
+        "    def attend(self, q, k, v):\n"
+        "        if self.pos == 'alibi':\n"
+        "            self.alibi_mask.numpy()[:, :, :1] += 0.5\n"
+        "        return super().attend(q, k, v)\n"),
+    "mask cached on the first call": (
+        "class TinyCharLM(TinyCharLM):\n"
+        "    def attend(self, q, k, v):\n"
+        "        if self.pos != 'none':\n"
+        "            return super().attend(q, k, v)\n"
+        "        T = q.shape[-2]\n"
+        "        if not hasattr(self, 'first_mask'):\n"
+        "            self.first_mask = torch.ones(T, T, dtype=torch.bool).triu(1)\n"
+        "        s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+        "        if self.first_mask.shape[0] >= T:\n"
+        "            s = s.masked_fill(self.first_mask[:T, :T], float('-inf'))\n"
+        "        return torch.softmax(s, -1) @ v\n"),
+    "call counter": (
+        "class TinyCharLM(TinyCharLM):\n"
+        "    def forward(self, X):\n"
+        "        self.calls = getattr(self, 'calls', 0) + 1\n"
+        "        return super().forward(X) * (1.0 if self.calls == 1 else 1.1)\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(STATEFUL_MODELS))
+def test_a_model_that_changes_itself_is_built_afresh_for_every_probe(suite: Suite, name: str) -> None:
+    """The milestone probes reuse a scheme's model only while it is as built: a model whose forward pass changes a
+    buffer or an attribute gets, probe by probe, the outputs of a model built for that probe alone."""
+    env = dict(reference_env(suite))
+    exec(STATEFUL_MODELS[name], env)  # noqa: S102
+    m1 = [c for c in suite.cases if c["question"] == "m1_tinycharlm" and c["probe"] != "lm_device"]
+    reused = [checks.run_probe(env, c["probe"], c["args"]) for c in m1]  # one namespace: models may be reused
+    alone = [checks.run_probe(dict(env), c["probe"], c["args"]) for c in m1]  # a new namespace each: never reused
+    for case, a, b in zip(m1, reused, alone, strict=True):
+        assert checks.dumps(a) == checks.dumps(b), case["id"]

@@ -758,9 +758,9 @@ def _meta_memo(func: Callable[..., Any], args: Any, kwargs: dict[str, Any], layo
     layout = layouts.get(key)
     if layout is None:
         out = func(*args, **kwargs)
-        inputs = [id(a) for a in args if isinstance(a, torch.Tensor)]
+        given = [v for a in (*args, *kwargs.values()) for v in (a if type(a) in (list, tuple) else (a,))]
         if (type(out) is torch.Tensor and out.device.type == "meta" and out.layout == torch.strided
-                and not out._is_view() and id(out) not in inputs and out.storage_offset() == 0
+                and not out._is_view() and all(out is not v for v in given) and out.storage_offset() == 0
                 and _fresh_meta(tuple(out.shape), out.stride(), out.dtype, out.requires_grad).stride() == out.stride()):
             layouts[key] = (tuple(out.shape), out.stride(), out.dtype, out.requires_grad)
         return out

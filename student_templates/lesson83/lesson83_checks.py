@@ -55,16 +55,11 @@ def check(fn: Callable[..., Verdict]) -> Callable[..., Verdict]:
     return fn
 
 
-# --------------------------------------------------------------------------- case JSON
-# The JSON form of case data (arguments, expected values, a probe's output as the local checks and the stored
-# results keep it), written by the release and read back here in the student's notebook: this module is shipped
-# alone, so it carries its own small codec. Its input is trusted; the grader reads what comes out of a student's
-# process through the engine's strict wire format instead (autograder/wire.py; the same array layout).
+# --------------------------------------------------------------------------- plain data
 
 
 def to_plain(value: Any) -> Any:
-    """JSON-ready form of case data: arrays become tagged base64 blobs, numpy scalars Python ones; any other
-    object is a TypeError."""
+    """JSON-ready form of probe data: arrays become tagged base64 blobs, everything else stays plain."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf":
             raise TypeError(f"arrays of dtype {value.dtype} are not plain data")
@@ -83,7 +78,7 @@ def to_plain(value: Any) -> Any:
 
 
 def from_plain(value: Any) -> Any:
-    """Inverse of `to_plain`, for trusted case JSON (it does not bound sizes: never feed it a student's bytes)."""
+    """Inverse of `to_plain`."""
     if isinstance(value, dict):
         if "__ndarray__" in value:
             dtype = np.dtype(value["dtype"])
@@ -98,12 +93,10 @@ def from_plain(value: Any) -> Any:
 
 
 def dumps(value: Any) -> str:
-    """Case data as canonical JSON text (sorted keys, no spaces), as the release writes it into the notebook's tests."""
     return json.dumps(to_plain(value), sort_keys=True, separators=(",", ":"))
 
 
 def loads(text: str) -> Any:
-    """Inverse of `dumps`."""
     return from_plain(json.loads(text))
 
 
@@ -759,9 +752,9 @@ def _meta_memo(func: Callable[..., Any], args: Any, kwargs: dict[str, Any], layo
     layout = layouts.get(key)
     if layout is None:
         out = func(*args, **kwargs)
-        inputs = [id(a) for a in args if isinstance(a, torch.Tensor)]
+        given = [v for a in (*args, *kwargs.values()) for v in (a if type(a) in (list, tuple) else (a,))]
         if (type(out) is torch.Tensor and out.device.type == "meta" and out.layout == torch.strided
-                and not out._is_view() and id(out) not in inputs and out.storage_offset() == 0
+                and not out._is_view() and all(out is not v for v in given) and out.storage_offset() == 0
                 and _fresh_meta(tuple(out.shape), out.stride(), out.dtype, out.requires_grad).stride() == out.stride()):
             layouts[key] = (tuple(out.shape), out.stride(), out.dtype, out.requires_grad)
         return out
