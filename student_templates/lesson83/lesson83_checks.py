@@ -55,11 +55,16 @@ def check(fn: Callable[..., Verdict]) -> Callable[..., Verdict]:
     return fn
 
 
-# --------------------------------------------------------------------------- plain data
+# --------------------------------------------------------------------------- case JSON
+# The JSON form of case data (arguments, expected values, a probe's output as the local checks and the stored
+# results keep it), written by the release and read back here in the student's notebook: this module is shipped
+# alone, so it carries its own small codec. Its input is trusted; the grader reads what comes out of a student's
+# process through the engine's strict wire format instead (autograder/wire.py; the same array layout).
 
 
 def to_plain(value: Any) -> Any:
-    """JSON-ready form of probe data: arrays become tagged base64 blobs, everything else stays plain."""
+    """JSON-ready form of case data: arrays become tagged base64 blobs, numpy scalars Python ones; any other
+    object is a TypeError."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf":
             raise TypeError(f"arrays of dtype {value.dtype} are not plain data")
@@ -78,7 +83,7 @@ def to_plain(value: Any) -> Any:
 
 
 def from_plain(value: Any) -> Any:
-    """Inverse of `to_plain`."""
+    """Inverse of `to_plain`, for trusted case JSON (it does not bound sizes: never feed it a student's bytes)."""
     if isinstance(value, dict):
         if "__ndarray__" in value:
             dtype = np.dtype(value["dtype"])
@@ -93,10 +98,12 @@ def from_plain(value: Any) -> Any:
 
 
 def dumps(value: Any) -> str:
+    """Case data as canonical JSON text (sorted keys, no spaces), as the release writes it into the notebook's tests."""
     return json.dumps(to_plain(value), sort_keys=True, separators=(",", ":"))
 
 
 def loads(text: str) -> Any:
+    """Inverse of `dumps`."""
     return from_plain(json.loads(text))
 
 
