@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.config import DEFAULT_CONFIG, ROOT
+from autograder.config import DEFAULT_CONFIG
 from autograder.judge import grade_namespace, notebook_env
 from autograder.suite import load_suite, reference_env
 from autograder.summaries import text_table
@@ -25,10 +25,12 @@ class SelfCheck:
         return "\n".join([text_table(self.rows), *(f"reference fails {m}" for m in self.failures), verdict])
 
 
-def selfcheck(*, config_path: Path = DEFAULT_CONFIG, templates: Path = ROOT / "student_templates") -> SelfCheck:
-    """Grade the reference solution and the committed blank student template in this process."""
+def selfcheck(*, config_path: Path = DEFAULT_CONFIG, templates: Path | None = None) -> SelfCheck:
+    """Grade the reference solution and the committed blank student template in this process (`templates`: the
+    folder of student releases, by default the lesson's student_templates/)."""
     suite = load_suite(config_path)
-    template = templates / suite.config.assignment / f"{suite.config.assignment}.ipynb"
+    lesson = suite.config.lesson
+    template = lesson.notebook if templates is None else templates / lesson.name / lesson.notebook.name
     ref = grade_namespace(suite, reference_env(suite), name="reference")
     env, _ = notebook_env(template)
     blank = grade_namespace(suite, env, name="blank template")

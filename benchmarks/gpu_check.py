@@ -121,7 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks import milestone_speed as speed
         from reference.lesson83 import TinyCharLM
 
-        mods.update(lm=ms.LESSON.trainer, ms=ms, speed=speed, model=TinyCharLM)
+        lm = ms.LESSON.trainer
+        mods.update(lm=lm, ms=ms, speed=speed, model=TinyCharLM)
         absent = [name for name in ("pydantic", "nbformat", "otter") if name in sys.modules]
         rec.say(f"imports ok (the milestone path imported none of pydantic, nbformat, otter: {not absent})")
         for pos in args.schemes or (["rope", "alibi"] if smoke else lm.SCHEMES):
