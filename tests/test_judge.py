@@ -627,7 +627,7 @@ def test_local_device_check_agrees_with_the_grader_after_an_in_place_op_on_atten
     assert not graded.passed and graded.diagnosis == "lm_tables_on_cpu", graded.message
     checks.MEMO.clear()
     with pytest.raises(AssertionError) as info:  # the learned model's trace fills the memo that none's then uses
-        checks.check_case(env, _case_json(case, suite.expected, cases))
+        checks.check_case(env, _case_json(case, suite.expected, cases, lesson=LESSON))
     assert "pos='none'" in str(info.value) and "on cpu" in str(info.value), str(info.value)
     checks.MEMO.clear()
 
