@@ -812,7 +812,10 @@ class _Worker:
         threads = str(limits.threads)
         env = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
                "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
-               "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
+               "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
+               # torch backs allocations of 2 MB and more with huge pages: each job is a fresh fork, so every large
+               # tensor (a long ALiBi bias, a model's tables) is first-touched page by page otherwise
+               "THP_MEM_ALLOC_ENABLE": "1"}
         if self.pool.sandbox == "bwrap":
             prefix, path, exe = _bwrap_argv(self.stage, self.hide, limits, self.cgroups)
             stage, scratch, wipe = _SANDBOX_STAGE, _SANDBOX_SCRATCH, [_SANDBOX_SCRATCH, "/dev/shm"]

@@ -572,8 +572,9 @@ class ModelCache:
         kept = self.models.pop(pos, None)
         if kept is not None:
             model, state, rng = kept
-            try:
-                if model.train() is model and state.same(model):
+            try:  # only what build itself kept: a model of this very class, with a snapshot of ours
+                if (type(model) is cls and type(state) is _State and model.train() is model
+                        and state.same(model)):
                     torch.set_rng_state(rng)
                     self.models[pos] = kept
                     return model
