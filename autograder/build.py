@@ -34,7 +34,7 @@ from autograder.content import (  # noqa: E402
     shuffled,
 )
 from autograder.lesson import Lesson  # noqa: E402
-from autograder.suite import checkpoint_shares, load_suite, read_suite  # noqa: E402
+from autograder.suite import CHECKPOINT_QUESTION, checkpoint_shares, load_suite, read_suite  # noqa: E402
 
 # Shipped next to the notebook: Lesson.shipped_files, the checks, the milestone trainer and its data (never
 # anything of reference/).
@@ -258,7 +258,8 @@ def _nbgrader_checkpoint_test(scheme: str, points: float) -> str:
     """A hidden nbgrader test worth one scheme's share of the milestone checkpoint: its value is the score
     (nbgrader's partial credit); a failure writes the reason to stderr (scored 0, no traceback)."""
     return (f"### BEGIN HIDDEN TESTS\n"
-            f"# m1_checkpoint/{scheme} ({points:g} points): milestone.pt and milestone.json next to the notebook\n"
+            f"# {CHECKPOINT_QUESTION}/{scheme} ({points:g} points): milestone.pt and milestone.json next to the "
+            f"notebook\n"
             f"import sys as _l83_sys\n"
             f"try:\n"
             f"    from autograder.milestone import verify_checkpoint as _l83_verify\n"
@@ -269,7 +270,7 @@ def _nbgrader_checkpoint_test(scheme: str, points: float) -> str:
             f"except Exception as _l83_err:\n"
             f"    _l83_ok, _l83_why = False, f'the checkpoint could not be verified ({{_l83_err!r}})'\n"
             f"if not _l83_ok:\n"
-            f"    _l83_sys.stderr.write('m1_checkpoint/{scheme}: ' + _l83_why + '\\n')\n"
+            f"    _l83_sys.stderr.write('{CHECKPOINT_QUESTION}/{scheme}: ' + _l83_why + '\\n')\n"
             f"round({points!r} * _l83_v['credit'], 4) if _l83_ok else 0.0\n"
             f"### END HIDDEN TESTS")
 
@@ -383,7 +384,7 @@ def _nbgrader_tests(w: _Writing, cell: Any) -> list[Any]:
                        "compares it with `milestone.json` and the bounds above "
                        f"({w.checkpoint_points:g} points, one share per scheme)."))
         out += [_code(_nbgrader_checkpoint_test(pos, pts),
-                      **_nbgrader_meta(f"m1_checkpoint-{pos}", solution=False, grade=True, points=pts))
+                      **_nbgrader_meta(f"{CHECKPOINT_QUESTION}-{pos}", solution=False, grade=True, points=pts))
                 for pos, pts in checkpoint_shares(w.checkpoint_points, lesson=q.lesson).items()]
     return out
 
