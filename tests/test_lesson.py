@@ -79,6 +79,24 @@ def test_a_lesson_is_found_from_its_name_alone() -> None:
         Lesson.load("lesson_nine", near=FIXTURE)
 
 
+def test_editing_the_catalogue_data_changes_the_fingerprint(tmp_path: Path) -> None:
+    """The catalogue's rows live in reference/NAME_mistakes.yaml: a change there changes the suite's fingerprint,
+    so the result cache (keyed on it) judges stored submissions again."""
+    from autograder.suite import suite_fingerprint
+
+    lesson = load_config().lesson
+    course = tmp_path / "course"
+    shutil.copytree(lesson.assignment_dir, course / "assignments" / lesson.name)
+    (course / "reference").mkdir()
+    for path in (lesson.reference_file, lesson.mistakes_file, lesson.mistakes_file.with_suffix(".yaml")):
+        shutil.copy(path, course / "reference")
+    shutil.copy(ROOT / "grading_config.yaml", course)
+    before = suite_fingerprint(course / "grading_config.yaml")
+    data = course / "reference" / f"{lesson.name}_mistakes.yaml"
+    data.write_text(data.read_text().replace("description: ", "description: (edited) ", 1))
+    assert suite_fingerprint(course / "grading_config.yaml") != before
+
+
 def test_question_kinds_come_from_the_front_matter(tmp_path: Path) -> None:
     config = load_config(FIXTURE / "grading_config.yaml")
     questions = {q.id: q for q in load_questions(config)}
