@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from functools import cache
 
@@ -142,19 +143,8 @@ class TinyCharLM(nn.Module):
 
     def attend(self, q, k, v):
         return ATTEND
-
-    def hidden(self, X):
-        B, T = X.shape
-        H = self.add_positions(self.token_emb(X))
-        for blk in self.blks:
-            q, k, v = (u.reshape(B, T, self.num_heads, self.head_dim).transpose(1, 2)
-                       for u in blk["qkv"](H).chunk(3, dim=-1))
-            H = H + blk["proj"](self.attend(q, k, v).transpose(1, 2).reshape(B, T, -1))
-        return H
-
-    def forward(self, X):
-        return F.linear(self.hidden(X), self.token_emb.weight)
-'''
+''' + "".join(f"\n{inspect.getsource(getattr(LESSON.reference.TinyCharLM, name))}" for name in ("hidden", "forward"))
+# hidden and forward: the template gives them as they are, the reference's own
 
 _MODULES = '''
 class SinusoidalPE(nn.Module):
