@@ -222,7 +222,7 @@ class CausalChunks(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
-        if func is _SDPA:
+        if func is F.scaled_dot_product_attention:
             return chunked_attention(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
 
