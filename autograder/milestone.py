@@ -47,7 +47,8 @@ TinyCharLM = LESSON.milestone_model
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "grading_config.yaml"
 # Verification re-evaluates on verify_windows evenly spaced validation windows (grading_config.yaml; 100 start
-# at 100,000 + 30 i), one forward pass of 512 tokens per window for all three contexts (measure_ppl), on one
+# at 100,000 + 30 i), one forward pass of 512 tokens per window for all three contexts (measure_ppl; the reference
+# model's causal attention computed by query chunks, CausalChunks below), on one
 # thread per checkpoint (two threads on two cores cost more CPU for the same work; checkpoints run side by side).
 VERIFY_BATCH = 4  # windows per pass: on one thread 1 to 10 cost the same (4: few page faults), 50 about 25% more
 MAX_CHECKPOINT_MB = UPLOAD_CAP_MB  # five models in float32 take about 4 MB
