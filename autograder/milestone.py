@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from autograder.lesson import default_lesson
 from autograder.limits import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB
@@ -46,7 +47,8 @@ TinyCharLM = LESSON.milestone_model
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "grading_config.yaml"
 # Verification re-evaluates on verify_windows evenly spaced validation windows (grading_config.yaml; 100 start
-# at 100,000 + 30 i), one forward pass of 512 tokens per window for all three contexts (measure_ppl), on one
+# at 100,000 + 30 i), one forward pass of 512 tokens per window for all three contexts (measure_ppl; the reference
+# model's causal attention computed by query chunks, CausalChunks below), on one
 # thread per checkpoint (two threads on two cores cost more CPU for the same work; checkpoints run side by side).
 VERIFY_BATCH = 4  # windows per pass: on one thread 1 to 10 cost the same (4: few page faults), 50 about 25% more
 MAX_CHECKPOINT_MB = UPLOAD_CAP_MB  # five models in float32 take about 4 MB
@@ -163,6 +165,69 @@ PROBLEMS = {
                               "code, or train the full preset.",
     "checkpoint_preset_not_accepted": "the checkpoint was trained with a preset this course does not accept.",
 }
+# The verifier's attention: causal self-attention split into query chunks of CAUSAL_CHUNK rows, chunk i computed
+# against keys 0..end of chunk i only. PyTorch's CPU flash kernel computes every score of a row block up to 512
+# keys and masks the future afterwards, so at 512 tokens it does the whole T x T square; the chunks skip about
+# 40% of it. Same math (only which masked scores are computed changes): figures move by float rounding only.
+CAUSAL_CHUNK = 64
+_SDPA = F.scaled_dot_product_attention
+_CAUSAL_MASKS: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+
+
+def _causal_float_mask(size: int, dtype: torch.dtype) -> torch.Tensor:
+    key = (size, dtype)
+    if key not in _CAUSAL_MASKS:
+        future = torch.ones(size, size, dtype=torch.bool).triu(1)
+        _CAUSAL_MASKS[key] = torch.zeros(size, size, dtype=dtype).masked_fill(future, float("-inf"))
+    return _CAUSAL_MASKS[key]
+
+
+def _hides_skipped(mask: torch.Tensor, size: int) -> bool:
+    """Whether an additive float mask is -inf wherever the chunks skip a score (keys after a chunk's last query),
+    so that skipping them changes nothing; checked on every call (a small part of the attention's cost)."""
+    if not mask.is_floating_point() or mask.shape[-2:] != (size, size):
+        return False
+    return all(bool(torch.isneginf(mask[..., start:start + CAUSAL_CHUNK, start + CAUSAL_CHUNK:]).all())
+               for start in range(0, size - CAUSAL_CHUNK, CAUSAL_CHUNK))
+
+
+def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                      dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                      **options: Any) -> torch.Tensor:
+    """F.scaled_dot_product_attention for causal self-attention, by query chunks of CAUSAL_CHUNK rows against
+    the keys up to the chunk's end (is_causal=True, or an additive float mask that is -inf above the diagonal:
+    ALiBi's); anything else goes to F.scaled_dot_product_attention unchanged."""
+    size = q.shape[-2]
+    causal_self = (dropout_p == 0.0 and not options and q.dim() == 4 and k.shape[-2] == v.shape[-2] == size
+                   and size > CAUSAL_CHUNK and not (is_causal and attn_mask is not None)
+                   and (is_causal or (attn_mask is not None and _hides_skipped(attn_mask, size))))
+    if not causal_self:
+        return _SDPA(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                     **options)
+    mask = _causal_float_mask(size, q.dtype) if attn_mask is None else attn_mask
+    out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=q.device)
+    for start in range(0, size, CAUSAL_CHUNK):
+        end = min(start + CAUSAL_CHUNK, size)
+        if start == 0 and attn_mask is None:  # queries and keys both start at 0: PyTorch's own causal mask
+            out[..., :end, :] = _SDPA(q[..., :end, :], k[..., :end, :], v[..., :end, :], is_causal=True,
+                                      scale=scale)
+        else:
+            out[..., start:end, :] = _SDPA(q[..., start:end, :], k[..., :end, :], v[..., :end, :],
+                                           attn_mask=mask[..., start:end, :end], scale=scale)
+    return out
+
+
+class CausalChunks(TorchFunctionMode):
+    """Within `with CausalChunks():`, F.scaled_dot_product_attention runs as chunked_attention: the reference
+    model's own forward pass, unchanged, with its causal attention computed by query chunks."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        if func is F.scaled_dot_product_attention:
+            return chunked_attention(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
 # Per checkpoint digest: what the child found in its config, and per (scheme, windows, batch, method) its
 # result; per (digest, memory_mb, timeout_s) why the child could not read it. A lock per digest makes a call
 # for weights already being evaluated (grade_batch verifies ahead in a thread) wait for that result.
@@ -171,7 +236,10 @@ _MEASURED: dict[tuple[str, str, int, int, str], dict[str, Any]] = {}
 _FAILED: dict[tuple[str, int, float], str] = {}
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
-METHODS = ("prefix", "legacy")  # legacy: one pass per context (evaluate_ppl), kept for the benchmark
+# prefix: one 512-token pass per window with CausalChunks; plain: the same pass with the model's attention as it is
+# (the grader before the chunks); legacy: one pass per context (evaluate_ppl). plain and legacy are kept for the
+# benchmark (benchmarks/checkpoint_verify.py).
+METHODS = ("prefix", "plain", "legacy")
 
 
 def _lock(digest: str) -> threading.Lock:
@@ -181,13 +249,16 @@ def _lock(digest: str) -> threading.Lock:
 
 @torch.inference_mode()
 def measure_ppl(model: torch.nn.Module, *, tokens: torch.Tensor, max_windows: int | None,
-                batch_size: int = VERIFY_BATCH, contexts: Sequence[int] = CONTEXTS) -> dict[int, float]:
+                batch_size: int = VERIFY_BATCH, contexts: Sequence[int] = CONTEXTS,
+                chunked: bool = True) -> dict[int, float]:
     """Validation perplexity per context from one forward pass per window at the longest context.
 
     The windows of every context start at the same places (val_starts), and TinyCharLM is causal with
     positions counted from each window's start (all five schemes), so the first c logits of a 512-token
     window are those of the c-token window: the token-weighted mean losses equal evaluate_ppl's up to float
     rounding (about 1e-7 relative), for about 60% of its arithmetic. tokens: corpus_tokens(), read once.
+    chunked: run the model's forward pass under CausalChunks (its attention by query chunks, the same
+    figures up to float rounding); False: as the model computes it alone.
     """
     model.eval()
     starts = val_starts(max_windows=max_windows)
@@ -195,7 +266,9 @@ def measure_ppl(model: torch.nn.Module, *, tokens: torch.Tensor, max_windows: in
     totals = torch.zeros(longest, dtype=torch.float64)
     for batch in starts.split(batch_size):
         X, Y = windows(tokens, batch, longest)
-        nll = F.cross_entropy(model(X).float().transpose(1, 2), Y, reduction="none")  # (batch, longest)
+        with CausalChunks() if chunked else contextlib.nullcontext():
+            logits = model(X)
+        nll = F.cross_entropy(logits.float().transpose(1, 2), Y, reduction="none")  # (batch, longest)
         totals += nll.sum(0, dtype=torch.float64)
     prefix = totals.cumsum(0)
     return {c: math.exp(prefix[c - 1].item() / (len(starts) * c)) for c in contexts}
@@ -449,7 +522,8 @@ def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
         try:
             ppl = (evaluate_ppl(model, batch_size=request["batch"], max_windows=request["windows"])
                    if request.get("method") == "legacy" else
-                   measure_ppl(model, tokens=tokens, batch_size=request["batch"], max_windows=request["windows"]))
+                   measure_ppl(model, tokens=tokens, batch_size=request["batch"], max_windows=request["windows"],
+                               chunked=request.get("method") != "plain"))
         except Exception as err:  # noqa: BLE001 - out of memory while evaluating
             out["schemes"][pos] = {"unfit": f"evaluating them failed ({type(err).__name__})"}
             continue
@@ -522,6 +596,7 @@ def _serve() -> int:
     models = {pos: TinyCharLM(pos=pos, **ARCH).eval() for pos in SCHEMES}
     for model in models.values():  # the first forward pass sets up kernels once, here, not in every child
         measure_ppl(model, tokens=tokens, max_windows=1)
+        measure_ppl(model, tokens=tokens, max_windows=1, chunked=False)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     times = os.times()
     stdout.write(json.dumps({"cpu_s": times.user + times.system}).encode() + b"\n")
@@ -552,8 +627,9 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
     and, per scheme, the re-evaluated ppl, the claimed ppl, the relative differences, the thresholds and the
     flags agrees, meets_thresholds, passed. The same weights are evaluated once per process, also when two
     threads ask at once (the second waits for the first). method "prefix" reads all contexts from one
-    512-token pass per window (measure_ppl); "legacy" runs evaluate_ppl's pass per context, as graders
-    before issue 13 did (benchmarks/checkpoint_verify.py compares the two).
+    512-token pass per window (measure_ppl) with the attention by query chunks (CausalChunks); "plain" is
+    the same pass without the chunks; "legacy" runs evaluate_ppl's pass per context, as graders before issue
+    13 did (benchmarks/checkpoint_verify.py compares the three).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")

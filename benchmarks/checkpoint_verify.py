@@ -2,18 +2,19 @@
 verdicts, and a class-scale figure.
 
 Three graders side by side, each running the real verify_checkpoint with its memory-limited reader:
-"old" (before issue 13): a fresh Python process per checkpoint that imports torch, 300 validation windows and a
-pass per context (evaluate_ppl), on every CPU (up to 4 threads); "spawn" (the first step of issue 13): the
-same fresh process per checkpoint on the configured verify_windows (100), one 512-token pass per window read at
-all three contexts (measure_ppl); "new" (today's grader): a child forked per checkpoint from a pre-started
-verifier (torch imported and the five models built once), one thread, the same windows and pass as "spawn".
-The checkpoints are the committed reference, the same weights with inflated claims (the sample class's), and
-one checkpoint per catalogued milestone mistake: the reference weights of the schemes it touches loaded into
-the mistaken TinyCharLM, tuned a few steps with it, and claims measured by that class as the student's notebook
-would (300 windows, the quick preset's table); only those schemes are verified (the others are the reference
-row). The class-scale figure verifies N distinct checkpoints (the reference with its weights perturbed by
-1e-4 relative noise, its claims unchanged) as grade_batch does: from VERIFY_SLOTS threads, on verifiers
-started for the run, and projects the CPU time of a class of 300 on 2 cores.
+"old" (when issue 13 was filed): a fresh Python process per checkpoint that imports torch, 300 validation
+windows and a pass per context (evaluate_ppl), on every CPU (up to 4 threads); "before" (the grader before the
+attention chunks): a child forked per checkpoint from a pre-started verifier (torch imported and the five models
+built once), one thread, the configured verify_windows (100), one 512-token pass per window read at all three
+contexts (measure_ppl, method "plain"); "new" (today's grader): as "before", with the reference model's causal
+attention computed by query chunks (CausalChunks, method "prefix"). The checkpoints are the committed reference,
+the same weights with inflated claims (the sample class's), and one checkpoint per catalogued milestone mistake:
+the reference weights of the schemes it touches loaded into the mistaken TinyCharLM, tuned a few steps with it,
+and claims measured by that class as the student's notebook would (300 windows, the quick preset's table); only
+those schemes are verified (the others are the reference row). The class-scale figure verifies N distinct
+checkpoints (the reference with its weights perturbed by 1e-4 relative noise, its claims unchanged) as
+grade_batch does, from VERIFY_SLOTS threads on verifiers started for the run, "before" and "new" interleaved in
+rounds at the same moment, and projects the CPU time of a class of 300 on 2 cores (start-up counted once).
 """
 
 from __future__ import annotations
@@ -108,19 +109,18 @@ def mistake_checkpoints(folder: Path, *, schemes: Sequence[str], tune_steps: int
 
 def timed(pt: Path | bytes, js: Path, *, schemes: Sequence[str], windows: int, mode: str,
           started: ms.Verifier) -> tuple[dict[str, Any], float, float]:
-    """verify_checkpoint's verdict, its wall-clock seconds and the CPU seconds of its reader: for "old" and
-    "spawn" a verifier process started for this checkpoint (start-up included), for "new" a child forked from
+    """verify_checkpoint's verdict, its wall-clock seconds and the CPU seconds of its reader: for "old" a
+    verifier process started for this checkpoint (start-up included), for "before" and "new" a child forked from
     the verifier `started` before."""
     wall = time.perf_counter()
-    if mode == "new":
+    if mode in ("before", "new"):
         result = ms.verify_checkpoint(pt, js, schemes=schemes, rules=ms.load_rules(), max_windows=windows,
-                                      verifier=started)
+                                      method="plain" if mode == "before" else "prefix", verifier=started)
         return result, time.perf_counter() - wall, result["cpu_s"]
     cpu = _children_cpu()
     with ms.Verifier(threads=ms._threads()) as verifier:
         result = ms.verify_checkpoint(pt, js, schemes=schemes, rules=ms.load_rules(), max_windows=windows,
-                                      batch_size=OLD_BATCH, method="legacy" if mode == "old" else "prefix",
-                                      verifier=verifier)
+                                      batch_size=OLD_BATCH, method="legacy", verifier=verifier)
     return result, time.perf_counter() - wall, _children_cpu() - cpu
 
 
@@ -169,31 +169,75 @@ def perturbed(n: int) -> list[bytes]:
     return out
 
 
-def class_scale(n: int, *, schemes: Sequence[str], windows: int) -> tuple[str, list[str]]:
-    """Verify n distinct checkpoints as grade_batch does; the summary line and the checkpoints not passed."""
+def class_scale(n: int, *, schemes: Sequence[str], windows: int, rounds: int = 2) -> tuple[list[str], list[str]]:
+    """Verify n distinct checkpoints as grade_batch does (VERIFY_SLOTS at a time, one verifier each), with the
+    grader before the chunks ("plain") and today's ("prefix") in turn, `rounds` times n/rounds checkpoints each;
+    the summary lines and the checkpoints not passed."""
+    import queue
+
     from autograder.config import load_config
 
     memory_mb = load_config().submissions.checkpoint_memory_mb
     claims = (REFERENCE / "milestone.json").read_bytes()
     files, rules = perturbed(n), ms.load_rules()
-    ms._POOL.close()  # verifiers started for this run: their start-up is counted
-    cpu, parent, wall = _children_cpu(), time.process_time(), time.perf_counter()
-    with ThreadPoolExecutor(ms.VERIFY_SLOTS) as ex:
-        results = list(ex.map(lambda pt: ms.verify_checkpoint(pt, claims, schemes=schemes, rules=rules,
-                                                               max_windows=windows, memory_mb=memory_mb), files))
-    wall = time.perf_counter() - wall
-    ms._POOL.close()  # the verifiers exit: their CPU time, and their children's, is counted
-    total = _children_cpu() - cpu + time.process_time() - parent
-    per = total / n
-    failed = [f"perturbed {i}: {verdicts(r)}" for i, r in enumerate(results)
+    methods = {"before": "plain", "new": "prefix"}
+    load = [os.getloadavg()[0]]
+    cpu = {name: 0.0 for name in methods}
+    wall = {name: 0.0 for name in methods}
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in methods}
+    pools: dict[str, list[ms.Verifier]] = {}
+    startup = {}
+    for name in methods:  # the verifiers a grading run starts, once
+        before = time.process_time()
+        pools[name] = [ms.Verifier().start() for _ in range(ms.VERIFY_SLOTS)]
+        startup[name] = sum(v.startup["cpu_s"] for v in pools[name])
+        cpu[name] += time.process_time() - before
+    for part in range(rounds):
+        batch = files[part * n // rounds:(part + 1) * n // rounds]
+        for name, method in methods.items():
+            free: queue.Queue[ms.Verifier] = queue.Queue()
+            for verifier in pools[name]:
+                free.put(verifier)
+
+            def one(pt: bytes, method: str = method, free: queue.Queue[ms.Verifier] = free) -> dict[str, Any]:
+                verifier = free.get()
+                try:
+                    return ms.verify_checkpoint(pt, claims, schemes=schemes, rules=rules, max_windows=windows,
+                                                memory_mb=memory_mb, method=method, verifier=verifier)
+                finally:
+                    free.put(verifier)
+
+            began, parent = time.perf_counter(), time.process_time()
+            with ThreadPoolExecutor(ms.VERIFY_SLOTS) as ex:
+                results[name] += list(ex.map(one, batch))
+            wall[name] += time.perf_counter() - began
+            cpu[name] += time.process_time() - parent
+            load.append(os.getloadavg()[0])
+    for name in methods:  # the verifiers exit: their CPU time, and their children's, is counted
+        children = _children_cpu()
+        for verifier in pools[name]:
+            verifier.close()
+        cpu[name] += _children_cpu() - children
+    lines = [f"class scale: {n} distinct checkpoints verified as grade_batch does ({ms.VERIFY_SLOTS} at a time), "
+             f"before and new in turn, {rounds} rounds of {n // rounds}; load average "
+             f"{min(load):.1f}-{max(load):.1f}"]
+    per = {}
+    for name in methods:
+        per[name] = (cpu[name] - startup[name]) / n
+        total = startup[name] + CLASS * per[name]
+        lines.append(f"  {name:<7} {wall[name]:7.1f} s wall, {cpu[name]:7.1f} CPU-s ({startup[name]:.1f} of them "
+                     f"the verifiers' start-up): {per[name]:.2f} CPU-s per checkpoint; projected for {CLASS} on 2 "
+                     f"cores: {total / 2 / 60:.1f} min ({total / 2 / GOAL_S:.0%} of the {GOAL_S // 60}-minute goal, "
+                     f"leaving {max(0.0, 2 * GOAL_S - total) / CLASS:.1f} CPU-s per submission for its notebook)")
+    lines.append(f"  new / before: {per['new'] / per['before']:.2f} of the CPU per checkpoint "
+                 f"({per['before'] / per['new']:.2f}x less)")
+    failed = [f"{name} perturbed {i}: {verdicts(r)}" for name in methods for i, r in enumerate(results[name])
               if not (r["ok"] and all(row["passed"] for row in r["schemes"].values()))]
-    projected = CLASS * per / 2
-    line = (f"class scale: {n} distinct checkpoints verified as grade_batch does ({ms.VERIFY_SLOTS} at a time) in "
-            f"{wall:.1f} s wall, {total:.1f} CPU-s with the verifiers' start-up: {per:.2f} CPU-s per checkpoint; "
-            f"projected for {CLASS} on 2 cores: {projected / 60:.1f} min of both cores ({projected / GOAL_S:.0%} of "
-            f"the {GOAL_S // 60}-minute goal, leaving {max(0.0, 2 * GOAL_S - CLASS * per) / CLASS:.1f} CPU-s per "
-            "submission for its notebook)")
-    return line, failed
+    drift = max(move(a, b) for a, b in zip(results["before"], results["new"]))
+    lines.append(f"  figures, new against before, over the {n} checkpoints: largest relative change {drift:.1e}")
+    if drift > 1e-5:
+        failed.append(f"class scale: new and before figures differ by {drift:.1e}")
+    return lines, failed
 
 
 def window_spread(*, schemes: Sequence[str], counts: Sequence[int], base: int = OLD_WINDOWS) -> list[str]:
@@ -229,8 +273,8 @@ def window_spread(*, schemes: Sequence[str], counts: Sequence[int], base: int = 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print old, spawn and new CPU seconds per checkpoint side by side, the figures' largest move, the verdicts
-    and the class-scale figure."""
+    """Print old, before and new CPU seconds per checkpoint side by side, how far the figures move, the verdicts
+    and the class-scale figures of before and new."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny run (two schemes, one mistake, 20 windows)")
     parser.add_argument("--cores", type=int, default=2, help="CPUs this process and its children may use")
@@ -267,45 +311,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     rules = ms.load_rules()
     started = ms.Verifier().start()
     print(f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores, torch "
-          f"{torch.__version__}; old: a process per checkpoint, {old_windows} windows, a pass per context, "
-          f"{ms._threads()} threads; spawn: a process per checkpoint, {new_windows} windows, one 512-token pass "
-          f"each; new: as spawn, forked from a started verifier, one thread (its start-up, once: "
-          f"{started.startup['cpu_s']:.1f} CPU-s); mistakes' checkpoints built in {time.perf_counter() - began:.0f} s "
-          f"under {work}")
-    print(f"{'checkpoint':<40} {'old s':>7} {'new s':>7} {'old cpu':>8} {'spawn cpu':>9} {'new cpu':>8} "
-          f"{'ratio':>6} {'moved':>7} {'margin':>7}  verdicts")
+          f"{torch.__version__}, load average {os.getloadavg()[0]:.1f}; old: a process per checkpoint, {old_windows} "
+          f"windows, a pass per context, {ms._threads()} threads; before: a child forked from a started verifier, "
+          f"one thread, {new_windows} windows, one 512-token pass each; new: as before, the attention by query "
+          f"chunks of {ms.CAUSAL_CHUNK} (the verifier's start-up, once: {started.startup['cpu_s']:.1f} CPU-s); "
+          f"mistakes' checkpoints built in {time.perf_counter() - began:.0f} s under {work}")
+    print(f"{'checkpoint':<40} {'old s':>7} {'new s':>7} {'old cpu':>8} {'before cpu':>10} {'new cpu':>8} "
+          f"{'ratio':>6} {'vs before':>9} {'moved':>7} {'drift':>8} {'margin':>7}  verdicts")
     flipped, totals = [], [0.0] * 5
-    worst = 0.0
+    worst = drift_worst = 0.0
     for name, (pt, js, touched) in checkpoints.items():
         if not touched:
             print(f"{name:<40} {'its weights and claims are the reference checkpoint:':>50} {', '.join(schemes)}")
             continue
-        old, old_s, old_cpu = timed(pt, js, schemes=touched, windows=old_windows, mode="old",
-                                     started=started)
-        spawn, _, spawn_cpu = timed(pt, js, schemes=touched, windows=new_windows, mode="spawn",
-                                     started=started)
-        new, new_s, new_cpu = timed(pt, js, schemes=touched, windows=new_windows, mode="new",
-                                     started=started)
-        for i, v in enumerate((old_s, new_s, old_cpu, spawn_cpu, new_cpu)):
+        old, old_s, old_cpu = timed(pt, js, schemes=touched, windows=old_windows, mode="old", started=started)
+        before, _, before_cpu = timed(pt, js, schemes=touched, windows=new_windows, mode="before", started=started)
+        new, new_s, new_cpu = timed(pt, js, schemes=touched, windows=new_windows, mode="new", started=started)
+        for i, v in enumerate((old_s, new_s, old_cpu, before_cpu, new_cpu)):
             totals[i] += v
-        before, after = verdicts(old), verdicts(new)
-        flipped += [f"{name}/{pos}: {before[pos]} -> {after[pos]}" for pos in before if before[pos] != after[pos]]
-        if move(spawn, new) > 1e-5:  # the same windows and pass: only float rounding may differ
-            flipped.append(f"{name}: spawn and new figures differ by {move(spawn, new):.2e}")
+        was, now = verdicts(old), verdicts(new)
+        flipped += [f"{name}/{pos}: {was[pos]} -> {now[pos]}" for pos in was if was[pos] != now[pos]]
+        flipped += [f"{name}/{pos}: before {v} -> new {now[pos]}" for pos, v in verdicts(before).items()
+                    if v != now[pos]]
+        drift_worst = max(drift_worst, drift := move(before, new))
+        if drift > 1e-5:  # the same windows and pass, the attention by chunks: only float rounding may differ
+            flipped.append(f"{name}: before and new figures differ by {drift:.2e}")
         if old["ok"] != new["ok"]:
             flipped.append(f"{name}: ok {old['ok']} -> {new['ok']}")
         worst = max(worst, moved := move(old, new))
-        ratio = f"{old_cpu / new_cpu:5.1f}x" if new_cpu > 0.2 else "-"  # nothing evaluated: cached or unfit
-        shown = ", ".join(f"{p} {v}" for p, v in after.items()) if old["ok"] else old["message"][:60]
-        print(f"{name:<40} {old_s:7.2f} {new_s:7.2f} {old_cpu:8.2f} {spawn_cpu:9.2f} {new_cpu:8.2f} {ratio:>6} "
-              f"{moved:7.2%} {margin(new, rules):7.2%}  {shown}", flush=True)
-    print(f"{'all':<40} {totals[0]:7.2f} {totals[1]:7.2f} {totals[2]:8.2f} {totals[3]:9.2f} {totals[4]:8.2f} "
-          f"{totals[2] / max(totals[4], 1e-9):5.1f}x {worst:7.2%}")
-    print("moved: the largest relative change of a figure (scheme, context) from old to new; margin: how far the "
-          "new figures are from changing a verdict (relative difference past rel_tol, or distance from a bound)")
+        nothing = new_cpu <= 0.2  # nothing evaluated: cached or unfit
+        ratio = "-" if nothing else f"{old_cpu / new_cpu:5.1f}x"
+        versus = "-" if nothing else f"{before_cpu / new_cpu:5.2f}x"
+        shown = ", ".join(f"{p} {v}" for p, v in now.items()) if old["ok"] else old["message"][:60]
+        print(f"{name:<40} {old_s:7.2f} {new_s:7.2f} {old_cpu:8.2f} {before_cpu:10.2f} {new_cpu:8.2f} {ratio:>6} "
+              f"{versus:>9} {moved:7.2%} {drift:8.1e} {margin(new, rules):7.2%}  {shown}", flush=True)
+    print(f"{'all':<40} {totals[0]:7.2f} {totals[1]:7.2f} {totals[2]:8.2f} {totals[3]:10.2f} {totals[4]:8.2f} "
+          f"{totals[2] / max(totals[4], 1e-9):5.1f}x {totals[3] / max(totals[4], 1e-9):8.2f}x {worst:7.2%} "
+          f"{drift_worst:8.1e}")
+    print("ratio: old / new CPU; vs before: before / new CPU; moved: the largest relative change of a figure (scheme, "
+          "context) from old to new; drift: the same from before to new (float rounding of the chunked attention); "
+          "margin: how far the new figures are from changing a verdict (relative difference past rel_tol, or "
+          f"distance from a bound); load average now {os.getloadavg()[0]:.1f}")
     started.close()
-    line, failed = class_scale(args.class_n or (2 if args.smoke else 24), schemes=schemes, windows=new_windows)
-    print(line)
+    lines, failed = class_scale(args.class_n or (2 if args.smoke else 24), schemes=schemes, windows=new_windows,
+                                rounds=1 if args.smoke else 2)
+    print("\n".join(lines))
     flipped += failed
     print(f"flipped: {'; '.join(flipped) if flipped else 'none'}")
     return 1 if flipped else 0

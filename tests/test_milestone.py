@@ -573,6 +573,44 @@ def test_one_pass_gives_every_context(pos: str) -> None:
     assert all(abs(got[c] - expected[c]) <= 1e-5 * expected[c] for c in lm.CONTEXTS), (got, expected)
 
 
+@pytest.mark.parametrize("pos", lm.SCHEMES)
+def test_chunked_attention_gives_the_reference_forward(pos: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verifier's attention by query chunks (CausalChunks around the reference TinyCharLM, unchanged) gives
+    the plain forward's logits up to float rounding, at 512 tokens and at lengths with a short last chunk; at 512
+    every block's attention really runs as 8 chunks (ALiBi's mask is recognised as causal)."""
+    model = ms.build_model(pos, ms.load_checkpoint(CHECKPOINT / "milestone.pt")[1][pos])
+    X, _ = lm.windows(lm.corpus_tokens(), lm.val_starts(max_windows=3), 512)
+    queries: list[int] = []
+    real = ms._SDPA
+    monkeypatch.setattr(ms, "_SDPA", lambda q, *a, **kw: queries.append(q.shape[-2]) or real(q, *a, **kw))
+    with torch.inference_mode():
+        for length in (512, 200, 64):
+            plain = model(X[:, :length])
+            queries.clear()
+            with ms.CausalChunks():
+                chunked = model(X[:, :length])
+            torch.testing.assert_close(chunked, plain, rtol=1e-5, atol=1e-5)
+            if length == 512:
+                assert queries == [ms.CAUSAL_CHUNK] * (2 * 512 // ms.CAUSAL_CHUNK), queries
+
+
+def test_chunked_attention_leaves_other_attention_alone() -> None:
+    """Only causal self-attention is chunked: a mask that lets a query see a later key (even one), a boolean mask,
+    or keys of another length go to PyTorch's attention unchanged, so the result is bit for bit the same."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 200, 32, generator=gen) for _ in range(3))
+    causal = torch.zeros(200, 200).masked_fill(torch.ones(200, 200, dtype=torch.bool).triu(1), float("-inf"))
+    peeks = causal.clone()
+    peeks[10, 150] = 0.0  # row 10 may see key 150, past its chunk's end
+    for kwargs in ({"attn_mask": peeks}, {"attn_mask": torch.zeros(200, 200)}, {"attn_mask": causal == 0},
+                   {}):
+        assert torch.equal(ms.chunked_attention(q, k, v, **kwargs), F.scaled_dot_product_attention(q, k, v, **kwargs))
+    short = k[..., :100, :], v[..., :100, :]
+    assert torch.equal(ms.chunked_attention(q, *short), F.scaled_dot_product_attention(q, *short))
+    torch.testing.assert_close(ms.chunked_attention(q, k, v, attn_mask=causal),
+                               F.scaled_dot_product_attention(q, k, v, is_causal=True), rtol=1e-5, atol=1e-6)
+
+
 def test_same_weights_asked_twice_at_once_run_one_child(tiny_checkpoint: tuple[Path, Path],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """grade_batch verifies ahead in a thread while the consumer may ask for the same weights: one child."""
