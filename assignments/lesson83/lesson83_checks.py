@@ -1036,8 +1036,9 @@ def _close(a: Any, b: Any, atol: float, rtol: float) -> bool:
 
 def _match(got: dict[str, Any], expected: dict[str, Any], atol: float, rtol: float, key: str) -> dict | None:
     """The catalogued mistake whose output on this case matches what the student returned, if any."""
-    for variant in expected.get("variants", []):
-        if key in got and key in variant["output"] and _close(got[key], variant["output"][key], atol, rtol):
+    for variant in expected.get("variants", []):  # a local check keeps their outputs in JSON form (`_decoded`)
+        output = variant["output"]
+        if key in got and key in output and _close(got[key], from_plain(output[key]), atol, rtol):
             return variant
     return None
 
@@ -1548,6 +1549,21 @@ class VerdictMemo:
 MEMO = VerdictMemo()  # used by check_case (the notebook's checks); run_case alone never reuses a verdict
 
 
+def _decoded(raw: dict[str, Any]) -> dict[str, Any]:
+    """from_plain of a case's JSON (its gates too), leaving each catalogued mistake's output in JSON form: `_match`
+    decodes them when a case fails; a case that passes never reads them, and they are most of a milestone case."""
+    case = from_plain({k: v for k, v in raw.items() if k not in ("expected", "gate")})
+    expected = raw.get("expected")
+    if isinstance(expected, dict) and isinstance(expected.get("variants"), list):
+        case["expected"] = from_plain({k: v for k, v in expected.items() if k != "variants"})
+        case["expected"]["variants"] = expected["variants"]
+    elif "expected" in raw:
+        case["expected"] = from_plain(expected)
+    if isinstance(raw.get("gate"), list):
+        case["gate"] = [_decoded(g) for g in raw["gate"]]
+    return case
+
+
 def run_case(env: dict[str, Any], case_json: str, *, memo: VerdictMemo | None = None) -> None:
     """Local check used by the notebook's test files: probe, judge, and raise CheckFailed with the message.
 
@@ -1555,8 +1571,12 @@ def run_case(env: dict[str, Any], case_json: str, *, memo: VerdictMemo | None = 
     grader (autograder/judge.py judge_outputs). With `memo`, a case already judged in the same check (as the
     gate of an earlier case, or as a case of its own) reuses that verdict instead of running its probe again;
     a case checked a second time starts a new check, so its own probe always runs then."""
-    raw = json.loads(case_json)
-    case = from_plain(raw)
+    _run_raw(env, json.loads(case_json), memo=memo)
+
+
+def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | None) -> None:
+    """run_case on the case's JSON, already parsed."""
+    case = _decoded(raw)
     if memo is not None:
         memo.start(env, case)
     key = memo.key(raw) if memo is not None else ""
@@ -1590,12 +1610,13 @@ def check_case(env: dict[str, Any], case_json: str) -> None:
     more threads only wait for each other), restoring the student's setting after, and recorded for the
     question's summary."""
     torch = _torch()
-    case_id, threads = json.loads(case_json)["id"], torch.get_num_threads()
+    raw, threads = json.loads(case_json), torch.get_num_threads()
+    case_id = raw["id"]
     LOCAL_RESULTS[case_id] = False
     torch.set_num_threads(1)
     MEMO.active = True
     try:
-        run_case(env, case_json, memo=MEMO)
+        _run_raw(env, raw, memo=MEMO)
     finally:
         MEMO.active = False
         torch.set_num_threads(threads)
