@@ -1,15 +1,16 @@
 """Execution stage: run student notebooks in a sandbox, call probes inside them and return plain data.
 
 Layout. A WorkerPool starts one warm *zygote* per worker, inside bubblewrap when it works: a Python process
-with numpy, torch, IPython and the probe module imported. Per submission the grader creates the child's
-channels itself (a socketpair for the job and the result frames, a pipe for stdout/stderr) and hands only
-the child's ends to the zygote over a Unix control socket (SCM_RIGHTS). The zygote forks a child, closes
-its copies and only *watches* it: exit status, wall clock, CPU, memory of the submission as a whole; then
-it kills the child's process tree, wipes the scratch folder, /dev/shm and System V IPC objects, and
-replies with a small header of facts. The child drops to an unprivileged uid (when the grader runs as
-root), applies the limits, receives its cells from the grader, runs them in-process with IPython's
-InteractiveShell and answers the grader's probe requests in order, one framed wire message (never a
-pickle) per answer. The grader reads stdout (capped) and the frames itself; judging happens in the grader.
+with numpy, torch, IPython, the probe module and the lesson's other shipped modules imported (lesson-level
+code, nothing of any job). Per submission the grader creates the child's channels itself (a socketpair for the
+job and the result frames, a pipe for stdout/stderr) and hands only the child's ends to the zygote over a Unix
+control socket (SCM_RIGHTS). The zygote forks a child, closes its copies and only *watches* it: exit status,
+wall clock, CPU, memory of the submission as a whole; then it kills the child's process tree, wipes the
+scratch folder, /dev/shm and System V IPC objects, and replies with a small header of facts. The child drops
+to an unprivileged uid (when the grader runs as root), applies the limits, receives its cells from the grader,
+runs them in-process with IPython's InteractiveShell and answers the grader's probe requests in order, one
+framed wire message (never a pickle) per answer. The grader reads stdout (capped) and the frames itself;
+judging happens in the grader.
 
 Time. Each run of a notebook gets the whole-notebook limits (wall clock, enforced by the zygote; CPU, by
 RLIMIT_CPU). The grader times each cell from the frames (a cell starts when the previous one reports) and,
@@ -120,9 +121,10 @@ MEMORY_GUARD_ENV = "LESSON83_MEMORY_GUARD"  # "watchdog" forces the watchdog whe
 SANDBOX_ENV = "LESSON83_SANDBOX"  # "none" forces the fallback (no bubblewrap) where "auto" would pick bwrap
 SKIP_TAGS = ("long-running", "milestone-train")
 CGROUP_PREFIX = "grader-cgroup-"  # one memory and one pids group per worker: PREFIX<pid>-<slot>
-PRELOAD = ("numpy", "torch", "torch._dynamo", "IPython.core.interactiveshell")  # torch._dynamo wraps
-# torch.manual_seed when first imported: loaded before the guard records identities, so honest code that
-# triggers it (fused attention, torch.compile) is not reported as tampering
+PRELOAD = ("numpy", "torch", "torch._dynamo", "IPython.core.interactiveshell", "IPython.core.logger", "bdb")
+# torch._dynamo wraps torch.manual_seed when first imported: loaded before the guard records identities, so honest
+# code that triggers it (fused attention, torch.compile) is not reported as tampering. IPython imports its logger
+# and bdb at the first cell it runs: every child would import them again.
 MAX_NOTEBOOK_BYTES = UPLOAD_CAP_MB * MIB
 Probe = tuple[Any, ...]  # (case key, probe name, args) or (case key, probe name, args, hidden)
 
@@ -289,6 +291,7 @@ class WorkerPool:
             lesson = default_lesson()
             probe_module, modules = lesson.checks_name, lesson.sandbox_modules
         self.limits, self.probe_module, self.skip_tags = limits, probe_module, tuple(skip_tags)
+        self.lesson_modules = tuple(m for m in (modules or {}) if m != probe_module)  # imported by each zygote
         self._closed = False
         self._cgroups: list[str] = []
         self._tmp = Path(tempfile.mkdtemp(prefix="grader-"))
@@ -827,6 +830,7 @@ class _Worker:
             os.makedirs(scratch, mode=0o711, exist_ok=True)
         env.update(HOME=scratch, TMPDIR=scratch)
         cfg = {"path": [stage, *path], "probe_module": self.pool.probe_module, "preload": list(self.preload),
+               "lesson_modules": list(self.pool.lesson_modules),
                "scratch": scratch, "wipe": wipe, "uid": self.uid, "uids": _UIDS_PER_WORKER,
                "limits": asdict(limits), "cgroups": self.cgroups, "own_ipc": own_ipc,
                "sweep": [] if own_ipc or self.uid is None else _shared_writable()}
@@ -1276,6 +1280,9 @@ def _zygote_main(config_text: str) -> None:
         for name in cfg["preload"]:
             importlib.import_module(name)
         probes = importlib.import_module(cfg["probe_module"])
+        for name in cfg["lesson_modules"]:  # the notebook imports them (the trainer): once here, not in every child
+            with contextlib.suppress(Exception):  # one that fails to import fails in the child, as before
+                importlib.import_module(name)
         _install_otter_stub()
         shell = _make_shell()
         guard = _Guard([*_GUARDED_MODULES, cfg["probe_module"]])

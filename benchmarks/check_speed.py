@@ -4,7 +4,8 @@ The student's notebook calls `grader.check("q2_sinusoidal_pe")` after each answe
 calls with Otter, on a copy of the student release (student_templates/lesson83 by default) and a namespace
 holding the reference solution (so every public case runs to the end and passes), while one busy-loop process
 per core competes for the CPU, as on a student's laptop running something else or a shared course server.
-Each question is checked once to warm up, then timed --repeats times; the median is judged against the goal.
+Each question is checked once to warm up, then timed --repeats times; the median is judged against the goal
+(the check's own CPU seconds are printed beside it: steadier than wall time on a shared machine).
 The warm-up also fills lesson83_checks' per-process memo of meta-device op layouts and its cache of milestone
 models (as a student's first check does; a model is reused while the notebook's names are bound to the same
 objects and the model is as built); the verdicts a check reuses for its gates are dropped at the end of every
@@ -88,26 +89,28 @@ def time_checks(student: Path, *, questions: list[str] | None, repeats: int) -> 
         began = time.perf_counter()
         result = grader.check(q, env)  # warm-up: reads the test file, imports what the probes need
         first = time.perf_counter() - began
-        times = []
+        times, cpu = [], []
         for _ in range(repeats):
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.process_time()
             result = grader.check(q, env)
             times.append(time.perf_counter() - began)
+            cpu.append(time.process_time() - began_cpu)
         # the summary case (what was checked, what is graded after submission) is not a check of its own
         public = sum(tc.body.test_func.__name__ != "test_summary" for tc in result.test_cases)
-        rows.append({"question": q, "public": public, "times": times, "first": first, "passed": result.passed_all})
+        rows.append({"question": q, "public": public, "times": times, "cpu": cpu, "first": first,
+                     "passed": result.passed_all})
     return rows
 
 
 def table(rows: list[dict[str, Any]], *, goal: float) -> list[str]:
-    lines = [f"{'question':<22}| public cases | median s |  max s | goal s | within goal",
-             f"{'-' * 22}|--------------|----------|--------|--------|------------"]
+    lines = [f"{'question':<22}| public cases | median s |  max s | median CPU s | goal s | within goal",
+             f"{'-' * 22}|--------------|----------|--------|--------------|--------|------------"]
     for r in rows:
         med = statistics.median(r["times"])
         ok = "yes" if med <= goal else "NO"
         note = "" if r["passed"] else " (a public case failed: see the check's output)"
-        lines.append(f"{r['question']:<22}| {r['public']:>12} | {med:8.3f} | {max(r['times']):6.3f} | {goal:6.2f} | "
-                     f"{ok}{note}")
+        lines.append(f"{r['question']:<22}| {r['public']:>12} | {med:8.3f} | {max(r['times']):6.3f} | "
+                     f"{statistics.median(r['cpu']):12.3f} | {goal:6.2f} | {ok}{note}")
     return lines
 
 

@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -52,6 +53,8 @@ class EngineRun:
     statuses: dict[str, str] = field(default_factory=dict)
     workers: int = 1
     note: str = ""
+    cpu_self_s: float = float("nan")  # CPU seconds of this (grading) process during the run
+    cpu_jobs: list[float] = field(default_factory=list)  # CPU seconds of each submission's sandboxed run(s)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -115,12 +118,27 @@ def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineR
     t0 = time.perf_counter()
     from autograder.batch import grade_batch
     from autograder.config import load_config
+    from autograder.execute import WorkerPool
 
     import_s = time.perf_counter() - t0
+    cpu_jobs: list[float] = []
+    run = WorkerPool.run
+
+    def timed_run(self: WorkerPool, source: bytes, **kwargs: object) -> object:
+        result = run(self, source, **kwargs)  # type: ignore[arg-type]
+        cpu_jobs.append(result.cpu_s)
+        return result
+
+    WorkerPool.run = timed_run  # type: ignore[method-assign]  # records each job's CPU (the zygote's wait4 rusage)
     workers = workers or load_config().execution.workers
     t1 = time.perf_counter()
-    summary = grade_batch(folder, out=out, force=True, workers=workers, progress=False)
+    self0 = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        summary = grade_batch(folder, out=out, force=True, workers=workers, progress=False)
+    finally:
+        WorkerPool.run = run  # type: ignore[method-assign]
     total = time.perf_counter() - t1
+    self1 = resource.getrusage(resource.RUSAGE_SELF)
     per_sub, statuses, totals, questions = {}, {}, {}, {}
     for row in json.loads((out / "summary.json").read_text())["rows"]:  # the batch's rows and result files
         sid = row["id"]
@@ -132,8 +150,13 @@ def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineR
         totals[sid] = float(record["total"])
         questions[sid] = {q: float(record["questions"].get(q, 0.0)) for q in summary.questions}
     run = EngineRun("ours (grade_batch)", total, per_sub, totals, questions, statuses, workers=workers,
-                    note=f"sandbox: {summary.sandbox}, workers: {workers}")
+                    note=f"sandbox: {summary.sandbox}, workers: {workers}", cpu_self_s=_cpu(self1) - _cpu(self0),
+                    cpu_jobs=cpu_jobs)
     return run, import_s
+
+
+def _cpu(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
 # --------------------------------------------------------------------------- otter run
@@ -288,6 +311,10 @@ def report(ours: EngineRun, import_s: float, otter: EngineRun | None, *, n: int,
     lines = [table(rows),
              f"ours: total includes worker start-up (grade_batch call, {ours.note}); importing "
              f"autograder.batch took a further {import_s:.1f} s; per-submission times are results/<id>.json wall_s."]
+    if ours.cpu_jobs:
+        lines.append(f"ours, CPU s: sandboxed runs median {statistics.median(ours.cpu_jobs):.3f} per submission "
+                     f"(sum {sum(ours.cpu_jobs):.1f}); grading process {ours.cpu_self_s:.1f} in all "
+                     f"({ours.cpu_self_s / len(ours.cpu_jobs):.3f} per submission, reference values included)")
     if otter:
         lines.append(f"otter run: {otter.note}; each time is the whole CLI call (Python start-up, kernel, tests).")
     statuses: dict[str, int] = {}

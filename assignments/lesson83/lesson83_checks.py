@@ -474,10 +474,10 @@ class _State:
     Per module (in the order of named_modules): the module, its class, and every entry of its __dict__ (the
     parameter, buffer and submodule tables included), snapshotted by value: numbers, strings and other
     immutable values as they are; lists, tuples, dicts and sets entry by entry; buffers and other tensors, and
-    numpy arrays, by identity, layout and a copy of their values; parameters by identity and layout (the probes
-    fill their values by name before each use); modules and functions by identity. The model's classes (not
-    torch's own) are snapshotted by their attribute tables. Anything else (an object of the student's own, a
-    bound method, a tensor subclass) raises _Unverifiable.
+    numpy arrays, by identity, layout and a copy of their values (compared bit for bit); parameters by identity
+    and layout (the probes fill their values by name before each use); modules and functions by identity. The
+    model's classes (not torch's own) are snapshotted by their attribute tables. Anything else (an object of the
+    student's own, a bound method, a tensor subclass) raises _Unverifiable.
     """
 
     def __init__(self, model: Any) -> None:
@@ -493,16 +493,17 @@ class _State:
         torch, t = _torch(), type(value)
         if t in (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device):
             return ("v", value)
-        if t in (list, tuple, torch.Size, dict, collections.OrderedDict):
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            return ("c", t, tuple((self._node(k), self._node(v)) for k, v in items))
+        if t in (dict, collections.OrderedDict):
+            return ("d", t, tuple(map(self._node, value)), tuple(map(self._node, value.values())))
+        if t in (list, tuple, torch.Size):
+            return ("l", t, tuple(map(self._node, value)))
         if t in (set, frozenset) and all(type(v) in (str, int) for v in value):
             return ("s", t, frozenset(value))
         if t in (torch.Tensor, torch.nn.Parameter) and value.layout == torch.strided:
             if id(value) in self.params:
                 return ("p", value, _layout(value))
             if value.device.type == "cpu":
-                return ("t", value, _layout(value), value.detach().clone())
+                return ("t", value, _layout(value), _values(value))
         if t is np.ndarray and value.dtype.kind in "biufc":
             return ("a", value, value.copy())
         if t in (types.FunctionType, types.BuiltinFunctionType) or (isinstance(value, torch.nn.Module)
@@ -511,22 +512,24 @@ class _State:
         raise _Unverifiable(t.__name__)
 
     def _same(self, node: tuple, value: Any) -> bool:
-        kind, t = node[0], type(value)
+        kind = node[0]
         if kind == "v":
-            return t is type(node[1]) and (node[1] is value or node[1] == value)
-        if kind == "c":
-            items = list(value.items() if isinstance(value, dict) else enumerate(value))
-            return t is node[1] and len(items) == len(node[2]) and all(
-                self._same(kn, k) and self._same(vn, v) for (kn, vn), (k, v) in zip(node[2], items, strict=True))
+            ref = node[1]
+            return ref is value or (type(value) is type(ref) and ref == value)
+        if kind == "d":
+            return (type(value) is node[1] and len(value) == len(node[2]) and all(map(self._same, node[2], value))
+                    and all(map(self._same, node[3], value.values())))
+        if kind == "l":
+            return type(value) is node[1] and len(value) == len(node[2]) and all(map(self._same, node[2], value))
         if kind == "s":
-            return t is node[1] and value == node[2]
+            return type(value) is node[1] and value == node[2]
         if value is not node[1]:
             return False
         if kind == "i":
             return True
         if kind == "a":
             return value.dtype == node[2].dtype and np.array_equal(value, node[2])
-        return _layout(value) == node[2] and (kind == "p" or bool(_torch().equal(value.detach(), node[3])))
+        return _layout(value) == node[2] and (kind == "p" or _same_values(value, node[3]))
 
     def same(self, model: Any) -> bool:
         """Whether model is still in the state this snapshot holds."""
@@ -537,6 +540,32 @@ class _State:
                 and all(type(m) is cls and self._same(node, dict(vars(m))) for m, cls, node in self.tables)
                 and all(vars(c).keys() == table.keys() and all(vars(c)[k] is v for k, v in table.items())
                         for c, table in self.classes))
+
+
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # an unsigned integer of each element size
+
+
+def _values(t: Any) -> Any:
+    """A copy of a CPU tensor's values for _same_values: a numpy array where numpy has the dtype (numpy reuses
+    freed memory, so this is much cheaper than a clone, which faults in fresh pages), else a clone."""
+    try:
+        return t.detach().numpy().copy()
+    except (TypeError, RuntimeError):  # bfloat16 and other dtypes numpy lacks; conjugate or negative views
+        return t.detach().clone()
+
+
+def _same_values(t: Any, kept: Any) -> bool:
+    """Whether tensor t holds the values `_values` kept, bit for bit (a NaN equals itself, -0.0 differs from 0.0)."""
+    if type(kept) is not np.ndarray:
+        return bool(_torch().equal(t.detach(), kept))
+    try:
+        now = t.detach().numpy()
+    except (TypeError, RuntimeError):  # it could be read that way once: not the tensor it was
+        return False
+    bits = _BITS.get(now.dtype.itemsize)
+    if bits is None or now.dtype.kind not in "biuf":
+        return now.dtype == kept.dtype and bool(np.array_equal(now, kept))
+    return now.dtype == kept.dtype and bool(np.array_equal(now.view(bits), kept.view(bits)))
 
 
 class ModelCache:
@@ -550,7 +579,7 @@ class ModelCache:
     its parameter values is as it was right after the build (`_State`): a forward pass or a probe that changed a
     buffer, an attribute or a module, or a model holding anything that cannot be compared, means a fresh build.
     The global RNG is left as the build left it. The models live on this object, not in a module-level dict: the
-    grader's guard reads a changed module table as tampering. (lm_device builds its own: it moves them to `meta`.)
+    grader's guard reads a changed module table as tampering. (lm_device moves a twin of each to `meta`.)
     """
 
     def __init__(self) -> None:
@@ -803,14 +832,20 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
         hooks.append(mod.register_forward_pre_hook(lambda m, a, label=label: stack.append(label)))
         hooks.append(mod.register_forward_hook(lambda m, a, o: None if not stack else stack.pop() and None))
 
+    Tensor, nested = torch.Tensor, (list, tuple, dict)
+
     def tensors(value: Any) -> list[Any]:
-        if isinstance(value, torch.Tensor):
+        """The tensors in value, in order, looking into lists, tuples and dicts."""
+        if isinstance(value, Tensor):
             return [value]
-        if isinstance(value, list | tuple):
-            return [t for v in value for t in tensors(v)]
-        if isinstance(value, dict):
-            return [t for v in value.values() for t in tensors(v)]
-        return []
+        out: list[Any] = []
+        if isinstance(value, nested):
+            for v in value.values() if isinstance(value, dict) else value:
+                if isinstance(v, Tensor):
+                    out.append(v)
+                elif isinstance(v, nested):
+                    out += tensors(v)
+        return out
 
     def describe(t: Any) -> str:
         known = origins.get(id(t))
@@ -821,19 +856,25 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             name = getattr(func, "__name__", str(func))
-            inputs = tensors(args) + tensors(kwargs)
-            off = [t for t in inputs if t.device != device and not (t.device.type == "cpu" and t.dim() == 0)]
-            on = [t for t in inputs if t.device == device]
-            if off and on and name not in _MOVES:
+            if name == "__get__" and len(args) == 1 and not kwargs:  # a property of one tensor (x.shape, x.T):
+                return func(*args)  # one tensor cannot mix devices, and what a property returns is not recorded
+            inputs = tensors(args) + tensors(kwargs) if kwargs else tensors(args)
+            devices = [t.device for t in inputs]
+            off = [t for t, d in zip(inputs, devices, strict=True)
+                   if d != device and not (d.type == "cpu" and t.dim() == 0)]
+            if off and device in devices and name not in _MOVES:
                 raise DeviceMismatch({"op": name, "module": stack[-1] if stack else "",
                                       "line": _student_line(), "device": device.type,
                                       "tensor": describe(off[0]), "shape": list(off[0].shape)})
             if (layouts is not None and name in _FRESH_OPS and device.type == "meta" and "out" not in kwargs
-                    and all(t.device == device for t in inputs)):
+                    and all(d == device for d in devices)):
                 out = _meta_memo(func, args, kwargs, layouts)
             else:
                 out = func(*args, **kwargs)
-            made = [t for t in tensors(out) if t.device != device]
+            if type(out) is Tensor:
+                made = [out] if out.device != device else []
+            else:
+                made = [t for t in tensors(out) if t.device != device]
             if made and name not in ("__get__",):
                 parent = next((origins[id(t)][1] for t in off if id(t) in origins and origins[id(t)][0] is t),
                               None)
@@ -870,6 +911,61 @@ def device_message(pos: str, finding: dict[str, Any]) -> str:
             "(device=q.device, or table.to(q.device)).")
 
 
+def _meta_model(env: dict[str, Any], pos: str) -> Any:
+    """TinyCharLM(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL).to("meta"), leaving the model cache as it was.
+
+    A model MODELS holds (provably as built) is not moved itself but its twin (`_twin`); any other model is
+    built for this probe alone and moved itself."""
+    model = MODELS.build(env, pos)
+    kept = MODELS.models.get(pos)
+    if kept is None or kept[0] is not model or any(getattr(c, "__slots__", ()) for c in type(model).__mro__):
+        return model.to("meta")
+    return _twin(model).to("meta")
+
+
+def _twin(model: Any) -> Any:
+    """A copy of a model that `_State` verified, for `.to("meta")` to move as it would move the model: new module
+    objects and containers throughout, every registered parameter a new Parameter over the same values, every
+    other tensor (registered buffers included: `.to` replaces them in the twin's own tables) the same object.
+    Aliases keep their meaning: a parameter, buffer or module referred to from anywhere else in the model is the
+    twin's one there too. Nothing is computed or copied in bulk (building an ALiBi model computes (4, 512, 512)
+    tables; copying every tensor of it would cost as much)."""
+    torch = _torch()
+    modules = list(_modules_of(model))  # the modules `.to` walks: the _modules tables, recursively
+    aliases: dict[int, Any] = {id(m): object.__new__(type(m)) for m in modules}
+    for module in modules:
+        for p in module._parameters.values():
+            if p is not None and id(p) not in aliases:
+                aliases[id(p)] = torch.nn.Parameter(p.detach(), requires_grad=p.requires_grad)
+
+    def copy(value: Any) -> Any:
+        t = type(value)
+        if id(value) in aliases:
+            return aliases[id(value)]
+        if t in (dict, collections.OrderedDict):
+            return t((k, copy(v)) for k, v in value.items())
+        if t in (list, tuple):
+            return t(map(copy, value))
+        if t in (set, frozenset):
+            return t(value)
+        return value  # immutable values, functions, tensors, numpy arrays: shared
+
+    for module in modules:
+        aliases[id(module)].__dict__.update({k: copy(v) for k, v in vars(module).items()})
+    return aliases[id(model)]
+
+
+def _modules_of(model: Any) -> Any:
+    """The modules reachable through the _modules tables (each once)."""
+    seen, todo = set(), [model]
+    while todo:
+        module = todo.pop()
+        if id(module) not in seen:
+            seen.add(id(module))
+            yield module
+            todo += [m for m in module._modules.values() if m is not None]
+
+
 @probe
 def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]:
     """Per scheme, the first op of a forward pass on the `meta` device that mixes devices (None: clean)."""
@@ -877,7 +973,7 @@ def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]
     out: dict[str, Any] = {}
     layouts = MEMO.layouts if MEMO.active else {}  # one memo for the five traces (never a module-level table)
     for pos in schemes:
-        model = _get(env, "TinyCharLM")(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL).to("meta")
+        model = _meta_model(env, pos)
         X = torch.zeros((2, T), dtype=torch.long, device="meta")
         try:
             out[pos] = {"finding": trace_devices(model, X, layouts=layouts), "note": ""}
@@ -940,8 +1036,9 @@ def _close(a: Any, b: Any, atol: float, rtol: float) -> bool:
 
 def _match(got: dict[str, Any], expected: dict[str, Any], atol: float, rtol: float, key: str) -> dict | None:
     """The catalogued mistake whose output on this case matches what the student returned, if any."""
-    for variant in expected.get("variants", []):
-        if key in got and key in variant["output"] and _close(got[key], variant["output"][key], atol, rtol):
+    for variant in expected.get("variants", []):  # a local check keeps their outputs in JSON form (`_decoded`)
+        output = variant["output"]
+        if key in got and key in output and _close(got[key], from_plain(output[key]), atol, rtol):
             return variant
     return None
 
@@ -1452,6 +1549,21 @@ class VerdictMemo:
 MEMO = VerdictMemo()  # used by check_case (the notebook's checks); run_case alone never reuses a verdict
 
 
+def _decoded(raw: dict[str, Any]) -> dict[str, Any]:
+    """from_plain of a case's JSON (its gates too), leaving each catalogued mistake's output in JSON form: `_match`
+    decodes them when a case fails; a case that passes never reads them, and they are most of a milestone case."""
+    case = from_plain({k: v for k, v in raw.items() if k not in ("expected", "gate")})
+    expected = raw.get("expected")
+    if isinstance(expected, dict) and isinstance(expected.get("variants"), list):
+        case["expected"] = from_plain({k: v for k, v in expected.items() if k != "variants"})
+        case["expected"]["variants"] = expected["variants"]
+    elif "expected" in raw:
+        case["expected"] = from_plain(expected)
+    if isinstance(raw.get("gate"), list):
+        case["gate"] = [_decoded(g) for g in raw["gate"]]
+    return case
+
+
 def run_case(env: dict[str, Any], case_json: str, *, memo: VerdictMemo | None = None) -> None:
     """Local check used by the notebook's test files: probe, judge, and raise CheckFailed with the message.
 
@@ -1459,8 +1571,12 @@ def run_case(env: dict[str, Any], case_json: str, *, memo: VerdictMemo | None = 
     grader (autograder/judge.py judge_outputs). With `memo`, a case already judged in the same check (as the
     gate of an earlier case, or as a case of its own) reuses that verdict instead of running its probe again;
     a case checked a second time starts a new check, so its own probe always runs then."""
-    raw = json.loads(case_json)
-    case = from_plain(raw)
+    _run_raw(env, json.loads(case_json), memo=memo)
+
+
+def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | None) -> None:
+    """run_case on the case's JSON, already parsed."""
+    case = _decoded(raw)
     if memo is not None:
         memo.start(env, case)
     key = memo.key(raw) if memo is not None else ""
@@ -1494,12 +1610,13 @@ def check_case(env: dict[str, Any], case_json: str) -> None:
     more threads only wait for each other), restoring the student's setting after, and recorded for the
     question's summary."""
     torch = _torch()
-    case_id, threads = json.loads(case_json)["id"], torch.get_num_threads()
+    raw, threads = json.loads(case_json), torch.get_num_threads()
+    case_id = raw["id"]
     LOCAL_RESULTS[case_id] = False
     torch.set_num_threads(1)
     MEMO.active = True
     try:
-        run_case(env, case_json, memo=MEMO)
+        _run_raw(env, raw, memo=MEMO)
     finally:
         MEMO.active = False
         torch.set_num_threads(threads)
