@@ -1580,21 +1580,19 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
     case = _decoded(raw)
     if memo is not None:
         memo.start(env, case)
-    key = memo.key(raw) if memo is not None else ""
-    verdict = memo.get(key) if memo is not None else None  # judged as a gate earlier in this check
-    if verdict is None:
-        verdict = judge(case, run_probe(env, case["probe"], case["args"]), case["expected"])
-        if memo is not None:
-            memo.put(key, verdict)
-    gate = []
-    for g, g_raw in zip(case.get("gate", []), raw.get("gate", []), strict=True):
-        key = memo.key(g_raw) if memo is not None else ""
+
+    def verdict_of(c: dict[str, Any], c_raw: dict[str, Any]) -> Verdict:
+        """c's verdict: from the memo when judged earlier in this check (as a gate, say), else by its probe."""
+        key = memo.key(c_raw) if memo is not None else ""
         v = memo.get(key) if memo is not None else None
         if v is None:
-            v = judge(g, run_probe(env, g["probe"], g["args"]), g["expected"])
+            v = judge(c, run_probe(env, c["probe"], c["args"]), c["expected"])
             if memo is not None:
                 memo.put(key, v)
-        gate.append((g["id"], v))
+        return v
+
+    verdict = verdict_of(case, raw)
+    gate = [(g["id"], verdict_of(g, g_raw)) for g, g_raw in zip(case.get("gate", []), raw.get("gate", []), strict=True)]
     verdict = gated(case, verdict, [(cid, v) for cid, v in gate if not v.passed])
     if not verdict.passed:
         _otter_shows_message_only()
