@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import json
 import os
 import re
@@ -20,12 +19,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from autograder.config import DEFAULT_CONFIG, ROOT, command, load_config
+from autograder.config import DEFAULT_CONFIG, command, load_config
 from autograder.content import Question
 from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.judge import judge_checkpoint, judge_exec, judge_unreadable
 from autograder.milestone import VERIFY_SLOTS
-from autograder.results import FORMULA_STARTS, Status, SubmissionResult, full_marks, spreadsheet_text
+from autograder.results import Status, SubmissionResult, csv_text, full_marks, spreadsheet_text
 from autograder.submissions import CHECKPOINT_FILES, Submission, find_submissions
 from autograder.suite import Suite, load_suite, suite_fingerprint
 
@@ -94,7 +93,7 @@ def _run_isolated(pool: WorkerPool, todo: list[tuple[Submission, str]], probes: 
             yield sub, key, exc if exc is not None else fut.result()
 
 
-def grade_batch(submissions: Path, *, out: Path = ROOT / "dist" / "grades", force: bool = False,
+def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = False,
                 workers: int | None = None, config_path: Path = DEFAULT_CONFIG, progress: bool = True) -> BatchSummary:
     """Grade every submission under `submissions` into `out`: results/<file>.json, grades.csv, summary.json.
 
@@ -103,6 +102,7 @@ def grade_batch(submissions: Path, *, out: Path = ROOT / "dist" / "grades", forc
     the grader itself (the sandbox, judging, storing) gives the row status "not graded" and stores nothing, so
     a re-run grades it. Resumable: a submission whose stored result has the same content and suite
     fingerprint is not run again (unless `force`); each result is written atomically as soon as it is known.
+    `out` defaults to ./grades in the current folder: the course's own folder, never the installed package.
     """
     config = load_config(config_path)
     fingerprint = suite_fingerprint(config_path)
@@ -270,11 +270,12 @@ def read_scores_csv(path: Path, *, suite: Suite, ids: list[str]) -> tuple[dict[s
     if not score_cols:
         raise MergeError(f"{path}: no score column; name one of {sorted(limits)}")
     known = set(ids)
+    written = {spreadsheet_text(i): i for i in ids}
     out: dict[str, dict[str, float]] = {}
     for n, cells in enumerate(table[1:], start=2):
         rec = dict(zip(header, cells))
         sid = rec.get("id", "").strip()
-        sid = sid[1:] if sid[:1] == "'" and sid[1:2] in FORMULA_STARTS else sid  # as spreadsheet_text wrote it
+        sid = sid if sid in known else written.get(sid, sid)  # the id as spreadsheet_text wrote it
         if not sid and not any(rec.get(c, "").strip() for c in score_cols):
             continue
         if sid not in known:
@@ -340,13 +341,10 @@ def write_tables(suite: Suite, subs: list[Submission], out: Path, *,
             _apply_merged(suite, row, merged.get(sub.id, {}))
         rows.append(row)
     columns = [*qids, *manual]
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["id", "total", *columns, "status", "message"])
-    for r in rows:
-        writer.writerow([spreadsheet_text(r["id"]), *("" if r[k] is None else r[k] for k in ("total", *columns)),
-                         r["status"], spreadsheet_text(r["message"])])
-    _write_atomic(out / "grades.csv", buf.getvalue())
+    table = [["id", "total", *columns, "status", "message"]]
+    table += [[r["id"], *("" if r[k] is None else r[k] for k in ("total", *columns)), r["status"], r["message"]]
+              for r in rows]
+    _write_atomic(out / "grades.csv", csv_text(table))
     scored = [r for r in rows if r["total"] is not None]
     points = suite.question_points() | manual
 

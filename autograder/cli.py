@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ import yaml
 from autograder import batch
 from autograder.batch import MergeError, merge_scores
 from autograder.build import BuildError, release, stale_files
-from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command
+from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command, runnable_command
 from autograder.content import ContentError
 from autograder.gradescope import grade_gradescope
 from autograder.report import write_report
@@ -65,6 +66,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(grade_summary(summary, points=load_suite(args.config).question_points()))
+    config = Path(args.config).resolve()
+    flag = "" if config == DEFAULT_CONFIG.resolve() else f" --config {shlex.quote(str(config))}"
+    print(f"TA report: {runnable_command()}{flag} report {shlex.quote(str(Path(args.out).resolve()))}")
     return 1 if not_graded(summary) else 0
 
 
@@ -164,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_selfcheck)
     p = sub.add_parser("grade", help="grade a folder of submissions in the sandbox")
     p.add_argument("submissions", type=Path, help="folder of .ipynb files, per-student folders or zips")
-    p.add_argument("--out", type=Path, default=_default(batch.grade_batch, "out"), help="where to write the grades")
+    p.add_argument("--out", type=Path, default=_default(batch.grade_batch, "out"),
+                   help="folder for the grades (results/, grades.csv, summary.json), kept between runs; default: "
+                        f"./{_default(batch.grade_batch, 'out')} in the current folder")
     p.add_argument("--force", action="store_true", default=_default(batch.grade_batch, "force"),
                    help="regrade even unchanged submissions")
     p.add_argument("--workers", type=int, default=_default(batch.grade_batch, "workers"),
@@ -178,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_gradescope)
     p = sub.add_parser("report", help="TA failure report of a graded batch: HTML folder and report.csv")
     p.add_argument("grades", type=Path, help=f"folder written by `{command()} grade` (results/, grades.csv)")
-    p.add_argument("--out", type=Path, default=_default(write_report, "out"), help="report folder (replaced whole)")
+    p.add_argument("--out", type=Path, default=_default(write_report, "out"),
+                   help=f"report folder (replaced whole); default: ./{_default(write_report, 'out')} in the current "
+                        "folder")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("merge", help="merge scores graded elsewhere (written answers, a platform's points) into "
                                      "grades.csv and summary.json")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -23,6 +26,20 @@ def command() -> str:
 
     names = sorted(ep.name for ep in entry_points(group="console_scripts") if ep.value == "autograder.cli:main")
     return names[0] if names else "python -m autograder.cli"
+
+
+def runnable_command() -> str:
+    """`command()` as a TA can paste it into any shell, the virtual environment active or not: the console
+    script now running by its full path, else the one installed beside this Python, else this Python (never
+    resolved: a virtual environment's python is a link) with -m autograder.cli; quoted for a POSIX shell."""
+    name = command()
+    if " " in name:  # not installed as a console script
+        return f"{shlex.quote(sys.executable)} -m autograder.cli"
+    ran = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    for script in (ran, Path(sys.executable).parent / name):
+        if script is not None and script.name == name and script.is_file() and os.access(script, os.X_OK):
+            return shlex.quote(str(script.resolve()))
+    return f"{shlex.quote(sys.executable)} -m autograder.cli"
 
 
 class ConfigError(ValueError):

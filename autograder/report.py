@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import ast
 import base64
-import csv
 import hashlib
 import html
-import io
 import json
 import os
 import re
@@ -23,9 +21,10 @@ from urllib.parse import quote
 import numpy as np
 
 from autograder.batch import MergeError, merged_scores, merged_value
-from autograder.config import DEFAULT_CONFIG, ROOT, command
+from autograder.config import DEFAULT_CONFIG, ROOT, command, runnable_command
 from autograder.content import LETTERS, Choice, Question, shuffled
-from autograder.results import CaseResult, Status, SubmissionResult, full_marks, spreadsheet_text
+from autograder.execute import SKIP_TAGS
+from autograder.results import CaseResult, Status, SubmissionResult, csv_text, full_marks
 from autograder.submissions import read_cells, read_regular
 from autograder.suite import CHECKPOINT_QUESTION, Suite, load_suite
 
@@ -77,19 +76,20 @@ padding:0 7px;margin-right:6px}
 .desc{margin:2px 0}
 code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 pre{background:#f6f8fa;border:1px solid #e3e6ea;border-radius:6px;padding:8px;overflow:auto;white-space:pre-wrap;
-margin:4px 0}
+overflow-wrap:anywhere;margin:4px 0}
 pre.ex{max-height:10em;margin-bottom:6px}
 details summary{cursor:pointer;color:#59636e;font-size:12px}
 .status{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;background:#dafbe1;color:#116329}
 .status.bad{background:#ffebe9;color:#82071e}
 .case{border-top:1px solid #e3e6ea;padding:6px 0}
+.case.gated h3{color:#59636e}
 .badge{font-size:11px;border-radius:8px;padding:0 6px;background:#eef1f4;color:#59636e;margin-left:6px;font-weight:400}
 .badge.diag{background:#ffebe9;color:#82071e}
 .cmp{display:flex;gap:18px;flex-wrap:wrap;margin:6px 0}
 .grid td{font:12px ui-monospace,Menlo,Consolas,monospace;text-align:right;border:1px solid #eaeef2;padding:2px 6px}
 .grid caption{caption-side:top;text-align:left;font-size:12px;color:#59636e;padding:2px 0}
 td.bad,tr.bad td{background:#ffd7d5;color:#82071e;font-weight:600}
-.kv td{font:12px ui-monospace,Menlo,Consolas,monospace}
+.kv td{font:12px ui-monospace,Menlo,Consolas,monospace;overflow-wrap:anywhere}
 .scores td.lost{background:#fff1f0}
 .note{color:#59636e;font-size:12px}
 ul.notes{margin:4px 0;padding-left:18px}
@@ -97,7 +97,11 @@ ul.notes{margin:4px 0;padding-left:18px}
 overflow-wrap:anywhere;margin:4px 0}
 .model{background:#f0f7ff;border-color:#b6d4fe}
 td.answer{border-radius:0;margin:0;max-width:720px}
+ul.rebound{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:6px 8px 6px 26px}
+mark{background:#fff1b8;color:inherit}
 .opt td.right{color:#116329;font-weight:600}
+.roster{max-height:60vh;overflow-y:auto}
+.roster thead th{position:sticky;top:0;background:#fff;z-index:1}
 input.filter{font:inherit;padding:3px 8px;margin:4px 0 6px;width:320px;border:1px solid #c8ced5;border-radius:6px}
 table.sortable thead th{cursor:pointer;user-select:none}
 th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{content:" \\25BC"}
@@ -502,10 +506,21 @@ def _short(value: Any, codec: Any) -> str:
         where = f" ({value['where']})" if value.get("where") else ""
         return f"{value['type']}: {value['message']}{where}"
     try:
-        text = json.dumps(codec.to_plain(value))
-    except (TypeError, ValueError):
+        text = json.dumps(codec.to_plain(_arrays_named(value)))
+    except (TypeError, ValueError, RecursionError):
         text = repr(value)
     return _clip(text, 300)
+
+
+def _arrays_named(value: Any) -> Any:
+    """`value` with each array inside it replaced by its shape and dtype (its bytes say nothing to a reader)."""
+    if isinstance(value, np.ndarray):
+        return f"array {list(value.shape)} {value.dtype}"
+    if isinstance(value, dict):
+        return {k: _arrays_named(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_arrays_named(v) for v in value]
+    return value
 
 
 def _same(a: Any, b: Any, atol: float, rtol: float, codec: Any) -> bool:
@@ -569,6 +584,24 @@ def checkpoint_table(received: Any, *, rel_tol: float) -> str:
             + "".join(rows) + "</table>")
 
 
+def gate_of(suite: Suite, result: SubmissionResult, c: CaseResult) -> tuple[list[str], Any]:
+    """Why a failed case failed, when it is gated: the cases it requires that failed (their ids), and the
+    verdict of its own check on its stored output against its stored expected value (None when that cannot be
+    judged: no output, no stored expected value). ([], None) for a case that waits for nothing."""
+    case = next((x for x in suite.cases if x["id"] == c.id), None)
+    if case is None or not case.get("requires"):
+        return [], None
+    failed = {x.id for x in result.failed()}
+    blocked = [rid for r in case["requires"] if (rid := f"{case['question']}/{r}") in failed]
+    checks = suite.config.lesson.checks
+    if not blocked or c.received is None or (c.expected is None and case["check"] in checks.USES_EXPECTED):
+        return blocked, None
+    try:
+        expected = {"value": None if c.expected is None else checks.from_plain(c.expected), "variants": []}
+        return blocked, checks.judge(case, checks.from_plain(c.received), expected)
+    except Exception:  # noqa: BLE001 - stored data of any shape: the case is shown as stored
+        return blocked, None
+
 def _detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, rel_tol: float,
             codec: Any) -> str:
     """Expected versus received and the traceback of one failed case; a note when the stored data cannot be shown.
@@ -628,8 +661,14 @@ def _source(cell: dict[str, Any]) -> str:
 
 
 def code_cells(cells: list[dict[str, Any]]) -> list[tuple[int, str]]:
-    """The code cells (index in the notebook, source)."""
-    return [(n, _source(c)) for n, c in enumerate(cells) if c.get("cell_type") == "code"]
+    """The code cells the grader runs (index in the notebook, source): not those tagged to be skipped."""
+    def tags(c: dict[str, Any]) -> list[Any]:
+        meta = c.get("metadata")
+        found = meta.get("tags") if isinstance(meta, dict) else None
+        return found if isinstance(found, list) else []
+
+    return [(n, _source(c)) for n, c in enumerate(cells)
+            if c.get("cell_type") == "code" and not set(SKIP_TAGS) & {t for t in tags(c) if isinstance(t, str)}]
 
 
 def _prompt_marker(part: str) -> str:
@@ -670,32 +709,162 @@ def written_answers(cells: list[dict[str, Any]], parts: list[str]) -> dict[str, 
 
 @lru_cache(maxsize=4096)
 def _tree(source: str) -> ast.Module | None:
-    """The parsed cell (never run), or None when it is not plain Python (magics, a syntax error, too big)."""
-    try:
-        return ast.parse(source[:200_000])
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    """The parsed cell (never run), or None when it is not plain Python (a syntax error, too big). Lines that
+    IPython runs as magics or shell commands (%, %%, !) are read as blank lines."""
+    for text in (source, re.sub(r"^[ \t]*[%!].*$", "", source, flags=re.M)):
+        try:
+            return ast.parse(text[:200_000])
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+    return None
 
 
-def defined_names(source: str) -> set[str]:
-    """Top-level names a cell defines (def, class, assignment), found without running it."""
-    names: set[str] = set()
-    tree = _tree(source)
-    if tree is None:
-        for m in re.finditer(r"^(?:(?:async\s+)?def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*[:=]", source, re.M):
-            names.add(m.group(1) or m.group(2))
-        return names
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
-    return names
+DYNAMIC = "*"  # the name of a binding that cannot be read statically (exec, globals() with a computed key, import *)
 
 
-def _is_stub(node: ast.stmt) -> bool:
+@dataclass(frozen=True)
+class Binding:
+    """One statement of a code cell that binds a name of the notebook's global namespace, read without running it.
+
+    `seq` orders every binding of the notebook as the grader runs them (cell by cell, line by line); `alias` is the
+    other name a plain `name = other` binds it to; `node` the statement (None when the cell could not be parsed)."""
+
+    name: str
+    cell: int
+    line: int
+    end: int
+    kind: str
+    seq: int
+    alias: str | None = None
+    node: ast.AST | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def where(self) -> str:
+        lines = f"line {self.line}" if self.end <= self.line else f"lines {self.line}–{self.end}"
+        return f"cell {self.cell}, {lines}"
+
+
+def _names_in(target: ast.AST) -> list[str]:
+    """The names an assignment target binds (`a`, `a, (b, *c)`); attributes and subscripts bind none."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Starred):
+        return _names_in(target.value)
+    if isinstance(target, ast.Tuple | ast.List):
+        return [n for t in target.elts for n in _names_in(t)]
+    return []
+
+
+def _is_globals_call(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("globals", "vars")
+            and not node.args)
+
+
+def _expression_bindings(stmt: ast.stmt) -> list[tuple[str, str]]:
+    """(name, kind) bound by the expressions of one statement, outside nested functions: `name := ...`, and the
+    run-time ways (exec, eval, globals().update(...), setattr on the module)."""
+    found: list[tuple[str, str]] = []
+    todo: list[ast.AST] = [v for f, v in ast.iter_fields(stmt) if f not in ("body", "orelse", "finalbody", "handlers",
+                                                                             "cases")
+                           for v in (v if isinstance(v, list) else [v]) if isinstance(v, ast.AST)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Lambda | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
+            found.append((node.target.id, "assignment expression"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("exec", "eval",
+                                                                                                "setattr"):
+            found.append((DYNAMIC, f"{node.func.id}(...)"))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("update", "setdefault", "__setitem__") and _is_globals_call(node.func.value)):
+            found.append((DYNAMIC, f"globals().{node.func.attr}(...)"))
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _statement_bindings(body: list[ast.stmt], only: set[str] | None = None
+                        ) -> list[tuple[str, str, ast.stmt, str | None]]:
+    """(name, kind, statement, alias) of every global binding in `body`, in order, nested blocks included (if,
+    for, with, try, match); inside a function only the names it declares `global` (`only`)."""
+    out: list[tuple[str, str, ast.stmt, str | None]] = []
+
+    def add(names: list[str], kind: str, stmt: ast.stmt, alias: str | None = None, *, anywhere: bool = False) -> None:
+        out.extend((n, kind, stmt, alias) for n in names if only is None or n in only or n == DYNAMIC or anywhere)
+
+    for stmt in body:
+        for name, kind in _expression_bindings(stmt):
+            add([name], kind, stmt)
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            add([stmt.name], "class" if isinstance(stmt, ast.ClassDef) else "def", stmt)
+            # a body runs later (when called, or as the class is made), but what it binds globally counts then
+            declared = set() if isinstance(stmt, ast.ClassDef) else {
+                n for g in ast.walk(stmt) if isinstance(g, ast.Global) for n in g.names}
+            out.extend((n, f"{k} in {stmt.name} (bound when it runs)", s, a)
+                       for n, k, s, a in _statement_bindings(stmt.body, declared))
+            continue
+        if isinstance(stmt, ast.Assign):
+            alias = stmt.value.id if isinstance(stmt.value, ast.Name) else None
+            for t in stmt.targets:
+                add(_names_in(t), "assignment", stmt, alias)
+                if isinstance(t, ast.Subscript) and _is_globals_call(t.value):
+                    key = t.slice.value if isinstance(t.slice, ast.Constant) else None
+                    add([key if isinstance(key, str) else DYNAMIC], "globals()[...] assignment", stmt, anywhere=True)
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            add(_names_in(stmt.target), "assignment", stmt, stmt.value.id if isinstance(stmt.value, ast.Name) else None)
+        elif isinstance(stmt, ast.AugAssign):
+            add(_names_in(stmt.target), "augmented assignment", stmt)
+        elif isinstance(stmt, ast.Import | ast.ImportFrom):
+            for a in stmt.names:
+                add([DYNAMIC if a.name == "*" else a.asname or a.name.split(".")[0]], "import", stmt)
+        elif isinstance(stmt, ast.Delete):
+            add([n for t in stmt.targets for n in _names_in(t)], "del", stmt)
+        elif isinstance(stmt, ast.For | ast.AsyncFor):
+            add(_names_in(stmt.target), "for loop", stmt)
+        elif isinstance(stmt, ast.With | ast.AsyncWith):
+            add([n for item in stmt.items if item.optional_vars for n in _names_in(item.optional_vars)], "with",
+                stmt)
+        for block in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, block, None)
+            if isinstance(inner, list) and not isinstance(stmt, ast.ClassDef):
+                out.extend(_statement_bindings(inner, only))
+        for handler in getattr(stmt, "handlers", []):
+            if handler.name:
+                add([handler.name], "except ... as", stmt)
+            out.extend(_statement_bindings(handler.body, only))
+        for case in getattr(stmt, "cases", []):
+            out.extend(_statement_bindings(case.body, only))
+    return out
+
+
+_FALLBACK = re.compile(r"^(?:(?:async\s+)?def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)", re.M)
+
+
+def bindings(cells: list[tuple[int, str]]) -> list[Binding]:
+    """Every binding of a global name in the cells (index, source), in the order the grader runs them: def,
+    class, assignment (plain, augmented, annotated, :=, globals()[...]), import, for, with, except ... as and del,
+    in nested blocks too, and inside functions for names they declare global. A cell that does not parse is read
+    line by line (top-level def, class and `name =`); exec, eval, setattr, globals().update and `import *` are
+    recorded under DYNAMIC: what they bind is only known when they run."""
+    out: list[Binding] = []
+    for n, src in cells:
+        tree = _tree(src)
+        if tree is None:
+            for m in _FALLBACK.finditer(src):
+                line = src.count("\n", 0, m.start()) + 1
+                out.append(Binding(m.group(1) or m.group(2), n, line, line, "definition (cell not parsed)", len(out)))
+            continue
+        for name, kind, stmt, alias in _statement_bindings(tree.body):
+            out.append(Binding(name, n, stmt.lineno, stmt.end_lineno or stmt.lineno, kind, len(out), alias, stmt))
+    return out
+
+
+def in_effect(found: list[Binding], name: str, *, before: int | None = None) -> Binding | None:
+    """The binding of `name` in effect when the notebook ended (or just before binding number `before`)."""
+    return next((b for b in reversed(found) if b.name == name and (before is None or b.seq < before)), None)
+
+
+def _is_stub(node: ast.AST | None) -> bool:
     """A definition still as the template left it: a body of only a docstring and `...` (or pass)."""
     if isinstance(node, ast.ClassDef):
         return any(_is_stub(n) for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
@@ -710,28 +879,91 @@ def _is_stub(node: ast.stmt) -> bool:
 
 
 def stub_state(cells: list[tuple[int, str]], names: set[str]) -> dict[str, bool]:
-    """For each of `names` the cells define: whether its last definition (cells run in order) is a stub."""
-    state: dict[str, bool] = {}
-    for _, src in cells:
-        tree = _tree(src)
-        if tree is None:
+    """For each of `names` the cells bind: whether the binding in effect at the end is a stub."""
+    found = bindings(cells)
+    last = {name: in_effect(found, name) for name in names}
+    return {name: b.kind in ("def", "class", "assignment") and _is_stub(b.node) for name, b in last.items() if b}
+
+
+def graded_bindings(found: list[Binding], name: str) -> list[Binding]:
+    """The bindings that made `name` what the grader probed: the one in effect at the end, then, while it is a
+    plain `name = other`, the binding of `other` in effect at that point (at most five steps)."""
+    chain: list[Binding] = []
+    b = in_effect(found, name)
+    while b is not None and b not in chain and len(chain) < 5:
+        chain.append(b)
+        b = in_effect(found, b.alias, before=b.seq) if b.alias else None
+    return chain
+
+
+def _marked(src: str, lines: set[int]) -> str:
+    """A cell's source as HTML, escaped, with `lines` (1-based) marked."""
+    text = _clip(src, CODE_CHARS)
+    return "\n".join(f"<mark>{esc(line)}</mark>" if n in lines else esc(line)
+                     for n, line in enumerate(text.split("\n"), start=1))
+
+
+def _first_line(src: str, b: Binding) -> str:
+    lines = src.split("\n")
+    return _clip(lines[b.line - 1].strip(), 120) if 0 < b.line <= len(lines) else ""
+
+
+def question_code(cells: list[tuple[int, str]], q: Question, why: str = "") -> str:
+    """The student's code for question `q`, as the grader probed it: for each name the question grades, the
+    statement bound to it when the notebook ended (the last binding in the order the cells run, following
+    `name = other` to the code of `other`), its cell shown with those lines marked; a warning when a name was
+    bound more than once or when a later cell may rebind names at run time (exec, globals()); the cells of the
+    bindings that were replaced, folded."""
+    names = list(q.solution) or [c.var for c in q.choices]
+    if not names:
+        return f'<p class="note">The notebook could not be shown: {esc(why)}.</p>' if why else ""
+    found = bindings(cells)
+    source = dict(cells)
+    marks: dict[int, set[int]] = {}
+    labels: dict[int, list[str]] = {}
+    warnings, missing, replaced = [], [], set()
+    for name in names:
+        chain = graded_bindings(found, name)
+        if not chain or chain[0].kind == "del":
+            missing.append(name if not chain else f"{name} (deleted in {chain[0].where})")
             continue
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                defined = {node.name}
-            elif isinstance(node, ast.Assign):
-                defined = {t.id for t in node.targets if isinstance(t, ast.Name)}
-            else:
-                continue
-            for name in defined & names:
-                state[name] = _is_stub(node)
-    return state
-
-
-def question_code(cells: list[tuple[int, str]], q: Question) -> list[tuple[int, str]]:
-    """The cells that define the names a question grades (its solution names or its q8_* answers)."""
-    wanted = set(q.solution) | {c.var for c in q.choices}
-    return [(n, src) for n, src in cells if wanted & defined_names(src)]
+        for b in chain:
+            marks.setdefault(b.cell, set()).update(range(b.line, b.end + 1))
+            labels.setdefault(b.cell, []).append(f"{b.name} ({b.kind}, {b.where.split(', ')[1]})")
+        every = [b for b in found if b.name == name]
+        replaced |= {b.cell for b in every if b not in chain}
+        via = "".join(f"; it is `{_first_line(source[b.cell], b)}`, so the code is that of {b.alias}, bound in "
+                      f"{chain[i + 1].where}" for i, b in enumerate(chain[:-1]))
+        if len(every) > 1:
+            warnings.append(f"{name} is bound {len(every)} times (" + "; ".join(f"{b.where}: {b.kind}" for b in every)
+                            + f"): the grader probed the last one, in {chain[0].where}{via}.")
+        elif via:
+            warnings.append(f"{name} is bound in {chain[0].where}{via}.")
+        late = [d for d in found if d.name == DYNAMIC and d.seq > chain[0].seq]
+        if late:
+            warnings.append(f"After that, {', '.join(f'{d.where} ({d.kind})' for d in late[:3])} may rebind "
+                            f"{name} at run time: read {'it' if len(late) == 1 else 'them'}.")
+            for d in late[:3]:
+                marks.setdefault(d.cell, set()).update(range(d.line, d.end + 1))
+                labels.setdefault(d.cell, []).append(f"{d.kind}, {d.where.split(', ')[1]}")
+    out = []
+    if warnings:
+        out.append('<ul class="notes rebound">' + "".join(f"<li>{esc(w)}</li>" for w in dict.fromkeys(warnings))
+                   + "</ul>")
+    blocks = "".join(f'<div class="note">cell {n} · binds {esc("; ".join(dict.fromkeys(labels[n])))}</div>'
+                     f"<pre>{_marked(source[n], marks[n])}</pre>" for n in sorted(marks))
+    if blocks:
+        out.append(f"<details open><summary>student code for {esc(q.id)}: what each name was bound to when the "
+                   f"notebook ended (marked)</summary>{blocks}</details>")
+    old = [n for n in sorted(replaced) if n not in marks]
+    if old:
+        out.append("<details><summary>earlier bindings, replaced before the notebook ended (not what was graded)"
+                   "</summary>" + "".join(f'<div class="note">cell {n}</div><pre>{esc(_clip(source[n], CODE_CHARS))}'
+                                          "</pre>" for n in old) + "</details>")
+    if missing:
+        out.append(f'<p class="note">No cell of the notebook that the grader runs binds {esc(", ".join(missing))}'
+                   f"{': ' + esc(why) if why else ''}.</p>")
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- pages
@@ -822,14 +1054,16 @@ def _example(cluster: Cluster) -> tuple[Student, CaseResult] | None:
 
 
 def _sortable(tid: str, head: list[tuple[str, str, str]], rows: list[str], *, search: str = "",
-              cls: str = "") -> str:
+              cls: str = "", wrap: str = "") -> str:
     """A table that the page's script sorts by any column (headers: data-col, label, css class) and, with
-    `search`, filters through a box that stays hidden while scripts are off (the rows then stay as written)."""
+    `search`, filters through a box that stays hidden while scripts are off (the rows then stay as written);
+    with `wrap`, the table (not its box) sits in a div of that class."""
     box = (f'<input class="filter" type="search" hidden data-table="{esc(tid)}" placeholder="{esc(search)}" '
            f'aria-label="{esc(search)}">' if search else "")
     ths = "".join(f'<th data-col="{esc(col)}"{f" class={c}" if c else ""}>{esc(label)}</th>' for col, label, c in head)
-    return (f'{box}<table class="sortable {cls}" id="{esc(tid)}"><thead><tr>{ths}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table>')
+    table = (f'<table class="sortable {cls}" id="{esc(tid)}"><thead><tr>{ths}</tr></thead>'
+             f'<tbody>{"".join(rows)}</tbody></table>')
+    return box + (f'<div class="{esc(wrap)}">{table}</div>' if wrap else table)
 
 
 def column_names(questions: list[Question]) -> dict[str, str]:
@@ -841,8 +1075,9 @@ def column_names(questions: list[Question]) -> dict[str, str]:
 
 
 def _regrade(ctx: _Ctx) -> str:
-    return (f'<div class="note">To regrade (only submissions that changed are graded again; add --force after a '
-            f'grader change), then rewrite this report:</div><pre>{esc(ctx.regrade)}</pre>') if ctx.regrade else ""
+    return (f'<div class="note" id="regrade">To regrade (only submissions that changed are graded again; add '
+            f"--force after a grader change), then rewrite this report:</div><pre>{esc(ctx.regrade)}</pre>"
+            ) if ctx.regrade else ""
 
 
 def _choice_tables(ctx: _Ctx, q: Question, students: list[Student]) -> str:
@@ -892,6 +1127,27 @@ def _manual_cells(ctx: _Ctx, s: Student) -> str:
                    for v in (merged_value(q, ctx.merged.get(s.id, {})) for q in ctx.manual))
 
 
+def everyone_table(ctx: _Ctx, students: list[Student]) -> str:
+    """Every student's scores and diagnoses, with its search box: the first thing on the index."""
+    manual = ctx.manual
+    names = column_names([*ctx.questions, *manual])
+    head = [("student", "student", ""), ("status", "status", ""), ("total", "total", "num"),
+            *((q.id, names[q.id], "num") for q in ctx.questions),
+            *((q.id, f"{names[q.id]} (by hand)", "num") for q in manual), ("diagnoses", "diagnoses", "")]
+    body = []
+    for s in students:
+        cells = "".join(f'<td class="num{"" if full_marks(s.score(q.id), q.points) else " lost"}">'
+                        f"{_score(s.score(q.id))}</td>" for q in ctx.questions)
+        st = f'<span class="status{"" if s.ran else " bad"}">{esc(s.status)}</span>'
+        body.append(f'<tr><td>{_link(s)}</td><td>{st}</td><td class="num">{_score(s.total)}'
+                    f'</td>{cells}{_manual_cells(ctx, s)}<td>{esc(" ".join(s.diagnosis_ids(ctx.questions)))}</td></tr>')
+    return ('<h2 id="students-list">All students</h2>'
+            + _sortable("students", head, body, search="search students, statuses, diagnoses", cls="scores",
+                        wrap="roster")
+            + '<p class="note">report.csv holds this table for a gradebook. Columns: '
+            + esc(", ".join(f"{names[q.id]} = {q.id}" for q in [*ctx.questions, *manual])) + ".</p>")
+
+
 def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluster]]) -> str:
     n = len(students)
     ran = [s for s in students if s.ran]
@@ -908,7 +1164,11 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
            f"{_score(mean_total)} / {_score(auto)} auto-graded points"
            + (f' · {", ".join(f"<a href=#written>{esc(q.id)}</a>" for q in manual)} graded by hand' if manual else "")
            + '<br><span class="note">For staff only: shows hidden test cases and reference values.</span></p>'
-           + _regrade(ctx)]
+           + '<p class="note">Jump to: <a href="#students-list">students</a> · <a href="#questions-list">questions</a>'
+           + ' · <a href="#diagnoses">failures by diagnosis</a>' + (' · <a href="#written">written answers</a>'
+                                                                   if manual else "")
+           + ' · <a href="#not-run">submissions that did not run</a> · <a href="#regrade">regrade</a></p>']
+    out += [everyone_table(ctx, students), _regrade(ctx)]
     stale = [s for s in students if _other_suite(ctx, s)]
     if stale:
         many = len(stale) != 1
@@ -941,16 +1201,17 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
                     f'<span class="note">({full}/{n})</span></td>'
                     f"<td data-v=\"{sum(len(c.students) for c in groups[q.id])}\">"
                     f"{''.join(lines) or '<span class=note>none</span>'}</td></tr>")
-    out.append('<h2>Questions</h2><p class="note">Full marks: the question\'s points reached. Click a heading to '
-               "sort.</p>"
+    out.append('<h2 id="questions-list">Questions</h2><p class="note">Full marks: the question\'s points reached. '
+               "Click a heading to sort.</p>"
                + _sortable("questions", [("question", "question", ""), ("mean", "mean score", "num"),
                                          ("full", "full marks", "num"),
                                          ("groups", "who lost points, grouped by diagnosis (largest first)", "")],
                            rows, cls="qt"))
 
     # clusters, per question
-    out.append(f"<h2>Failures by diagnosis</h2><p class=\"note\">Students of the {len(ran)} submissions that ran "
-               "normally, grouped by the catalogued mistake their outputs match, per question.</p>")
+    out.append(f'<h2 id="diagnoses">Failures by diagnosis</h2><p class="note">Students of the {len(ran)} '
+               "submissions that ran normally, grouped by the catalogued mistake their outputs match, per "
+               "question.</p>")
     for q in ctx.questions:
         cl = groups[q.id]
         lost = {s.id for c in cl for s in c.students}
@@ -990,13 +1251,13 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
                    + f'</ul><p class="note">Each page shows every student\'s answer beside the model answer. Copy '
                    f'<a href="{MANUAL_CSV}">{MANUAL_CSV}</a> out of this folder (the next report replaces it), fill in '
                    f"the scores, then merge them into grades.csv and summary.json:</p>"
-                   f"<pre>{esc(f'{command()} merge {shlex.quote(str(ctx.grades))} {MANUAL_CSV}')}</pre>"
+                   f"<pre>{esc(f'{runnable_command()} merge {shlex.quote(str(ctx.grades))} {MANUAL_CSV}')}</pre>"
                    '<p class="note">On Gradescope these answers are graded on Gradescope\'s own manual-grading page, '
                    "and on nbgrader in Formgrader; merge such scores here only to see them in grades.csv.</p>")
 
     # statuses
     odd = [s for s in students if not s.ran]
-    out.append('<h2>Submissions that did not run normally</h2>')
+    out.append('<h2 id="not-run">Submissions that did not run normally</h2>')
     if odd:
         body = [f'<tr><td><span class="status bad">{esc(s.status)}</span></td><td>{_link(s)}</td>'
                 f'<td>{esc(_clip("; ".join(s.result.notes), 400))}</td></tr>'
@@ -1006,22 +1267,6 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
     else:
         out.append('<p class="note">None: every submission ran to the end.</p>')
 
-    # everyone
-    names = column_names([*ctx.questions, *manual])
-    head = [("student", "student", ""), ("status", "status", ""), ("total", "total", "num"),
-            *((q.id, names[q.id], "num") for q in ctx.questions),
-            *((q.id, f"{names[q.id]} (by hand)", "num") for q in manual), ("diagnoses", "diagnoses", "")]
-    body = []
-    for s in students:
-        cells = "".join(f'<td class="num{"" if full_marks(s.score(q.id), q.points) else " lost"}">'
-                        f"{_score(s.score(q.id))}</td>" for q in ctx.questions)
-        st = f'<span class="status{"" if s.ran else " bad"}">{esc(s.status)}</span>'
-        body.append(f'<tr><td>{_link(s)}</td><td>{st}</td><td class="num">{_score(s.total)}'
-                    f'</td>{cells}{_manual_cells(ctx, s)}<td>{esc(" ".join(s.diagnosis_ids(ctx.questions)))}</td></tr>')
-    out.append('<h2>All students</h2>'
-               + _sortable("students", head, body, search="search students, statuses, diagnoses", cls="scores")
-               + '<p class="note">report.csv holds this table for a gradebook. Columns: '
-               + esc(", ".join(f"{names[q.id]} = {q.id}" for q in [*ctx.questions, *manual])) + ".</p>")
     return _page("Lesson 83 failure report", "\n".join(out))
 
 
@@ -1053,21 +1298,19 @@ def written_page(ctx: _Ctx, q: Question, part_index: int, students: list[Student
                                   ("score", "score", "num"), ("answer", "answer", "")],
                       rows, search="search names and answers", cls="qt"),
             f'<p class="note">Scores: the column {esc(part.part)} of <a href="../{MANUAL_CSV}">{MANUAL_CSV}</a> '
-            f"(0 to {_score(per_part)}), merged with <code>{esc(command())} merge</code>.</p>"]
+            f"(0 to {_score(per_part)}), merged with <code>{esc(runnable_command())} merge</code>.</p>"]
     return _page(f"{part.part} · Lesson 83", "\n".join(body))
 
 
 def manual_csv(ctx: _Ctx, students: list[Student]) -> str:
     """The sheet a TA fills in: an id, one empty score column per written part, a comment, then the answers."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
     parts = ctx.parts
-    writer.writerow(["id", *parts, "comment", *(f"{p} answer" for p in parts)])
+    rows = [["id", *parts, "comment", *(f"{p} answer" for p in parts)]]
     for s in students:
         have = ctx.merged.get(s.id, {})
-        writer.writerow([spreadsheet_text(_text(s.id)), *(_score(have[p]) if p in have else "" for p in parts), "",
-                         *(spreadsheet_text(_text(s.answers.get(p) or "")) for p in parts)])
-    return buf.getvalue()
+        rows.append([_text(s.id), *(_score(have[p]) if p in have else "" for p in parts), "",
+                     *(_text(s.answers.get(p) or "") for p in parts)])
+    return csv_text(rows)
 
 
 def _other_suite(ctx: _Ctx, s: Student) -> str:
@@ -1123,9 +1366,22 @@ def student_page(ctx: _Ctx, s: Student) -> str:
             badges = (' <span class="badge">hidden</span>' if c.hidden else "") + (
                 f' <span class="badge diag">{esc(c.diagnosis + _carried(ctx, c.diagnosis, q.id))}</span>'
                 if c.diagnosis else "")
-            part.append(f'<div class="case"><h3>{esc(c.id)}{badges} <span class="meta note">'
-                        f'−{_score(float(c.max_points))} points</span></h3>'
-                        f'<pre>{esc(_clip(c.message, MESSAGE_CHARS))}</pre>'
+            blocked, alone = gate_of(ctx.suite, s.result, c)
+            head = (f'<h3>{esc(c.id)}{badges} <span class="meta note">−{_score(float(c.max_points))} points'
+                    f"</span></h3>")
+            wait = " and ".join(f'<a href="#{esc(b)}">{esc(b)}</a>' for b in blocked)
+            if blocked and alone is not None and alone.passed:
+                part.append(f'<div class="case gated" id="{esc(c.id)}">{head}<p class="note">Not checked: it '
+                            f"needs {wait} to pass first. Its own check passes on this submission's output; it "
+                            "earns nothing while the values it depends on are wrong (the property alone also holds "
+                            "of code that computes nothing).</p></div>")
+                continue
+            message, note = c.message, ""
+            if blocked and alone is not None:  # the stored message is the gate's: show what its own check says
+                message = alone.message
+                note = f'<p class="note">It needs {wait} to pass first, and fails on its own:</p>'
+            part.append(f'<div class="case" id="{esc(c.id)}">{head}{note}'
+                        f"<pre>{esc(_clip(message, MESSAGE_CHARS))}</pre>"
                         + _detail(case, c.expected, c.received, atol=case.get("atol", tol.atol),
                                   rtol=case.get("rtol", tol.rtol), rel_tol=rel_tol,
                                   codec=ctx.suite.config.lesson.checks) + "</div>")
@@ -1133,17 +1389,7 @@ def student_page(ctx: _Ctx, s: Student) -> str:
         if picks:
             part.append('<ul class="notes">' + "".join(f"<li>{esc(ctx.known.get(d, (q.id, d))[1])}</li>"
                                                          for d in picks) + "</ul>")
-        code = question_code(cells, q)
-        names = ", ".join(q.solution or [c.var for c in q.choices])
-        if code:
-            blocks = "".join(f'<div class="note">cell {n}</div><pre>{esc(_clip(src, CODE_CHARS))}</pre>'
-                             for n, src in code)
-            part.append(f"<details open><summary>student code for {esc(q.id)}</summary>{blocks}</details>")
-        elif names:
-            part.append(f'<p class="note">No cell of the notebook defines {esc(names)}'
-                        f"{': ' + esc(why) if why else ''}.</p>")
-        elif why:
-            part.append(f'<p class="note">The notebook could not be shown: {esc(why)}.</p>')
+        part.append(question_code(cells, q, why))
         out.append("".join(part) + "</section>")
     if ctx.manual:
         blocks = []
@@ -1168,14 +1414,10 @@ def student_page(ctx: _Ctx, s: Student) -> str:
 
 def report_csv(students: list[Student], questions: list[Question]) -> str:
     """One row per student for a gradebook: id, status, total, per-question scores and the diagnosis ids."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["id", "status", "total", *(q.id for q in questions), "diagnoses"])
-    for s in students:
-        writer.writerow([spreadsheet_text(_text(s.id)), spreadsheet_text(_text(s.status)),
-                         _score(s.total), *(_score(s.score(q.id)) for q in questions),
-                         spreadsheet_text(_text(" ".join(s.diagnosis_ids(questions))))])
-    return buf.getvalue()
+    rows = [["id", "status", "total", *(q.id for q in questions), "diagnoses"]]
+    rows += [[_text(s.id), _text(s.status), _score(s.total), *(_score(s.score(q.id)) for q in questions),
+              _text(" ".join(s.diagnosis_ids(questions)))] for s in students]
+    return csv_text(rows)
 
 
 def _student_page_or_note(ctx: _Ctx, s: Student) -> str:
@@ -1228,15 +1470,17 @@ def regrade_command(students: list[Student], *, grades: Path, out: Path, config_
     folders = [str(Path(p).parent) for s in students if isinstance(p := s.record.get("path"), str) and p]
     subs = max(set(folders), key=folders.count) if folders else "SUBMISSIONS"
     default = Path(config_path).resolve() == DEFAULT_CONFIG.resolve()
-    config = "" if default else f" --config {shlex.quote(str(config_path))}"
-    return (f"{command()}{config} grade {shlex.quote(subs)} --out {shlex.quote(str(grades))}\n"
-            f"{command()}{config} report {shlex.quote(str(grades))} --out {shlex.quote(str(out))}")
+    config = "" if default else f" --config {shlex.quote(str(Path(config_path).resolve()))}"
+    run = runnable_command()
+    return (f"{run}{config} grade {shlex.quote(subs)} --out {shlex.quote(str(grades))}\n"
+            f"{run}{config} report {shlex.quote(str(grades))} --out {shlex.quote(str(out))}")
 
 
-def write_report(grades: Path, *, out: Path = ROOT / "dist" / "report", config_path: Path = DEFAULT_CONFIG) -> Path:
+def write_report(grades: Path, *, out: Path = Path("report"), config_path: Path = DEFAULT_CONFIG) -> Path:
     """Write the report of the batch graded into `grades` to the folder `out`; returns out/index.html.
 
-    Built in a temporary folder beside `out` and renamed into place, so `out` is never half-written.
+    Built in a temporary folder beside `out` and renamed into place, so `out` is never half-written. `out`
+    defaults to ./report in the current folder (like `grade`'s ./grades), never inside the installed package.
     """
     suite = load_suite(config_path)
     questions = [q for q in suite.questions if q.graded and not q.manual]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -37,11 +41,32 @@ STUDENT_HELP = {
 }
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# Characters a CSV cell never holds raw: control characters but newline and tab (ESC recolours a terminal that
+# prints the file, CR rewrites its line), and the bidirectional controls that reorder what a spreadsheet or a
+# terminal shows (U+202A-U+202E embeddings and overrides, U+2066-U+2069 isolates, U+200E/F and U+061C marks).
+CSV_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def spreadsheet_text(text: str) -> str:
-    """A CSV cell that a spreadsheet shows as text: one that starts like a formula gets a leading apostrophe."""
+    """A CSV cell as written in every CSV the package writes: each control or bidirectional character becomes a
+    visible escape (ESC as \\x1b, U+202E as \\u202e), and a cell that starts like a formula gets a leading
+    apostrophe, so a spreadsheet shows it as text."""
+    text = CSV_UNSAFE.sub(_escape, text)
     return "'" + text if text[:1] in FORMULA_STARTS else text
+
+
+def csv_text(rows: Iterable[Iterable[Any]]) -> str:
+    """Rows as CSV text, every text cell through `spreadsheet_text` (numbers are written as they are)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for row in rows:
+        writer.writerow([spreadsheet_text(c) if isinstance(c, str) else c for c in row])
+    return buf.getvalue()
 
 
 def full_marks(score: float | None, points: float) -> bool:

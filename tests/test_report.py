@@ -50,6 +50,7 @@ SCRIPT = "</pre><script>alert(1)</script>"
 HOSTILE_ID = "mallory<b>&'\""  # a file name a student chose: every character here must be escaped
 RAISER = f'def sinusoidal_pe(max_len, d):\n    raise ValueError("{SCRIPT}")'
 HOSTILE_ANSWER = "A buffer moves with .to() but is not trained. </div><script>alert(2)</script> & =1+1"
+REBIND = "def _table(max_len, d):\n    return np.zeros((max_len, d))\n\n\nif True:\n    sinusoidal_pe = _table"
 
 checks = default_lesson().checks
 
@@ -103,9 +104,13 @@ def report(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, 
     _answer(frank, "q9_buffer", HOSTILE_ANSWER)
     _answer(frank, "q9_alibi", "No table: the bias is a formula for every distance.")
     nbformat.write(frank, str(subs / "frank.ipynb"))
+    # grace: a clean `def sinusoidal_pe`, then a later cell binds the name to another function (what is graded)
+    grace = filled_notebook(TEMPLATE, answers=answers)
+    grace.cells.append(nbformat.v4.new_code_cell(REBIND))
+    nbformat.write(grace, str(subs / "grace.ipynb"))
     grades = tmp / "grades"
     summary = grade_batch(subs, out=grades, progress=False)
-    assert summary.counts() == {"graded": 8}
+    assert summary.counts() == {"graded": 9}
     out = tmp / "report"
     index = write_report(grades, out=out)
     return {"grades": grades, "out": out, "index": index, "tmp": tmp}
@@ -306,69 +311,90 @@ def _run_chromium(exe: str, profile: Path, *args: str) -> subprocess.CompletedPr
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
 
 
-def _live_dom(exe: str, profile: Path, url: str, *flags: str, timeout: float = 60.0) -> str:
-    """The page's DOM once loaded (after its scripts, if they may run), read over the DevTools protocol.
+class _Browser:
+    """Headless Chromium driven over the DevTools protocol through --remote-debugging-pipe: requests on fd 3,
+    answers on fd 4, each a JSON message ended by a NUL byte."""
 
-    `--dump-dom` prints nothing when scripts are off, so this asks the browser itself (DOM.getOuterHTML) through
-    --remote-debugging-pipe: requests on fd 3, answers on fd 4, each a JSON message ended by a NUL byte.
-    """
-    import fcntl
-    import time
+    def __init__(self, exe: str, profile: Path, *flags: str) -> None:
+        import fcntl
 
-    to_r, to_w = os.pipe()
-    from_r, from_w = os.pipe()
+        to_r, self.to_w = os.pipe()
+        self.from_r, from_w = os.pipe()
 
-    def pipes_to_3_and_4() -> None:
-        a, b = fcntl.fcntl(to_r, fcntl.F_DUPFD, 10), fcntl.fcntl(from_w, fcntl.F_DUPFD, 10)
-        os.dup2(a, 3)
-        os.dup2(b, 4)
+        def pipes_to_3_and_4() -> None:
+            a, b = fcntl.fcntl(to_r, fcntl.F_DUPFD, 10), fcntl.fcntl(from_w, fcntl.F_DUPFD, 10)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
 
-    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-           f"--user-data-dir={profile}", "--remote-debugging-pipe", *flags, "about:blank"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=False,
-                            preexec_fn=pipes_to_3_and_4)
-    os.close(to_r)
-    os.close(from_w)
-    pending, events, calls = b"", [], [0]
+        cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--no-first-run", f"--user-data-dir={profile}", "--remote-debugging-pipe", *flags, "about:blank"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=False,
+                                     preexec_fn=pipes_to_3_and_4)
+        os.close(to_r)
+        os.close(from_w)
+        self.pending, self.events, self.calls = b"", [], 0
 
-    def call(method: str, session: str | None = None, **params: object) -> dict:
-        nonlocal pending
-        calls[0] += 1
-        message = {"id": calls[0], "method": method, "params": params} | ({"sessionId": session} if session else {})
-        os.write(to_w, json.dumps(message).encode() + b"\0")
+    def call(self, method: str, session: str | None = None, **params: object) -> dict:
+        self.calls += 1
+        message = {"id": self.calls, "method": method, "params": params} | ({"sessionId": session} if session else {})
+        os.write(self.to_w, json.dumps(message).encode() + b"\0")
         while True:
-            while b"\0" not in pending:
-                chunk = os.read(from_r, 1 << 20)
+            while b"\0" not in self.pending:
+                chunk = os.read(self.from_r, 1 << 20)
                 assert chunk, "chromium closed the DevTools pipe"
-                pending += chunk
-            raw, pending = pending.split(b"\0", 1)
+                self.pending += chunk
+            raw, self.pending = self.pending.split(b"\0", 1)
             reply = json.loads(raw)
-            events.append(reply.get("method"))
-            if reply.get("id") == calls[0]:
+            self.events.append(reply.get("method"))
+            if reply.get("id") == self.calls:
                 assert "error" not in reply, reply
                 return reply["result"]
 
-    try:
-        target = call("Target.createTarget", url="about:blank")["targetId"]
-        session = call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        call("Page.enable", session)
-        call("Page.navigate", session, url=url)
+    def open(self, url: str, *, size: tuple[int, int] | None = None, timeout: float = 60.0) -> str:
+        """A new tab (`size`: its viewport, CSS pixels) showing `url` once loaded; returns its session."""
+        import time
+
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Page.enable", session)
+        if size:
+            self.call("Emulation.setDeviceMetricsOverride", session, width=size[0], height=size[1],
+                      deviceScaleFactor=1, mobile=False)
+        self.events.clear()
+        self.call("Page.navigate", session, url=url)
         end = time.monotonic() + timeout
-        while "Page.loadEventFired" not in events:
+        while "Page.loadEventFired" not in self.events:
             assert time.monotonic() < end, f"{url} did not load in {timeout:g} s"
-            call("Browser.getVersion")
+            self.call("Browser.getVersion")
             time.sleep(0.1)
-        root = call("DOM.getDocument", session, depth=0)["root"]
-        return call("DOM.getOuterHTML", session, nodeId=root["nodeId"])["outerHTML"]
-    finally:
+        return session
+
+    def evaluate(self, session: str, expression: str) -> object:
+        reply = self.call("Runtime.evaluate", session, expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in reply, reply
+        return reply["result"].get("value")
+
+    def close(self) -> None:
         try:
-            call("Browser.close")
-            proc.wait(timeout=30)
+            self.call("Browser.close")
+            self.proc.wait(timeout=30)
         except (AssertionError, OSError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
-        os.close(to_w)
-        os.close(from_r)
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.to_w)
+        os.close(self.from_r)
+
+
+def _live_dom(exe: str, profile: Path, url: str, *flags: str, timeout: float = 60.0) -> str:
+    """The page's DOM once loaded (after its scripts, if they may run), read over the DevTools protocol
+    (`--dump-dom` prints nothing when scripts are off, so this asks the browser itself: DOM.getOuterHTML)."""
+    browser = _Browser(exe, profile, *flags)
+    try:
+        session = browser.open(url, timeout=timeout)
+        root = browser.call("DOM.getDocument", session, depth=0)["root"]
+        return browser.call("DOM.getOuterHTML", session, nodeId=root["nodeId"])["outerHTML"]
+    finally:
+        browser.close()
 
 
 def _png_size(path: Path) -> tuple[int, int]:
