@@ -5,13 +5,16 @@ from __future__ import annotations
 import base64
 import copy
 import csv
+import html as html_module
 import json
 import os
 import random
 import re
+import shlex
 import shutil
 import struct
 import subprocess
+import unicodedata
 import zipfile
 from pathlib import Path
 
@@ -39,7 +42,7 @@ from autograder.report import (
     write_report,
 )
 from autograder.report import SCRIPT as REPORT_SCRIPT
-from autograder.results import Status
+from autograder.results import Status, csv_text, spreadsheet_text
 from autograder.suite import Suite, load_suite, read_suite
 from reference.lesson83_mistakes import MISTAKES
 
@@ -50,6 +53,10 @@ SCRIPT = "</pre><script>alert(1)</script>"
 HOSTILE_ID = "mallory<b>&'\""  # a file name a student chose: every character here must be escaped
 RAISER = f'def sinusoidal_pe(max_len, d):\n    raise ValueError("{SCRIPT}")'
 HOSTILE_ANSWER = "A buffer moves with .to() but is not trained. </div><script>alert(2)</script> & =1+1"
+# a written answer that would recolour a terminal printing the CSV (ESC), hide a line (CR), ring (BEL), reorder
+# what a spreadsheet shows (bidirectional overrides, isolates and marks) and start a formula
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+CONTROL_ANSWER = f'=HYPERLINK("http://x.test")\x1b[2J\x1b[31mred\x1b[0m\rhidden\x07\x00\x7f\x85 {BIDI} exe.txt'
 REBIND = "def _table(max_len, d):\n    return np.zeros((max_len, d))\n\n\nif True:\n    sinusoidal_pe = _table"
 
 checks = default_lesson().checks
@@ -103,6 +110,7 @@ def report(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, 
     frank = filled_notebook(TEMPLATE, answers=answers | {"q8_pe_value": _wrong_letter(suite, "q8_pe_value")[0]})
     _answer(frank, "q9_buffer", HOSTILE_ANSWER)
     _answer(frank, "q9_alibi", "No table: the bias is a formula for every distance.")
+    _answer(frank, "q9_rope_v", CONTROL_ANSWER)
     nbformat.write(frank, str(subs / "frank.ipynb"))
     # grace: a clean `def sinusoidal_pe`, then a later cell binds the name to another function (what is graded)
     grace = filled_notebook(TEMPLATE, answers=answers)
@@ -131,7 +139,7 @@ def _page(out: Path, sid: str) -> str:
 def test_report_csv_rows_and_diagnoses(report: dict[str, Path], suite: Suite) -> None:
     with (report["out"] / "report.csv").open(newline="") as f:
         rows = {r["id"]: r for r in csv.DictReader(f)}
-    assert set(rows) == {"reference", "blank", "alice", HOSTILE_ID, "carol", "dave", "erin", "frank"}
+    assert set(rows) == {"reference", "blank", "alice", HOSTILE_ID, "carol", "dave", "erin", "frank", "grace"}
     auto = [q.id for q in suite.questions if q.graded and not q.manual]
     assert list(next(iter(rows.values()))) == ["id", "status", "total", *auto, "diagnoses"]
     assert all(r["status"] == "graded" for r in rows.values())
@@ -153,7 +161,7 @@ def test_report_csv_rows_and_diagnoses(report: dict[str, Path], suite: Suite) ->
 def test_student_pages_escape_hostile_input(report: dict[str, Path]) -> None:
     out = report["out"]
     pages = [out / "index.html", *sorted((out / "students").glob("*.html")), *sorted((out / "written").glob("*"))]
-    assert len(pages) == 1 + 8 + 3 and (out / MARKER).exists()
+    assert len(pages) == 1 + 9 + 3 and (out / MARKER).exists()
     for page in pages:  # one script, the report's own, allowed by its hash: nothing a student wrote can run
         text = page.read_text()
         assert text.lower().count("<script") == 1 and f"<script>{REPORT_SCRIPT}</script>" in text, page.name
@@ -231,8 +239,8 @@ def test_multiple_choice_counts_each_option_and_names_its_misconception(report: 
         assert found, f"no row for option {letter}"
         return found.group(1)
 
-    # the right option: 6 students (all but blank and frank), its reason; frank's option: 1, its misconception
-    assert re.search(r'<td class="num">6<span class="bar">', row(right)) and html_escape(choice.why) in row(right)
+    # the right option: 7 students (all but blank and frank), its reason; frank's option: 1, its misconception
+    assert re.search(r'<td class="num">7<span class="bar">', row(right)) and html_escape(choice.why) in row(right)
     assert re.search(r'<td class="num">1<span class="bar">', row(wrong)) and ">frank</a>" in row(wrong)
     assert html_escape(choice.misconceptions[source_index - 1]) in row(wrong)
     assert html_escape(plain_math(shown["ABCD".index(wrong)])) in row(wrong)  # rendered text, numbers included
@@ -247,14 +255,111 @@ def test_multiple_choice_counts_each_option_and_names_its_misconception(report: 
 def test_index_links_files_prints_the_regrade_command_and_names_columns(report: dict[str, Path]) -> None:
     out, grades = report["out"], report["grades"]
     index = (out / "index.html").read_text()
-    assert f"lesson83 grade {report['tmp'] / 'submissions'} --out {grades}" in index
-    assert f"lesson83 report {grades} --out {out}" in index
+    # runnable as printed, the virtual environment active or not: the console script by its full path
+    commands = html_module.unescape(re.search(r'id="regrade">.*?<pre>(.*?)</pre>', index, re.S).group(1))
+    grade, again = [shlex.split(line) for line in commands.splitlines()]
+    assert grade[1:] == ["grade", str(report["tmp"] / "submissions"), "--out", str(grades)]
+    assert again[1:] == ["report", str(grades), "--out", str(out)]
+    assert grade[0] == again[0] and Path(grade[0]).is_absolute() and os.access(grade[0], os.X_OK), grade[0]
     head = re.search(r'<table class="sortable scores" id="students"><thead><tr>(.*?)</tr>', index).group(1)
     labels = re.findall(r">([^<]+)</th>", head)
     assert len(labels) == len(set(labels)) and "m1_tinycharlm" in labels and "m1_checkpoint" in labels, labels
     alice = _page(out, "alice")
     assert f'href="{(report["tmp"] / "submissions" / "alice.zip").as_uri()}"' in alice
-    assert "lesson83 grade" in alice
+    assert f"{shlex.quote(grade[0])} grade" in alice
+
+
+def test_every_csv_escapes_control_and_bidirectional_characters_and_formulas(report: dict[str, Path]) -> None:
+    """report.csv, manual_scores.csv and grades.csv: no raw control (but newline and tab) or bidirectional
+    character anywhere, no cell that a spreadsheet would read as a formula; frank's hostile answer is there,
+    escaped, and the sheet still merges back."""
+    files = [report["out"] / "report.csv", report["out"] / MANUAL_CSV, report["grades"] / "grades.csv"]
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        raw = sorted({hex(ord(c)) for c in text if c in BIDI or (unicodedata.category(c) == "Cc" and c not in "\n\t")})
+        assert not raw, (path.name, raw)
+        with path.open(newline="", encoding="utf-8") as f:
+            cells = [c for row in csv.reader(f) for c in row]
+        assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")], path.name
+    with (report["out"] / MANUAL_CSV).open(newline="", encoding="utf-8") as f:
+        sheet = {r["id"]: r for r in csv.DictReader(f)}
+    shown = sheet["frank"]["q9_rope_v answer"]
+    assert shown == spreadsheet_text(CONTROL_ANSWER) and shown.startswith("'=HYPERLINK(")
+    assert "\\x1b[2J\\x1b[31mred\\x1b[0m\\x0dhidden\\x07\\x00\\x7f\\x85" in shown
+    assert "\\u202a\\u202b\\u202c\\u202d\\u202e\\u2066\\u2067\\u2068\\u2069\\u200e\\u200f\\u061c" in shown
+
+
+def test_spreadsheet_text_keeps_plain_text_and_escapes_the_rest() -> None:
+    plain = "two\nlines\tand a tab, ünïcödé, 名前, עברית"
+    assert spreadsheet_text(plain) == plain
+    assert spreadsheet_text("-1") == "'-1" and spreadsheet_text("\r=1") == "\\x0d=1"  # escaped: no longer a formula
+    for c in BIDI:
+        assert spreadsheet_text(f"a{c}b") == f"a\\u{ord(c):04x}b"
+    assert csv_text([["id", "x"], ["=1+1", 2.5]]) == "id,x\n'=1+1,2.5\n"
+
+
+def test_student_page_shows_what_each_name_was_bound_to_when_the_notebook_ended(report: dict[str, Path]) -> None:
+    """grace's notebook has the reference's clean `def sinusoidal_pe`; a later cell binds the name to a function
+    that returns zeros. Her page shows that cell, the lines marked, says the name was rebound, and folds the clean
+    def away as replaced."""
+    page = _page(report["out"], "grace")
+    q2 = re.search(r'<h3 id="q2_sinusoidal_pe">.*?</section>', page, re.S).group(0)
+    assert re.search(r"sinusoidal_pe is bound 2 times \(cell \d+, lines 1–\d+: def; cell (\d+), line 6: assignment\)"
+                     r": the grader probed the last one, in cell \1, line 6; it is `sinusoidal_pe = _table`, so the "
+                     r"code is that of _table, bound in cell \1, lines 1–2", q2), q2
+    graded, replaced = re.search(r"<details open>(.*?)</details><details>(.*?)</details>", q2, re.S).groups()
+    assert "<mark>    sinusoidal_pe = _table</mark>" in graded and "<mark>def _table(max_len, d):</mark>" in graded
+    assert "def sinusoidal_pe" not in graded
+    assert "earlier bindings, replaced before the notebook ended" in replaced and "def sinusoidal_pe" in replaced
+    frank = _page(report["out"], "frank")  # q8: each answer bound once, nothing to warn about
+    assert "student code for q8_checks" in frank and "is bound" not in frank
+
+
+def test_gate_only_failures_say_so_instead_of_an_error_diff(report: dict[str, Path]) -> None:
+    """grace's zeros fail q2's value cases; the relative-position identity holds of zeros, so it failed only by
+    its gate: the page says it was not checked, with no message or expected-versus-received table. The odd-d
+    case fails on its own too: it shows what its own check says, not the gate's words."""
+    page = _page(report["out"], "grace")
+    gated = re.search(r'<div class="case gated" id="q2_sinusoidal_pe/relative_identity_d4">(.*?)</div>', page,
+                      re.S)
+    assert gated, "relative_identity_d4 is not shown as a gate-only failure"
+    assert "Not checked: it needs" in gated.group(1) and 'href="#q2_sinusoidal_pe/table_d4"' in gated.group(1)
+    assert "<pre>" not in gated.group(1) and "class=bad" not in gated.group(1)
+    odd = re.search(r'<div class="case" id="q2_sinusoidal_pe/odd_d_raises">(.*?)</pre>', page, re.S).group(1)
+    assert "and fails on its own" in odd and "it should raise ValueError" in odd and "earns its points only" not in odd
+
+
+@pytest.mark.parametrize(("code", "shown", "warning"), [
+    ("sinusoidal_pe = np.zeros", "<mark>sinusoidal_pe = np.zeros</mark>", "is bound 2 times"),
+    ("def sinusoidal_pe(max_len, d):\n    return 0", "<mark>def sinusoidal_pe(max_len, d):</mark>", "is bound 2"),
+    ("from numpy import zeros as sinusoidal_pe", "<mark>from numpy import zeros as sinusoidal_pe</mark>", "import"),
+    ("for sinusoidal_pe in [len]:\n    pass", "<mark>for sinusoidal_pe in [len]:</mark>", "for loop"),
+    ("if (sinusoidal_pe := len):\n    pass", "<mark>if (sinusoidal_pe := len):</mark>", "assignment expression"),
+    ("globals()['sinusoidal_pe'] = len", "<mark>globals()[&#x27;sinusoidal_pe&#x27;] = len</mark>", "globals()"),
+    ("def f():\n    global sinusoidal_pe\n    sinusoidal_pe = len\nf()", "<mark>    sinusoidal_pe = len</mark>",
+     "bound when it runs"),
+    ("%time x = 1\nsinusoidal_pe = len", "<mark>sinusoidal_pe = len</mark>", "is bound 2 times"),
+    ("exec('sinusoidal_pe = len')", "<mark>exec(&#x27;sinusoidal_pe = len&#x27;)</mark>", "may rebind"),
+])
+def test_question_code_follows_every_kind_of_rebinding(suite: Suite, code: str, shown: str, warning: str) -> None:
+    q2 = next(q for q in suite.questions if q.id == "q2_sinusoidal_pe")
+    clean = "def sinusoidal_pe(max_len, d):\n    return clean_table(max_len, d)"
+    html_text = report_module.question_code([(10, clean), (11, "grader.check('q2')"), (40, code)], q2)
+    graded = html_text.split("<details open>")[1].split("</details>")[0]
+    assert shown in graded and warning in html_text, html_text
+    assert ("clean_table" in graded) == (warning == "may rebind")  # exec: the def stays, the exec is marked too
+
+
+def test_question_code_says_when_a_name_is_gone(suite: Suite) -> None:
+    q2 = next(q for q in suite.questions if q.id == "q2_sinusoidal_pe")
+    html_text = report_module.question_code([(3, "def sinusoidal_pe(m, d):\n    pass"), (4, "del sinusoidal_pe")], q2)
+    assert "binds sinusoidal_pe (deleted in cell 4, line 1)" in html_text
+    training = [(3, "def sinusoidal_pe(m, d):\n    pass")]
+    assert report_module.stub_state(training, {"sinusoidal_pe"}) == {"sinusoidal_pe": True}
+    cells = report_module.code_cells([{"cell_type": "code", "source": "sinusoidal_pe = len"},
+                                      {"cell_type": "code", "source": "sinusoidal_pe = max",
+                                       "metadata": {"tags": ["milestone-train"]}}])
+    assert cells == [(0, "sinusoidal_pe = len")]  # the grader skips that cell: it binds nothing
 
 
 def _rows(html: str, table: str) -> list[tuple[str, bool]]:
@@ -270,7 +375,7 @@ def test_tables_sort_and_search_in_chromium_and_stay_whole_without_scripts(repor
     exe = _chromium()
     url = report["index"].as_uri()
     default = _rows(report["index"].read_text(), "students")
-    assert len(default) == 8 and not any(h for _, h in default)
+    assert len(default) == 9 and not any(h for _, h in default)
     with (report["grades"] / "grades.csv").open(newline="") as f:
         totals = {r["id"]: float(r["total"]) for r in csv.DictReader(f)}
 
@@ -293,6 +398,55 @@ def test_tables_sort_and_search_in_chromium_and_stay_whole_without_scripts(repor
     answers = dump("q=answers:script", page=written.as_uri())
     assert [sid for sid, hidden in _rows(answers, "answers") if not hidden] == ["frank"]
     assert "<script>alert(2)" not in answers  # the student's text stays text in the live DOM
+
+
+LAYOUT = """(() => {
+  const f = document.querySelector('input.filter[data-table="students"]'), r = f && f.getBoundingClientRect();
+  return {size: [innerWidth, innerHeight], scrolled: scrollY,
+          search: f && !f.hidden ? [r.top, r.bottom, r.left, r.right] : null,
+          over: Array.from(document.querySelectorAll('*')).filter(e => e.scrollWidth > e.clientWidth)
+            .map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + ' ' + e.scrollWidth + '>' + e.clientWidth)};
+})()"""
+
+
+def test_first_screen_has_the_search_and_nothing_overflows_at_1280x800(report: dict[str, Path]) -> None:
+    """In a 1280 x 800 window: the index's student search is on the first screen, and on every page of the
+    report no element is wider inside than its box (scrollWidth > clientWidth: a cut-off column, a table or
+    code running off the page)."""
+    exe = _chromium()
+    out = report["out"]
+    pages = [out / "index.html", *sorted((out / "students").glob("*.html")), *sorted((out / "written").glob("*"))]
+    browser = _Browser(exe, report["tmp"] / "profile-layout")
+    try:
+        for page in pages:
+            seen = browser.evaluate(browser.open(page.as_uri(), size=(1280, 800)), LAYOUT)
+            assert seen["size"] == [1280, 800] and seen["over"] == [], (page.name, seen)
+            if page.name == "index.html":
+                assert seen["search"] and seen["scrolled"] == 0, seen
+                top, bottom, left, right = seen["search"]
+                assert 0 <= top < bottom <= 800 and 0 <= left < right <= 1280, seen
+    finally:
+        browser.close()
+
+
+def test_grade_and_report_write_here_and_print_a_command_that_runs_as_printed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`grade` without --out writes ./grades in the current folder (never into the package), and prints the
+    report command with the full path of the executable: it runs as printed from another folder, without the
+    virtual environment on PATH, and writes ./report there."""
+    subs, course, elsewhere = tmp_path / "subs", tmp_path / "course", tmp_path / "elsewhere"
+    for folder in (subs, course, elsewhere):
+        folder.mkdir()
+    monkeypatch.chdir(course)
+    assert cli_main(["grade", str(subs), "--quiet"]) == 0
+    assert (course / "grades" / "grades.csv").is_file() and (course / "grades" / "summary.json").is_file()
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("TA report: "))
+    argv = shlex.split(line.removeprefix("TA report: "))
+    assert argv[1:] == ["report", str(course / "grades")] and Path(argv[0]).is_absolute(), argv
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {"PATH": "/usr/bin:/bin"}
+    done = subprocess.run(argv, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == str(elsewhere / "report" / "index.html")
 
 
 def _chromium() -> str:
