@@ -45,7 +45,8 @@ CSS = """
 *{box-sizing:border-box}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1f2328;background:#f6f7f9;margin:0}
 main{max-width:1220px;margin:0 auto;padding:18px 24px 40px}
-h1{font-size:22px;margin:0 0 2px}h2{font-size:17px;margin:26px 0 8px}h3{font-size:15px;margin:14px 0 6px}
+h1{font-size:22px;margin:0 0 2px;overflow-wrap:anywhere}
+h2{font-size:17px;margin:26px 0 8px}h3{font-size:15px;margin:14px 0 6px}
 a{color:#0b57d0;text-decoration:none}a:hover{text-decoration:underline}
 .sub{color:#59636e;margin:0 0 12px}
 table{border-collapse:collapse;background:#fff}
@@ -63,7 +64,7 @@ white-space:nowrap}
 .cl{margin:1px 0;line-height:1.7}
 .chip.diag{background:#ffebe9;color:#82071e}.chip.lead{background:#cf222e;color:#fff}
 .chip.unk{background:#fff8c5;color:#6a5400}.chip.fin{background:#eef1f4;color:#59636e}
-.who{font-size:12px}
+.who{font-size:12px;overflow-wrap:anywhere}
 .qsec{background:#fff;border:1px solid #e3e6ea;border-radius:8px;padding:4px 14px 10px;margin:12px 0}
 .qsec h3 .meta{font-weight:400;color:#59636e;font-size:13px}
 .cluster{border-left:4px solid #cf222e;padding:4px 10px;margin:8px 0;background:#fffafa}
@@ -101,6 +102,7 @@ ul.rebound{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding
 mark{background:#fff1b8;color:inherit}
 .opt td.right{color:#116329;font-weight:600}
 .roster{max-height:60vh;overflow-y:auto}
+td>a,.scores td:last-child{overflow-wrap:anywhere}
 .roster thead th{position:sticky;top:0;background:#fff;z-index:1}
 input.filter{font:inherit;padding:3px 8px;margin:4px 0 6px;width:320px;border:1px solid #c8ced5;border-radius:6px}
 table.sortable thead th{cursor:pointer;user-select:none}

@@ -50,7 +50,9 @@ TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 ARTIFACTS = ROOT / "dist" / "test-artifacts"  # dist/ is not committed; CI keeps the screenshots from here
 MISTAKE = {m.id: m for m in MISTAKES}
 SCRIPT = "</pre><script>alert(1)</script>"
-HOSTILE_ID = "mallory<b>&'\""  # a file name a student chose: every character here must be escaped
+# a file name a student chose: every character here must be escaped, and its 90 characters without a break must
+# not widen any table or heading of the report
+HOSTILE_ID = "mallory<b>&'\"" + "-without-spaces" * 6
 RAISER = f'def sinusoidal_pe(max_len, d):\n    raise ValueError("{SCRIPT}")'
 HOSTILE_ANSWER = "A buffer moves with .to() but is not trained. </div><script>alert(2)</script> & =1+1"
 # a written answer that would recolour a terminal printing the CSV (ESC), hide a line (CR), ring (BEL), reorder
@@ -169,7 +171,7 @@ def test_student_pages_escape_hostile_input(report: dict[str, Path]) -> None:
         assert "No cell of the notebook defines ." not in text, page.name  # no empty names in messages
     mallory = _page(out, HOSTILE_ID)
     assert "# &lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in mallory  # their code cell, escaped
-    assert "def apply_rope(x, cos, sin):" in mallory and "<h1>mallory&lt;b&gt;&amp;&#x27;&quot;</h1>" in mallory
+    assert "def apply_rope(x, cos, sin):" in mallory and f"<h1>{html_escape(HOSTILE_ID)}</h1>" in mallory
     erin = _page(out, "erin")  # an exception message the student wrote, escaped too
     assert "ValueError: &lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in erin
     alice = _page(out, "alice")  # code read from inside the zip, expected-versus-received with wrong cells
@@ -570,7 +572,8 @@ def test_index_renders_in_headless_chromium(report: dict[str, Path]) -> None:
     assert block, "no rope_interleaved cluster on q5_rope"
     text = block.group(0)
     assert '<span class="count">2</span>' in text
-    assert ">alice</a>" in text and ">mallory&lt;b&gt;&amp;'\"</a>" in text
+    dumped = HOSTILE_ID.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # as the DOM dump writes it
+    assert ">alice</a>" in text and f">{dumped}</a>" in text
     assert re.search(r'id="q6_rope_attention--rope_rotates_v".*?<span class="count">1</span>.*?>carol</a>', html, re.S)
     assert re.search(r'id="q7_alibi--alibi_sign_flipped".*?<span class="count">1</span>.*?>dave</a>', html, re.S)
     assert re.search(f'id="q5_rope--{UNFINISHED}".*?>blank</a>', html, re.S)  # stubs left as they were
