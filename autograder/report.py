@@ -843,6 +843,16 @@ _FALLBACK = re.compile(r"^(?:(?:async\s+)?def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_
 
 
 def bindings(cells: list[tuple[int, str]]) -> list[Binding]:
+    """`cell_bindings` of the cells, read once per notebook (the report asks for each question)."""
+    return list(_bindings(tuple(cells)))
+
+
+@lru_cache(maxsize=64)
+def _bindings(cells: tuple[tuple[int, str], ...]) -> tuple[Binding, ...]:
+    return tuple(cell_bindings(list(cells)))
+
+
+def cell_bindings(cells: list[tuple[int, str]]) -> list[Binding]:
     """Every binding of a global name in the cells (index, source), in the order the grader runs them: def,
     class, assignment (plain, augmented, annotated, :=, globals()[...]), import, for, with, except ... as and del,
     in nested blocks too, and inside functions for names they declare global. A cell that does not parse is read
