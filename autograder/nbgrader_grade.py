@@ -154,6 +154,7 @@ class NbgraderRun:
     isolation: str
     flagged: dict[str, str] = field(default_factory=dict)  # student -> why
     problem: str = ""  # what `nbgrader autograde` said when it failed (for some students), else ''
+    log: str = ""  # everything `nbgrader autograde` printed
 
 
 def flag_note(record: dict[str, Any]) -> str:
@@ -240,4 +241,5 @@ def nbgrader_autograde(course: Path, *, out: Path | None = None, force: bool = F
     if proc.returncode != 0:
         errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "ERROR" in line or "Error" in line]
         problem = f"nbgrader autograde failed (exit {proc.returncode}):\n" + "\n".join(errors[-20:])
-    return NbgraderRun(summary, isolation, _mark_gradebook(course, assignment, subs, out), problem)
+    return NbgraderRun(summary, isolation, _mark_gradebook(course, assignment, subs, out), problem,
+                       proc.stdout + proc.stderr)
