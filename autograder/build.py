@@ -179,7 +179,7 @@ def nbgrader_public_cases(questions: list[Question], expected: dict[str, dict[st
 def _nbgrader_check(q: Question) -> str:
     """A question's one grade cell (worth the question's points): in the student's kernel it runs the public checks
     with the data of PUBLIC_CASES and fails when one fails (so Validate lists it); at grading time nothing of it
-    runs: `lesson83 nbgrader-autograde` writes the sandboxed grader's verdicts and score as its output."""
+    runs: the `nbgrader-autograde` verb writes the sandboxed grader's verdicts and score as its output."""
     public, args = _summary_parts(q)
     PUBLIC_CASES, checks = public_cases_file(q.lesson.name), q.lesson.checks_name
     hidden = sum(c["hidden"] for c in q.cases)
@@ -220,12 +220,12 @@ CHECK_NOTE = {
              "`{export_zip}` with this notebook and, when they are in this folder, `milestone.pt` and "
              "`milestone.json`, and prints what the zip holds. Upload that zip to Gradescope. More checks, "
              "hidden from you, run when your work is graded.",
-    "nbgrader": "**Checking and submitting.** Each question ends with check cells (`run_case(...)`): run them "
-                "after your code; a check that fails stops with an error that says what was expected. Before "
-                "you submit, click **Validate** (in the notebook's toolbar or the Assignments tab), which runs "
-                "the whole notebook and lists what fails. Keep `milestone.pt` and `milestone.json` in this "
-                "folder, next to the notebook, then submit from the Assignments tab. More checks, hidden from "
-                "you, run when your work is graded.",
+    "nbgrader": "**Checking and submitting.** Each question ends with a check cell that runs its public checks: run "
+                "it after your code; when a check fails it says what was expected, and the cell stops with an error. "
+                "Before you submit, click **Validate** (in the notebook's toolbar or the Assignments tab), which runs "
+                "the whole notebook and lists the check cells that fail. Keep `milestone.pt` and `milestone.json` in "
+                "this folder, next to the notebook, then submit from the Assignments tab. More checks, hidden from "
+                "you, run when your work is graded, on the grader's own copy of your notebook.",
 }
 MILESTONE_FILES = ("milestone.pt", "milestone.json")
 

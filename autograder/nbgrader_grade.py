@@ -1,4 +1,4 @@
-"""nbgrader graded by the sandboxed engine: `lesson83 nbgrader-autograde COURSE` and its EngineVerdicts step.
+"""nbgrader graded by the sandboxed engine: the `nbgrader-autograde COURSE` verb and its EngineVerdicts step.
 
 nbgrader runs its test cells in the student's own kernel, where student code can read and patch whatever the
 tests use. Here no student code ever runs in a kernel that nbgrader starts: the engine (batch.grade_batch, in the
@@ -117,7 +117,7 @@ class EngineVerdicts(NbGraderPreprocessor):
     """nbgrader's autograde step in place of Execute: fills each grade cell with the engine's verdicts and score
     (an execute_result, nbgrader's partial credit) from the stored result of this submission; runs no code."""
 
-    grades = Unicode("", help="folder written by `lesson83 nbgrader-autograde` (the engine's results/)"
+    grades = Unicode("", help="folder written by the `nbgrader-autograde` verb (the engine's results/)"
                      ).tag(config=True)
     course = Unicode(".", help="the course folder (submitted/ is read to check the result is current)"
                      ).tag(config=True)

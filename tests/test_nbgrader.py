@@ -145,11 +145,11 @@ def test_the_grade_cells_show_the_graders_verdicts(graded: dict[str, Any]) -> No
 
 
 def _secret_forms(case_json: str) -> set[str]:
-    """How a hidden case's expected values could show: its JSON, its encoded arrays, its numbers printed with
-    4 or 8 decimals or in full, and for a multiple-choice case the answer written as Python or JSON."""
+    """How a hidden case's arguments and expected values could show: its JSON, its encoded arrays, its numbers
+    printed with 4 or 8 decimals or in full, and for a multiple-choice case the answer written as Python or JSON."""
     import numpy as np
 
-    forms = {case_json[case_json.index('"expected"'):][:60]}
+    forms = {case_json[case_json.index('"expected"'):][:60], '"args":' + checks.dumps(checks.loads(case_json)["args"])}
     forms |= {m[:40] for m in re.findall(r'"__ndarray__":"([^"]+)"', case_json) if len(m) >= 40}
     value = checks.loads(case_json)["expected"].get("value", {})
     for item in value.values() if isinstance(value, dict) else [value]:
