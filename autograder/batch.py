@@ -94,8 +94,11 @@ def _run_isolated(pool: WorkerPool, todo: list[tuple[Submission, str]], probes: 
 
 
 def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = False,
-                workers: int | None = None, config_path: Path = DEFAULT_CONFIG, progress: bool = True) -> BatchSummary:
-    """Grade every submission under `submissions` into `out`: results/<file>.json, grades.csv, summary.json.
+                workers: int | None = None, config_path: Path = DEFAULT_CONFIG, progress: bool = True,
+                entries: list[Submission] | None = None) -> BatchSummary:
+    """Grade every submission under `submissions` into `out`: results/<file>.json, grades.csv, summary.json
+    (`entries`: the submissions already read, in place of every entry of `submissions`, e.g. an nbgrader
+    course's `submitted/<student>/<assignment>/` folders; `submissions` is then only hidden from the sandbox).
 
     Every input is isolated: whatever goes wrong reading, running, judging or storing one becomes that row's
     status and message, and the batch goes on; grades.csv and summary.json are always written. A failure of
@@ -106,7 +109,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     """
     config = load_config(config_path)
     fingerprint = suite_fingerprint(config_path)
-    subs = find_submissions(submissions, limits=config.submissions)
+    subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions)
     results_dir = out / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}  # id -> why the grader could not grade it in this run
@@ -194,10 +197,17 @@ def _row(suite: Suite, sub: Submission, out: Path, failed: dict[str, str]) -> di
     if why is None:
         try:
             record = json.loads((out / "results" / sub.result_name).read_text(encoding="utf-8"))
-            return {"id": sub.id, **SubmissionResult.from_dict(record).csv_row(qids)}
+            row = {"id": sub.id, **SubmissionResult.from_dict(record).csv_row(qids)}
+            if record.get("isolation") == "none":  # said on the row itself: grades a TA can trust less
+                row["message"] = f"{UNSANDBOXED}; {row['message']}".rstrip("; ")
+            return row
         except Exception as exc:  # noqa: BLE001 - a damaged store is one row's problem
             why = f"not graded: its stored result could not be read ({_why(exc)}); run the grade command again"
     return {"id": sub.id, "total": None, **dict.fromkeys(qids), "status": Status.NOT_GRADED, "message": why}
+
+
+UNSANDBOXED = ("graded WITHOUT a sandbox (no bubblewrap, no uid drop): student code ran as the grader's user "
+               "and could read what it can")
 
 
 MERGED_FILE = "merged_scores.json"  # scores graded elsewhere (by hand, by another platform), kept by `merge`

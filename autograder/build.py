@@ -34,7 +34,7 @@ from autograder.content import (  # noqa: E402
     shuffled,
 )
 from autograder.lesson import Lesson  # noqa: E402
-from autograder.suite import CHECKPOINT_QUESTION, checkpoint_shares, load_suite, read_suite  # noqa: E402
+from autograder.suite import CHECKPOINT_QUESTION, load_suite, read_suite  # noqa: E402
 
 # Shipped next to the notebook: Lesson.shipped_files, the checks, the milestone trainer and its data (never
 # anything of reference/).
@@ -164,20 +164,51 @@ def _otter_summary_test(q: Question) -> str:
             f"    check_summary(public, {args})\n")
 
 
-def _nbgrader_test(case: dict[str, Any], expected: dict[str, dict[str, Any]], cases: dict[str, dict[str, Any]], *,
-                   lesson: Lesson) -> str:
-    body = (f"# {case['id']} ({case['points']:g} points)\n"
-            f"from {lesson.checks_name} import check_case\n"
-            f"check_case(globals(), {_case_json(case, expected, cases, lesson=lesson)!r})")
-    return body
+def public_cases_file(name: str) -> str:
+    """nbgrader: the public cases of every question, shipped beside the notebook (no hidden case is in it)."""
+    return f"{name}_public_cases.json"
 
 
-def _nbgrader_summary(q: Question) -> str:
-    """An ungraded cell after a question's check cells: what they covered, and how many more are graded later."""
+def nbgrader_public_cases(questions: list[Question], expected: dict[str, dict[str, Any]]) -> dict[str, list[Any]]:
+    """PUBLIC_CASES: question id -> its public cases as their tests carry them (with their gates), in order."""
+    cases, lesson = {c["id"]: c for q in questions for c in q.cases}, lesson_of(questions)
+    return {q.id: [json.loads(_case_json(c, expected, cases, lesson=lesson)) for c in q.cases if not c["hidden"]]
+            for q in questions if q.cases}
+
+
+def _nbgrader_check(q: Question) -> str:
+    """A question's one grade cell (worth the question's points): in the student's kernel it runs the public checks
+    with the data of PUBLIC_CASES and fails when one fails (so Validate lists it); at grading time nothing of it
+    runs: the `nbgrader-autograde` verb writes the sandboxed grader's verdicts and score as its output."""
     public, args = _summary_parts(q)
-    return (f"# {q.id}: what the check cells above covered\n"
-            f"from {q.lesson.checks_name} import public_summary\n"
-            f"print({q.id + ': '!r} + public_summary({public}, {args}))")
+    PUBLIC_CASES, checks = public_cases_file(q.lesson.name), q.lesson.checks_name
+    hidden = sum(c["hidden"] for c in q.cases)
+    return (f"# {q.id} ({q.points:g} points): the public checks (their data is in {PUBLIC_CASES}). After you submit, "
+            f"the grader\n# runs them{f' and {hidden} hidden ones' if hidden else ''} on its own copy of your "
+            f"notebook; this cell then shows its verdicts.\n"
+            f"import json as _json\n"
+            f"from {checks} import check_case as _check_case, public_summary as _public_summary\n"
+            f"_failed_checks = []\n"
+            f"with open({PUBLIC_CASES!r}) as _file:\n"
+            f"    _cases = _json.load(_file)[{q.id!r}]\n"
+            f"for _case in _cases:\n"
+            f"    try:\n"
+            f"        _check_case(globals(), _json.dumps(_case))\n"
+            f"    except AssertionError as _error:\n"
+            f"        _failed_checks.append(_case[\"id\"])\n"
+            f"        print(_error, end=\"\\n\\n\")\n"
+            f"print({q.id + ': '!r} + _public_summary({public}, {args}))\n"
+            f"assert not _failed_checks, f\"public checks that failed: {{', '.join(_failed_checks)}}\"")
+
+
+def _nbgrader_checkpoint(points: float) -> str:
+    """The milestone checkpoint's grade cell: the student's kernel only checks that the files are there; the grader
+    re-evaluates them after submission."""
+    files = " and ".join(MILESTONE_FILES)
+    return (f"# {CHECKPOINT_QUESTION} ({points:g} points): graded after you submit: the grader re-evaluates {files}\n"
+            f"# next to this notebook and compares them with the bounds above. Here, only that both files are there.\n"
+            f"import os as _os\n"
+            f"assert all(_os.path.exists(_f) for _f in {MILESTONE_FILES!r}), \"put {files} next to this notebook\"")
 
 
 # How to check and submit: the one part of the text that differs between the two targets; it comes right
@@ -189,12 +220,12 @@ CHECK_NOTE = {
              "`{export_zip}` with this notebook and, when they are in this folder, `milestone.pt` and "
              "`milestone.json`, and prints what the zip holds. Upload that zip to Gradescope. More checks, "
              "hidden from you, run when your work is graded.",
-    "nbgrader": "**Checking and submitting.** Each question ends with check cells (`run_case(...)`): run them "
-                "after your code; a check that fails stops with an error that says what was expected. Before "
-                "you submit, click **Validate** (in the notebook's toolbar or the Assignments tab), which runs "
-                "the whole notebook and lists what fails. Keep `milestone.pt` and `milestone.json` in this "
-                "folder, next to the notebook, then submit from the Assignments tab. More checks, hidden from "
-                "you, run when your work is graded.",
+    "nbgrader": "**Checking and submitting.** Each question ends with a check cell that runs its public checks: run "
+                "it after your code; when a check fails it says what was expected, and the cell stops with an error. "
+                "Before you submit, click **Validate** (in the notebook's toolbar or the Assignments tab), which runs "
+                "the whole notebook and lists the check cells that fail. Keep `milestone.pt` and `milestone.json` in "
+                "this folder, next to the notebook, then submit from the Assignments tab. More checks, hidden from "
+                "you, run when your work is graded, on the grader's own copy of your notebook.",
 }
 MILESTONE_FILES = ("milestone.pt", "milestone.json")
 
@@ -221,11 +252,6 @@ if len(milestone_files) < 2:
 """
 
 
-def hidden_cases_file(name: str) -> str:
-    """nbgrader: the hidden cases' expected values, in the course folder (or where NAME_HIDDEN_CASES says)."""
-    return f"{name}_hidden_cases.json"
-
-
 def _target_cells(q: Question, target: str) -> list[Any]:
     """The question's cells, with the target's note on checking before the introduction's first code cell."""
     if q.graded or not any(c.kind == "code" for c in q.cells):
@@ -233,52 +259,6 @@ def _target_cells(q: Question, target: str) -> list[Any]:
     first = next(i for i, c in enumerate(q.cells) if c.kind == "code")
     note = CHECK_NOTE[target].format(export_zip=export_zip(q.lesson.name))
     return [*q.cells[:first], type(q.cells[0])("markdown", note), *q.cells[first:]]
-
-
-def _nbgrader_hidden_test(case: dict[str, Any], *, lesson: Lesson) -> str:
-    """A hidden nbgrader test with no expected value in its source (they are read from HIDDEN_CASES, in the course
-    folder above the student's). A failure raises nothing: it writes the case's name to stderr, which nbgrader
-    scores 0, so the feedback shows no traceback and so no line of the test."""
-    HIDDEN_CASES, env = hidden_cases_file(lesson.name), f"{lesson.name.upper()}_HIDDEN_CASES"
-    return (f"### BEGIN HIDDEN TESTS\n"
-            f"# {case['id']} ({case['points']:g} points)\n"
-            f"import json as _l83_json, os as _l83_os, pathlib as _l83_path, sys as _l83_sys\n"
-            f"from {lesson.checks_name} import run_case\n"
-            f"_l83_file = _l83_os.environ.get('{env}') or next((d / '{HIDDEN_CASES}' for d in "
-            f"_l83_path.Path.cwd().parents if (d / '{HIDDEN_CASES}').is_file()), None)\n"
-            f"try:\n"
-            f"    run_case(globals(), _l83_json.loads(open(_l83_file).read())[{case['id']!r}])\n"
-            f"except BaseException:  # the student's SystemExit too: nothing may print a traceback\n"
-            f"    _l83_sys.stderr.write('hidden test {case['id']} failed' + ('' if _l83_file else "
-            f"': {HIDDEN_CASES} is not above this folder (set {env})') + '\\n')\n"
-            f"### END HIDDEN TESTS")
-
-
-def _nbgrader_checkpoint_test(scheme: str, points: float) -> str:
-    """A hidden nbgrader test worth one scheme's share of the milestone checkpoint: its value is the score
-    (nbgrader's partial credit); a failure writes the reason to stderr (scored 0, no traceback)."""
-    return (f"### BEGIN HIDDEN TESTS\n"
-            f"# {CHECKPOINT_QUESTION}/{scheme} ({points:g} points): milestone.pt and milestone.json next to the "
-            f"notebook\n"
-            f"import sys as _l83_sys\n"
-            f"try:\n"
-            f"    from autograder.milestone import verify_checkpoint as _l83_verify\n"
-            f"    _l83_v = _l83_verify('milestone.pt', 'milestone.json', schemes=[{scheme!r}])\n"
-            f"    _l83_row = _l83_v['schemes'][{scheme!r}]\n"
-            f"    _l83_ok, _l83_why = bool(_l83_v['ok'] and _l83_row.get('passed')), "
-            f"_l83_row.get('message') or _l83_v['message']\n"
-            f"except Exception as _l83_err:\n"
-            f"    _l83_ok, _l83_why = False, f'the checkpoint could not be verified ({{_l83_err!r}})'\n"
-            f"if not _l83_ok:\n"
-            f"    _l83_sys.stderr.write('{CHECKPOINT_QUESTION}/{scheme}: ' + _l83_why + '\\n')\n"
-            f"round({points!r} * _l83_v['credit'], 4) if _l83_ok else 0.0\n"
-            f"### END HIDDEN TESTS")
-
-
-def nbgrader_hidden_cases(questions: list[Question], expected: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """HIDDEN_CASES: case id -> the case as its test carries it (with the expected values), hidden cases only."""
-    cases, lesson = {c["id"]: c for q in questions for c in q.cases}, lesson_of(questions)
-    return {cid: _case_json(c, expected, cases, lesson=lesson) for cid, c in cases.items() if c["hidden"]}
 
 
 # --------------------------------------------------------------------------- one dispatch over cell kinds
@@ -367,25 +347,13 @@ def _otter_tests(w: _Writing, cell: Any) -> list[Any]:
 
 
 def _nbgrader_tests(w: _Writing, cell: Any) -> list[Any]:
-    """A graded cell per case (hidden ones without their expected values), the summary and, after the milestone,
-    the checkpoint's hidden tests."""
-    q, out = w.q, []
-    for c in q.cases:
-        meta = _nbgrader_meta(f"{q.id}-{c['name']}", solution=False, grade=True, points=c["points"])
-        if c["hidden"]:
-            out.append(_code(_nbgrader_hidden_test(c, lesson=q.lesson), **meta))
-        elif c["points"] > 0:
-            out.append(_code(_nbgrader_test(c, w.expected, w.cases, lesson=q.lesson), **meta))
-        else:  # an ungraded local check (e.g. the answer format)
-            out.append(_code(_nbgrader_test(c, w.expected, w.cases, lesson=q.lesson)))
-    out.append(_code(_nbgrader_summary(q)))
+    """One grade cell per question (its points; the public checks run in it) and, after the milestone, the
+    checkpoint's. No case data and no hidden case is in the notebook: the sandboxed grader fills these cells in."""
+    q = w.q
+    out = [_code(_nbgrader_check(q), **_nbgrader_meta(f"{q.id}-tests", solution=False, grade=True, points=q.points))]
     if q.kind == "milestone" and w.checkpoint_points:
-        out.append(_md("**Milestone checkpoint.** The grader re-evaluates `milestone.pt` next to this notebook and "
-                       "compares it with `milestone.json` and the bounds above "
-                       f"({w.checkpoint_points:g} points, one share per scheme)."))
-        out += [_code(_nbgrader_checkpoint_test(pos, pts),
-                      **_nbgrader_meta(f"{CHECKPOINT_QUESTION}-{pos}", solution=False, grade=True, points=pts))
-                for pos, pts in checkpoint_shares(w.checkpoint_points, lesson=q.lesson).items()]
+        out.append(_code(_nbgrader_checkpoint(w.checkpoint_points),
+                         **_nbgrader_meta(CHECKPOINT_QUESTION, solution=False, grade=True, points=w.checkpoint_points)))
     return out
 
 
@@ -503,21 +471,55 @@ def _normalise_student(src: Path, dest: Path) -> None:
 
 
 def nbgrader_config(name: str) -> str:
-    BANNER, HIDDEN_CASES = banner(name), hidden_cases_file(name)
+    BANNER = banner(name)
     return f"""\
 # {BANNER}
-# Hidden tests carry no expected values (they read {HIDDEN_CASES}, which stays in this folder and is never
-# copied into release/, autograded/ or feedback/); feedback shows no hidden test source.
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+# Student code never runs in a kernel that nbgrader starts here: `{command()} nbgrader-autograde .` grades
+# submitted/ with the sandboxed grader and then runs `nbgrader autograde`, whose EngineVerdicts step (in place of
+# Execute) writes each grade cell's verdicts and score from the grader's results. A plain `nbgrader autograde`
+# refuses (no grader results for it). No hidden case, expected value or answer is in this folder.
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, GetGrades,
+                                    LimitOutput, SaveAutoGrades)
+
+from autograder.nbgrader_grade import FEEDBACK_FILE, FEEDBACK_TEMPLATE, TEMPLATE_DIRS, EngineVerdicts
 
 c = get_config()  # noqa: F821
 c.CourseDirectory.root = '.'
 c.CourseDirectory.course_id = 'usaaio-{name}'
 c.ClearSolutions.code_stub = {{'python': '# YOUR CODE HERE\\nraise NotImplementedError()'}}
-c.Execute.timeout = 600  # the milestone checkpoint is re-evaluated on the CPU (about 25 s in all)
+c.Autograde.autograde_preprocessors = [EngineVerdicts, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+                                       AssignLatePenalties, CheckCellMetadata]
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+c.HTMLExporter.template_name = FEEDBACK_TEMPLATE  # nbgrader's feedback page without its 117 KB of Bootstrap
+c.HTMLExporter.template_file = FEEDBACK_FILE
+c.HTMLExporter.extra_template_basedirs = TEMPLATE_DIRS
 """
+
+
+def otter_checkpoint_note(*, notebook: float, checkpoint: float, name: str) -> str:
+    """What `otter run` and Gradescope show for the milestone checkpoint, which the Otter zip does not grade."""
+    return (f"This Otter autograder grades the notebook's {notebook:g} points; the milestone checkpoint's "
+            f"{checkpoint:g} (milestone.pt and milestone.json) are not graded here. To add them, grade the same "
+            f"submissions with `{command()} grade SUBMISSIONS/` (column {CHECKPOINT_QUESTION} of grades.csv) or use "
+            f"{gradescope_zip(name)}, which grades all {notebook + checkpoint:g}.")
+
+
+def _add_otter_checkpoint_note(otter_zip: Path, *, notebook: float, checkpoint: float, name: str) -> None:
+    """Add to Otter's autograder zip a 0-point test file that always passes and says what the zip leaves out, so
+    that the summary of `otter run` (and Gradescope's list) has a row for the checkpoint's points."""
+    import zipfile
+
+    note = otter_checkpoint_note(notebook=notebook, checkpoint=checkpoint, name=name)
+    title = f"{CHECKPOINT_QUESTION} ({checkpoint:g} points): not graded by this zip"
+    text = (f"from otter.test_files import test_case\n\nOK_FORMAT = False\n\nname = {title!r}\npoints = 0\n\n"
+            f"@test_case(points=0, hidden=False, success_message={note!r})\n"
+            f"def test_not_graded_here(env):\n    pass\n")
+    info = zipfile.ZipInfo(f"tests/{CHECKPOINT_QUESTION}.py", date_time=(2026, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    with zipfile.ZipFile(otter_zip, "a") as zf:
+        zf.writestr(info, text)
 
 
 def _answer_stubs(release_nb: Path, questions: list[Question]) -> None:
@@ -550,6 +552,9 @@ def build(*, config_path: Path = DEFAULT_CONFIG, assignments: Path | None = None
     zips = sorted((otter_out / "autograder").glob("*.zip"))
     if len(zips) != 1:
         raise BuildError(f"otter assign produced {len(zips)} autograder zips in {otter_out / 'autograder'}")
+    if config.milestone.points:
+        _add_otter_checkpoint_note(zips[0], notebook=suite.notebook_points, checkpoint=config.milestone.points,
+                                   name=name)
 
     course = work / "nbgrader"
     src = course / "source" / name
@@ -557,8 +562,8 @@ def build(*, config_path: Path = DEFAULT_CONFIG, assignments: Path | None = None
               src / f"{name}.ipynb")
     for f in lesson.shipped_files:
         shutil.copy(f, src / f.name)
-    (course / hidden_cases_file(name)).write_text(json.dumps(nbgrader_hidden_cases(questions, expected), indent=0,
-                                                  sort_keys=True) + "\n")
+    (src / public_cases_file(name)).write_text(json.dumps(nbgrader_public_cases(questions, expected),
+                                                          sort_keys=True, separators=(",", ":")) + "\n")
     (course / "nbgrader_config.py").write_text(nbgrader_config(name))
     _run([_tool("nbgrader"), "generate_assignment", name, "--force", "--CourseDirectory.db_assignments="
           f"[{{'name': '{name}'}}]"], cwd=course, what="nbgrader generate_assignment")

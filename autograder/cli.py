@@ -72,6 +72,27 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return 1 if not_graded(summary) else 0
 
 
+def cmd_nbgrader_autograde(args: argparse.Namespace) -> int:
+    """Grade an nbgrader course's submitted/ with the sandboxed grader and write the scores into its gradebook."""
+    from autograder.nbgrader_grade import NbgraderGradingError, nbgrader_autograde
+
+    try:
+        run = nbgrader_autograde(args.course, out=args.out, force=args.force, workers=args.workers,
+                                 allow_unsandboxed=args.allow_unsandboxed, config_path=args.config,
+                                 progress=not args.quiet)
+    except NbgraderGradingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(grade_summary(run.summary, points=load_suite(args.config).question_points()))
+    print(f"isolation: {run.isolation}")
+    for student, why in run.flagged.items():
+        print(f"flagged in the gradebook: {student}: {why}")
+    print(f"gradebook: {args.course / 'gradebook.db'} (formgrader; `nbgrader generate_feedback` next)")
+    if run.problem:
+        print(run.problem, file=sys.stderr)
+    return 1 if run.problem or not_graded(run.summary) else 0
+
+
 def cmd_gradescope(args: argparse.Namespace) -> int:
     """Grade one Gradescope submission folder and write its results.json (used by run_autograder)."""
     run = grade_gradescope(args.submission, args.results, config_path=args.config)
@@ -178,6 +199,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", default=not _default(batch.grade_batch, "progress"),
                    help="no progress bar")
     p.set_defaults(func=cmd_grade)
+    p = sub.add_parser("nbgrader-autograde", help="grade an nbgrader course's submitted/ in the sandbox and write the "
+                                                  "scores into its gradebook (in place of `nbgrader autograde`)")
+    p.add_argument("course", type=Path, help="the nbgrader course folder (nbgrader_config.py, source/, submitted/)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="where the grader's results and grades.csv go (default: COURSE-grades beside the course; "
+                        "never inside it)")
+    p.add_argument("--force", action="store_true", help="regrade even unchanged submissions")
+    p.add_argument("--workers", type=int, default=None, help="parallel workers (default: execution.workers)")
+    p.add_argument("--allow-unsandboxed", action="store_true",
+                   help="grade even where neither bubblewrap nor root is available (student code then runs as "
+                        "your user; every row says so)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_nbgrader_autograde)
     p = sub.add_parser("gradescope", help="grade one Gradescope submission folder into results.json")
     p.add_argument("submission", type=Path, help="the submission folder (/autograder/submission)")
     p.add_argument("results", type=Path, help="where to write results.json")

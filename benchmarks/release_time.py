@@ -42,7 +42,8 @@ EXTERNAL = ("otter assign", "nbgrader generate_assignment")
 STAGES: dict[str, tuple[str, ...]] = {
     "load questions": ("load_config", "load_questions"),
     "expected values": ("expected_values",),
-    "notebooks": ("otter_master", "nbgrader_source", "nbgrader_hidden_cases", "_write_nb"),
+    "notebooks": ("otter_master", "nbgrader_source", "nbgrader_hidden_cases", "nbgrader_public_cases",
+                  "_write_nb"),
     "student release + samples": ("_normalise_student", "_answer_stubs", "write_samples"),
     "gradescope bundle": ("gradescope_bundle",),
 }

@@ -292,6 +292,10 @@ def test_otter_run_agrees_on_reference_and_blank(tmp_path: Path, suite: Suite,
         results = json.loads((out / "results.json").read_text())
         auto = sum(t["score"] for t in results["tests"] if "score" in t and not t["name"].startswith("q9_"))
         assert auto == pytest.approx(want), name
+        # #20.7: its output says it grades the notebook's points only, and how to add the checkpoint's
+        note = next(t for t in results["tests"] if t["name"].startswith("m1_checkpoint"))
+        assert note["max_score"] == 0 and "not graded here" in note["output"], note
+        assert "not graded by this zip" in proc.stdout, proc.stdout[-2000:]
 
 
 # --------------------------------------------------------------------------- isolation, reading, ids (no sandbox)

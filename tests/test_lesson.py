@@ -126,7 +126,8 @@ def test_release_builds_the_second_lesson_in_its_own_folder(course: Path) -> Non
     assert not (ROOT / "student_templates" / "lesson_demo").exists()  # nothing written into this package's folder
     dist = course / "dist"
     assert (dist / "lesson_demo-otter-autograder.zip").is_file()
-    assert (dist / "nbgrader" / "lesson_demo_hidden_cases.json").is_file()
+    assert (dist / "nbgrader" / "release" / "lesson_demo" / "lesson_demo_public_cases.json").is_file()
+    assert not [p for p in (dist / "nbgrader").rglob("*hidden*")]  # graded by the engine: no hidden case there
     import zipfile
 
     names = zipfile.ZipFile(dist / "lesson_demo-gradescope-autograder.zip").namelist()

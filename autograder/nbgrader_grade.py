@@ -1,0 +1,245 @@
+"""nbgrader graded by the sandboxed engine: the `nbgrader-autograde COURSE` verb and its EngineVerdicts step.
+
+nbgrader runs its test cells in the student's own kernel, where student code can read and patch whatever the
+tests use. Here no student code ever runs in a kernel that nbgrader starts: the engine (batch.grade_batch, in the
+sandbox, judged in this process against expected values it computes from reference/) grades each
+`submitted/<student>/<assignment>/` folder, then `nbgrader autograde` runs with EngineVerdicts in place of its
+Execute step. EngineVerdicts writes each grade cell's verdicts (the student's view of the result: public messages,
+hidden cases by name only) and its score as the cell's output, from which nbgrader's own SaveAutoGrades stores the
+score, so formgrader, manual grading and `generate_feedback` work as usual. A submission that is not plainly
+`graded` (tampering, time-out, ...) or that was graded without a sandbox is flagged in the gradebook, with a
+comment on its first answer cell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Unicode
+
+from autograder.config import DEFAULT_CONFIG, command, load_config
+from autograder.results import STUDENT_HELP, Status
+
+# The feedback page: nbgrader's own template with a few lines of CSS in place of Bootstrap (117 KB on every page).
+FEEDBACK_TEMPLATE, FEEDBACK_FILE = "compact_feedback", "compact.html.j2"  # it extends nbgrader's index.html.j2
+TEMPLATE_DIRS = [str(Path(__import__("nbgrader").__file__).parent / "server_extensions" / "formgrader" / "templates"),
+                 str(Path(__file__).parent / "nbgrader_feedback")]
+TESTS_SUFFIX = "-tests"  # a question's grade cell is "<question>-tests"; the checkpoint's is CHECKPOINT_QUESTION
+ALLOW_FLAG = "--allow-unsandboxed"
+
+
+class NbgraderGradingError(RuntimeError):
+    """Grading the nbgrader course could not start or finish; the message says what to do."""
+
+
+def isolation_here() -> str:
+    """The isolation the grader's workers would get on this machine: "bubblewrap", "unprivileged uid" or "none"
+    (the same choice as execute.WorkerPool, made before anything starts)."""
+    from autograder.execute import SANDBOX_ENV, WorkerError, _choose_sandbox, uid_drop_problem
+
+    try:
+        sandbox, _ = _choose_sandbox(os.environ.get(SANDBOX_ENV) or "auto")
+    except WorkerError:
+        sandbox = "none"
+    if sandbox == "bwrap":
+        return "bubblewrap"
+    return "none" if uid_drop_problem() else "unprivileged uid"
+
+
+def course_submissions(course: Path, assignment: str, *, config_path: Path = DEFAULT_CONFIG) -> list[Any]:
+    """Each `submitted/<student>/<assignment>/` folder of the course, read under the caps as `grade` reads a
+    per-student folder; its id is the nbgrader student id."""
+    from autograder.submissions import read_entry, result_file_name
+
+    limits = load_config(config_path).submissions
+    submitted = course / "submitted"
+    subs = []
+    for student in sorted(submitted.iterdir() if submitted.is_dir() else (), key=lambda p: os.fsencode(p.name)):
+        folder = student / assignment
+        if student.name.startswith(".") or not folder.is_dir() or folder.is_symlink():
+            continue
+        sub = read_entry(folder, limits=limits)
+        sub.id, sub.name = student.name, student.name
+        sub.result_name = result_file_name(student.name, sub.raw_name)
+        subs.append(sub)
+    return subs
+
+
+def _stored_record(grades: Path, course: Path, student: str, assignment: str, config_path: Path) -> dict[str, Any]:
+    """The engine's stored result for this student's current submission; raises when there is none, or when it
+    belongs to another version of the submission or of the tests."""
+    from autograder.batch import _key
+    from autograder.submissions import read_entry, result_file_name
+    from autograder.suite import suite_fingerprint
+
+    sub = read_entry(course / "submitted" / student / assignment, limits=load_config(config_path).submissions)
+    sub.name = student
+    path = grades / "results" / result_file_name(student, sub.raw_name)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    if record.get("key") != _key(sub, suite_fingerprint(config_path)):
+        raise NbgraderGradingError(
+            f"{student}: no result of the {command()} grader for this submission in {path} (never graded, or graded "
+            f"before it or the tests changed). Grade with `{command()} nbgrader-autograde .` in the course folder: "
+            "plain `nbgrader autograde` never runs student code here.")
+    return record
+
+
+def cell_text(record: dict[str, Any], question: str, points: float) -> tuple[str, float]:
+    """What a question's grade cell shows (the student's view: public messages, hidden cases by name and the idea
+    to revisit) and its score."""
+    score = float(record.get("questions", {}).get(question, 0.0))
+    status = str(record.get("status", ""))
+    lines = []
+    if status != Status.GRADED:
+        lines.append(f"status: {status}. {STUDENT_HELP.get(status, '')}".strip())
+    if record.get("isolation") == "none":
+        lines.append("graded without a sandbox on the instructor's machine")
+    lines.append(f"{question}: {score:g} of {points:g} points (graded by the {command()} grader after submission)")
+    for test in record.get("gradescope", {}).get("tests", []):
+        if str(test.get("name", "")).startswith(question + "/"):
+            mark = "passed" if test["score"] >= test["max_score"] - 1e-9 else "FAILED"
+            output = str(test.get("output") or "")
+            lines.append(f"- {mark} {test['name']} ({test['score']:g} of {test['max_score']:g})"
+                         + ("" if output == "passed" else f": {output}"))
+    return "\n".join(lines) + "\n", score
+
+
+class EngineVerdicts(NbGraderPreprocessor):
+    """nbgrader's autograde step in place of Execute: fills each grade cell with the engine's verdicts and score
+    (an execute_result, nbgrader's partial credit) from the stored result of this submission; runs no code."""
+
+    grades = Unicode("", help="folder written by the `nbgrader-autograde` verb (the engine's results/)"
+                     ).tag(config=True)
+    course = Unicode(".", help="the course folder (submitted/ is read to check the result is current)"
+                     ).tag(config=True)
+    config_path = Unicode(str(DEFAULT_CONFIG), help="the lesson's grading_config.yaml").tag(config=True)
+
+    def preprocess(self, nb: Any, resources: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        import nbformat
+
+        info = resources["nbgrader"]
+        if not self.grades:
+            raise NbgraderGradingError(
+                f"{info['student']}: this course is graded by the {command()} grader: run `{command()} "
+                "nbgrader-autograde .` in the course folder (plain `nbgrader autograde` never runs student code here)")
+        record = _stored_record(Path(self.grades), Path(self.course), info["student"], info["assignment"],
+                                Path(self.config_path))
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            grade_id = str(meta.get("grade_id", ""))
+            if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+                continue
+            question = grade_id.removesuffix(TESTS_SUFFIX) if grade_id.endswith(TESTS_SUFFIX) else grade_id
+            text, score = cell_text(record, question, float(meta.get("points", 0)))
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text),
+                            nbformat.v4.new_output("execute_result", data={"text/plain": repr(score)},
+                                                   execution_count=None)]
+        return nb, resources
+
+
+@dataclass
+class NbgraderRun:
+    """What `nbgrader_autograde` did: the engine's batch, the isolation it had, the flagged students."""
+
+    summary: Any  # batch.BatchSummary
+    isolation: str
+    flagged: dict[str, str] = field(default_factory=dict)  # student -> why
+    problem: str = ""  # what `nbgrader autograde` said when it failed (for some students), else ''
+    log: str = ""  # everything `nbgrader autograde` printed
+
+
+def flag_note(record: dict[str, Any]) -> str:
+    """Why a submission is flagged for a TA (and its student: nbgrader's feedback shows comments), or ''."""
+    status = str(record.get("status", ""))
+    parts = []
+    if status != Status.GRADED:
+        parts.append(f"{command()} grader: status {status}. {STUDENT_HELP.get(status, '')}".strip())
+    if record.get("isolation") == "none":
+        parts.append(f"{command()} grader: graded without a sandbox (student code ran as the instructor's user)")
+    return " ".join(parts)
+
+
+def _first_answer_cell(course: Path, assignment: str) -> str | None:
+    import nbformat
+
+    nb = nbformat.read(str(course / "source" / assignment / f"{assignment}.ipynb"), as_version=4)
+    return next((c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+                 if c.get("metadata", {}).get("nbgrader", {}).get("solution")), None)
+
+
+def _mark_gradebook(course: Path, assignment: str, subs: list[Any], grades: Path) -> dict[str, str]:
+    """Flag each submission whose result is not plainly `graded` (or was graded without a sandbox) and put why as
+    the comment of its first answer cell; returns student -> why."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    first = _first_answer_cell(course, assignment)
+    flagged = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for sub in subs:
+            try:
+                record = json.loads((grades / "results" / sub.result_name).read_text(encoding="utf-8"))
+                notebook = gb.find_submission_notebook(assignment, assignment, sub.id)
+            except (OSError, ValueError, MissingEntry):
+                continue
+            note = flag_note(record)
+            if not note:
+                continue
+            flagged[sub.id] = note
+            notebook.flagged = True
+            if first is not None:
+                gb.find_comment(first, assignment, assignment, sub.id).auto_comment = note
+        gb.db.commit()
+    return flagged
+
+
+def nbgrader_autograde(course: Path, *, out: Path | None = None, force: bool = False, workers: int | None = None,
+                       allow_unsandboxed: bool = False, config_path: Path = DEFAULT_CONFIG,
+                       progress: bool = True) -> NbgraderRun:
+    """Grade an nbgrader course's submissions with the engine into `out` (default: COURSE-grades beside the course
+    folder, never inside it: the results hold reference values), then run `nbgrader autograde` with EngineVerdicts
+    and flag what a TA must look at. Refuses to start where student code would run unsandboxed (no bubblewrap, not
+    root), unless `allow_unsandboxed`; every row then says so."""
+    from autograder.batch import grade_batch
+    from autograder.build import _tool, tool_env
+
+    assignment = load_config(config_path).assignment
+    course = course.resolve()
+    if not (course / "nbgrader_config.py").is_file() or not (course / "source" / assignment).is_dir():
+        raise NbgraderGradingError(f"{course}: not an nbgrader course of {assignment} (no nbgrader_config.py or "
+                                   f"source/{assignment}/); pass the folder `{command()} release` wrote "
+                                   "(dist/nbgrader)")
+    out = (out or course.with_name(f"{course.name}-grades")).resolve()
+    if out == course or out.is_relative_to(course):
+        raise NbgraderGradingError(f"{out}: keep the grades outside the course folder {course}: they hold the "
+                                   "reference's values of hidden cases, and students' kernels may read the course")
+    isolation = isolation_here()
+    if isolation == "none" and not allow_unsandboxed:
+        raise NbgraderGradingError(
+            "refusing to grade: this machine offers neither bubblewrap nor root (for the unprivileged-uid fallback), "
+            "so student code would run as your user and could read and change your files. Install bubblewrap or "
+            f"run as root; or pass {ALLOW_FLAG} to grade anyway (every row of grades.csv then says so)")
+    subs = course_submissions(course, assignment, config_path=config_path)
+    if not subs:
+        raise NbgraderGradingError(f"{course / 'submitted'}: no submitted/<student>/{assignment}/ folder to grade")
+    out.mkdir(parents=True, exist_ok=True)
+    out.chmod(0o700)
+    summary = grade_batch(course / "submitted", out=out, force=force, workers=workers, config_path=config_path,
+                          progress=progress, entries=subs)
+    proc = subprocess.run([_tool("nbgrader"), "autograde", assignment, "--force", f"--EngineVerdicts.grades={out}",
+                           f"--EngineVerdicts.course={course}", f"--EngineVerdicts.config_path={config_path}"],
+                          cwd=course, env=tool_env(), capture_output=True, text=True)
+    problem = ""
+    if proc.returncode != 0:
+        errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "ERROR" in line or "Error" in line]
+        problem = f"nbgrader autograde failed (exit {proc.returncode}):\n" + "\n".join(errors[-20:])
+    return NbgraderRun(summary, isolation, _mark_gradebook(course, assignment, subs, out), problem,
+                       proc.stdout + proc.stderr)
