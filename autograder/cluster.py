@@ -123,21 +123,28 @@ def grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, config
         def window() -> int:
             return max(2, 2 * sum(client.nthreads().values()))
 
-        pending = as_completed([submit(chunks.pop(), 1) for _ in range(min(len(chunks), window()))], loop=client.loop)
-        for fut in pending:
-            chunk, attempt = sent.pop(fut.key)
-            try:
-                got = fut.result()
-            except Exception as exc:  # noqa: BLE001 - a lost batch is tried once more, then left for a re-run
-                if attempt == 1:
-                    log.warning("batch %s failed (%s); submitting it again", fut.key, _why(exc))
-                    pending.add(submit(chunk, 2))
-                    continue
-                got = [f"not graded: the cluster failed twice on its batch ({_why(exc)}); run the grade command "
-                       "again"] * len(chunk)
-            finally:
-                fut.release()
-            while chunks and len(sent) < window():
-                pending.add(submit(chunks.pop(), 1))
-            for (sub, key), one in zip(chunk, got):
-                yield sub, key, one
+        pending = as_completed([submit(chunks.pop(), 1) for _ in range(min(len(chunks), window()))],
+                               loop=client.loop)
+        try:
+            for fut in pending:
+                chunk, attempt = sent.pop(fut.key)
+                try:
+                    got = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a lost batch is tried once more, then left for a re-run
+                    if attempt == 1:
+                        log.warning("batch %s failed (%s); submitting it again", fut.key, _why(exc))
+                        pending.add(submit(chunk, 2))
+                        continue
+                    got = [f"not graded: the cluster failed twice on its batch ({_why(exc)}); run the grade "
+                           "command again"] * len(chunk)
+                finally:
+                    fut.release()
+                while chunks and len(sent) < window():
+                    pending.add(submit(chunks.pop(), 1))
+                for (sub, key), one in zip(chunk, got):
+                    yield sub, key, one
+        except Exception as exc:  # noqa: BLE001 - the scheduler itself is gone: the rest waits for a re-run
+            why = f"not graded: the Dask scheduler was lost ({_why(exc)}); run the grade command again"
+            for chunk in [c for c, _ in sent.values()] + chunks:
+                for sub, key in chunk:
+                    yield sub, key, why
