@@ -70,6 +70,7 @@ class LocalCluster:
             self.workers.append(self._start(f"worker{i}", "worker", "--nthreads", "1", "--no-nanny",
                                             "--memory-limit", "0", "--no-dashboard", "--name", f"w{i}",
                                             "--preload", "autograder.cluster"))
+        _wait_for("both workers", lambda: (self.tmp / "scheduler.log").read_text().count("Register worker") >= workers)
         return self
 
     @property
@@ -106,7 +107,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 @pytest.fixture(scope="module")
 def sample_class(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tuple[Path, Path, bytes]:
     """A subset of the release's sample class, its grading config (one submission per Dask task, so that
-    batches are small enough to lose one mid-class) and the grades.csv of a local run."""
+    batches are small enough to lose one mid-class; a short wait for a scheduler) and the grades.csv of a
+    local run."""
     tmp = tmp_path_factory.mktemp("class")
     write_samples(TEMPLATE, tmp / "all", answers=mc_answers(list(suite.questions)), lesson=default_lesson())
     subs = tmp / "samples"
@@ -115,7 +117,7 @@ def sample_class(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tupl
         if entry.name.removesuffix(".ipynb") in SUBSET:
             entry.rename(subs / entry.name)
     config = tmp / "grading_config.yaml"
-    config.write_text((ROOT / "grading_config.yaml").read_text() + "\ncluster:\n  batch: 1\n")
+    config.write_text((ROOT / "grading_config.yaml").read_text() + "\ncluster:\n  batch: 1\n  connect_timeout_s: 20\n")
     grade_batch(subs, out=tmp / "local", config_path=config, progress=False)
     return subs, config, (tmp / "local" / "grades.csv").read_bytes()
 
