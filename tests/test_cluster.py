@@ -172,6 +172,14 @@ def test_an_unreachable_scheduler_is_a_clear_error(tmp_path: Path, sample_class:
     assert run.returncode == 2 and "error: cannot reach the Dask scheduler at" in text and "Traceback" not in text, text
 
 
+def test_the_plain_install_never_imports_dask() -> None:
+    code = ("import sys, autograder.cli, autograder.cluster; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]", out
+
+
 def test_without_dask_the_cluster_path_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if the cluster extra were not installed
     with pytest.raises(ClusterError, match=r"pip install '\.\[cluster\]'"):
