@@ -19,7 +19,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from autograder.config import DEFAULT_CONFIG, command, load_config
+from autograder.config import DEFAULT_CONFIG, GradingConfig, command, load_config
+from autograder.config import Cluster as ClusterSettings
 from autograder.content import Question
 from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.judge import judge_checkpoint, judge_exec, judge_unreadable
@@ -93,9 +94,30 @@ def _run_isolated(pool: WorkerPool, todo: list[tuple[Submission, str]], probes: 
             yield sub, key, exc if exc is not None else fut.result()
 
 
+def sandbox_limits(config: GradingConfig) -> Limits:
+    """The sandbox's limits from the config's execution section."""
+    ex = config.execution
+    return Limits(wall_s=ex.wall_timeout_s, cell_s=ex.cell_timeout_s, cpu_s=ex.cpu_timeout_s, memory_mb=ex.memory_mb,
+                  processes=ex.max_processes, file_mb=ex.max_file_mb, output_kb=ex.max_output_kb)
+
+
+def probe_order(suite: Suite) -> list[tuple[Any, ...]]:
+    """The probes of a run, visible cases first: what a student sees never comes from a process that has run a
+    hidden probe."""
+    return [(c["id"], c["probe"], c["args"], bool(c["hidden"]))
+            for c in sorted(suite.cases, key=lambda c: bool(c["hidden"]))]
+
+
+def _progress(done: int, total: int, start: float) -> None:
+    width = 30
+    filled = int(width * done / total)
+    print(f"\rgrading [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {time.monotonic() - start:5.1f}s",
+          end="", file=sys.stderr, flush=True)
+
+
 def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = False,
                 workers: int | None = None, config_path: Path = DEFAULT_CONFIG, progress: bool = True,
-                entries: list[Submission] | None = None) -> BatchSummary:
+                entries: list[Submission] | None = None, cluster: str | None = None) -> BatchSummary:
     """Grade every submission under `submissions` into `out`: results/<file>.json, grades.csv, summary.json
     (`entries`: the submissions already read, in place of every entry of `submissions`, e.g. an nbgrader
     course's `submitted/<student>/<assignment>/` folders; `submissions` is then only hidden from the sandbox).
@@ -106,6 +128,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     a re-run grades it. Resumable: a submission whose stored result has the same content and suite
     fingerprint is not run again (unless `force`); each result is written atomically as soon as it is known.
     `out` defaults to ./grades in the current folder: the course's own folder, never the installed package.
+    cluster: the address of a Dask scheduler (default: the config's cluster.address; none: grade here); its
+    workers run and judge the submissions (autograder/cluster.py), this process stores the results.
     """
     config = load_config(config_path)
     fingerprint = suite_fingerprint(config_path)
@@ -131,16 +155,21 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
             failed[sub.id] = f"the grader failed on this submission ({_why(exc)}); run the grade command again"
 
     sandbox = "not started"
+    address = cluster or config.cluster.address
+    if address and todo:
+        suite = load_suite(config_path)
+        sandbox = _grade_on_cluster(address, todo, config_path=config_path, fingerprint=fingerprint,
+                                    settings=config.cluster, hide=(submissions.resolve(), out.resolve()),
+                                    save=save, failed=failed, progress=progress)
+        rows = write_tables(suite, subs, out, failed=failed)
+        return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()))
     runnable = [(s, k) for s, k in todo if s.source is not None]
     pool_starting = None
     n_workers = workers or config.execution.workers
     if runnable:  # the sandboxed workers start (seconds) while this process computes the reference values
-        ex = config.execution
-        limits = Limits(wall_s=ex.wall_timeout_s, cell_s=ex.cell_timeout_s, cpu_s=ex.cpu_timeout_s,
-                        memory_mb=ex.memory_mb,
-                        processes=ex.max_processes, file_mb=ex.max_file_mb, output_kb=ex.max_output_kb)
         starter = ThreadPoolExecutor(1)
-        pool_starting = starter.submit(WorkerPool, n_workers, limits=limits, probe_module=config.lesson.checks_name,
+        pool_starting = starter.submit(WorkerPool, n_workers, limits=sandbox_limits(config),
+                                       probe_module=config.lesson.checks_name,
                                        modules=config.lesson.sandbox_modules,
                                        hide=(submissions.resolve(), out.resolve()))
         starter.shutdown(wait=False)
@@ -157,9 +186,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
         if sub.source is None:
             save(sub, key, partial(judge_unreadable, suite, sub), {})
     if pool_starting is not None:
-        # Visible cases first: what a student sees never comes from a process that has run a hidden probe.
-        probes = [(c["id"], c["probe"], c["args"], bool(c["hidden"]))
-                  for c in sorted(suite.cases, key=lambda c: bool(c["hidden"]))]
+        probes = probe_order(suite)
         try:
             pool = pool_starting.result()
         except Exception as exc:  # noqa: BLE001 - no sandbox: every runnable submission is left for a re-run
@@ -179,15 +206,37 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
                              {"stdout": res.stdout, "wall_s": round(res.wall_s, 3), "sandbox": res.sandbox,
                                "memory_guard": res.memory_guard, "isolation": res.isolation})
                     if progress:
-                        width = 30
-                        filled = int(width * done / len(runnable))
-                        print(f"\rgrading [{'#' * filled}{'.' * (width - filled)}] {done}/{len(runnable)} "
-                              f"{time.monotonic() - start:5.1f}s", end="", file=sys.stderr, flush=True)
+                        _progress(done, len(runnable), start)
             if progress:
                 print(file=sys.stderr)
     ahead.shutdown(cancel_futures=True)
     rows = write_tables(suite, subs, out, failed=failed)
     return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()))
+
+
+def _grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, config_path: Path, fingerprint: str,
+                      settings: ClusterSettings, hide: tuple[Path, ...],
+                      save: Callable[[Submission, str, Callable[[], SubmissionResult], dict[str, Any]], None],
+                      failed: dict[str, str], progress: bool) -> str:
+    """Grade `todo` on the Dask cluster at `address`, storing each result here as it comes back; the sandboxes
+    the workers used ("bwrap", "none", or both)."""
+    from autograder.cluster import grade_on_cluster
+
+    start, done, sandboxes = time.monotonic(), 0, set()
+    for sub, key, got in grade_on_cluster(address, todo, config_path=config_path.resolve(), fingerprint=fingerprint,
+                                          settings=settings, hide=tuple(map(str, hide))):
+        done += 1
+        if isinstance(got, str):
+            failed[sub.id] = got
+        else:
+            result, extra = got
+            sandboxes.add(extra.get("sandbox") or "")
+            save(sub, key, lambda result=result: result, extra)
+        if progress:
+            _progress(done, len(todo), start)
+    if progress:
+        print(file=sys.stderr)
+    return ", ".join(sorted(sandboxes - {""})) or "not started"
 
 
 def _row(suite: Suite, sub: Submission, out: Path, failed: dict[str, str]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import yaml
 from autograder import batch
 from autograder.batch import MergeError, merge_scores
 from autograder.build import BuildError, release, stale_files
+from autograder.cluster import ClusterError
 from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command, runnable_command
 from autograder.content import ContentError
 from autograder.gradescope import grade_gradescope
@@ -61,8 +62,8 @@ def cmd_selfcheck(args: argparse.Namespace) -> int:
 def cmd_grade(args: argparse.Namespace) -> int:
     try:
         summary = batch.grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
-                              config_path=args.config, progress=not args.quiet)
-    except FileNotFoundError as exc:
+                                    config_path=args.config, progress=not args.quiet, cluster=args.cluster)
+    except (FileNotFoundError, ClusterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(grade_summary(summary, points=load_suite(args.config).question_points()))
@@ -196,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="regrade even unchanged submissions")
     p.add_argument("--workers", type=int, default=_default(batch.grade_batch, "workers"),
                    help="parallel workers (default: execution.workers of the config)")
+    p.add_argument("--cluster", metavar="tcp://HOST:PORT", default=_default(batch.grade_batch, "cluster"),
+                   help="grade on the Dask cluster whose scheduler is there (pip install '.[cluster]'; "
+                        "docs/cluster.md); default: cluster.address of the config, else this machine")
     p.add_argument("--quiet", action="store_true", default=not _default(batch.grade_batch, "progress"),
                    help="no progress bar")
     p.set_defaults(func=cmd_grade)

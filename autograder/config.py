@@ -116,6 +116,18 @@ class Milestone(_Strict):
     presets: dict[str, PresetRule] = Field({}, description="accepted presets (full, quick) and their rules")
 
 
+class Cluster(_Strict):
+    """Grading on a Dask distributed cluster (autograder/cluster.py, docs/cluster.md); `grade --cluster` overrides
+    the address."""
+
+    address: str | None = Field(None, pattern=r"^[a-z][a-z0-9+]*://\S+$",
+                                description="the Dask scheduler, e.g. tcp://10.0.0.5:8786; none: grade on this "
+                                "machine")
+    batch: int = Field(4, gt=0, le=1000, description="submissions per Dask task: a worker runs as many tasks at "
+                       "once as it has threads (its warm sandboxed zygotes), each task its submissions one by one")
+    connect_timeout_s: float = Field(60, gt=0, description="how long to wait for the scheduler and a first worker")
+
+
 class GradingConfig(_Strict):
     assignment: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="the lesson: assignments/<assignment>/ "
                             "and the files autograder/lesson.py names after it; also the Otter and nbgrader name")
@@ -125,6 +137,7 @@ class GradingConfig(_Strict):
     execution: Execution = Execution()
     submissions: Submissions = Submissions()
     milestone: Milestone = Milestone()
+    cluster: Cluster = Cluster()
     _near: Path = PrivateAttr(ROOT)  # the folder of the config file: where its lesson is looked for first
 
     @property

@@ -75,6 +75,7 @@ import atexit
 import collections
 import contextlib
 import ctypes
+import fcntl
 import importlib
 import importlib.util
 import io
@@ -135,6 +136,8 @@ _SANDBOX_SCRATCH = "/tmp/scratch"
 _SANDBOX_SITE = "/tmp/site"
 _UID_BASE = 1_500_000_000
 _UIDS_PER_WORKER = 1024  # each job of a worker runs under the next uid of its block
+_UID_BLOCKS = 2000 * 64  # blocks above _UID_BASE; a worker holds one, reserved by a lock no other grader can take
+UID_LOCKS_ENV = "LESSON83_UID_LOCKS"  # folder of the uid-block locks (default /run/lock/lesson83-uid-blocks)
 # Without bubblewrap, the folders where a job's uid may leave files (anyone may write there); swept after each job.
 _SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
 _JOB_FD = 3
@@ -322,8 +325,17 @@ class WorkerPool:
                 _WARNED.add(msg)
                 log.warning("%s", msg)
         workers = []
+        self._uid_locks: list[int] = []
         for i in range(size):
-            uid = _UID_BASE + ((os.getpid() % 2000) * 64 + self._slots[i]) * _UIDS_PER_WORKER if drop else None
+            uid = None
+            if drop:
+                try:
+                    block, fd = _reserve_uid_block((os.getpid() % 2000) * 64 + self._slots[i])
+                except BaseException:
+                    self.close()
+                    raise
+                self._uid_locks.append(fd)
+                uid = _UID_BASE + block * _UIDS_PER_WORKER
             workers.append(_Worker(i, self, stage, uid, tuple(hide), tuple(preload), start_timeout_s,
                                    groups[i] if groups else {}))
         self._workers = workers
@@ -505,6 +517,9 @@ class WorkerPool:
         for path in reversed(self._cgroups):
             _remove_cgroup(path)
         self._cgroups = []
+        for fd in getattr(self, "_uid_locks", []):  # the uid blocks are free again once the zygotes are stopped
+            os.close(fd)
+        self._uid_locks = []
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> WorkerPool:
@@ -713,6 +728,30 @@ def uid_drop_problem(*, scratch: str | Path | None = None) -> str:
         if not _world_readable(path):
             return f"{path} is not readable by other users (chmod -R o+rX it, and o+rx on its parents)"
     return ""
+
+
+def _reserve_uid_block(start: int) -> tuple[int, int]:
+    """A block of uids that no other worker on this host holds, and the descriptor that holds it: the first block
+    from `start` on whose lock file (one per block, in a folder only this user may write to) an exclusive flock
+    can take. The kernel releases the lock when the descriptor closes or the process dies, even by SIGKILL, so
+    several grading processes on one host (Dask workers, two classes at once) never share a uid."""
+    folder = os.environ.get(UID_LOCKS_ENV) or os.path.join(
+        "/run/lock" if os.path.isdir("/run/lock") else tempfile.gettempdir(), "lesson83-uid-blocks")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if not os.path.isdir(folder) or os.path.islink(folder) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise WorkerError(f"{folder}: the uid-block locks need a folder of this user that nobody else may write "
+                          f"to; remove it, or set {UID_LOCKS_ENV} to another folder")
+    for i in range(_UID_BLOCKS):
+        block = (start + i) % _UID_BLOCKS
+        fd = os.open(os.path.join(folder, str(block)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return block, fd
+    raise WorkerError(f"all {_UID_BLOCKS} uid blocks are held by other graders on this host (locks in {folder})")
 
 
 def _under(path: str, root: str) -> bool:

@@ -1,0 +1,235 @@
+"""Grading on a Dask cluster for real (a scheduler and two worker processes on the loopback address), and uid
+blocks that stay unique when several graders run on one host."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autograder.batch import grade_batch
+from autograder.build import tool_env, write_samples
+from autograder.cluster import ClusterError, grade_on_cluster
+from autograder.config import ROOT, Cluster
+from autograder.content import mc_answers
+from autograder.execute import UID_LOCKS_ENV, _reserve_uid_block
+from autograder.lesson import default_lesson
+from autograder.submissions import Submission
+from autograder.suite import Suite
+
+TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+# The sample class of the release, cut to keep the test short: the reference with its checkpoint, the blank
+# template, two catalogued mistakes and the cheats (tampering, an unreadable file, a crash, a peek at reference/).
+SUBSET = ("reference", "blank", "mistake_pe_sin_cos_swapped", "mistake_rope_rotates_v", "adversarial_cheat_allclose",
+          "adversarial_not_json", "adversarial_sys_exit", "adversarial_read_reference")
+# On this shared 2-core machine a worker's event loop can stall for tens of seconds while it imports torch and
+# computes the reference values; Dask's default 30 s would drop it from the scheduler.
+DASK_ENV = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": "600s", "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "120s",
+            "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "600s"}
+
+
+def _env() -> dict[str, str]:
+    return tool_env() | DASK_ENV | {"PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT),
+                                                                             os.environ.get("PYTHONPATH"))))}
+
+
+def _wait_for(what: str, done: object, *, limit_s: float = 600) -> None:
+    deadline = time.monotonic() + limit_s  # a guard, not a timing: start-up is slow on a loaded machine
+    while not done():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"waited {limit_s:g} s for {what}"
+        time.sleep(0.2)
+
+
+class LocalCluster:
+    """`dask scheduler` and `dask worker` processes on 127.0.0.1, as a real deployment starts them."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.file = tmp, tmp / "scheduler.json"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    def _start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed when the process is
+        proc = subprocess.Popen([sys.executable, "-m", "dask", *args, "--scheduler-file", str(self.file)],
+                                cwd=self.tmp, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def start(self, workers: int) -> LocalCluster:
+        self._start("scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard")
+        _wait_for("the scheduler", self.file.exists)
+        for i in range(workers):  # no nanny: a worker killed stays dead, as a lost machine does
+            self.workers.append(self._start(f"worker{i}", "worker", "--nthreads", "1", "--no-nanny",
+                                            "--memory-limit", "0", "--no-dashboard", "--name", f"w{i}",
+                                            "--preload", "autograder.cluster"))
+        _wait_for("both workers", lambda: (self.tmp / "scheduler.log").read_text().count("Register worker") >= workers)
+        return self
+
+    @property
+    def address(self) -> str:
+        import json
+
+        return json.loads(self.file.read_text())["address"]
+
+    def log(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.tmp.glob("*.log")))
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    pytest.importorskip("distributed", reason="the cluster extra is not installed: pip install '.[cluster]'")
+    started = LocalCluster(tmp_path_factory.mktemp("dask")).start(2)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def sample_class(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tuple[Path, Path, bytes]:
+    """A subset of the release's sample class, its grading config (one submission per Dask task, so that
+    batches are small enough to lose one mid-class; a short wait for a scheduler) and the grades.csv of a
+    local run."""
+    tmp = tmp_path_factory.mktemp("class")
+    write_samples(TEMPLATE, tmp / "all", answers=mc_answers(list(suite.questions)), lesson=default_lesson())
+    subs = tmp / "samples"
+    subs.mkdir()
+    for entry in (tmp / "all").iterdir():
+        if entry.name.removesuffix(".ipynb") in SUBSET:
+            entry.rename(subs / entry.name)
+    config = tmp / "grading_config.yaml"
+    config.write_text((ROOT / "grading_config.yaml").read_text() + "\ncluster:\n  batch: 1\n  connect_timeout_s: 20\n")
+    grade_batch(subs, out=tmp / "local", config_path=config, progress=False)
+    return subs, config, (tmp / "local" / "grades.csv").read_bytes()
+
+
+def _grade(subs: Path, out: Path, config: Path, address: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "autograder.cli", "--config", str(config), "grade", str(subs),
+                             "--out", str(out), "--quiet", "--cluster", address], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_a_class_graded_on_the_cluster_equals_a_local_run_and_resumes(
+        tmp_path: Path, cluster: LocalCluster, sample_class: tuple[Path, Path, bytes]) -> None:
+    subs, config, local = sample_class
+    out = tmp_path / "out"
+    text, _ = _grade(subs, out, config, cluster.address).communicate(timeout=900)
+    assert f"graded {len(SUBSET)} submission(s), reused 0" in text, text + cluster.log()
+    assert "sandbox: bwrap" in text or "sandbox: none" in text, text
+    assert (out / "grades.csv").read_bytes() == local
+    again = _grade(subs, out, config, cluster.address)
+    text, _ = again.communicate(timeout=300)
+    assert again.returncode == 0 and f"graded 0 submission(s), reused {len(SUBSET)}" in text, text
+    assert (out / "grades.csv").read_bytes() == local
+
+
+def test_a_worker_killed_mid_class_loses_no_submission(
+        tmp_path: Path, cluster: LocalCluster, sample_class: tuple[Path, Path, bytes]) -> None:
+    subs, config, local = sample_class
+    out = tmp_path / "out"
+    run = _grade(subs, out, config, cluster.address)
+    _wait_for("a first result", lambda: run.poll() is not None or any((out / "results").glob("*.json")))
+    victim = cluster.workers[0]
+    assert run.poll() is None and victim.poll() is None, "the class ended before a worker could be lost"
+    done_before = len(list((out / "results").glob("*.json")))
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait(timeout=60) == -signal.SIGKILL
+    text, _ = run.communicate(timeout=900)
+    assert done_before < len(SUBSET)
+    assert run.returncode == 0, text + cluster.log()
+    assert f"graded {len(SUBSET)} submission(s), reused 0" in text, text
+    assert sorted(p.stem for p in (out / "results").glob("*.json")) == sorted(SUBSET)
+    assert (out / "grades.csv").read_bytes() == local
+
+
+def test_an_unreachable_scheduler_is_a_clear_error(tmp_path: Path, sample_class: tuple[Path, Path, bytes]) -> None:
+    pytest.importorskip("distributed")
+    subs, config, _ = sample_class
+    with socket.socket() as s:  # a loopback port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    run = _grade(subs, tmp_path / "out", config, address)
+    text, _ = run.communicate(timeout=300)
+    assert run.returncode == 2 and "error: cannot reach the Dask scheduler at" in text and "Traceback" not in text, text
+
+
+def test_the_plain_install_never_imports_dask() -> None:
+    code = ("import sys, autograder.cli, autograder.cluster; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_without_dask_the_cluster_path_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if the cluster extra were not installed
+    with pytest.raises(ClusterError, match=r"pip install '\.\[cluster\]'"):
+        next(grade_on_cluster("tcp://127.0.0.1:1", [(Submission("x", Path("x"), b""), "k")], config_path=ROOT,
+                              fingerprint="", settings=Cluster(), hide=()))
+
+
+UID_POOL = """
+import os, sys
+from autograder.execute import WorkerPool
+os.getpid = lambda: 4242  # both processes: the same pid modulo 2000, as two graders on a busy host can have
+with WorkerPool(1, memory_guard="watchdog") as pool:
+    print(pool._workers[0].uid if pool.drops_privileges else "no uid", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="student code runs under uids of its own only when the grader is root")
+def test_two_pools_on_one_host_get_disjoint_uid_blocks() -> None:
+    procs = [subprocess.Popen([sys.executable, "-c", UID_POOL], cwd=ROOT, env=_env(), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        firsts = [int(p.stdout.readline()) for p in procs]  # type: ignore[union-attr]
+    finally:
+        for p in procs:
+            p.communicate("", timeout=120)
+    blocks = [set(range(u, u + 1024)) for u in firsts]
+    assert not blocks[0] & blocks[1], firsts
+
+
+def test_a_uid_block_is_free_again_when_its_holder_closes_or_dies(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(UID_LOCKS_ENV, str(tmp_path / "locks"))  # this test's own blocks
+    block, fd = _reserve_uid_block(7)
+    other, fd2 = _reserve_uid_block(7)
+    assert (block, other) == (7, 8)
+    os.close(fd)
+    again, fd3 = _reserve_uid_block(7)
+    assert again == 7
+    for f in (fd2, fd3):
+        os.close(f)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from autograder.execute import _reserve_uid_block; "
+                               "print(_reserve_uid_block(7)[0], flush=True); sys.stdin.read()"],
+                              cwd=ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and int(holder.stdout.readline()) == 7
+    block, fd = _reserve_uid_block(7)
+    assert block == 8
+    os.close(fd)
+    holder.kill()  # SIGKILL: the kernel releases its lock
+    holder.wait()
+    block, fd = _reserve_uid_block(7)
+    assert block == 7
+    os.close(fd)
