@@ -479,26 +479,63 @@ def stored_precision(*, atol: float, rtol: float) -> tuple[int, int]:
     return max(decimals, 0), max(digits, 1)
 
 
-def canonical(value: Any, *, atol: float, rtol: float) -> Any:
+_NO_EXACT = object()  # canonical's `exact` when there is no float64 output: the floats of `value` are rounded
+
+
+def canonical(value: Any, *, atol: float, rtol: float, exact: Any = _NO_EXACT) -> Any:
     """Probe data with every float rounded to `stored_precision` (Python's exact decimal rounding, so the
-    stored bytes are the same on every machine); integers, booleans and strings are left as they are."""
+    stored bytes are the same on every machine); integers, booleans and strings are left as they are.
+
+    With `exact` (the same probe's output computed in float64: the checks' `run_probe_exact`), each float is
+    rounded from exact's float instead, and an array is stored in value's dtype: the last bits of a float32
+    result differ between CPUs and would move about one rounded value in a hundred, those of a float64 result
+    practically never. Everything but the floats comes from `value`, which exact must match in keys and shapes.
+    """
     decimals, digits = stored_precision(atol=atol, rtol=rtol)
+    has_exact = exact is not _NO_EXACT
 
     def one(x: float) -> float:
         if not math.isfinite(x):
             return x
         return float(f"{float(f'{x:.{decimals}f}'):.{digits - 1}e}") + 0.0  # + 0.0 turns -0.0 into 0.0
 
+    def mismatch() -> ValueError:
+        return ValueError(f"the float64 output {_shape_of(exact)} does not match the output {_shape_of(value)}")
+
     if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-        flat = [one(x) for x in value.astype(np.float64).ravel().tolist()]
+        source = value
+        if has_exact:
+            if not isinstance(exact, np.ndarray) or exact.dtype.kind != "f" or exact.shape != value.shape:
+                raise mismatch()
+            source = exact
+        flat = [one(x) for x in source.astype(np.float64).ravel().tolist()]
         return np.array(flat, dtype=np.float64).reshape(value.shape).astype(value.dtype)
     if isinstance(value, dict):
-        return {k: canonical(v, atol=atol, rtol=rtol) for k, v in value.items()}
+        if has_exact and (not isinstance(exact, dict) or exact.keys() != value.keys()):
+            raise mismatch()
+        return {k: canonical(v, atol=atol, rtol=rtol, **({"exact": exact[k]} if has_exact else {}))
+                for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [canonical(v, atol=atol, rtol=rtol) for v in value]
+        if has_exact and (not isinstance(exact, list | tuple) or len(exact) != len(value)):
+            raise mismatch()
+        return [canonical(v, atol=atol, rtol=rtol, **({"exact": exact[i]} if has_exact else {}))
+                for i, v in enumerate(value)]
     if isinstance(value, float | np.floating):
-        return one(float(value))
+        if has_exact and not isinstance(exact, float | np.floating):
+            raise mismatch()
+        return one(float(exact if has_exact else value))
     return value
+
+
+def _shape_of(value: Any) -> str:
+    """A short description of probe data's structure, for an error message."""
+    if isinstance(value, np.ndarray):
+        return f"array {value.dtype} {list(value.shape)}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_shape_of(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return f"list of {len(value)}"
+    return type(value).__name__
 
 
 @contextmanager
@@ -520,6 +557,12 @@ def expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
     Every stored float is rounded by `canonical` to the case's tolerances, the same values whether they
     go into a generated test file or stay in the grader's memory, so a build is byte-identical on every
     machine and thread count; the reference must still pass its own case after the rounding.
+
+    The hook: where the lesson's checks define `run_probe_exact(env, name, args)` (run_probe's output with
+    its floats computed in float64: the same keys and shapes), the stored floats are rounded from that output,
+    so that the last bits of a float32 result, which differ between CPUs, cannot move a stored digit; the
+    float32 output of run_probe must still pass against them, as a student's does. Without the hook they are
+    rounded from run_probe's output.
     """
     with _one_thread():
         return _expected_values(questions)
@@ -601,6 +644,24 @@ def lesson_of(questions: list[Question] | tuple[Question, ...]) -> Lesson:
 
 
 
+def _stored(lesson: Lesson, ns: dict[str, Any], case: dict[str, Any], got: dict[str, Any], *, where: str) -> Any:
+    """A probe's output `got` on the namespace `ns` as it is stored: rounded by `canonical`, from its float64 twin
+    where the lesson's checks compute one (`run_probe_exact`: see `expected_values`)."""
+    tol = {"atol": case["atol"], "rtol": case["rtol"]}
+    run_exact = getattr(lesson.checks, "run_probe_exact", None)
+    if run_exact is None:
+        return canonical(got, **tol)
+    exact = run_exact(ns, case["probe"], case["args"])
+    if "error" in exact:
+        raise ContentError(f"{where} fails only when computed in float64 (run_probe_exact in "
+                           f"{lesson.checks_file}): {exact['error']}")
+    try:
+        return canonical(got, **tol, exact=exact)
+    except ValueError as exc:
+        raise ContentError(f"{where}: run_probe_exact in {lesson.checks_file} returns another structure than "
+                           f"run_probe: {exc}"[:2000]) from None
+
+
 def _expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
     """A mistake only redefines names; a probe that reads none of them on the reference (every read of the
     namespace is logged) takes the same path on the mistake and returns the same output, which its case does
@@ -614,14 +675,15 @@ def _expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for q in questions:
         for case in q.cases:
-            tol = {"atol": case["atol"], "rtol": case["rtol"]}
             ref_ns.names = set()
             value = checks.run_probe(ref_ns, case["probe"], case["args"])
             read = ref_ns.names
             if "error" in value:
                 raise ContentError(f"{q.path}: question {q.id}: the reference fails case {case['name']}: "
                                    f"{value['error']}")
-            expected: dict[str, Any] = {"value": canonical(value, **tol), "variants": []}
+            where = f"{q.path}: question {q.id}: case {case['name']}"
+            reference = _stored(lesson, ref_ns, case, value, where=f"{where}: the reference")
+            expected: dict[str, Any] = {"value": reference, "variants": []}
             verdict = checks.judge(case, value, expected)
             if not verdict.passed:
                 raise ContentError(f"{q.path}: question {q.id}: the reference does not pass its own case "
@@ -636,6 +698,7 @@ def _expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
                 got = checks.run_probe(mutant_ns[m.id], case["probe"], case["args"])
                 if "error" not in got and not checks.judge(case, got, expected).passed:
                     expected["variants"].append({"id": m.id, "description": m.description,
-                                                 "output": canonical(got, **tol)})
+                                                 "output": _stored(lesson, mutant_ns[m.id], case, got,
+                                                                   where=f"{where}: mistake {m.id}")})
             out[case["id"]] = expected
     return out

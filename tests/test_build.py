@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -134,17 +135,24 @@ print(json.dumps({k: hashlib.sha256(v.encode()).hexdigest() for k, v in parts.it
 """
 
 
-def _numbered_parts(threads: int) -> dict[str, str]:
+def _numbered_parts(threads: int, *, kernels: str | None = None) -> dict[str, str]:
+    """The hashes of NUMBERED_PARTS, built on `threads` threads with torch's kernels for the instruction set
+    `kernels` (ATEN_CPU_CAPABILITY: "default" has no AVX; None: the best this CPU has)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                OPENBLAS_NUM_THREADS=str(threads))
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    env |= {"ATEN_CPU_CAPABILITY": kernels} if kernels else {}
     proc = subprocess.run([sys.executable, "-c", NUMBERED_PARTS, str(threads)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_numbers_in_the_release_are_identical_with_one_and_two_threads() -> None:
-    one, two = _numbered_parts(1), _numbered_parts(2)
+def test_numbers_in_the_release_are_identical_with_other_vector_units_and_thread_counts() -> None:
+    """One build on one thread with torch's kernels for a CPU without AVX, one on two threads with this CPU's own
+    (AVX2 or AVX-512 on most machines): their float32 results differ in the last bits, as another CPU's do (the
+    model's logits, a float32 randn of 16 values or more), and the stored values may not (#19)."""
+    one, two = _numbered_parts(1, kernels="default"), _numbered_parts(2)
     assert len(one) > 60 and one.keys() == two.keys()
     assert [k for k in one if one[k] != two[k]] == []
 
@@ -201,6 +209,102 @@ def test_stored_floats_are_rounded_within_the_tolerances() -> None:
         assert (canonical(x, atol=atol, rtol=rtol) == canonical(noisy, atol=atol, rtol=rtol)).mean() > 0.999
     plain = canonical({"v": [-0.0, 1 / 3, float("nan"), 7, True, "x"]}, atol=1e-4, rtol=1e-4)["v"]
     assert plain[:2] == [0.0, 0.333333] and plain[3:] == [7, True, "x"] and str(plain[0]) == "0.0"
+
+
+def _moved_by_ulps(value: Any, rng: Any, *, scalars: Any, ulps: int = 4) -> Any:
+    """Probe data with each float moved by a random number of steps, up to `ulps` either way, of its own dtype (of
+    `scalars` for a Python float): the last bits of a result that another CPU's vector units compute. A short binary
+    fraction (16 significant bits or fewer: 0, 0.0078125 = 2**-7 of an ALiBi slope, 3 * 2**-6) stays as it is:
+    such a value comes from exact operations, which give it on every CPU (and it may sit exactly on a rounding tie,
+    which no rounded result does)."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        mantissa = np.frexp(value.astype(np.float64))[0] * 2.0**16
+        steps = rng.integers(-ulps, ulps + 1, value.shape) * (mantissa != np.round(mantissa))
+        return (value + steps * np.spacing(np.abs(value))).astype(value.dtype)
+    if isinstance(value, dict):
+        return {k: _moved_by_ulps(v, rng, scalars=scalars, ulps=ulps) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_moved_by_ulps(v, rng, scalars=scalars, ulps=ulps) for v in value]
+    if isinstance(value, float):
+        return _moved_by_ulps(np.array([value], dtype=scalars), rng, scalars=scalars, ulps=ulps).item()
+    return value
+
+
+def _release_numbers(questions: list[Any]) -> dict[str, str]:
+    """Every generated text that holds the questions' stored values: the grader's expected values, each case's
+    Otter test file and nbgrader's hidden cases."""
+    from autograder import build
+    from autograder.content import expected_values, lesson_of
+
+    expected, lesson = expected_values(questions), lesson_of(questions)
+    cases = {c["id"]: c for q in questions for c in q.cases}
+    return {"expected values": lesson.checks.dumps(expected),
+            "nbgrader hidden cases": json.dumps(build.nbgrader_hidden_cases(questions, expected), sort_keys=True),
+            **{f"test file of {cid}": build._otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}}
+
+
+def test_a_few_ulps_of_another_cpu_change_no_stored_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another CPU moves the last bits of a float32 result (so of the model's logits) by a few ulps, and those of a
+    float64 one by a few float64 ulps: the stored values, rounded from the float64 results (run_probe_exact), stay
+    byte for byte. The same noise on the float32 path alone (stored values rounded from run_probe, as before
+    #19) moves stored digits, so the noise is big enough to show a build that depends on float32 bits."""
+    import numpy as np
+
+    from autograder.config import load_config
+    from autograder.content import load_questions
+
+    config = load_config()
+    checks = config.lesson.checks
+    questions = [q for q in load_questions(config)  # the questions whose probes compute in float32
+                 if q.id in ("q3_sinusoidal_module", "q4_learned_pe", "q5_rope", "q7_alibi", "m1_tinycharlm")]
+    run, run_exact, rng = checks.run_probe, checks.run_probe_exact, np.random.default_rng(19)
+    noisy = {"run_probe": lambda env, name, args: _moved_by_ulps(run(env, name, args), rng, scalars=np.float32),
+             "run_probe_exact": lambda env, name, args: _moved_by_ulps(run_exact(env, name, args), rng,
+                                                                       scalars=np.float64)}
+
+    clean = _release_numbers(questions)
+    for name, fn in noisy.items():
+        monkeypatch.setattr(checks, name, fn)
+    assert [k for k, text in _release_numbers(questions).items() if text != clean[k]] == []
+
+    monkeypatch.delattr(checks, "run_probe_exact")  # the float32 path: noisy, then as it computes
+    moved = _release_numbers(questions)
+    monkeypatch.setattr(checks, "run_probe", run)
+    before = _release_numbers(questions)
+    assert any(k.startswith("test file of m1_tinycharlm/logits_") and moved[k] != text for k, text in before.items())
+
+
+def test_staleness_test_fails_when_a_stored_value_moves_beyond_its_tolerance(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """test_student_release_is_up_to_date passes on a copy of the committed release, and fails on a copy in which
+    one stored logit moved by twice its tolerance, a move that fails the reference on its own case."""
+    import numpy as np
+
+    from autograder.config import load_config
+
+    lesson = load_config().lesson
+    committed = tmp_path / "lesson83"
+    shutil.copytree(TEMPLATES, committed, ignore=shutil.ignore_patterns("__pycache__"))
+    fresh = {"student": TEMPLATES}  # what a fresh build gives: the committed release (its own test says so)
+    monkeypatch.setattr(sys.modules[__name__], "TEMPLATES", committed)
+    test_student_release_is_up_to_date(fresh)
+
+    test_file = committed / "tests" / "m1_tinycharlm.py"
+    text = test_file.read_text()
+    literal = next(node.value.value for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Assign)
+                   and node.targets[0].id == "case" and "m1_tinycharlm/logits_learned" in node.value.value)
+    case = lesson.checks.loads(literal)
+    value = case["expected"]["value"]["value"]
+    got = lesson.checks.run_probe(lesson.namespace(), case["probe"], case["args"])
+    assert lesson.checks.judge(case, got, case["expected"]).passed
+    value.flat[0] += 2 * (case["atol"] + case["rtol"] * abs(float(value.flat[0])))
+    assert np.isfinite(value).all() and not lesson.checks.judge(case, got, case["expected"]).passed
+    test_file.write_text(text.replace(repr(literal), repr(lesson.checks.dumps(case))))
+    assert test_file.read_text() != text
+    with pytest.raises(AssertionError, match="run `make release`"):
+        test_student_release_is_up_to_date(fresh)
 
 
 # Template code (Jinja delimiters, the template's names) and directives of the question sources: none may reach
