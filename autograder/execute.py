@@ -24,8 +24,12 @@ Threat model. Student code is hostile and runs with the child's privileges.
 - Copying between submissions: the zygote never holds a job's cells, outputs, streams or results (not
   even freed: only fds and small headers pass through it), so a child forked for the next submission
   cannot find them in its memory. What a submission leaves behind (processes, scratch files, /dev/shm,
-  System V shared memory, semaphores and message queues) is removed before the next one starts; each
-  job runs under its own uid (as root), so per-uid kernel state is not shared either.
+  System V shared memory, semaphores and message queues, POSIX message queues) is removed before the next
+  one starts: inside bubblewrap the worker's own IPC namespace is emptied (every System V object, and the
+  sandbox's own /dev/mqueue); without it, as root, each child unshares an IPC namespace of its own before any
+  student code runs. Each job runs under its own uid (as root), so per-uid kernel state is not shared
+  either, and its scratch folder's name does not count the jobs. A re-run after the per-cell limit is a
+  new job like any other: a fresh child that sees nothing of the killed attempt.
 - Sandbox: no network (own net namespace); the system is read-only; /tmp, /root, /home, the repository
   (so reference/ and hidden tests), every non-system top-level folder and any `hide` path are empty
   tmpfs. Only the Python installation is bound back in at its own path, and the virtual environment's
@@ -58,12 +62,22 @@ Threat model. Student code is hostile and runs with the child's privileges.
   (exit status, signal, timeout, CPU time, memory) comes from outside the child and cannot be forged.
   The zygote is not dumpable, so the child cannot open its fds through /proc.
 - Tampering: identities of the comparison and core functions the probes use (numpy, torch, math,
-  operator, torch.Tensor and nn.Module methods), builtins, sys.modules entries and the globals (and
-  function code) of the probe, wire and execute modules are recorded before student code runs; changes
-  are reported as facts and undone after every cell and probe, so the harness keeps working. Probe
-  outputs that are not plain arrays (ndarray or Tensor subclasses, objects with __array__) earn nothing
-  and are reported too. The facts come from the child: best-effort evidence for the report; scores never
-  use them.
+  operator, torch.Tensor and nn.Module methods, json's encoder), builtins, sys.modules entries and the
+  globals (and function code) of the probe, wire and execute modules are recorded before student code
+  runs; changes are reported as facts and undone after every cell and probe, so the harness keeps
+  working. A torch function or dispatch mode left active (or torch functions left disabled) is reported
+  and popped. Probe outputs that are not plain arrays (ndarray or Tensor subclasses, objects with
+  __array__) earn nothing and are reported too.
+- The child's own report. Inside one process gc and ctypes reach everything, so nothing relies on hiding:
+  frames are encoded by wire.trusted_encoder, made in the zygote from C functions and methods of built-in
+  types only (a patched json.JSONEncoder, base64 or os changes nothing), and its code and closure are
+  checked before every frame. The grader sends a nonce with each frame of probe requests; the guard must
+  report it as a changed entry of its own record after every probe, so a guard switched off or emptied
+  (found with gc) or a rewritten report voids that case and flags the submission. The probes read a
+  module's storage, parameters and structure from nn.Module's own tables with functions taken before
+  student code ran (lesson83_checks._Pristine), never through methods a student class or a patch of
+  nn.Module overrides. Tables the probe module names in UNGUARDED (its local checks' results, filled
+  when an nbgrader notebook runs its checks) are not read as tampering.
 - Infrastructure: a worker that fails for reasons that are not the student's (zygote killed, out of
   fds, job not sent) is restarted and the submission retried once; a second failure is the student's
   ("crashed"). When no worker can be started at all, run() raises WorkerError.
