@@ -95,6 +95,7 @@ import io
 import itertools
 import json
 import logging
+import operator
 import os
 import queue
 import resource
@@ -184,7 +185,7 @@ _GUARDED = (
     *(("torch.nn", f"Module.{m}") for m in ("__call__", "_call_impl", "parameters", "named_parameters",
                                              "named_buffers", "buffers", "modules", "state_dict", "to",
                                              "eval", "__getattr__", "__setattr__")),
-    *(("torch.nn", f"Module.{m}") for m in ("_apply", "named_modules", "children", "named_children", "buffers",
+    *(("torch.nn", f"Module.{m}") for m in ("_apply", "named_modules", "children", "named_children",
                                              "__getattribute__", "_save_to_state_dict")),
     ("json", "dumps"), ("json", "loads"), ("base64", "b64encode"), ("base64", "b64decode"),
     ("json", "JSONEncoder.encode"), ("json", "JSONEncoder.iterencode"), ("json", "JSONEncoder.default"),
@@ -1635,8 +1636,14 @@ class _Guard:
         self.builtins_snap = dict(self.builtins)
         self.globals = [(vars(self.modules[m]), m, dict(vars(self.modules[m])))
                         for m in ("autograder.wire", "autograder.execute", modules[-1]) if m in self.modules]
+        # the classes these modules define (the probes' helpers, the guard's own): their tables, and their methods'
+        self.classes = [(c, len(vars(c)), tuple(vars(c).values()), dict(vars(c))) for _, name, snap in self.globals
+                        for c in snap.values() if type(c) is type and c.__module__ == name]
+        functions = [f for _, _, snap in self.globals for f in snap.values()]
+        functions += [f for c, _, _, table in self.classes for f in table.values()]
         self.code = {id(f): (f, f.__code__, f.__defaults__, f.__kwdefaults__)
-                     for _, _, snap in self.globals for f in snap.values() if type(f) is type(_make_shell)}
+                     for f in functions if type(f) is type(_make_shell)}
+        self.is_ = operator.is_
         skip = {id(snap[k]) for k in unguarded for _, _, snap in self.globals[-1:] if k in snap}
         self.tables = {id(d): (d, dict(d)) for _, _, snap in self.globals
                        for d in snap.values() if type(d) is dict and id(d) not in skip}
@@ -1679,6 +1686,20 @@ class _Guard:
         for ns, name, snap in self.globals:
             facts += [f"{name}.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
             ns.update(snap)
+        for cls, n, values, table in self.classes:
+            now = vars(cls)
+            if len(now) == n and all(map(self.is_, now.values(), values)):
+                continue
+            changed = [k for k, v in table.items() if now.get(k, missing) is not v]
+            changed += [k for k in now if k not in table and k != "__slotnames__"]  # copy/pickle caches slot names
+            if changed:
+                facts.append(f"{cls.__module__}.{cls.__qualname__} was changed ({', '.join(changed[:3])})")
+            for k in changed:
+                with contextlib.suppress(AttributeError, TypeError):
+                    if k in table:
+                        setattr(cls, k, table[k])
+                    else:
+                        delattr(cls, k)
         for f, code, defaults, kwdefaults in self.code.values():
             if f.__code__ is not code or f.__defaults__ is not defaults or f.__kwdefaults__ is not kwdefaults:
                 facts.append(f"{f.__module__}.{f.__qualname__} was replaced (its code or defaults)")

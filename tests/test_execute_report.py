@@ -109,6 +109,13 @@ def PATCH():
 
 PATCH()
 '''
+# The probes' own classes patched: the model cache told that any model is as built, the state-reading functions.
+PROBE_CLASSES = NO_PATCH + '''
+import lesson83_checks as c
+
+c.ModelCache.build = lambda self, env, pos: None
+c._State.same = lambda self, model: True
+'''
 # (c) a class that keeps its table as a plain attribute and says otherwise.
 LYING_CLASS = '''
 import torch
@@ -148,7 +155,8 @@ def nb(*cells: str) -> bytes:
 def storage() -> dict[str, ExecResult]:
     cases = {"plain": nb(NO_PATCH, PLAIN_TABLE), "encoder": nb(ENCODER, PLAIN_TABLE),
              "gc_record": nb(GC_RECORD, PLAIN_TABLE), "gc_off": nb(GC_OFF, PLAIN_TABLE),
-             "gc_empty": nb(GC_EMPTY, PLAIN_TABLE), "lying_class": nb(LYING_CLASS)}
+             "gc_empty": nb(GC_EMPTY, PLAIN_TABLE), "lying_class": nb(LYING_CLASS),
+             "probe_classes": nb(PROBE_CLASSES, PLAIN_TABLE)}
     with WorkerPool(1, limits=LIMITS) as pool:
         return dict(pool.run_many(cases.items(), probes=STORAGE))
 
@@ -174,6 +182,13 @@ def test_a_patched_json_encoder_neither_hides_tampering_nor_rewrites_answers(sto
     assert any("numpy.allclose" in f for f in res.tampering), res.tampering
     assert any("JSONEncoder.iterencode" in f for f in res.tampering), res.tampering
     assert res.outputs["storage"]["buffers"] == [] and q3_passed(res) == []
+
+
+def test_a_patched_class_of_the_probe_module_is_flagged(storage):
+    res = storage["probe_classes"]
+    assert res.status == "tampering", res.notes
+    assert any("ModelCache was changed" in f for f in res.tampering), res.tampering
+    assert any("_State was changed" in f for f in res.tampering), res.tampering
 
 
 @pytest.mark.parametrize("case", ["gc_record", "lying_class"])

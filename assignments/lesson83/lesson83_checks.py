@@ -19,7 +19,7 @@ import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -208,46 +208,63 @@ def _seeded(seed: int, *shape: int):
     return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
 
-class _Pristine:
+class _Pristine(NamedTuple):
     """torch's own functions for reading a module's state, taken once, when torch is already imported as this
     module is (in the grader's sandbox that is before any student code runs), else at the first probe.
 
     The storage, parameter and structure probes read nn.Module's own tables (`_parameters`, `_buffers`,
     `_modules`, read from the instance's __dict__ with object.__getattribute__) and move a module with
     nn.Module._apply called unbound: a class that overrides named_buffers, state_dict, _apply or __getattr__, or
-    a patch of nn.Module's methods, cannot change what they report.
+    a patch of nn.Module's methods, cannot change what they report. A tuple, so that its entries cannot be
+    rebound (the grader's guard watches the module global and this class).
     """
 
-    def __init__(self) -> None:
-        self.ready = False
+    getattribute: Any
+    type: Any
+    issubclass: Any
+    dict: Any
+    set: Any
+    Module: Any
+    Parameter: Any
+    Embedding: Any
+    TensorBase: Any
+    apply: Any
+    to: Any
+    numel: Any
+    is_floating: Any
+    is_complex: Any
+    shape: Any
+    dtype: Any
+    requires_grad: Any
+    grad: Any
+    float64: Any
 
-    def get(self) -> _Pristine:
-        if not self.ready:
-            torch = _torch()
-            base = torch._C.TensorBase
-            self.getattribute, self.type, self.issubclass, self.dict, self.set = (object.__getattribute__, type,
-                                                                                   issubclass, dict, set)
-            self.Module, self.Parameter, self.Embedding, self.TensorBase = (torch.nn.Module, torch.nn.Parameter,
-                                                                           torch.nn.Embedding, base)
-            self.apply = torch.nn.Module.__dict__["_apply"]
-            self.to, self.numel, self.is_floating, self.is_complex = (base.to, base.numel, base.is_floating_point,
-                                                                      base.is_complex)
-            self.shape, self.dtype, self.requires_grad, self.grad = (base.__dict__[n].__get__ for n in (
-                "shape", "dtype", "requires_grad", "grad"))
-            self.float64 = torch.float64
-            self.ready = True
-        return self
+    @staticmethod
+    def take() -> _Pristine:
+        torch = _torch()
+        base = torch._C.TensorBase
+        return _Pristine(object.__getattribute__, type, issubclass, dict, set, torch.nn.Module, torch.nn.Parameter,
+                         torch.nn.Embedding, base, torch.nn.Module.__dict__["_apply"], base.to, base.numel,
+                         base.is_floating_point, base.is_complex,
+                         *(base.__dict__[n].__get__ for n in ("shape", "dtype", "requires_grad", "grad")),
+                         torch.float64)
 
 
-_PRISTINE = _Pristine()
-if "torch" in sys.modules:
-    _PRISTINE.get()
+_PRISTINE: _Pristine | None = _Pristine.take() if "torch" in sys.modules else None
+
+
+def _pristine() -> _Pristine:
+    """The functions _Pristine took (taking them now if torch was not imported with this module)."""
+    global _PRISTINE
+    if _PRISTINE is None:
+        _PRISTINE = _Pristine.take()
+    return _PRISTINE
 
 
 def _tables(m: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any], set[str]]:
     """nn.Module's own tables of module m: its __dict__, parameters, buffers, submodules and non-persistent
     buffer names, as nn.Module keeps them (a TypeError when m is not an nn.Module or a table was replaced)."""
-    P = _PRISTINE.get()
+    P = _pristine()
     t = P.type(m)
     if not P.issubclass(t, P.Module):
         raise TypeError(f"expected an nn.Module, got {t.__name__}")
@@ -403,7 +420,7 @@ def relative_identity(env: dict[str, Any], d: int, pos: int, k: int) -> dict[str
 @probe
 def module_storage(env: dict[str, Any], cls: str, args: list[Any]) -> dict[str, Any]:
     """Where a module keeps its table `pe`: buffers, parameters, state_dict, and its dtype after .to()."""
-    P = _PRISTINE.get()
+    P = _pristine()
     m = _get(env, cls)(*args)
     state = _module_state(m)
     pe = _own_attribute(m, "pe")
@@ -455,7 +472,7 @@ def module_raises(env: dict[str, Any], cls: str, args: list[Any], x_shape: list[
 @probe
 def learned_facts(env: dict[str, Any], max_len: int, d_model: int) -> dict[str, Any]:
     """Embedding tables inside LearnedPE and its count of trainable values."""
-    P = _PRISTINE.get()
+    P = _pristine()
     m = _get(env, "LearnedPE")(max_len, d_model)
     weights = [_tables(mod)[1].get("weight") for _, mod in _named_modules(m) if P.issubclass(P.type(mod), P.Embedding)]
     tables = [list(P.shape(w)) if P.issubclass(P.type(w), P.TensorBase) else [] for w in weights]
@@ -469,7 +486,7 @@ def learned_grad(env: dict[str, Any], max_len: int, d_model: int, T: int) -> dic
     m = _get(env, "LearnedPE")(max_len, d_model)
     x = _seeded(7, 2, T, d_model).float()
     m(x).pow(2).sum().backward()
-    P = _PRISTINE.get()
+    P = _pristine()
     grads = [g for p in _module_state(m)["parameters"].values() if (g := P.grad(p)) is not None and g.dim() == 2]
     if len(grads) != 1:
         raise TypeError(f"expected one 2-D trainable table with a gradient, found {len(grads)}")
@@ -810,7 +827,7 @@ def lm_structure(env: dict[str, Any], schemes: list[str]) -> dict[str, Any]:
     out = {}
     for pos in schemes:
         state = _module_state(MODELS.build(env, pos))
-        shape = _PRISTINE.get().shape
+        shape = _pristine().shape
         out[pos] = {"state_dict": {k: list(shape(v)) for k, v in state["state_dict"].items()},
                     "parameters": {k: list(shape(v)) for k, v in state["parameters"].items()},
                     "buffers": sorted(state["buffers"])}
