@@ -1644,12 +1644,30 @@ class _Guard:
         self.code = {id(f): (f, f.__code__, f.__defaults__, f.__kwdefaults__)
                      for f in functions if type(f) is type(_make_shell)}
         self.is_ = operator.is_
+        # the same, as tuples for a check that loops in C (most sweeps find nothing changed)
+        self.code_parts = [(operator.attrgetter(a), tuple(e[i] for e in self.code.values()))
+                           for i, a in enumerate(("", "__code__", "__defaults__", "__kwdefaults__")) if i]
+        self.functions = tuple(e[0] for e in self.code.values())
         skip = {id(snap[k]) for k in unguarded for _, _, snap in self.globals[-1:] if k in snap}
         self.tables = {id(d): (d, dict(d)) for _, _, snap in self.globals
                        for d in snap.values() if type(d) is dict and id(d) not in skip}
         self.encode = wire.trusted_encoder()
         self.encoder_parts = _function_parts(self.encode)
         self.modes = _ModeStacks()
+        # keys and values of each snapshot as tuples, for checks that loop in C (most sweeps find nothing changed)
+        self.builtins_kv = (tuple(self.builtins_snap), tuple(self.builtins_snap.values()))
+        self.globals_kv = [(tuple(snap), tuple(snap.values())) for _, _, snap in self.globals]
+        self.tables_kv = {i: (tuple(snap), tuple(snap.values())) for i, (_, snap) in self.tables.items()}
+        groups: dict[int, tuple[Any, list[str], list[Any]]] = {}
+        self.absent = []
+        for owner, attr, _, value in self.attrs:
+            if value is self._MISSING:
+                self.absent.append((owner.__dict__, attr))
+            else:
+                group = groups.setdefault(id(owner), (owner.__dict__, [], []))
+                group[1].append(attr)
+                group[2].append(value)
+        self.attr_groups = [(d, tuple(keys), tuple(values)) for d, keys, values in groups.values()]
 
     def plant(self, nonce: str) -> None:
         """A change only the grader can predict (its nonce): a sweep that does not report it was switched off."""
@@ -1669,9 +1687,12 @@ class _Guard:
     def sweep(self) -> list[str]:
         """Say what changed since the snapshot and undo it all, builtins first so the rest can run."""
         ns, snap, missing = self.builtins, self.builtins_snap, self._MISSING
-        facts = [f"builtins.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
-        ns.update(snap)
-        for owner, attr, name, value in self.attrs:
+        facts = []
+        if not _unchanged(ns, *self.builtins_kv):
+            facts += [f"builtins.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
+            ns.update(snap)
+        same = all(_unchanged(d, k, v) for d, k, v in self.attr_groups) and not any(a in d for d, a in self.absent)
+        for owner, attr, name, value in () if same else self.attrs:
             if owner.__dict__.get(attr, missing) is not value:
                 facts.append(f"{name} was replaced" if owner is not self.mark else f"{name} {self.mark.nonce}")
                 with contextlib.suppress(AttributeError, TypeError):
@@ -1683,9 +1704,10 @@ class _Guard:
             if sys.modules.get(name) is not mod:
                 facts.append(f"sys.modules[{name!r}] was replaced")
                 sys.modules[name] = mod
-        for ns, name, snap in self.globals:
-            facts += [f"{name}.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
-            ns.update(snap)
+        for (ns, name, snap), kv in zip(self.globals, self.globals_kv, strict=True):
+            if not _unchanged(ns, *kv):
+                facts += [f"{name}.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
+                ns.update(snap)
         for cls, n, values, table in self.classes:
             now = vars(cls)
             if len(now) == n and all(map(self.is_, now.values(), values)):
@@ -1700,16 +1722,27 @@ class _Guard:
                         setattr(cls, k, table[k])
                     else:
                         delattr(cls, k)
-        for f, code, defaults, kwdefaults in self.code.values():
+        same = all(all(map(self.is_, map(get, self.functions), values)) for get, values in self.code_parts)
+        for f, code, defaults, kwdefaults in () if same else self.code.values():
             if f.__code__ is not code or f.__defaults__ is not defaults or f.__kwdefaults__ is not kwdefaults:
                 facts.append(f"{f.__module__}.{f.__qualname__} was replaced (its code or defaults)")
                 f.__code__, f.__defaults__, f.__kwdefaults__ = code, defaults, kwdefaults
-        for d, snap in self.tables.values():
+        for i, (d, snap) in self.tables.items():
+            if len(d) == len(snap) and _unchanged(d, *self.tables_kv[i]):
+                continue
             if d.keys() != snap.keys() or any(d[k] is not v for k, v in snap.items()):
                 facts.append(f"a table of the grader's modules was changed (keys {sorted(snap)[:3]})")
                 d.clear()
                 d.update(snap)
         return facts + self.check_encoder() + self.modes.sweep()
+
+
+def _unchanged(table: Any, keys: tuple[Any, ...], values: tuple[Any, ...], is_: Any = operator.is_) -> bool:
+    """Whether table[k] is v for every k, v of keys, values (a loop in C; False when a key is gone)."""
+    try:
+        return all(map(is_, map(table.__getitem__, keys), values))
+    except KeyError:
+        return False
 
 
 class _Mark:
