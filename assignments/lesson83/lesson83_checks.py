@@ -254,11 +254,9 @@ _PRISTINE: _Pristine | None = _Pristine.take() if "torch" in sys.modules else No
 
 
 def _pristine() -> _Pristine:
-    """The functions _Pristine took (taking them now if torch was not imported with this module)."""
-    global _PRISTINE
-    if _PRISTINE is None:
-        _PRISTINE = _Pristine.take()
-    return _PRISTINE
+    """The functions _Pristine took as this module was imported, or (torch was not imported yet) taken now: the
+    module global is never rebound, which the grader's guard would read as tampering."""
+    return _PRISTINE if _PRISTINE is not None else _Pristine.take()
 
 
 def _tables(m: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any], set[str]]:
