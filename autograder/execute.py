@@ -75,7 +75,7 @@ Threat model. Student code is hostile and runs with the child's privileges.
   report it as a changed entry of its own record after every probe, so a guard switched off or emptied
   (found with gc) or a rewritten report voids that case and flags the submission. The probes read a
   module's storage, parameters and structure from nn.Module's own tables with functions taken before
-  student code ran (lesson83_checks._Pristine), never through methods a student class or a patch of
+  student code ran (the probe module's own), never through methods a student class or a patch of
   nn.Module overrides. Tables the probe module names in UNGUARDED (its local checks' results, filled
   when an nbgrader notebook runs its checks) are not read as tampering.
 - Infrastructure: a worker that fails for reasons that are not the student's (zygote killed, out of
