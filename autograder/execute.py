@@ -24,8 +24,12 @@ Threat model. Student code is hostile and runs with the child's privileges.
 - Copying between submissions: the zygote never holds a job's cells, outputs, streams or results (not
   even freed: only fds and small headers pass through it), so a child forked for the next submission
   cannot find them in its memory. What a submission leaves behind (processes, scratch files, /dev/shm,
-  System V shared memory, semaphores and message queues) is removed before the next one starts; each
-  job runs under its own uid (as root), so per-uid kernel state is not shared either.
+  System V shared memory, semaphores and message queues, POSIX message queues) is removed before the next
+  one starts: inside bubblewrap the worker's own IPC namespace is emptied (every System V object, and the
+  sandbox's own /dev/mqueue); without it, as root, each child unshares an IPC namespace of its own before any
+  student code runs. Each job runs under its own uid (as root), so per-uid kernel state is not shared
+  either, and its scratch folder's name does not count the jobs. A re-run after the per-cell limit is a
+  new job like any other: a fresh child that sees nothing of the killed attempt.
 - Sandbox: no network (own net namespace); the system is read-only; /tmp, /root, /home, the repository
   (so reference/ and hidden tests), every non-system top-level folder and any `hide` path are empty
   tmpfs. Only the Python installation is bound back in at its own path, and the virtual environment's
@@ -58,12 +62,22 @@ Threat model. Student code is hostile and runs with the child's privileges.
   (exit status, signal, timeout, CPU time, memory) comes from outside the child and cannot be forged.
   The zygote is not dumpable, so the child cannot open its fds through /proc.
 - Tampering: identities of the comparison and core functions the probes use (numpy, torch, math,
-  operator, torch.Tensor and nn.Module methods), builtins, sys.modules entries and the globals (and
-  function code) of the probe, wire and execute modules are recorded before student code runs; changes
-  are reported as facts and undone after every cell and probe, so the harness keeps working. Probe
-  outputs that are not plain arrays (ndarray or Tensor subclasses, objects with __array__) earn nothing
-  and are reported too. The facts come from the child: best-effort evidence for the report; scores never
-  use them.
+  operator, torch.Tensor and nn.Module methods, json's encoder), builtins, sys.modules entries and the
+  globals (and function code) of the probe, wire and execute modules are recorded before student code
+  runs; changes are reported as facts and undone after every cell and probe, so the harness keeps
+  working. A torch function or dispatch mode left active (or torch functions left disabled) is reported
+  and popped. Probe outputs that are not plain arrays (ndarray or Tensor subclasses, objects with
+  __array__) earn nothing and are reported too.
+- The child's own report. Inside one process gc and ctypes reach everything, so nothing relies on hiding:
+  frames are encoded by wire.trusted_encoder, made in the zygote from C functions and methods of built-in
+  types only (a patched json.JSONEncoder, base64 or os changes nothing), and its code and closure are
+  checked before every frame. The grader sends a nonce with each frame of probe requests; the guard must
+  report it as a changed entry of its own record after every probe, so a guard switched off or emptied
+  (found with gc) or a rewritten report voids that case and flags the submission. The probes read a
+  module's storage, parameters and structure from nn.Module's own tables with functions taken before
+  student code ran (the probe module's own), never through methods a student class or a patch of
+  nn.Module overrides. Tables the probe module names in UNGUARDED (its local checks' results, filled
+  when an nbgrader notebook runs its checks) are not read as tampering.
 - Infrastructure: a worker that fails for reasons that are not the student's (zygote killed, out of
   fds, job not sent) is restarted and the submission retried once; a second failure is the student's
   ("crashed"). When no worker can be started at all, run() raises WorkerError.
@@ -82,9 +96,11 @@ import io
 import itertools
 import json
 import logging
+import operator
 import os
 import queue
 import resource
+import secrets
 import selectors
 import shutil
 import signal
@@ -150,6 +166,8 @@ _MAX_TIME_STOPS = 3  # cells left out for the per-cell limit; one more too slow 
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _IPC_RMID = 0
 _OOM_TYPES = ("MemoryError", "_ArrayMemoryError", "OutOfMemoryError")
+_CANARY = "guard check mark"  # the fact the guard reports for the grader's nonce after every probe (see _Guard)
+_CLONE_NEWIPC = 0x08000000
 _CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 _GUARDED = (
     ("numpy", "allclose"), ("numpy", "isclose"), ("numpy", "array_equal"), ("numpy", "ndarray"),
@@ -170,13 +188,19 @@ _GUARDED = (
     *(("torch.nn", f"Module.{m}") for m in ("__call__", "_call_impl", "parameters", "named_parameters",
                                              "named_buffers", "buffers", "modules", "state_dict", "to",
                                              "eval", "__getattr__", "__setattr__")),
+    *(("torch.nn", f"Module.{m}") for m in ("_apply", "named_modules", "children", "named_children",
+                                             "__getattribute__", "_save_to_state_dict")),
     ("json", "dumps"), ("json", "loads"), ("base64", "b64encode"), ("base64", "b64decode"),
+    ("json", "JSONEncoder.encode"), ("json", "JSONEncoder.iterencode"), ("json", "JSONEncoder.default"),
+    ("json.encoder", "c_make_encoder"), ("json.encoder", "encode_basestring_ascii"),
+    ("json.encoder", "c_encode_basestring_ascii"), ("_json", "make_encoder.__call__"),
+    ("_json", "encode_basestring_ascii"), ("binascii", "b2a_base64"),
     ("os", "write"), ("os", "read"), ("os", "_exit"),
 )
 _GUARDED_WHOLE = ("math", "operator")  # every attribute of these modules is recorded
-_GUARDED_MODULES = ("builtins", "sys", "os", "json", "base64", "math", "operator", "numpy", "numpy.testing",
-                    "numpy.linalg", "torch", "torch.testing", "torch.nn", "autograder.wire",
-                    "autograder.execute")
+_GUARDED_MODULES = ("builtins", "sys", "os", "json", "json.encoder", "_json", "base64", "binascii", "math",
+                    "operator", "numpy", "numpy.testing", "numpy.linalg", "torch", "torch.testing", "torch.nn",
+                    "autograder.wire", "autograder.execute")
 
 
 @dataclass(frozen=True)
@@ -787,7 +811,7 @@ def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
         elif not any(_under(p, h) for h in top):
             path.append(p)
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--perms", "1777", "--size", str(_SHM_MB * MIB), "--tmpfs", "/dev/shm",
+            "--perms", "1777", "--size", str(_SHM_MB * MIB), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue",
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--new-session"]
     for h in top:
@@ -860,7 +884,7 @@ class _Worker:
                "THP_MEM_ALLOC_ENABLE": "1"}
         if self.pool.sandbox == "bwrap":
             prefix, path, exe = _bwrap_argv(self.stage, self.hide, limits, self.cgroups)
-            stage, scratch, wipe = _SANDBOX_STAGE, _SANDBOX_SCRATCH, [_SANDBOX_SCRATCH, "/dev/shm"]
+            stage, scratch, wipe = _SANDBOX_STAGE, _SANDBOX_SCRATCH, [_SANDBOX_SCRATCH, "/dev/shm", "/dev/mqueue"]
             own_ipc = True
         else:
             prefix, path, exe = [], [p for p in sys.path if p and os.path.isdir(p)], sys.executable
@@ -1043,6 +1067,7 @@ class _Conversation:
         self.public, self.asked = public, 0  # probes[:asked] have been sent to the child
         self.wanted = {k for k, _, _ in probes}
         self.void: set[str] = set()
+        self.nonce = ""  # sent with the latest probe requests; the guard's report of each answer must carry it
         self.deadline = time.monotonic() + limits.wall_s + 30
         self.cell_s, self.cell_deadline = limits.cell_s, float("inf")
         self.sel = selectors.DefaultSelector()
@@ -1140,7 +1165,13 @@ class _Conversation:
         elif kind == "out" and self.phase == "probes" and _fits(msg, _OUT_FRAME) \
                 and msg["key"] == self.probes[self.probe][0]:
             key = msg["key"]
-            self._facts(msg["tamper"])
+            mark = f"{_CANARY} {self.nonce}"
+            facts = [f for f in msg["tamper"] if not (type(f) is str and f.startswith(_CANARY))]
+            if mark not in msg["tamper"] or len(facts) != len(msg["tamper"]) - 1:
+                facts.append(f"the guard's report for {key!r} came back without the grader's check mark (the guard "
+                             "was switched off or its report rewritten): the case earns nothing")
+                self.void.add(key)
+            self._facts(facts)
             if msg["oom"]:
                 t.oom = t.oom or f"in probe {key!r}"
             if key not in self.void:
@@ -1168,7 +1199,8 @@ class _Conversation:
         elif self.probe == self.asked:  # every request so far is answered: the public group, then the hidden
             end = self.public if self.asked < self.public else len(self.probes)
             batch, self.asked = self.probes[self.asked:end], end
-            self._send({"t": "probes", "probes": [list(p) for p in batch]})
+            self.nonce = secrets.token_hex(8)
+            self._send({"t": "probes", "probes": [list(p) for p in batch], "nonce": self.nonce})
         self._where()
 
     def _where(self) -> None:
@@ -1324,7 +1356,9 @@ def _zygote_main(config_text: str) -> None:
                 importlib.import_module(name)
         _install_otter_stub()
         shell = _make_shell()
-        guard = _Guard([*_GUARDED_MODULES, cfg["probe_module"]])
+        unguarded = getattr(probes, "UNGUARDED", ())
+        guard = _Guard([*_GUARDED_MODULES, cfg["probe_module"]],
+                       unguarded=[n for n in unguarded if type(n) is str] if type(unguarded) is tuple else [])
         suspicious = getattr(probes, "SUSPICIOUS", None)
         limits = Limits(**cfg["limits"])
         memory = _MemoryWatch(cfg, limits)
@@ -1361,7 +1395,7 @@ def _run_job(fds: list[int], shell: Any, guard: _Guard, run_probe: Any, suspicio
     uid = None if cfg["uid"] is None else cfg["uid"] + n % cfg["uids"]  # a fresh uid per job
     since = time.time()
     try:
-        scratch = tempfile.mkdtemp(prefix=f"job{n}-", dir=cfg["scratch"])
+        scratch = tempfile.mkdtemp(prefix="job-", dir=cfg["scratch"])  # a name that does not count the jobs
         if uid is not None:
             os.chown(scratch, uid, uid)
         memory.begin()
@@ -1607,11 +1641,19 @@ def _rmtree(path: str) -> None:
 
 
 class _Guard:
-    """Identities of what a cheat would patch, recorded in the zygote before any student code runs."""
+    """Identities of what a cheat would patch, recorded in the zygote before any student code runs.
+
+    Besides module attributes, builtins, sys.modules and the harness modules' globals, the guard holds the frame
+    encoder (wire.trusted_encoder, made here) with the code and closure it was made with, and the torch
+    function/dispatch mode stacks. `unguarded` names tables of the probe module that only its local checks fill
+    (never read by a probe: a notebook that runs its checks is honest). The guard lives in the child's memory, so
+    student code can reach it with gc: what it reports is cross-checked by the grader with a check mark (`plant`),
+    and the probes read module state through functions of their own, taken before student code ran.
+    """
 
     _MISSING = object()
 
-    def __init__(self, modules: list[str]):
+    def __init__(self, modules: list[str], *, unguarded: Iterable[str] = ()):
         self.attrs: list[tuple[Any, str, str, Any]] = []
         for mod, dotted in _GUARDED:
             try:
@@ -1626,24 +1668,72 @@ class _Guard:
         for mod in _GUARDED_WHOLE:
             module = importlib.import_module(mod)
             self.attrs += [(module, k, f"{mod}.{k}", v) for k, v in vars(module).items() if not k.startswith("__")]
+        self.mark = _Mark()
+        self.attrs.append((self.mark, "nonce", _CANARY, self._MISSING))
         self.modules = {m: sys.modules[m] for m in modules if m in sys.modules}
         self.builtins = vars(self.modules["builtins"])
         self.builtins_snap = dict(self.builtins)
         self.globals = [(vars(self.modules[m]), m, dict(vars(self.modules[m])))
                         for m in ("autograder.wire", "autograder.execute", modules[-1]) if m in self.modules]
+        # the classes these modules define (the probes' helpers, the guard's own): their tables, and their methods'
+        self.classes = [(c, len(vars(c)), tuple(vars(c).values()), dict(vars(c))) for _, name, snap in self.globals
+                        for c in snap.values() if type(c) is type and c.__module__ == name]
+        functions = [f for _, _, snap in self.globals for f in snap.values()]
+        functions += [f for c, _, _, table in self.classes for f in table.values()]
         self.code = {id(f): (f, f.__code__, f.__defaults__, f.__kwdefaults__)
-                     for _, _, snap in self.globals for f in snap.values() if type(f) is type(_make_shell)}
+                     for f in functions if type(f) is type(_make_shell)}
+        self.is_ = operator.is_
+        # the same, as tuples for a check that loops in C (most sweeps find nothing changed)
+        self.code_parts = [(operator.attrgetter(a), tuple(e[i] for e in self.code.values()))
+                           for i, a in enumerate(("", "__code__", "__defaults__", "__kwdefaults__")) if i]
+        self.functions = tuple(e[0] for e in self.code.values())
+        skip = {id(snap[k]) for k in unguarded for _, _, snap in self.globals[-1:] if k in snap}
         self.tables = {id(d): (d, dict(d)) for _, _, snap in self.globals
-                       for d in snap.values() if type(d) is dict}
+                       for d in snap.values() if type(d) is dict and id(d) not in skip}
+        self.encode = wire.trusted_encoder()
+        self.encoder_parts = _function_parts(self.encode)
+        self.modes = _ModeStacks()
+        # keys and values of each snapshot as tuples, for checks that loop in C (most sweeps find nothing changed)
+        self.builtins_kv = (tuple(self.builtins_snap), tuple(self.builtins_snap.values()))
+        self.globals_kv = [(tuple(snap), tuple(snap.values())) for _, _, snap in self.globals]
+        self.tables_kv = {i: (tuple(snap), tuple(snap.values())) for i, (_, snap) in self.tables.items()}
+        groups: dict[int, tuple[Any, list[str], list[Any]]] = {}
+        self.absent = []
+        for owner, attr, _, value in self.attrs:
+            if value is self._MISSING:
+                self.absent.append((owner.__dict__, attr))
+            else:
+                group = groups.setdefault(id(owner), (owner.__dict__, [], []))
+                group[1].append(attr)
+                group[2].append(value)
+        self.attr_groups = [(d, tuple(keys), tuple(values)) for d, keys, values in groups.values()]
+
+    def plant(self, nonce: str) -> None:
+        """A change only the grader can predict (its nonce): a sweep that does not report it was switched off."""
+        self.mark.nonce = nonce
+
+    def check_encoder(self) -> list[str]:
+        """Say whether the frame encoder's code or closure changed since the zygote made it, and restore it."""
+        changed = False
+        for fn, code, cells in self.encoder_parts:
+            if fn.__code__ is not code:
+                fn.__code__, changed = code, True
+            for cell, value in cells:
+                if cell.cell_contents is not value:
+                    cell.cell_contents, changed = value, True
+        return ["the grader's frame encoder was changed"] if changed else []
 
     def sweep(self) -> list[str]:
         """Say what changed since the snapshot and undo it all, builtins first so the rest can run."""
         ns, snap, missing = self.builtins, self.builtins_snap, self._MISSING
-        facts = [f"builtins.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
-        ns.update(snap)
-        for owner, attr, name, value in self.attrs:
+        facts = []
+        if not _unchanged(ns, *self.builtins_kv):
+            facts += [f"builtins.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
+            ns.update(snap)
+        same = all(_unchanged(d, k, v) for d, k, v in self.attr_groups) and not any(a in d for d, a in self.absent)
+        for owner, attr, name, value in () if same else self.attrs:
             if owner.__dict__.get(attr, missing) is not value:
-                facts.append(f"{name} was replaced")
+                facts.append(f"{name} was replaced" if owner is not self.mark else f"{name} {self.mark.nonce}")
                 with contextlib.suppress(AttributeError, TypeError):
                     if value is missing:
                         delattr(owner, attr)
@@ -1653,18 +1743,100 @@ class _Guard:
             if sys.modules.get(name) is not mod:
                 facts.append(f"sys.modules[{name!r}] was replaced")
                 sys.modules[name] = mod
-        for ns, name, snap in self.globals:
-            facts += [f"{name}.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
-            ns.update(snap)
-        for f, code, defaults, kwdefaults in self.code.values():
+        for (ns, name, snap), kv in zip(self.globals, self.globals_kv, strict=True):
+            if not _unchanged(ns, *kv):
+                facts += [f"{name}.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
+                ns.update(snap)
+        for cls, n, values, table in self.classes:
+            now = vars(cls)
+            if len(now) == n and all(map(self.is_, now.values(), values)):
+                continue
+            changed = [k for k, v in table.items() if now.get(k, missing) is not v]
+            changed += [k for k in now if k not in table and k != "__slotnames__"]  # copy/pickle caches slot names
+            if changed:
+                facts.append(f"{cls.__module__}.{cls.__qualname__} was changed ({', '.join(changed[:3])})")
+            for k in changed:
+                with contextlib.suppress(AttributeError, TypeError):
+                    if k in table:
+                        setattr(cls, k, table[k])
+                    else:
+                        delattr(cls, k)
+        same = all(all(map(self.is_, map(get, self.functions), values)) for get, values in self.code_parts)
+        for f, code, defaults, kwdefaults in () if same else self.code.values():
             if f.__code__ is not code or f.__defaults__ is not defaults or f.__kwdefaults__ is not kwdefaults:
                 facts.append(f"{f.__module__}.{f.__qualname__} was replaced (its code or defaults)")
                 f.__code__, f.__defaults__, f.__kwdefaults__ = code, defaults, kwdefaults
-        for d, snap in self.tables.values():
+        for i, (d, snap) in self.tables.items():
+            if len(d) == len(snap) and _unchanged(d, *self.tables_kv[i]):
+                continue
             if d.keys() != snap.keys() or any(d[k] is not v for k, v in snap.items()):
                 facts.append(f"a table of the grader's modules was changed (keys {sorted(snap)[:3]})")
                 d.clear()
                 d.update(snap)
+        return facts + self.check_encoder() + self.modes.sweep()
+
+
+def _unchanged(table: Any, keys: tuple[Any, ...], values: tuple[Any, ...], is_: Any = operator.is_) -> bool:
+    """Whether table[k] is v for every k, v of keys, values (a loop in C; False when a key is gone)."""
+    try:
+        return all(map(is_, map(table.__getitem__, keys), values))
+    except KeyError:
+        return False
+
+
+class _Mark:
+    """Holds the grader's nonce between `_Guard.plant` and the sweep that must report it."""
+
+    nonce: str | None = None
+
+
+def _function_parts(fn: Any) -> list[tuple[Any, Any, list[tuple[Any, Any]]]]:
+    """(function, its code, [(closure cell, its value)]) for fn and every function in its closure, recursively."""
+    parts, todo, seen = [], [fn], set()
+    while todo:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        cells = [(c, c.cell_contents) for c in f.__closure__ or ()]
+        parts.append((f, f.__code__, cells))
+        todo += [v for _, v in cells if type(v) is type(_function_parts)]
+    return parts
+
+
+class _ModeStacks:
+    """torch's function and dispatch mode stacks and its torch-function switch, as they were in the zygote: a mode
+    left active after a cell (or a torch._C.DisableTorchFunction left entered) changes what every later probe
+    sees, so the sweep reports it and puts the stacks back."""
+
+    def __init__(self) -> None:
+        torch = sys.modules.get("torch")
+        self.c = getattr(torch, "_C", None)
+        names = ("_len_torch_function_stack", "_pop_torch_function_stack", "_len_torch_dispatch_stack",
+                 "_pop_torch_dispatch_stack", "_get_torch_function_state", "_set_torch_function_state")
+        self.fns = tuple(getattr(self.c, n, None) for n in names)
+        if not all(self.fns):
+            self.fns = ()
+            return
+        self.state = self.fns[4]()
+        self.depths = (self.fns[0](), self.fns[2]())
+
+    def sweep(self) -> list[str]:
+        if not self.fns:
+            return []
+        fn_len, fn_pop, disp_len, disp_pop, get_state, set_state = self.fns
+        facts = []
+        if fn_len() > self.depths[0]:
+            facts.append("a torch function mode (TorchFunctionMode) was left active")
+            while fn_len() > self.depths[0]:
+                fn_pop()
+        if disp_len() > self.depths[1]:
+            facts.append("a torch dispatch mode (TorchDispatchMode) was left active")
+            while disp_len() > self.depths[1]:
+                disp_pop(None)  # the innermost mode (None: of any key)
+        if get_state() != self.state:
+            facts.append("torch functions were left disabled (DisableTorchFunction)")
+            set_state(self.state)
         return facts
 
 
@@ -1695,6 +1867,15 @@ def _apply_limits(limits: Limits, uid: int | None) -> None:
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
 
 
+def _own_ipc_namespace() -> None:
+    """Give this job's child an IPC namespace of its own (System V objects and POSIX message queues), so it finds
+    nothing an earlier job made and leaves nothing for a later one. It needs CAP_SYS_ADMIN: as root without
+    bubblewrap it works; inside bubblewrap the worker's namespace is emptied after each job instead (the zygote
+    removes every System V object and everything in the sandbox's own /dev/mqueue)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.unshare(_CLONE_NEWIPC)  # EPERM without the capability: then the zygote's clean-up alone holds
+
+
 def _describe(exc: BaseException) -> tuple[str, str]:
     try:
         name = type(exc).__name__
@@ -1722,19 +1903,25 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
     """Runs in the forked child: confine, receive the cells from the grader, run them, then answer the
     grader's probe requests (a frame of public ones, then one of hidden ones) in order; exits without
     returning."""
-    write, exit_, getpid, encode, decode, sanitize = os.write, os._exit, os.getpid, wire.encode, wire.decode, \
+    # Everything that encodes and writes a frame was taken before student code ran (the encoder by the zygote):
+    # a patched json, base64, os or struct cannot strip or rewrite what the child reports.
+    write, exit_, getpid, encode, decode, sanitize = os.write, os._exit, os.getpid, guard.encode, wire.decode, \
         wire.sanitize
+    pack_len, check_encoder, wire_error, view_of = _LEN.pack, guard.check_encoder, wire.WireError, memoryview
     res_cap = limits.result_mb * MIB
     me, parent = getpid(), os.getppid()
 
     def send(msg: dict[str, Any]) -> None:
         if getpid() != me:
             exit_(0)
+        changed = check_encoder()
+        if changed and type(msg.get("tamper")) is list:
+            msg["tamper"] += changed
         try:
-            data = encode(msg, max_bytes=res_cap)
-        except wire.WireError as exc:
-            data = encode({**msg, "value": {"error": {"type": "WireError", "message": str(exc)[:300]}}})
-        view = memoryview(_LEN.pack(len(data)) + data)
+            data = encode(msg, res_cap)
+        except wire_error as exc:
+            data = encode({**msg, "value": {"error": {"type": "WireError", "message": str(exc)[:300]}}}, res_cap)
+        view = view_of(pack_len(len(data)) + data)
         while view:
             view = view[write(_JOB_FD, view):]
 
@@ -1761,6 +1948,7 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
         os.environ.update(HOME=scratch, TMPDIR=scratch, PWD=scratch)
         tempfile.tempdir = scratch
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        _own_ipc_namespace()
         _apply_limits(limits, uid)
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
@@ -1800,12 +1988,14 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
                 exit_(0)
         send({"t": "cells_done"})
         while (req := recv()) is not None and req.get("t") == "probes":
+            nonce = str(req.get("nonce"))
             for key, name, args in req["probes"]:  # answered one by one, in the order asked
                 try:
                     value = run_probe(shell.user_ns, name, args)
                 except BaseException as exc:  # noqa: BLE001 - SystemExit and friends from student code
                     ename, text = _describe(exc)
                     value = {"error": {"type": ename, "message": text, "where": "probe harness"}}
+                guard.plant(nonce)
                 facts = guard.sweep()
                 if getpid() != me:
                     exit_(0)

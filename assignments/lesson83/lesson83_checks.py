@@ -19,7 +19,7 @@ import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -268,6 +268,126 @@ def _seeded(seed: int, *shape: int):
     return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
 
+class _Pristine(NamedTuple):
+    """torch's own functions for reading a module's state, taken once, when torch is already imported as this
+    module is (in the grader's sandbox that is before any student code runs), else at the first probe.
+
+    The storage, parameter and structure probes read nn.Module's own tables (`_parameters`, `_buffers`,
+    `_modules`, read from the instance's __dict__ with object.__getattribute__) and move a module with
+    nn.Module._apply called unbound: a class that overrides named_buffers, state_dict, _apply or __getattr__, or
+    a patch of nn.Module's methods, cannot change what they report. A tuple, so that its entries cannot be
+    rebound (the grader's guard watches the module global and this class).
+    """
+
+    getattribute: Any
+    type: Any
+    issubclass: Any
+    dict: Any
+    set: Any
+    Module: Any
+    Parameter: Any
+    Embedding: Any
+    TensorBase: Any
+    apply: Any
+    to: Any
+    numel: Any
+    is_floating: Any
+    is_complex: Any
+    shape: Any
+    dtype: Any
+    requires_grad: Any
+    grad: Any
+    float64: Any
+
+    @staticmethod
+    def take() -> _Pristine:
+        torch = _torch()
+        base = torch._C.TensorBase
+        return _Pristine(object.__getattribute__, type, issubclass, dict, set, torch.nn.Module, torch.nn.Parameter,
+                         torch.nn.Embedding, base, torch.nn.Module.__dict__["_apply"], base.to, base.numel,
+                         base.is_floating_point, base.is_complex,
+                         *(base.__dict__[n].__get__ for n in ("shape", "dtype", "requires_grad", "grad")),
+                         torch.float64)
+
+
+_PRISTINE: _Pristine | None = _Pristine.take() if "torch" in sys.modules else None
+
+
+def _pristine() -> _Pristine:
+    """The functions _Pristine took as this module was imported, or (torch was not imported yet) taken now: the
+    module global is never rebound, which the grader's guard would read as tampering."""
+    return _PRISTINE if _PRISTINE is not None else _Pristine.take()
+
+
+def _tables(m: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any], set[str]]:
+    """nn.Module's own tables of module m: its __dict__, parameters, buffers, submodules and non-persistent
+    buffer names, as nn.Module keeps them (a TypeError when m is not an nn.Module or a table was replaced)."""
+    P = _pristine()
+    t = P.type(m)
+    if not P.issubclass(t, P.Module):
+        raise TypeError(f"expected an nn.Module, got {t.__name__}")
+    own = P.getattribute(m, "__dict__")
+    tables = [own.get(k) for k in ("_parameters", "_buffers", "_modules")]
+    if not all(P.type(x) is P.dict for x in tables):
+        raise TypeError(f"{t.__name__} replaced nn.Module's own tables (_parameters, _buffers, _modules)")
+    skip = own.get("_non_persistent_buffers_set")
+    return own, *tables, skip if P.type(skip) is P.set else P.set()
+
+
+def _named_modules(m: Any) -> list[tuple[str, Any]]:
+    """(name, module) for m and its submodules, each once, in the order of nn.Module.named_modules."""
+    out, seen, todo = [], set(), [("", m)]
+    while todo:
+        prefix, mod = todo.pop()
+        if id(mod) in seen:
+            continue
+        seen.add(id(mod))
+        out.append((prefix, mod))
+        kids = [(f"{prefix}.{k}" if prefix else k, v) for k, v in _tables(mod)[3].items() if v is not None]
+        todo += kids[::-1]
+    return out
+
+
+def _module_state(m: Any) -> dict[str, dict[str, Any]]:
+    """Parameters and buffers (each tensor once, as named_parameters and named_buffers list them) and the
+    state_dict's entries (parameters and persistent buffers of every path to a module) of module m, read from
+    nn.Module's own tables (see _Pristine)."""
+    params: dict[str, Any] = {}
+    buffers: dict[str, Any] = {}
+    seen: set[int] = set()
+    for prefix, mod in _named_modules(m):
+        _, p_table, b_table, _, _ = _tables(mod)
+        for table, out in ((p_table, params), (b_table, buffers)):
+            for k, v in table.items():
+                if v is not None and id(v) not in seen:
+                    seen.add(id(v))
+                    out[f"{prefix}.{k}" if prefix else k] = v
+    state: dict[str, Any] = {}
+
+    def walk(mod: Any, prefix: str, path: tuple[int, ...]) -> None:
+        if id(mod) in path or len(path) > 100:
+            raise TypeError("a module contains itself: it has no state_dict")
+        _, p_table, b_table, kids, transient = _tables(mod)
+        state.update((prefix + k, v) for k, v in p_table.items() if v is not None)
+        state.update((prefix + k, v) for k, v in b_table.items() if v is not None and k not in transient)
+        for k, kid in kids.items():
+            if kid is not None:
+                walk(kid, f"{prefix}{k}.", (*path, id(mod)))
+
+    walk(m, "", ())
+    return {"parameters": params, "buffers": buffers, "state_dict": state}
+
+
+def _own_attribute(m: Any, name: str) -> Any:
+    """m.name as nn.Module finds it for a plain class: an instance attribute, parameter, buffer or submodule
+    (never a property or a __getattr__ of the student's); None when there is none."""
+    own, p_table, b_table, kids, _ = _tables(m)
+    for table in (own, p_table, b_table, kids):
+        if name in table:
+            return table[name]
+    return None
+
+
 def _dtype_name(value: Any) -> str:
     return str(getattr(value, "dtype", type(value).__name__)).replace("torch.", "")
 
@@ -358,21 +478,22 @@ def relative_identity(env: dict[str, Any], d: int, pos: int, k: int) -> dict[str
 @probe
 def module_storage(env: dict[str, Any], cls: str, args: list[Any]) -> dict[str, Any]:
     """Where a module keeps its table `pe`: buffers, parameters, state_dict, and its dtype after .to()."""
-    torch = _torch()
+    P = _pristine()
     m = _get(env, cls)(*args)
-    pe = getattr(m, "pe", None)
+    state = _module_state(m)
+    pe = _own_attribute(m, "pe")
     facts: dict[str, Any] = {
-        "buffers": [n for n, _ in m.named_buffers()],
-        "parameters": [n for n, _ in m.named_parameters()],
-        "state_dict": list(m.state_dict().keys()),
-        "pe_type": type(pe).__name__ if pe is not None else None,
-        "pe_is_parameter": isinstance(pe, torch.nn.Parameter),
+        "buffers": list(state["buffers"]),
+        "parameters": list(state["parameters"]),
+        "state_dict": list(state["state_dict"]),
+        "pe_type": P.type(pe).__name__ if pe is not None else None,
+        "pe_is_parameter": P.issubclass(P.type(pe), P.Parameter),
         "pe_dtype_after_to": None,
     }
-    m64 = m.to(torch.float64)
-    pe64 = getattr(m64, "pe", None)
-    if pe64 is not None and hasattr(pe64, "dtype"):
-        facts["pe_dtype_after_to"] = _dtype_name(pe64)
+    P.apply(m, lambda t: P.to(t, P.float64) if P.is_floating(t) or P.is_complex(t) else t)  # m.to(torch.float64)
+    pe64 = _own_attribute(m, "pe")
+    if P.issubclass(P.type(pe64), P.TensorBase):
+        facts["pe_dtype_after_to"] = str(P.dtype(pe64)).replace("torch.", "")
     return facts
 
 
@@ -409,11 +530,12 @@ def module_raises(env: dict[str, Any], cls: str, args: list[Any], x_shape: list[
 @probe
 def learned_facts(env: dict[str, Any], max_len: int, d_model: int) -> dict[str, Any]:
     """Embedding tables inside LearnedPE and its count of trainable values."""
-    torch = _torch()
+    P = _pristine()
     m = _get(env, "LearnedPE")(max_len, d_model)
-    tables = [list(mod.weight.shape) for mod in m.modules() if isinstance(mod, torch.nn.Embedding)]
-    return {"tables": tables,
-            "trainable": int(sum(p.numel() for p in m.parameters() if p.requires_grad))}
+    weights = [_tables(mod)[1].get("weight") for _, mod in _named_modules(m) if P.issubclass(P.type(mod), P.Embedding)]
+    tables = [list(P.shape(w)) if P.issubclass(P.type(w), P.TensorBase) else [] for w in weights]
+    params = _module_state(m)["parameters"].values()
+    return {"tables": tables, "trainable": int(sum(P.numel(p) for p in params if P.requires_grad(p)))}
 
 
 @probe
@@ -428,7 +550,8 @@ def learned_grad(env: dict[str, Any], max_len: int, d_model: int, T: int) -> dic
             p.copy_(_seeded(zlib.crc32(name.encode()), *p.shape) * 0.02)
     x = _seeded(7, 2, T, d_model).float()
     m(x).pow(2).sum().backward()
-    grads = [p.grad for p in m.parameters() if p.grad is not None and p.dim() == 2]
+    P = _pristine()
+    grads = [g for p in _module_state(m)["parameters"].values() if (g := P.grad(p)) is not None and g.dim() == 2]
     if len(grads) != 1:
         raise TypeError(f"expected one 2-D trainable table with a gradient, found {len(grads)}")
     g = grads[0]
@@ -768,10 +891,11 @@ def lm_structure(env: dict[str, Any], schemes: list[str]) -> dict[str, Any]:
     """Per scheme: state-dict entries and parameters with their shapes, and the names of the buffers."""
     out = {}
     for pos in schemes:
-        model = MODELS.build(env, pos)
-        out[pos] = {"state_dict": {k: list(v.shape) for k, v in model.state_dict().items()},
-                    "parameters": {k: list(v.shape) for k, v in model.named_parameters()},
-                    "buffers": sorted(k for k, _ in model.named_buffers())}
+        state = _module_state(MODELS.build(env, pos))
+        shape = _pristine().shape
+        out[pos] = {"state_dict": {k: list(shape(v)) for k, v in state["state_dict"].items()},
+                    "parameters": {k: list(shape(v)) for k, v in state["parameters"].items()},
+                    "buffers": sorted(state["buffers"])}
     return out
 
 
@@ -1668,6 +1792,9 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
 # --------------------------------------------------------------------------- local checks: one thread, a summary
 
 LOCAL_RESULTS: dict[str, bool] = {}  # case id -> whether its latest local check passed (read by the summary)
+# Tables that only the local checks fill and no probe reads: the grader's guard does not read a change to them as
+# tampering (an nbgrader notebook runs check_case in the student's process, and that is honest).
+UNGUARDED = ("LOCAL_RESULTS",)
 
 
 def check_case(env: dict[str, Any], case_json: str) -> None:
