@@ -77,6 +77,7 @@ def test_no_solution_hidden_test_or_reference_reaches_students(fresh_build: dict
     assert '"expected":{"variants":[]}' in q8
 
 
+@pytest.mark.build
 def test_notebook_runs_top_to_bottom_with_stubs_unfilled(tmp_path: Path) -> None:
     from nbclient import NotebookClient
 
@@ -177,12 +178,14 @@ def _numbered_parts(threads: int) -> dict[str, str]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.build
 def test_numbers_in_the_release_are_identical_with_one_and_two_threads() -> None:
     one, two = _numbered_parts(1), _numbered_parts(2)
     assert len(one) > 60 and one.keys() == two.keys()
     assert [k for k in one if one[k] != two[k]] == []
 
 
+@pytest.mark.build
 def test_expected_values_skip_only_mistake_runs_that_cannot_be_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mistake runs on a case only where the reference's probe read a name it redefines, through the reference's
     own functions too (the model's logits call sinusoidal_pe and apply_rope), and one that does more than define
