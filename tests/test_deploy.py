@@ -380,6 +380,7 @@ def test_nbgrader_course_totals_100_points_and_its_release_fits_nbgrader(fresh_b
 # --------------------------------------------------------------------------- the student's export
 
 
+@pytest.mark.sandbox
 def test_export_zip_carries_the_milestone_and_earns_its_points(fresh_build: dict[str, Path], suite: Suite,
                                                                tmp_path: Path) -> None:
     work = tmp_path / "laptop"
