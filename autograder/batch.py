@@ -24,7 +24,7 @@ from autograder.config import Cluster as ClusterSettings
 from autograder.content import Question
 from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.judge import judge_checkpoint, judge_exec, judge_unreadable
-from autograder.milestone import VERIFY_SLOTS
+from autograder.milestone import VERIFY_SLOTS, reader_limits_lowered
 from autograder.results import Status, SubmissionResult, csv_text, full_marks, spreadsheet_text
 from autograder.submissions import CHECKPOINT_FILES, Submission, find_submissions
 from autograder.suite import Suite, load_suite, suite_fingerprint
@@ -75,6 +75,7 @@ class BatchSummary:
     reused: int
     sandbox: str
     questions: list[str] = field(default_factory=list)
+    limits_lowered: list[str] = field(default_factory=list)  # configured limits an operator's ulimit lowered
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -154,7 +155,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
         except Exception as exc:  # noqa: BLE001 - the grader failed on this one; the others go on
             failed[sub.id] = f"the grader failed on this submission ({_why(exc)}); run the grade command again"
 
-    sandbox = "not started"
+    sandbox, lowered = "not started", []
     address = cluster or config.cluster.address
     if address and todo:
         suite = load_suite(config_path)
@@ -195,7 +196,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
         else:
             start, done = time.monotonic(), 0
             with pool:
-                sandbox = pool.sandbox
+                sandbox, lowered = pool.sandbox, list(pool.limits_lowered)
                 for sub, key, res in _run_isolated(pool, runnable, probes, n_workers):
                     done += 1
                     if isinstance(res, BaseException):
@@ -210,8 +211,9 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
             if progress:
                 print(file=sys.stderr)
     ahead.shutdown(cancel_futures=True)
-    rows = write_tables(suite, subs, out, failed=failed)
-    return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()))
+    lowered += reader_limits_lowered() if any("milestone.pt" in s.files for s, _ in todo) else []
+    rows = write_tables(suite, subs, out, failed=failed, limits_lowered=lowered)
+    return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()), lowered)
 
 
 def _grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, config_path: Path, fingerprint: str,
@@ -359,7 +361,8 @@ def merge_scores(out: Path, files: list[Path], *, config_path: Path = DEFAULT_CO
     grades.csv and summary.json are written again with them. Returns what was merged."""
     suite = load_suite(config_path)
     try:
-        rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["rows"]
+        before = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        rows, lowered = before["rows"], list(before.get("limits_lowered") or [])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise MergeError(f"{out}: no summary.json of a graded batch; run `{command()} grade` first ({exc})") from None
     subs = [Submission(str(r["id"]), Path(), None, result_name=str(r.get("result") or "")) for r in rows]
@@ -375,15 +378,16 @@ def merge_scores(out: Path, files: list[Path], *, config_path: Path = DEFAULT_CO
                 counts[col] = counts.get(col, 0) + 1
     sources = [str(p) for p in files]
     _write_atomic(out / MERGED_FILE, json.dumps({"sources": sources, "scores": stored}, indent=1))
-    write_tables(suite, subs, out, failed=failed)
+    write_tables(suite, subs, out, failed=failed, limits_lowered=lowered)
     return {"merged": counts, "ignored": sorted(ignored), "students": len(stored)}
 
 
-def write_tables(suite: Suite, subs: list[Submission], out: Path, *,
-                 failed: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def write_tables(suite: Suite, subs: list[Submission], out: Path, *, failed: dict[str, str] | None = None,
+                 limits_lowered: list[str] | None = None) -> list[dict[str, Any]]:
     """grades.csv and summary.json of exactly these submissions (atomic writes); one row each, always.
 
     A row that is not graded has empty score cells; every cell that came from a student is spreadsheet-safe.
+    limits_lowered: the configured limits that the grader's own hard limits lowered in the run (summary.json).
     Manual questions have a column too, empty until `merge` brings their scores (merged_scores.json), which
     also replace a question's automatic score when the scores file has that question's column.
     """
@@ -421,6 +425,7 @@ def write_tables(suite: Suite, subs: list[Submission], out: Path, *,
                "auto_points": suite.auto_points, "manual_points": round(sum(manual.values()), 4),
                "merged": {"file": MERGED_FILE, "students": len(merged), "problem": merge_problem}
                if merged or merge_problem else None,
+               "limits_lowered": list(limits_lowered or []),
                "rows": [{"id": r["id"], "result": None if r["status"] == Status.NOT_GRADED else sub.result_name,
                          "status": r["status"], "message": r["message"]} for r, sub in zip(rows, subs)]}
     _write_atomic(out / "summary.json", json.dumps(summary, indent=1))

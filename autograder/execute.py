@@ -128,6 +128,8 @@ from autograder.limits import (
     MIB,
     UPLOAD_CAP_MB,
     WALL_TIMEOUT_S,
+    fit_hard,
+    lowered_limits,
 )
 
 log = logging.getLogger(__name__)
@@ -377,6 +379,16 @@ class WorkerPool:
             raise WorkerError(failed[0])
         for w in workers:
             self._idle.put(w)
+        # An operator's lower hard limits (ulimit) hold for every child instead of the configured ones: said here,
+        # in the log, and in each result's notes.
+        base = 1 if self.drops_privileges else _count_tasks(os.getuid())
+        vm = _vm_size(workers[0].zygote_pid or "self")
+        self.limits_lowered = lowered_limits([(rlim, hard) for rlim, _, hard in _rlimits(limits, vm=vm, base=base)],
+                                             who="the sandbox", size=vm)
+        for msg in self.limits_lowered:
+            if msg not in _WARNED:
+                _WARNED.add(msg)
+                log.warning("%s", msg)
 
     def _make_cgroups(self, size: int, wanted: str) -> tuple[list[dict[str, str]], str]:
         """One memory and one pids cgroup (v1) per worker, or none and why (then the watchdog holds)."""
@@ -451,6 +463,7 @@ class WorkerPool:
         result.sandbox = self.sandbox
         result.memory_guard = self.memory_guard
         result.isolation = self.isolation
+        result.notes.extend(self.limits_lowered)
         return result
 
     def _run_timed(self, worker: _Worker, cells: list[tuple[int, str]],
@@ -1850,16 +1863,25 @@ def _count_tasks(uid: int) -> int:
     return n
 
 
+def _vm_size(pid: int | str = "self") -> int:
+    """The address space a process uses (VmSize, bytes); 0 when it cannot be read."""
+    with contextlib.suppress(OSError, StopIteration, ValueError, IndexError), open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    return 0
+
+
+def _rlimits(limits: Limits, *, vm: int, base: int) -> list[tuple[int, int, int]]:
+    """A child's per-process limits as (rlim, soft, hard): vm is its size, base the tasks its uid runs already."""
+    return [(resource.RLIMIT_AS, vm + limits.memory_mb * MIB, vm + limits.memory_mb * MIB),
+            (resource.RLIMIT_NPROC, base + limits.processes, base + limits.processes),
+            (resource.RLIMIT_FSIZE, limits.file_mb * MIB, limits.file_mb * MIB), (resource.RLIMIT_CORE, 0, 0),
+            (resource.RLIMIT_NOFILE, 1024, 1024), (resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 1)]
+
+
 def _apply_limits(limits: Limits, uid: int | None) -> None:
-    with open("/proc/self/status") as f:
-        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
     base = 1 if uid is not None else _count_tasks(os.getuid())
-    for rlim, value in ((resource.RLIMIT_AS, vm + limits.memory_mb * MIB),
-                        (resource.RLIMIT_NPROC, base + limits.processes),
-                        (resource.RLIMIT_FSIZE, limits.file_mb * MIB), (resource.RLIMIT_CORE, 0),
-                        (resource.RLIMIT_NOFILE, 1024)):
-        resource.setrlimit(rlim, (value, value))
-    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
+    for rlim, soft, hard in _rlimits(limits, vm=_vm_size(), base=base):  # never above the grader's own hard limits
+        resource.setrlimit(rlim, fit_hard(rlim, soft, hard))
     if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)

@@ -10,7 +10,7 @@ from typing import Any
 import nbformat
 
 from autograder.execute import SKIP_TAGS, ExecResult
-from autograder.milestone import verify_checkpoint
+from autograder.milestone import reader_limits_lowered, verify_checkpoint
 from autograder.results import STATUS_WORDS, CaseResult, Status, SubmissionResult
 from autograder.submissions import Submission
 from autograder.suite import Suite
@@ -147,7 +147,9 @@ def judge_submission(suite: Suite, sub: Submission, status: str, outputs: dict[s
     """One submission's result: its probe outputs (`status`: the executor's word for the run) and its checkpoint
     files judged against the suite."""
     cases = judge_outputs(suite, outputs) + judge_checkpoint(suite, sub.files, sub.file_problems)
-    return SubmissionResult(sub.id, STATUS_WORDS[status], cases, list(notes), list(student_notes or []),
+    read = suite.checkpoint_cases and "milestone.pt" in sub.files and not sub.file_problems
+    notes = [*notes, *(reader_limits_lowered() if read else [])]  # an operator's lower limits, if any
+    return SubmissionResult(sub.id, STATUS_WORDS[status], cases, notes, list(student_notes or []),
                             suite.fingerprint)
 
 

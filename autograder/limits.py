@@ -1,8 +1,13 @@
 """Limits shared by the grader's modules, each defined once: the 64 MiB cap and the defaults of
 grading_config.yaml's limits (autograder/config.py) and of a sandboxed run (execute.Limits).
 
-Imports nothing: the sandbox runs with this module (execute.py and wire.py import it there).
+Imports only the standard library: the sandbox runs with this module (execute.py and wire.py import it there).
 """
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Iterable
 
 MIB = 2**20
 
@@ -21,3 +26,37 @@ MAX_OUTPUT_KB = 256
 
 # The child process that loads and evaluates an uploaded milestone.pt (submissions.checkpoint_memory_mb).
 CHECKPOINT_MEMORY_MB = 1024
+
+# How an operator's hard limit (ulimit) on a resource is named in the notes: what it limits, the ulimit flag that
+# sets it, and the unit shown.
+_RLIMIT_WORDS = {resource.RLIMIT_AS: ("address space", "ulimit -v", MIB, " MB"),
+                 resource.RLIMIT_NOFILE: ("open files", "ulimit -n", 1, ""),
+                 resource.RLIMIT_NPROC: ("processes", "ulimit -u", 1, ""),
+                 resource.RLIMIT_FSIZE: ("file size", "ulimit -f", MIB, " MB"),
+                 resource.RLIMIT_CPU: ("CPU time", "ulimit -t", 1, " s")}
+
+
+def fit_hard(rlim: int, soft: int, hard: int | None = None) -> tuple[int, int]:
+    """The limits (soft, hard; hard defaults to soft) for resource.setrlimit, each lowered to this process's hard
+    limit of `rlim` where that is lower: a process may lower its limits, never raise them, so under an
+    operator's ulimit (a shared server, a container) the lower value holds instead of a ValueError."""
+    hard = soft if hard is None else hard
+    ceiling = resource.getrlimit(rlim)[1]
+    if ceiling == resource.RLIM_INFINITY:
+        return soft, hard
+    return min(soft, ceiling), min(hard, ceiling)
+
+
+def lowered_limits(wanted: Iterable[tuple[int, int]], *, who: str, size: int = 0) -> list[str]:
+    """One sentence per (rlim, configured hard value) in `wanted` that this process's hard limit lowers: which
+    limit of `who` (the sandbox, the checkpoint reader), lowered to what, from what. size: the process's own
+    size (bytes), which its address-space limit adds to the configured memory."""
+    notes = []
+    for rlim, value in wanted:
+        got = fit_hard(rlim, value)[1]
+        if got < value:
+            name, flag, unit, suffix = _RLIMIT_WORDS[rlim]
+            was = (f"{value // unit}{suffix} (its size, {size // MIB} MB, plus the configured {(value - size) // MIB}"
+                   f" MB)" if rlim == resource.RLIMIT_AS and size else f"the configured {value // unit}{suffix}")
+            notes.append(f"{who}: {name} lowered to {got // unit}{suffix} (the grader's hard limit, {flag}) from {was}")
+    return notes

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from autograder.lesson import default_lesson
-from autograder.limits import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB
+from autograder.limits import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB, fit_hard, lowered_limits
 
 # The lesson of grading_config.yaml: its milestone trainer (shipped next to the notebook) and the reference model
 # class its milestone question names (autograder/lesson.py).
@@ -235,6 +235,7 @@ _CONFIGS: dict[str, dict[str, Any]] = {}
 _MEASURED: dict[tuple[str, str, int, int, str], dict[str, Any]] = {}
 _FAILED: dict[tuple[str, int, float], str] = {}
 _LOCKS: dict[str, threading.Lock] = {}
+_LOWERED: dict[str, None] = {}  # the checkpoint reader's limits that an operator's lower hard limits lowered
 _LOCKS_GUARD = threading.Lock()
 # prefix: one 512-token pass per window with CausalChunks; plain: the same pass with the model's attention as it is
 # (the grader before the chunks); legacy: one pass per context (evaluate_ppl). plain and legacy are kept for the
@@ -537,6 +538,13 @@ def _fork_child(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
     size, timeout_s of CPU and of wall-clock time; the child's answer with its CPU seconds, or an error."""
     import resource
 
+    status = Path("/proc/self/status")  # the child's size as it starts: a fork of this process
+    base = next((int(line.split()[1]) * 1024 for line in status.read_text().splitlines()
+                 if line.startswith("VmSize:")), 0) if status.exists() else 0
+    limit, cpu = base + int(request["memory_mb"]) * 2**20, int(request["timeout_s"]) + 1
+    rlimits = ((resource.RLIMIT_AS, limit), (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_CORE, 0))
+    # what an operator's lower hard limits (ulimit) lower, said with the answer
+    lowered = {"limits_lowered": lowered_limits(rlimits, who="the checkpoint reader", size=base)}
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: nothing of the verifier's protocol, its own limits, one answer, then exit
@@ -546,14 +554,8 @@ def _fork_child(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
-            status = Path("/proc/self/status")
-            base = next((int(line.split()[1]) * 1024 for line in status.read_text().splitlines()
-                         if line.startswith("VmSize:")), 0) if status.exists() else 0
-            limit = base + int(request["memory_mb"]) * 2**20
-            cpu = int(request["timeout_s"]) + 1
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            for rlim, value in rlimits:  # never above the verifier's own hard limits
+                resource.setrlimit(rlim, fit_hard(rlim, value))
             if request.get("threads", 1) != 1:
                 torch.set_num_threads(int(request["threads"]))
             answer = json.dumps(_evaluate(request, pt_bytes, tokens, models)).encode() + b"\n"
@@ -578,14 +580,14 @@ def _fork_child(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
     _, status, usage = os.wait4(pid, 0)
     cpu_s = usage.ru_utime + usage.ru_stime
     if line is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        return {**json.loads(line), "cpu_s": cpu_s}
+        return {**json.loads(line), "cpu_s": cpu_s, **lowered}
     if timed_out:
         return {"error": f"reading and evaluating it took longer than the grader's limit of {timeout_s:g} s",
-                "cpu_s": cpu_s}
+                "cpu_s": cpu_s, **lowered}
     why = (f"the reader stopped with signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else
            f"the reader failed (exit status {os.WEXITSTATUS(status)})")
     return {"error": f"{why}; loading it needs more than the grader's {request['memory_mb']} MB or crashes the "
-                     "reader", "cpu_s": cpu_s}
+                     "reader", "cpu_s": cpu_s, **lowered}
 
 
 def _serve() -> int:
@@ -607,6 +609,12 @@ def _serve() -> int:
         stdout.write(json.dumps(_fork_child(request, pt_bytes, tokens, models)).encode() + b"\n")
         stdout.flush()
     return 0
+
+
+def reader_limits_lowered() -> list[str]:
+    """Which limits of the checkpoint reader this process's hard limits lowered (an operator's ulimit), and to
+    what, for every checkpoint read so far; [] when none."""
+    return list(_LOWERED)
 
 
 def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes | None, *,
@@ -666,6 +674,7 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
                                           "preset": preset, "accepted": accepted, "method": method},
                                memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier)
             cpu_s = float(found.get("cpu_s", 0.0))
+            _LOWERED.update(dict.fromkeys(str(n) for n in found.get("limits_lowered", [])))
             if "error" in found or not isinstance(found.get("config"), dict):
                 error = str(found.get("error"))
                 if not found.get("infrastructure"):  # the grader's own failure is tried again next time

@@ -30,6 +30,7 @@ def grade_summary(summary: BatchSummary, *, points: dict[str, float]) -> str:
             table.append([q, f"{mean:.2f}", f"{full}/{len(rows)}"])
         lines.append(text_table(table))
     lines += [f"not graded: {r['id']}: {r['message']}" for r in not_graded(summary)]
+    lines += [f"limits lowered: {n}" for n in summary.limits_lowered]
     lines.append(f"grades: {summary.out / 'grades.csv'}   per-submission results: {summary.out / 'results'}/")
     return "\n".join(lines)
 

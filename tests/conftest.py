@@ -1,13 +1,47 @@
-"""Shared fixtures: one fresh release build per test session, and the grading suite."""
+"""Shared fixtures (one fresh release build per test session, the grading suite) and the test tiers.
+
+Tiers: the markers of pyproject.toml (sandbox, build, browser, training, deploy). `make check` runs the tests that
+carry none of them; `make test` runs them all. A test that uses fresh_build is marked `build` here; the test
+modules mark the rest. A test without the marker that starts the sandbox, the checkpoint reader or training
+fails and names the marker to add, so the quick tier stays quick.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 
+from autograder import execute, milestone
 from autograder.build import build
 from autograder.suite import Suite, load_suite
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "fresh_build" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.build)
+
+
+@pytest.fixture(autouse=True)
+def _tier_is_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within a test, starting what a tier's marker names needs that marker (fixtures of wider scope start
+    before this guard and are not seen by it)."""
+    marks = {m.name for m in request.node.iter_markers()}
+
+    def refuse(what: str, marker: str) -> Callable[..., NoReturn]:
+        def stop(*_: Any, **__: Any) -> NoReturn:
+            pytest.fail(f"{request.node.nodeid} {what} but is not marked {marker}: add @pytest.mark.{marker} "
+                        "(the tiers are in pyproject.toml)", pytrace=False)
+        return stop
+
+    if "sandbox" not in marks:
+        monkeypatch.setattr(execute.WorkerPool, "__init__", refuse("starts the grader's sandbox", "sandbox"))
+        monkeypatch.setattr(milestone.Verifier, "start", refuse("starts the checkpoint reader", "sandbox"))
+    if "training" not in marks:
+        monkeypatch.setattr(milestone.LESSON.trainer, "train", refuse("trains TinyCharLM", "training"))
 
 
 @pytest.fixture(scope="session")

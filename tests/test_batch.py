@@ -124,6 +124,7 @@ def adversarial_class(tmp_path_factory: pytest.TempPathFactory, suite: Suite) ->
     return out, rows
 
 
+@pytest.mark.sandbox
 def test_every_input_gets_exactly_one_row(adversarial_class: tuple[Path, dict]) -> None:
     out, rows = adversarial_class
     with open(out / "grades.csv") as f:
@@ -136,6 +137,7 @@ def test_every_input_gets_exactly_one_row(adversarial_class: tuple[Path, dict]) 
     assert summary["submissions"] == len(expected)
 
 
+@pytest.mark.sandbox
 def test_no_adversarial_submission_earns_a_point(adversarial_class: tuple[Path, dict], suite: Suite) -> None:
     _, rows = adversarial_class
     for name in [*BLANK_PLUS, "blank", "not_json", "empty", "notes", "otter_log_zip"]:
@@ -144,11 +146,13 @@ def test_no_adversarial_submission_earns_a_point(adversarial_class: tuple[Path, 
 
 
 @pytest.mark.parametrize("name", sorted(STATUS))
+@pytest.mark.sandbox
 def test_status_names_what_happened(adversarial_class: tuple[Path, dict], name: str) -> None:
     _, rows = adversarial_class
     assert rows[name]["status"] == STATUS[name]
 
 
+@pytest.mark.sandbox
 def test_unreadable_inputs_say_why(adversarial_class: tuple[Path, dict]) -> None:
     out, rows = adversarial_class
     for name in ("not_json", "empty", "notes"):
@@ -157,6 +161,7 @@ def test_unreadable_inputs_say_why(adversarial_class: tuple[Path, dict]) -> None
         assert record["notes"] and record["gradescope"]["score"] == 0
 
 
+@pytest.mark.sandbox
 def test_honest_work_around_the_cheats_keeps_its_points(adversarial_class: tuple[Path, dict], suite: Suite) -> None:
     _, rows = adversarial_class
     assert rows["reference"]["total"] == suite.notebook_points and rows["reference"]["status"] == "graded"
@@ -167,6 +172,7 @@ def test_honest_work_around_the_cheats_keeps_its_points(adversarial_class: tuple
     assert rows["missing_function"]["total"] == suite.notebook_points - q6
 
 
+@pytest.mark.sandbox
 def test_hidden_files_are_not_visible_and_output_is_capped(adversarial_class: tuple[Path, dict]) -> None:
     out, _ = adversarial_class
     record = json.loads((out / "results" / "read_hidden.json").read_text())
@@ -178,6 +184,7 @@ def test_hidden_files_are_not_visible_and_output_is_capped(adversarial_class: tu
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
 
 
+@pytest.mark.sandbox
 def test_milestone_checkpoint_is_graded_from_folders_and_zips(tmp_path: Path, suite: Suite) -> None:
     answers = mc_answers(list(suite.questions))
     nb = filled_notebook(TEMPLATE, answers=answers)
@@ -218,6 +225,7 @@ def _grade_cli(subs: Path, out: Path, config: Path, *extra: str) -> subprocess.P
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.sandbox
 def test_batch_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path: Path, suite: Suite) -> None:
     subs, out = tmp_path / "subs", tmp_path / "out"
     answers = mc_answers(list(suite.questions))
@@ -247,6 +255,8 @@ def test_batch_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path: 
 
 
 @pytest.mark.skipif(not SIM.exists(), reason="gradescope-sim is not beside the repository")
+@pytest.mark.sandbox
+@pytest.mark.build
 def test_gradescope_bundle_gives_the_same_scores_as_grade(tmp_path: Path, suite: Suite) -> None:
     from reference.lesson83_mistakes import MISTAKES
 
@@ -275,6 +285,7 @@ def test_gradescope_bundle_gives_the_same_scores_as_grade(tmp_path: Path, suite:
         assert per_test == pytest.approx(local_cases[name])  # the same score on every case
 
 
+@pytest.mark.build
 def test_otter_run_agrees_on_reference_and_blank(tmp_path: Path, suite: Suite,
                                                  fresh_build: dict[str, Path]) -> None:
     otter_zip = fresh_build["otter_zip"]
@@ -306,6 +317,7 @@ class FakePool:
     notebooks only); a source holding INFRA makes `run` raise WorkerError, as a sandbox that failed twice does."""
 
     sandbox = "fake"
+    limits_lowered: list[str] = []  # the pool's: none lowered
     broken = True
     lock = threading.Lock()  # one at a time: the probes seed torch's global generator
 
@@ -359,6 +371,7 @@ def _deep_json(depth: int) -> bytes:
     return b'{"preset": "quick", "ppl": ' + b"[" * depth + b"]" * depth + b"}"
 
 
+@pytest.mark.sandbox
 def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks: dict[str, bytes],
                                          fake_sandbox: None, monkeypatch: pytest.MonkeyPatch) -> None:
     subs, out = tmp_path / "subs", tmp_path / "out"
@@ -635,6 +648,7 @@ def _forged_frames(suite: Suite) -> str:
     return f"import os\nos.write({_JOB_FD}, {frames!r})"
 
 
+@pytest.mark.sandbox
 def test_hostile_class_grades_to_completion(tmp_path: Path, suite: Suite, notebooks: dict[str, bytes]) -> None:
     subs, out = tmp_path / "class", tmp_path / "out"
     subs.mkdir()

@@ -10,11 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from autograder.build import tool_env
 from autograder.config import ROOT
 from autograder.suite import Suite
 
 
+@pytest.mark.sandbox
+@pytest.mark.build
 def test_grading_throughput_smoke(fresh_build: dict[str, Path]) -> None:
     """Two submissions with this engine, one with `otter run`, on the sample class a fresh release writes."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "grading_throughput.py"), "--n", "2", "--otter-n", "1",
@@ -30,6 +34,7 @@ def test_grading_throughput_smoke(fresh_build: dict[str, Path]) -> None:
     assert "0 disagreement(s) on auto-graded totals among 1 submission(s)" in out, out
 
 
+@pytest.mark.build
 def test_check_speed_smoke(fresh_build: dict[str, Path], suite: Suite) -> None:
     """Every question's grader.check on a fresh student release, under one load process: a timing per question."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "check_speed.py"), "--smoke",
@@ -46,6 +51,7 @@ def test_check_speed_smoke(fresh_build: dict[str, Path], suite: Suite) -> None:
     assert re.search(rf"^\d+ of {len(checked)} within the goal of 0.3 s", out, re.M), out
 
 
+@pytest.mark.sandbox
 def test_checkpoint_verify_smoke(tmp_path: Path) -> None:
     """Two schemes, one mistake, 20 windows: old, before and new CPU side by side, the moves, the verdicts and the
     class-scale projections of before and new."""
@@ -68,6 +74,7 @@ def test_checkpoint_verify_smoke(tmp_path: Path) -> None:
     assert re.search(r"^  new / before: [\d.]+ of the CPU per checkpoint", out, re.M), out
 
 
+@pytest.mark.build
 def test_release_time_smoke() -> None:
     """A one-question release built by this checkout: a row per stage, ours apart from the tools, and the totals."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "release_time.py"), "--smoke"]

@@ -77,6 +77,7 @@ def test_no_solution_hidden_test_or_reference_reaches_students(fresh_build: dict
     assert '"expected":{"variants":[]}' in q8
 
 
+@pytest.mark.build
 def test_notebook_runs_top_to_bottom_with_stubs_unfilled(tmp_path: Path) -> None:
     from nbclient import NotebookClient
 
@@ -148,6 +149,7 @@ def _numbered_parts(threads: int, *, kernels: str | None = None) -> dict[str, st
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.build
 def test_numbers_in_the_release_are_identical_with_other_vector_units_and_thread_counts() -> None:
     """One build on one thread with torch's kernels for a CPU without AVX, one on two threads with this CPU's own
     (AVX2 or AVX-512 on most machines): their float32 results differ in the last bits, as another CPU's do (the
@@ -157,6 +159,7 @@ def test_numbers_in_the_release_are_identical_with_other_vector_units_and_thread
     assert [k for k in one if one[k] != two[k]] == []
 
 
+@pytest.mark.build
 def test_expected_values_skip_only_mistake_runs_that_cannot_be_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mistake runs on a case only where the reference's probe read a name it redefines, through the reference's
     own functions too (the model's logits call sinusoidal_pe and apply_rope), and one that does more than define
@@ -241,10 +244,11 @@ def _release_numbers(questions: list[Any]) -> dict[str, str]:
     expected, lesson = expected_values(questions), lesson_of(questions)
     cases = {c["id"]: c for q in questions for c in q.cases}
     return {"expected values": lesson.checks.dumps(expected),
-            "nbgrader hidden cases": json.dumps(build.nbgrader_hidden_cases(questions, expected), sort_keys=True),
+            "nbgrader public cases": json.dumps(build.nbgrader_public_cases(questions, expected), sort_keys=True),
             **{f"test file of {cid}": build._otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}}
 
 
+@pytest.mark.build
 def test_a_few_ulps_of_another_cpu_change_no_stored_value(monkeypatch: pytest.MonkeyPatch) -> None:
     """Another CPU moves the last bits of a float32 result (so of the model's logits) by a few ulps, and those of a
     float64 one by a few float64 ulps: the stored values, rounded from the float64 results (run_probe_exact), stay

@@ -242,6 +242,7 @@ def test_otter_zip_installs_cpu_torch_and_numpy(fresh_build: dict[str, Path]) ->
 # --------------------------------------------------------------------------- the student's export
 
 
+@pytest.mark.sandbox
 def test_export_zip_carries_the_milestone_and_earns_its_points(fresh_build: dict[str, Path], suite: Suite,
                                                                tmp_path: Path) -> None:
     work = tmp_path / "laptop"

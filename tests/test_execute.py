@@ -179,12 +179,14 @@ def value(res: ExecResult, key: str) -> object:
     return out["value"]
 
 
+@pytest.mark.sandbox
 def test_every_case_gets_a_known_status(batch):
     results, _, _ = batch
     assert set(results) <= set(CASES)
     assert all(r.status in STATUSES for r in results.values())
 
 
+@pytest.mark.sandbox
 def test_honest_notebook_runs_and_pool_survives_the_rest(batch):
     results, after, _ = batch
     for res in (results["honest"], after):
@@ -195,6 +197,7 @@ def test_honest_notebook_runs_and_pool_survives_the_rest(batch):
         assert "Wall time" in res.stdout  # the %time magic ran
 
 
+@pytest.mark.sandbox
 def test_syntax_error_is_a_note_and_later_cells_run(batch):
     res = result(batch, "syntax_error")
     assert res.status == "ok"
@@ -205,6 +208,7 @@ def test_syntax_error_is_a_note_and_later_cells_run(batch):
 @pytest.mark.parametrize("case, words", [("not_json", "not valid JSON"), ("empty", "empty"),
                                          ("json_not_notebook", "without a list of cells"),
                                          ("pickle", "not UTF-8")])
+@pytest.mark.sandbox
 def test_unreadable_inputs(batch, case, words):
     res = result(batch, case)
     assert res.status == "unreadable"
@@ -217,12 +221,14 @@ def test_read_notebook_reports_skipped_cells():
     assert cells == [(1, "a = 1")] and skipped == [2]
 
 
+@pytest.mark.sandbox
 def test_missing_function_is_a_probe_error(batch):
     res = result(batch, "missing_function")
     assert res.status == "ok"
     assert res.outputs["add"]["error"]["type"] == "NameError"
 
 
+@pytest.mark.sandbox
 def test_nan_output_round_trips(batch):
     res = result(batch, "nan")
     assert res.status == "ok"
@@ -232,6 +238,7 @@ def test_nan_output_round_trips(batch):
 
 
 @pytest.mark.parametrize("case, limit", [("infinite_loop", "CPU-time"), ("sleep_forever", "wall-clock")])
+@pytest.mark.sandbox
 def test_endless_cells_time_out(batch, case, limit):
     res = result(batch, case)
     assert res.status == "timeout"
@@ -242,6 +249,7 @@ def test_endless_cells_time_out(batch, case, limit):
 
 
 @pytest.mark.parametrize("case", ["alloc_50gb_numpy", "alloc_50gb_torch"])
+@pytest.mark.sandbox
 def test_allocating_50_gb_is_out_of_memory(batch, case):
     res = result(batch, case)
     assert res.status == "oom", res.notes
@@ -249,6 +257,7 @@ def test_allocating_50_gb_is_out_of_memory(batch, case):
 
 
 @pytest.mark.parametrize("case", ["fork_bomb", "fork_sleepers"])
+@pytest.mark.sandbox
 def test_fork_bombs_hit_the_process_limit(batch, case):
     res = result(batch, case)
     assert res.status == "ok", res.notes
@@ -258,6 +267,7 @@ def test_fork_bombs_hit_the_process_limit(batch, case):
 
 @pytest.mark.parametrize("case, words", [("sys_exit", "sys.exit(0)"), ("os_exit", "exited with code 0"),
                                          ("exit_builtin", "exit()")])
+@pytest.mark.sandbox
 def test_exiting_cells_crash_and_earn_nothing(batch, case, words):
     res = result(batch, case)
     assert res.status == "crashed"
@@ -265,6 +275,7 @@ def test_exiting_cells_crash_and_earn_nothing(batch, case, words):
     assert res.outputs == {}
 
 
+@pytest.mark.sandbox
 def test_printing_100_mb_is_capped(batch):
     res = result(batch, "print_100mb")
     assert res.status == "ok"
@@ -273,18 +284,21 @@ def test_printing_100_mb_is_capped(batch):
     assert value(res, "add") == 5
 
 
+@pytest.mark.sandbox
 def test_printed_frames_cannot_forge_results(batch):
     res = result(batch, "forged_frame")
     assert res.status == "ok"
     assert value(res, "add") == 5
 
 
+@pytest.mark.sandbox
 def test_socket_has_no_network(batch):
     needs_bwrap(batch)
     res = result(batch, "socket")
     assert str(value(res, "value")).startswith("blocked")
 
 
+@pytest.mark.sandbox
 def test_writes_outside_scratch_fail(batch):
     needs_bwrap(batch)
     got = value(result(batch, "write_outside"), "value")
@@ -292,6 +306,7 @@ def test_writes_outside_scratch_fail(batch):
     assert got["scratch"] is True and got["cwd"].startswith("/tmp/scratch/")
 
 
+@pytest.mark.sandbox
 def test_reference_and_repository_are_not_visible(batch):
     needs_bwrap(batch)
     res = result(batch, "read_reference")
@@ -312,6 +327,7 @@ def test_reference_and_repository_are_not_visible(batch):
     ("patch_math_isclose", "math.isclose"), ("patch_operator", "operator.eq"),
     ("patch_tensor_numpy", "torch.Tensor.numpy"),
 ])
+@pytest.mark.sandbox
 def test_monkeypatching_is_reported_and_undone(batch, case, fact):
     res = result(batch, case)
     assert res.status == "tampering"
@@ -319,6 +335,7 @@ def test_monkeypatching_is_reported_and_undone(batch, case, fact):
     assert value(res, "add") == 5
 
 
+@pytest.mark.sandbox
 def test_objects_with_their_own_eq_arrive_as_strings(batch):
     res = result(batch, "always_equal")
     assert res.status == "ok"
@@ -327,6 +344,7 @@ def test_objects_with_their_own_eq_arrive_as_strings(batch):
     assert type(same) is str and same.startswith("<not plain data") and type(nested["x"]) is str
 
 
+@pytest.mark.sandbox
 def test_skipped_cells_are_reported(batch):
     res = result(batch, "skipped_cell")
     assert res.status == "ok"
@@ -334,6 +352,7 @@ def test_skipped_cells_are_reported(batch):
     assert value(res, "add") == 5
 
 
+@pytest.mark.sandbox
 def test_one_off_and_batch_entry_points(fake_checks):
     def run(source: bytes) -> ExecResult:
         return execute_submission(source, probes=PROBES, limits=LIMITS, probe_module=fake_checks)
@@ -352,6 +371,7 @@ def test_one_off_and_batch_entry_points(fake_checks):
     assert got["a"].status == "ok" and got["b"].status == "unreadable"
 
 
+@pytest.mark.sandbox
 def test_fallback_without_sandbox_still_runs(fake_checks):
     with WorkerPool(1, limits=LIMITS, probe_module=fake_checks, sandbox="none") as pool:
         res = pool.run(HONEST, probes=PROBES)
@@ -432,6 +452,7 @@ def test_sanitize_makes_student_values_safe():
     ("garbage_frame", ["add", "value"], []),
     ("absurd_array_frame", ["add", "value"], []),
 ])
+@pytest.mark.sandbox
 def test_frames_out_of_protocol_earn_nothing_and_are_flagged(batch, case, silenced, kept):
     res = result(batch, case)
     assert res.status == "tampering", res.notes
@@ -479,6 +500,7 @@ def scan():
 '''
 
 
+@pytest.mark.sandbox
 def test_nothing_of_one_submission_is_in_the_memory_of_the_next(one_worker):
     secret = MARK_1 + MARK_2
     plant = nb(SCAN, f"SECRET = {secret!r}\nprint(SECRET)", "def add(a, b):\n    return scan()",
@@ -499,6 +521,7 @@ KEY = 0x4C383353
 '''
 
 
+@pytest.mark.sandbox
 def test_system_v_shared_memory_does_not_survive_a_submission(one_worker):
     write = nb(SHM, "def value():\n    sid = LIBC.shmget(KEY, 4096, 0o1666)\n"
                     "    addr = LIBC.shmat(sid, None, 0)\n    ctypes.memmove(addr, b'left for the next one', 21)\n"
@@ -510,6 +533,7 @@ def test_system_v_shared_memory_does_not_survive_a_submission(one_worker):
     assert value(one_worker.run(read, probes=PROBES), "value") == ""
 
 
+@pytest.mark.sandbox
 def test_hidden_probes_reach_the_child_only_after_every_public_one(one_worker):
     source = nb("import select\nLOG = []",
                 "def hidden():\n    LOG.append('hidden')\n    return list(LOG)",
@@ -531,6 +555,7 @@ SEEN = ("import gc\nMARK = '-'.join(['hidden', 'argument', '4b1d'])\n"
         "add = lambda a, b: seen()\nvalue = hidden = seen")
 
 
+@pytest.mark.sandbox
 def test_no_hidden_argument_is_in_the_child_while_public_outputs_are_computed(one_worker):
     res = one_worker.run(nb(SEEN), probes=[("secret", "hidden", {"args": ["hidden-argument-4b1d"]}, True), *PROBES])
     assert res.status == "ok", res.notes
@@ -538,6 +563,7 @@ def test_no_hidden_argument_is_in_the_child_while_public_outputs_are_computed(on
     assert value(res, "add") == 0 and value(res, "value") == 0
 
 
+@pytest.mark.sandbox
 def test_a_zygote_killed_from_outside_is_restarted_and_the_submission_retried(one_worker):
     honest = nb("import time\ntime.sleep(1.5)", ADD, "import numpy as np\ndef value():\n    return np.arange(3.0)")
     got: list[ExecResult] = []
@@ -552,6 +578,7 @@ def test_a_zygote_killed_from_outside_is_restarted_and_the_submission_retried(on
     assert one_worker.worker_pids()[0] != pid
 
 
+@pytest.mark.sandbox
 def test_a_worker_failing_twice_is_a_crash_and_none_at_all_is_an_error(one_worker):
     worker = one_worker._workers[0]
 
@@ -580,6 +607,7 @@ FORK_THREE = nb("import os, time\nkids = []\nfor _ in range(3):\n    pid = os.fo
 
 
 @pytest.mark.parametrize("guard", ["cgroup", "watchdog"])
+@pytest.mark.sandbox
 def test_memory_is_limited_for_the_submission_as_a_whole(fake_checks, guard):
     limits = Limits(wall_s=15, cpu_s=10, memory_mb=400, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
     try:
@@ -615,6 +643,7 @@ def real_probes() -> dict[str, ExecResult]:
 
 
 @pytest.mark.parametrize("case", ["plain_tensor", "parameter"])
+@pytest.mark.sandbox
 def test_plain_tensors_and_parameters_are_honest(real_probes, case):
     res = real_probes[case]
     assert res.status == "ok" and res.tampering == [], (res.notes, res.tampering)
@@ -622,6 +651,7 @@ def test_plain_tensors_and_parameters_are_honest(real_probes, case):
 
 
 @pytest.mark.parametrize("case", ["tensor_subclass", "array_like"])
+@pytest.mark.sandbox
 def test_outputs_posing_as_arrays_earn_nothing_and_are_flagged(real_probes, case):
     res = real_probes[case]
     assert res.status == "tampering", res.notes

@@ -72,6 +72,7 @@ def value(res: ExecResult, key: str) -> object:
     return out["value"]
 
 
+@pytest.mark.sandbox
 def test_slow_cells_are_stopped_and_the_rest_is_graded(runs: dict[str, ExecResult]) -> None:
     res = runs["three_slow"]
     assert res.status == "ok", res.notes
@@ -83,6 +84,7 @@ def test_slow_cells_are_stopped_and_the_rest_is_graded(runs: dict[str, ExecResul
     assert res.student_notes == res.notes[:3]
 
 
+@pytest.mark.sandbox
 def test_too_many_slow_cells_end_the_notebook_there(runs: dict[str, ExecResult]) -> None:
     res = runs["four_slow"]
     assert res.status == "timeout", res.notes
@@ -92,6 +94,7 @@ def test_too_many_slow_cells_end_the_notebook_there(runs: dict[str, ExecResult])
     assert "cell 5 and the cells after it did not run" in res.student_notes[-1]
 
 
+@pytest.mark.sandbox
 def test_a_forged_cell_frame_only_changes_which_cell_is_left_out(runs: dict[str, ExecResult]) -> None:
     res = runs["forged_start"]
     assert res.status == "timeout" and res.outputs == {}, res.notes  # nothing after the sleeping cell runs
@@ -117,6 +120,7 @@ def test_config_keeps_the_cell_limit_below_the_notebook_limits(tmp_path: Path) -
         load_config(tmp_path / "c.yaml")
 
 
+@pytest.mark.sandbox
 def test_a_correct_notebook_with_a_slow_cell_keeps_every_point(tmp_path: Path, suite: Suite) -> None:
     answers = mc_answers(list(suite.questions))
     subs = tmp_path / "subs"

@@ -30,6 +30,8 @@ from autograder.build import gradescope_bundle, gradescope_venv, run_autograder
 from autograder.config import ROOT
 from autograder.execute import SANDBOX_ENV, Limits
 
+pytestmark = pytest.mark.sandbox  # every test here runs notebooks in the grader's sandbox
+
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 RUN_AUTOGRADER, GRADESCOPE_VENV = run_autograder("lesson83"), gradescope_venv("lesson83")
 LIMITS = Limits(wall_s=30, cpu_s=10, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
@@ -167,6 +169,7 @@ def hostile_cell(files: dict[str, Path], token: str, shared: Path) -> str:
             f"{shared}/{name}"]
     return f"""
 import os, sys
+
 PATHS, RESULTS_DIR, LEFT = {paths!r}, {results_dir!r}, {left!r}
 got, wrote, listed, left = {{}}, [], {{}}, []
 for name, path in PATHS.items():

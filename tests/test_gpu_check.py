@@ -25,6 +25,7 @@ def _load_speed():  # benchmarks/ is a folder of scripts, not an installed packa
 speed = _load_speed()
 
 
+@pytest.mark.training
 def test_gpu_check_smoke_runs_every_section_on_the_cpu(tmp_path: Path) -> None:
     env = {**os.environ, "OUT": str(tmp_path / "out")}
     done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--smoke"], cwd=ROOT, env=env,
@@ -48,6 +49,7 @@ def test_gpu_check_smoke_runs_every_section_on_the_cpu(tmp_path: Path) -> None:
     assert "grader's CPU re-verification" in log and log.rstrip().splitlines()[-1].startswith("done")
 
 
+@pytest.mark.training
 def test_milestone_speed_smoke() -> None:
     done = subprocess.run([sys.executable, "-m", "benchmarks.milestone_speed", "--steps", "2", "--warmup", "1",
                            "--schemes", "rope", "--devices", "cpu"], cwd=ROOT, capture_output=True, text=True,

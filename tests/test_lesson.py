@@ -114,6 +114,7 @@ def test_question_kinds_come_from_the_front_matter(tmp_path: Path) -> None:
         load_questions(config, src)
 
 
+@pytest.mark.build
 def test_release_builds_the_second_lesson_in_its_own_folder(course: Path) -> None:
     student = course / "student_templates" / "lesson_demo"
     assert sorted(p.name for p in student.iterdir() if p.is_file()) == ["lesson_demo.ipynb", "lesson_demo_checks.py"]
@@ -137,6 +138,7 @@ def test_release_builds_the_second_lesson_in_its_own_folder(course: Path) -> Non
     assert not [n for n in names if "lesson83" in n]
 
 
+@pytest.mark.build
 def test_selfcheck_of_the_second_lesson(course: Path) -> None:
     done = _cli(course / "grading_config.yaml", "selfcheck")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -145,6 +147,8 @@ def test_selfcheck_of_the_second_lesson(course: Path) -> None:
     assert rows == {"q1_center": ["5", "5", "0"], "q2_pick": ["2", "2", "0"], "q3_explain": ["3", "manual", "manual"]}
 
 
+@pytest.mark.build
+@pytest.mark.sandbox
 def test_grade_report_and_merge_of_the_second_lesson(course: Path, graded: Path) -> None:
     grades = _grades(graded)
     assert {k: grades["reference"][k] for k in ("q1_center", "q2_pick", "q3_explain", "total")} == \

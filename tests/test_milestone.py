@@ -155,6 +155,7 @@ def test_batch_starts_are_seeded_shuffles() -> None:
     assert not torch.equal(a, lm.batch_starts(steps=3000, batch_size=64, seed=1))
 
 
+@pytest.mark.training
 def test_quick_training_lowers_the_loss() -> None:
     _, history = lm.train(TinyCharLM, "rope", steps=40, batch_size=QUICK["batch_size"], context=QUICK["context"],
                           lr=QUICK["lr"], seed=0, device="cpu", progress=False, report_every=10)
@@ -162,6 +163,7 @@ def test_quick_training_lowers_the_loss() -> None:
     assert history[-1] < history[0] - 0.2 and history[-1] < 3.0
 
 
+@pytest.mark.training
 def test_training_is_deterministic() -> None:
     def weights(seed: int) -> dict[str, torch.Tensor]:
         model, _ = lm.train(TinyCharLM, "learned", steps=4, batch_size=8, context=32, seed=seed, device="cpu",
@@ -185,6 +187,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     return folder / "milestone.pt", folder / "milestone.json"
 
 
+@pytest.mark.training
 def test_checkpoint_round_trip(tiny_checkpoint: tuple[Path, Path]) -> None:
     pt, js = tiny_checkpoint
     config, state_dicts = ms.load_checkpoint(pt)
@@ -195,6 +198,8 @@ def test_checkpoint_round_trip(tiny_checkpoint: tuple[Path, Path]) -> None:
     assert json.loads(js.read_text())["preset"] == "quick"
 
 
+@pytest.mark.training
+@pytest.mark.sandbox
 def test_verify_tiny_checkpoint(tiny_checkpoint: tuple[Path, Path], tmp_path: Path) -> None:
     pt, js = tiny_checkpoint
     strict = rules(alibi={128: 1.0})
@@ -244,6 +249,8 @@ class Payload:
         return (_record_unpickling, ())
 
 
+@pytest.mark.training
+@pytest.mark.sandbox
 def test_arbitrary_pickled_object_is_refused(tiny_checkpoint: tuple[Path, Path], tmp_path: Path) -> None:
     pt, js = tiny_checkpoint
     ckpt = torch.load(pt, weights_only=True)
@@ -256,6 +263,8 @@ def test_arbitrary_pickled_object_is_refused(tiny_checkpoint: tuple[Path, Path],
     assert not UNPICKLED
 
 
+@pytest.mark.training
+@pytest.mark.sandbox
 def test_wrong_weights_fail_only_their_scheme(tiny_checkpoint: tuple[Path, Path], tmp_path: Path) -> None:
     pt, js = tiny_checkpoint
     ckpt = torch.load(pt, weights_only=True)
@@ -268,6 +277,7 @@ def test_wrong_weights_fail_only_their_scheme(tiny_checkpoint: tuple[Path, Path]
     assert not result["schemes"]["alibi"]["passed"] and not result["schemes"]["none"]["passed"]
 
 
+@pytest.mark.sandbox
 def test_committed_quick_checkpoint_verifies() -> None:
     result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", CHECKPOINT / "milestone.json")
     assert result["ok"] and result["preset"] == "quick"
@@ -292,6 +302,7 @@ def test_model_rejects_unknown_scheme() -> None:
     assert isinstance(TinyCharLM(pos="none", vocab_size=28).token_emb, nn.Embedding)
 
 
+@pytest.mark.training
 def test_train_or_load_reuses_a_saved_run(tiny_checkpoint: tuple[Path, Path], capsys: pytest.CaptureFixture,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     pt, js = tiny_checkpoint
@@ -353,6 +364,8 @@ def test_rules_reader_rejects_what_the_schema_rejects(section: dict, words: str)
         ms.parse_rules(section)
 
 
+@pytest.mark.training
+@pytest.mark.sandbox
 def test_training_and_verification_run_without_pydantic(tmp_path: Path) -> None:
     env = image_env(tmp_path)
     blocked = subprocess.run([sys.executable, "-c", "import pydantic"], env=env, capture_output=True, text=True)
@@ -402,6 +415,7 @@ def test_milestone_code_compiles_under_python_312(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the graphed step and devices
 
 
+@pytest.mark.training
 def test_graphed_step_body_computes_what_train_computes() -> None:
     kw = {"steps": 8, "batch_size": 8, "context": 32, "lr": 3e-3, "seed": 0}
     for pos in ("rope", "alibi"):
@@ -436,6 +450,7 @@ class CpuTablesInForward(TinyCharLM):
         return super().attend(q, k, v)
 
 
+@pytest.mark.training
 def test_trainer_refuses_a_model_with_cpu_tables(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="register_buffer") as info:
         lm.train(CpuTablesInForward, "rope", steps=2, batch_size=2, context=16, device="cpu", progress=False)
@@ -463,6 +478,8 @@ def test_trainer_refuses_a_model_with_cpu_tables(monkeypatch: pytest.MonkeyPatch
     [1, 2, 3],
     "quick",
 ])
+@pytest.mark.training
+@pytest.mark.sandbox
 def test_hostile_claims_give_a_verdict(tiny_checkpoint: tuple[Path, Path], claims: object) -> None:
     pt, _ = tiny_checkpoint
     result = ms.verify_checkpoint(pt, json.dumps(claims).encode(), schemes=("rope",), rules=rules(),
@@ -480,6 +497,8 @@ def test_hostile_claims_give_a_verdict(tiny_checkpoint: tuple[Path, Path], claim
     b'{"preset": "quick", "ppl": ' + b'{"a": ' * 200_000 + b"1" + b"}" * 200_000 + b"}",
     b"\xff\xfe not json",
 ])
+@pytest.mark.training
+@pytest.mark.sandbox
 def test_malformed_claims_give_a_verdict(tiny_checkpoint: tuple[Path, Path], text: bytes) -> None:
     pt, _ = tiny_checkpoint
     result = ms.verify_checkpoint(pt, text, schemes=("rope",), rules=rules(), max_windows=20)
@@ -507,6 +526,7 @@ def zip_bomb(path: Path, *, mib: int) -> None:
             dst.writestr(item.filename, data, compress_type=zipfile.ZIP_STORED)
 
 
+@pytest.mark.sandbox
 def test_compressed_checkpoint_is_read_in_a_limited_child(tmp_path: Path) -> None:
     zip_bomb(tmp_path / "milestone.pt", mib=256)
     assert (tmp_path / "milestone.pt").stat().st_size < 4 * 2**20
@@ -520,6 +540,8 @@ def test_compressed_checkpoint_is_read_in_a_limited_child(tmp_path: Path) -> Non
     assert grown_mb < 64, f"the grader process grew by {grown_mb:.0f} MB"
 
 
+@pytest.mark.training
+@pytest.mark.sandbox
 def test_a_reader_that_runs_too_long_gives_a_verdict(tiny_checkpoint: tuple[Path, Path],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     pt, js = tiny_checkpoint
@@ -530,6 +552,8 @@ def test_a_reader_that_runs_too_long_gives_a_verdict(tiny_checkpoint: tuple[Path
     assert not result["ok"] and "longer than" in result["message"] and result["problem"] == "checkpoint_unreadable"
 
 
+@pytest.mark.training
+@pytest.mark.sandbox
 def test_same_weights_are_evaluated_once(tiny_checkpoint: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     pt, js = tiny_checkpoint
     first = ms.verify_checkpoint(pt, js, schemes=("rope",), rules=rules(), max_windows=20)
@@ -541,6 +565,7 @@ def test_same_weights_are_evaluated_once(tiny_checkpoint: tuple[Path, Path], mon
 # --------------------------------------------------------------------------- training progress
 
 
+@pytest.mark.training
 def test_progress_names_the_scheme_and_the_time_left(monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     tiny = {"steps": 4, "batch_size": 2, "context": 16, "lr": 1e-3, "seed": 0, "eval_windows": 2}
@@ -611,6 +636,8 @@ def test_chunked_attention_leaves_other_attention_alone() -> None:
                                F.scaled_dot_product_attention(q, k, v, is_causal=True), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.training
+@pytest.mark.sandbox
 def test_same_weights_asked_twice_at_once_run_one_child(tiny_checkpoint: tuple[Path, Path],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """grade_batch verifies ahead in a thread while the consumer may ask for the same weights: one child."""
@@ -632,6 +659,7 @@ def test_same_weights_asked_twice_at_once_run_one_child(tiny_checkpoint: tuple[P
     assert results[0]["schemes"]["rope"]["ppl"] == results[1]["schemes"]["rope"]["ppl"]
 
 
+@pytest.mark.sandbox
 def test_an_unreadable_checkpoint_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A hostile file verified ahead costs its child's time once, not again when its run is judged."""
     (tmp_path / "milestone.pt").write_bytes(b"not a checkpoint")
@@ -646,6 +674,7 @@ class WaitingPool:
     """A sandbox stand-in whose run returns once the submission's checkpoint is being verified (or after 20 s)."""
 
     sandbox = "fake"
+    limits_lowered: list[str] = []  # the pool's: none lowered
     verifying = threading.Event()
     waited: list[bool] = []
 
@@ -665,6 +694,7 @@ class WaitingPool:
         pass
 
 
+@pytest.mark.sandbox
 def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from autograder import batch, judge
@@ -691,6 +721,7 @@ def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Pa
     assert [r["m1_checkpoint"] for r in summary.rows] == [load_config().milestone.points]
 
 
+@pytest.mark.sandbox
 def test_committed_checkpoints_keep_their_verdicts_at_the_configured_windows() -> None:
     """100 windows in one pass (grading_config.yaml): the reference still agrees with room to spare, and the
     sample class's inflated claims (x 0.9) still disagree."""
@@ -714,6 +745,8 @@ def _other_weights(pt: Path, seed: int) -> bytes:
     return buf.getvalue()
 
 
+@pytest.mark.training
+@pytest.mark.sandbox
 def test_distinct_checkpoints_are_read_by_one_started_verifier(tiny_checkpoint: tuple[Path, Path], tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Class scale: one process imports torch once and reads checkpoint after checkpoint, each in a child with
@@ -737,6 +770,8 @@ def test_distinct_checkpoints_are_read_by_one_started_verifier(tiny_checkpoint: 
     assert not results[1]["ok"] and "allocate" in results[1]["message"], results[1]["message"]
 
 
+@pytest.mark.training
+@pytest.mark.sandbox
 def test_a_verifier_killed_from_outside_is_started_again(tiny_checkpoint: tuple[Path, Path]) -> None:
     """The grader's own reader dying is not the student's failure: the request is retried on a fresh one."""
     pt, js = tiny_checkpoint
@@ -749,6 +784,7 @@ def test_a_verifier_killed_from_outside_is_started_again(tiny_checkpoint: tuple[
     assert result["ok"] and result["schemes"]["rope"]["ppl"], result["message"]
 
 
+@pytest.mark.sandbox
 def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two cores verify two checkpoints at once while the notebooks run (a class of 300 needs both)."""
     from autograder import batch, judge

@@ -16,6 +16,8 @@ from autograder.suite import Suite
 from reference.lesson83_mistakes import MISTAKES
 from reference.variants import CORRECT_VARIANTS
 
+pytestmark = pytest.mark.sandbox  # every test here runs notebooks in the grader's sandbox
+
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 
 

@@ -138,6 +138,7 @@ def _page(out: Path, sid: str) -> str:
     return (out / unquote(html.unescape(href.group(1)))).read_text()
 
 
+@pytest.mark.sandbox
 def test_report_csv_rows_and_diagnoses(report: dict[str, Path], suite: Suite) -> None:
     with (report["out"] / "report.csv").open(newline="") as f:
         rows = {r["id"]: r for r in csv.DictReader(f)}
@@ -160,6 +161,7 @@ def test_report_csv_rows_and_diagnoses(report: dict[str, Path], suite: Suite) ->
     assert float(rows["erin"]["q2_sinusoidal_pe"]) < points["q2_sinusoidal_pe"]
 
 
+@pytest.mark.sandbox
 def test_student_pages_escape_hostile_input(report: dict[str, Path]) -> None:
     out = report["out"]
     pages = [out / "index.html", *sorted((out / "students").glob("*.html")), *sorted((out / "written").glob("*"))]
@@ -185,6 +187,7 @@ def test_student_pages_escape_hostile_input(report: dict[str, Path]) -> None:
 ESCAPED_ANSWER = "&lt;/div&gt;&lt;script&gt;alert(2)&lt;/script&gt; &amp; =1+1"
 
 
+@pytest.mark.sandbox
 def test_written_answers_have_pages_a_sheet_and_a_place_on_the_student_page(report: dict[str, Path],
                                                                              suite: Suite) -> None:
     out = report["out"]
@@ -209,6 +212,7 @@ def test_written_answers_have_pages_a_sheet_and_a_place_on_the_student_page(repo
     assert HOSTILE_ID in sheet and sheet["blank"]["q9_alibi answer"] == ""
 
 
+@pytest.mark.sandbox
 def test_merged_written_scores_show_in_the_report(report: dict[str, Path], tmp_path: Path) -> None:
     grades = tmp_path / "grades"
     shutil.copytree(report["grades"], grades)
@@ -228,6 +232,7 @@ def html_escape(text: str) -> str:
     return html.escape(text, quote=True)
 
 
+@pytest.mark.sandbox
 def test_multiple_choice_counts_each_option_and_names_its_misconception(report: dict[str, Path],
                                                                         suite: Suite) -> None:
     index = (report["out"] / "index.html").read_text()
@@ -254,6 +259,7 @@ def test_multiple_choice_counts_each_option_and_names_its_misconception(report: 
     assert UNRECOGNISED not in section  # a wrong answer is no longer "unrecognised"
 
 
+@pytest.mark.sandbox
 def test_index_links_files_prints_the_regrade_command_and_names_columns(report: dict[str, Path]) -> None:
     out, grades = report["out"], report["grades"]
     index = (out / "index.html").read_text()
@@ -373,6 +379,8 @@ def _rows(html: str, table: str) -> list[tuple[str, bool]]:
     return [(html_module.unescape(sid), bool(hidden)) for hidden, sid in rows]
 
 
+@pytest.mark.sandbox
+@pytest.mark.browser
 def test_tables_sort_and_search_in_chromium_and_stay_whole_without_scripts(report: dict[str, Path]) -> None:
     exe = _chromium()
     url = report["index"].as_uri()
@@ -559,6 +567,8 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.sandbox
+@pytest.mark.browser
 def test_index_renders_in_headless_chromium(report: dict[str, Path]) -> None:
     exe = _chromium()
     url = report["index"].as_uri()
@@ -592,6 +602,7 @@ def _student_url(out: Path, sid: str) -> str:
     return next(p for p in (out / "students").glob("*.html") if p.stem == sid).as_uri()
 
 
+@pytest.mark.sandbox
 def test_report_replaces_itself_but_nothing_else(report: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["report", str(report["grades"]), "--out", str(report["out"])]) == 0
     assert capsys.readouterr().out.strip() == str(report["index"])
@@ -603,6 +614,7 @@ def test_report_replaces_itself_but_nothing_else(report: dict[str, Path], capsys
     assert not [p for p in report["tmp"].iterdir() if ".tmp-" in p.name]  # no temporary folder left behind
 
 
+@pytest.mark.sandbox
 def test_results_store_what_they_were_judged_against(report: dict[str, Path], suite: Suite) -> None:
     """Each result keeps the suite's fingerprint, and each failed case that ran the reference value it was
     judged against (the report shows those, never values recomputed at report time)."""
@@ -624,6 +636,7 @@ def _fill_arrays(plain: object, value: float) -> object:
     return plain
 
 
+@pytest.mark.sandbox
 def test_report_shows_the_stored_expected_values_and_says_when_the_suite_changed(
         report: dict[str, Path], suite: Suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A result judged against another version of the tests: its page shows the expected values stored with

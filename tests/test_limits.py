@@ -1,0 +1,69 @@
+"""An operator's lower hard limits (a shared server's `ulimit -v`, a container's `ulimit -n`): the grader gives each
+submission the lower value, says so, and grades honest work normally."""
+
+from __future__ import annotations
+
+import json
+import resource
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.build import filled_notebook, tool_env
+from autograder.config import ROOT
+from autograder.content import mc_answers
+from autograder.limits import MIB, fit_hard, lowered_limits
+from autograder.suite import Suite
+
+TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
+VM_KB = 3_000_000  # a shared server's address-space cap: enough for torch, below what the grader asks for
+OPEN_FILES = 256
+
+
+def test_limits_above_the_hard_limit_are_lowered_to_it() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert fit_hard(resource.RLIMIT_NOFILE, soft) == (soft, soft)
+    if hard != resource.RLIM_INFINITY:
+        assert fit_hard(resource.RLIMIT_NOFILE, hard + 10) == (hard, hard)
+        assert fit_hard(resource.RLIMIT_NOFILE, hard - 1, hard + 10) == (hard - 1, hard)
+        notes = lowered_limits([(resource.RLIMIT_NOFILE, hard + 10)], who="the sandbox")
+        assert notes == [f"the sandbox: open files lowered to {hard} (the grader's hard limit, ulimit -n) "
+                         f"from the configured {hard + 10}"]
+    assert lowered_limits([(resource.RLIMIT_NOFILE, soft)], who="the sandbox") == []
+
+
+@pytest.mark.sandbox
+def test_grade_under_an_operators_lower_ulimits_gives_full_marks_and_says_so(tmp_path: Path, suite: Suite) -> None:
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    nb = filled_notebook(TEMPLATE, answers=mc_answers(list(suite.questions)))
+    (subs / "honest").mkdir(parents=True)
+    nbformat.write(nb, str(subs / "honest" / "lesson83.ipynb"))
+    for f in ("milestone.pt", "milestone.json"):
+        (subs / "honest" / f).write_bytes((CHECKPOINT / f).read_bytes())
+    config = tmp_path / "grading_config.yaml"  # the checkpoint reader asks for more than the ulimit leaves too
+    text = (ROOT / "grading_config.yaml").read_text()
+    assert "checkpoint_memory_mb: 1024" in text
+    config.write_text(text.replace("checkpoint_memory_mb: 1024", "checkpoint_memory_mb: 4096"))
+    grade = [sys.executable, "-m", "autograder.cli", "--config", str(config), "grade", str(subs), "--out", str(out),
+             "--quiet", "--workers", "1"]
+    script = f"ulimit -v {VM_KB} && ulimit -n {OPEN_FILES} && exec {shlex.join(grade)}"
+    proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=tool_env(), capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    record = json.loads((out / "results" / "honest.json").read_text())
+    assert record["status"] == "graded", record["notes"]
+    assert record["total"] == suite.auto_points, [c["message"] for c in record["cases"] if not c["passed"]]
+    vm_mb = VM_KB * 1024 // MIB
+    address = f"the sandbox: address space lowered to {vm_mb} MB (the grader's hard limit, ulimit -v)"
+    files = f"the sandbox: open files lowered to {OPEN_FILES} (the grader's hard limit, ulimit -n)"
+    reader = f"the checkpoint reader: address space lowered to {vm_mb} MB (the grader's hard limit, ulimit -v)"
+    for notes in (summary["limits_lowered"], record["notes"]):
+        for words in (address, files, reader):
+            assert any(n.startswith(words) for n in notes), (words, notes)
+    assert f"limits lowered: {address}" in proc.stdout
