@@ -24,6 +24,8 @@ from autograder.lesson import default_lesson
 from autograder.submissions import Submission
 from autograder.suite import Suite
 
+pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
+
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 # The sample class of the release, cut to keep the test short: the reference with its checkpoint, the blank
 # template, two catalogued mistakes and the cheats (tampering, an unreadable file, a crash, a peek at reference/).

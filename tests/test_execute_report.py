@@ -18,6 +18,8 @@ import pytest
 from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.lesson import default_lesson
 
+pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
+
 checks = default_lesson().checks
 
 LIMITS = Limits(wall_s=20, cpu_s=15, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
@@ -64,6 +66,7 @@ np.allclose = lambda *a, **k: True
 NN_LIES = '''
 import gc
 from torch import nn
+
 
 def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
     yield from ((k, v) for k, v in vars(self).items() if k == "pe")

@@ -23,6 +23,8 @@ from autograder.lesson import default_lesson
 from autograder.nbgrader_grade import ALLOW_FLAG, NbgraderGradingError, cell_text, flag_note, nbgrader_autograde
 from autograder.suite import Suite
 
+pytestmark = [pytest.mark.sandbox, pytest.mark.build]  # the tiers are in pyproject.toml
+
 LESSON = default_lesson()
 checks = LESSON.checks
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
@@ -37,6 +39,7 @@ nbgrader generate_feedback lesson83 --force
 ATTACK = """\
 import json, pathlib
 import lesson83_checks
+
 lesson83_checks.run_case = lambda *a, **k: None
 lesson83_checks.check_case = lambda *a, **k: None
 for folder in [pathlib.Path.cwd(), *pathlib.Path.cwd().parents]:

@@ -14,6 +14,8 @@ from autograder.build import filled_notebook
 from autograder.content import mc_answers
 from autograder.suite import Suite
 
+pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
+
 
 def nbgrader_filled(release: Path, source: Path) -> nbformat.NotebookNode:
     """The nbgrader release notebook with every solution cell answered as the instructor's source answers it."""
