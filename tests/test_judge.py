@@ -711,3 +711,49 @@ def test_the_device_check_of_a_kept_model_finds_what_it_finds_on_a_fresh_one(sui
     alone = checks.run_probe(dict(env), case["probe"], case["args"])
     assert checks.dumps(kept) == checks.dumps(alone)
     assert {pos for pos, r in kept.items() if r["finding"]} == expected, kept
+
+
+# --------------------------------------------------------------------------- diagnoses (#21.3)
+
+
+def _graded_with(suite: Suite, code: str):
+    env = reference_env(suite) | {}
+    ns = reference_namespace()
+    exec(code, ns)  # noqa: S102 - a wrong redefinition on top of the reference, as a notebook holds it
+    return grade_namespace(suite, {**env, **ns}, name="t")
+
+
+def test_rope_cache_returning_sin_then_cos_is_not_called_a_negative_angle(suite: Suite) -> None:
+    result = _graded_with(suite, "_rc = rope_cache\n"
+                                 "def rope_cache(seq_len, d, base=10000.0):\n"
+                                 "    c, s = _rc(seq_len, d, base)\n"
+                                 "    return s, c\n")
+    diagnoses = {c.diagnosis for c in result.cases if c.question == "q5_rope" and not c.passed}
+    assert "rope_cache_sin_cos_swapped" in diagnoses
+    assert "rope_negative_angle" not in diagnoses
+    scores = next(c for c in result.cases if c.id == "q5_rope/scores_seed42")
+    assert "(sin, cos)" in scores.message and "-theta" in scores.message  # the scores cannot tell: both named
+
+
+def test_a_per_column_exponent_is_catalogued_with_its_cause(suite: Suite) -> None:
+    result = _graded_with(suite, "def sinusoidal_pe(max_len, d):\n"
+                                 "    if d % 2:\n"
+                                 "        raise ValueError('d must be even')\n"
+                                 "    pe = np.zeros((max_len, d))\n"
+                                 "    for pos in range(max_len):\n"
+                                 "        for col in range(d):\n"
+                                 "            angle = pos / 10000 ** (col / d)\n"
+                                 "            pe[pos, col] = math.sin(angle) if col % 2 == 0 else math.cos(angle)\n"
+                                 "    return pe\n")
+    table = next(c for c in result.cases if c.id == "q2_sinusoidal_pe/table_d4")
+    assert table.diagnosis == "pe_exponent_per_column"
+    assert "pair index" in table.message
+
+
+def test_the_hidden_hint_for_a_flipped_alibi_sign_points_at_the_bias(suite: Suite) -> None:
+    mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
+    result = grade_namespace(suite, {**reference_env(suite), **reference_namespace(mistake)}, name="t")
+    view = result.gradescope(revisit=suite.revisit())
+    hint = next(line for line in view["output"].splitlines() if line.startswith("q7_alibi: a hidden case failed"))
+    assert "slope_h * (j - i)" in hint and "negative for past keys" in hint
+    assert "q.shape[-3]" not in hint

@@ -1035,12 +1035,20 @@ def _close(a: Any, b: Any, atol: float, rtol: float) -> bool:
 
 
 def _match(got: dict[str, Any], expected: dict[str, Any], atol: float, rtol: float, key: str) -> dict | None:
-    """The catalogued mistake whose output on this case matches what the student returned, if any."""
+    """The catalogued mistake whose output on this case matches what the student returned, if any.
+
+    When several catalogued mistakes give this very output (rope_cache returning (sin, cos) and a rotation by
+    -theta give the same scores), this case cannot tell which one it is: the cause lists each, and names no
+    single mistake (diagnosis None); a case where their outputs differ names the one that matches."""
+    found = []
     for variant in expected.get("variants", []):  # a local check keeps their outputs in JSON form (`_decoded`)
         output = variant["output"]
         if key in got and key in output and _close(got[key], from_plain(output[key]), atol, rtol):
-            return variant
-    return None
+            found.append(variant)
+    if len(found) > 1:
+        return {"id": None, "description": "one of these (this case cannot tell them apart): "
+                + " OR ".join(f"({n}) {v['description']}" for n, v in enumerate(found, 1))}
+    return found[0] if found else None
 
 
 def _fail(case: dict[str, Any], text: str, cause: dict[str, Any] | None = None) -> Verdict:
