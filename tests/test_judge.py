@@ -757,3 +757,58 @@ def test_the_hidden_hint_for_a_flipped_alibi_sign_points_at_the_bias(suite: Suit
     hint = next(line for line in view["output"].splitlines() if line.startswith("q7_alibi: a hidden case failed"))
     assert "slope_h * (j - i)" in hint and "negative for past keys" in hint
     assert "q.shape[-3]" not in hint
+
+
+# --------------------------------------------------------------------------- devices (#21.1, #20.7)
+
+_REUSES_OWN_ATTENTION = '''
+class TinyCharLM(TinyCharLM):
+    def attend(self, q, k, v):
+        if self.pos == "rope":
+            return rope_attention(q, k, v)
+        if self.pos == "alibi":
+            return alibi_attention(q, k, v)
+        return super().attend(q, k, v)
+'''
+
+
+def test_a_model_that_reuses_its_own_q6_and_q7_attention_keeps_full_marks(suite: Suite) -> None:
+    """The lesson's rope_attention and alibi_attention, which earn full marks in Q6 and Q7, work on any device,
+    so a TinyCharLM built on them loses nothing (it lost m1's device case when Q6 left its tables on the CPU)."""
+    result = _graded_with(suite, _REUSES_OWN_ATTENTION)
+    assert [c.message for c in result.cases if not c.passed] == []
+
+
+@pytest.mark.parametrize("test", ["q.device.type == 'meta'", "q.is_meta", "str(q.device) == 'meta'",
+                                  "q.device != torch.device('cpu') and q.get_device() < 0"])
+def test_the_device_check_cannot_be_dodged_by_moving_tables_only_on_meta(suite: Suite, test: str) -> None:
+    dodge = ("\nclass TinyCharLM(TinyCharLM):\n"
+             "    def attend(self, q, k, v):\n"
+             "        if self.pos != 'rope':\n"
+             "            return super().attend(q, k, v)\n"
+             "        cos, sin = rope_cache(q.shape[-2], self.head_dim)\n"
+             f"        if {test}:\n"
+             "            cos, sin = cos.to(q.device), sin.to(q.device)\n"
+             "        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)\n"
+             "        return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n")
+    case = next(c for c in _graded_with(suite, dodge).cases if c.id == "m1_tinycharlm/same_device")
+    assert not case.passed and case.diagnosis == "lm_tables_on_cpu"
+    assert "on the cuda device" in case.message
+
+
+def test_a_model_that_moves_its_tables_to_the_queries_device_passes_the_disguised_trace(suite: Suite) -> None:
+    """Code written for a GPU (.cuda() on a cuda input, device=q.device, is_cuda) runs on the disguised trace."""
+    code = ("\nclass TinyCharLM(TinyCharLM):\n"
+            "    def attend(self, q, k, v):\n"
+            "        if self.pos != 'rope':\n"
+            "            return super().attend(q, k, v)\n"
+            "        cos, sin = rope_cache(q.shape[-2], self.head_dim)\n"
+            "        if q.is_cuda:\n"
+            "            cos, sin = cos.cuda(), sin.to(q.device)\n"
+            "        elif q.device.type != 'cpu':\n"
+            "            cos, sin = cos.to(q.device), sin.to(str(q.device))\n"
+            "        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)\n"
+            "        mask = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool, device=q.device).tril()\n"
+            "        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n")
+    case = next(c for c in _graded_with(suite, code).cases if c.id == "m1_tinycharlm/same_device")
+    assert case.passed, case.message

@@ -804,7 +804,8 @@ def _fresh_meta(shape: tuple, stride: tuple, dtype: Any, grad: bool) -> Any:
     return out.requires_grad_().clone() if grad else out
 
 
-def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = None) -> dict[str, Any] | None:
+def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = None,
+                  disguise: str | None = None) -> dict[str, Any] | None:
     """Run model(X) once and report the first op that combines tensors of different devices, or None.
 
     X and the model's parameters and buffers live on one device (the probe uses `meta`, so nothing is
@@ -813,11 +814,16 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
     matmul of a meta tensor with a CPU tensor succeeds). 0-dim CPU tensors count as Python numbers, as they
     do on a GPU. The report says which tensor, made where (module, line, op, shape), met which op. With
     `layouts`, calls of _FRESH_OPS on `meta` reuse the output layout of an identical earlier call (`_meta_memo`).
+
+    With `disguise` (a device type such as "cuda"), the forward pass sees its tensors on `meta` as tensors on that
+    device (`_Disguise`), so code that treats `meta` as a special case (`if q.device.type == "meta"`) is traced
+    as it runs on a real accelerator; a finding then names that device.
     """
     torch = _torch()
     from torch.overrides import TorchFunctionMode
 
     device = X.device
+    mask = _Disguise(device, disguise) if disguise and device.type == "meta" else None
     origins: dict[int, tuple[Any, str]] = {}  # id -> (tensor, where it was made), for tensors off the device
     for mod_name, mod in model.named_modules():
         for attr, value in vars(mod).items():
@@ -856,6 +862,11 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             name = getattr(func, "__name__", str(func))
+            if mask is not None:
+                shown = mask.shown(func, name, args)
+                if shown is not _Disguise.REAL:
+                    return shown
+                func, name, args, kwargs = mask.unmask(func, name, args, kwargs)
             if name == "__get__" and len(args) == 1 and not kwargs:  # a property of one tensor (x.shape, x.T):
                 return func(*args)  # one tensor cannot mix devices, and what a property returns is not recorded
             inputs = tensors(args) + tensors(kwargs) if kwargs else tensors(args)
@@ -864,7 +875,7 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
                    if d != device and not (d.type == "cpu" and t.dim() == 0)]
             if off and device in devices and name not in _MOVES:
                 raise DeviceMismatch({"op": name, "module": stack[-1] if stack else "",
-                                      "line": _student_line(), "device": device.type,
+                                      "line": _student_line(), "device": disguise if mask else device.type,
                                       "tensor": describe(off[0]), "shape": list(off[0].shape)})
             if (layouts is not None and name in _FRESH_OPS and device.type == "meta" and "out" not in kwargs
                     and all(d == device for d in devices)):
@@ -890,13 +901,54 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
         bad = [t for t in tensors(out) if t.device != device]
         if bad:
             return {"op": "the returned logits", "module": type(model).__name__, "line": "",
-                    "device": device.type, "tensor": describe(bad[0]), "shape": list(bad[0].shape)}
+                    "device": disguise if mask else device.type, "tensor": describe(bad[0]), "shape": list(bad[0].shape)}
     except DeviceMismatch as exc:
         return exc.finding
     finally:
         for h in hooks:
             h.remove()
     return None
+
+
+class _Disguise:
+    """How a traced forward pass on `meta` is shown tensors on another device type (`trace_devices`): the device
+    properties of a `meta` tensor read as that device (cuda:0: is_cuda True, is_meta False, get_device 0), and
+    that device, passed to any torch call (device=..., .to(...), .cuda()), means `meta` again. The real devices
+    are untouched, so a table left on the CPU still meets the `meta` tensors and is caught."""
+
+    REAL = object()  # shown(): nothing to show instead, run the call as it is
+
+    def __init__(self, real: Any, shown_type: str) -> None:
+        torch = _torch()
+        self.real, self.shown_device = real, torch.device(shown_type, 0)
+        self.props = {"device": self.shown_device, "is_meta": False, "is_cuda": shown_type == "cuda",
+                      "is_cpu": False}
+
+    def shown(self, func: Any, name: str, args: Any) -> Any:
+        """What a device query on one of the traced tensors returns, or REAL for any other call."""
+        torch = _torch()
+        if not args or type(args[0]) not in (torch.Tensor, torch.nn.Parameter) or args[0].device != self.real:
+            return self.REAL
+        if name == "__get__" and len(args) == 1:
+            return self.props.get(getattr(getattr(func, "__self__", None), "__name__", ""), self.REAL)
+        if name == "get_device" and len(args) == 1:
+            return 0
+        return self.REAL
+
+    def _real(self, value: Any) -> Any:
+        torch = _torch()
+        if type(value) is torch.device and value.type == self.shown_device.type:
+            return self.real
+        if type(value) is str and value.split(":")[0] == self.shown_device.type:
+            return self.real
+        return value
+
+    def unmask(self, func: Any, name: str, args: Any, kwargs: dict[str, Any]) -> tuple[Any, str, Any, dict]:
+        """The call with the shown device replaced by the real one (.cuda() becomes .to(meta))."""
+        torch = _torch()
+        if name in ("cuda", self.shown_device.type) and args and isinstance(args[0], torch.Tensor):
+            return torch.Tensor.to, "to", (args[0], self.real), {}
+        return func, name, tuple(self._real(a) for a in args), {k: self._real(v) for k, v in kwargs.items()}
 
 
 def device_message(pos: str, finding: dict[str, Any]) -> str:
@@ -966,6 +1018,42 @@ def _modules_of(model: Any) -> Any:
             todo += [m for m in module._modules.values() if m is not None]
 
 
+def _traced_twice(model: Any, X: Any, *, layouts: dict[tuple, tuple]) -> dict[str, Any] | None:
+    """trace_devices on `meta` as it is, then on `meta` shown as cuda (`_Disguise`): the first finding, or None.
+
+    Code can tell `meta` apart and move its tables only there; shown as cuda, the same code leaves them behind
+    as it would on a GPU. A second pass that fails for another reason (a cuda-only API) concludes nothing."""
+    finding = trace_devices(model, X, layouts=layouts)
+    if finding is not None:
+        return finding
+    try:
+        return trace_devices(model, X, layouts=layouts, disguise="cuda")
+    except Exception:  # noqa: BLE001 - not a device mismatch: the first pass was clean, nothing to conclude
+        return None
+
+
+@probe
+def fn_device(env: dict[str, Any], fn: str, shape: list[int]) -> dict[str, Any]:
+    """The first op of fn(q, k, v) that mixes devices, with q, k, v on `meta` (also shown as cuda), or None."""
+    torch = _torch()
+    target = _get(env, fn)
+
+    class Call(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return target(x, x * 1.0, x * 1.0)
+
+    x = torch.zeros(*shape, device="meta")
+    try:
+        return {"finding": _traced_twice(Call(), x, layouts={}), "note": ""}
+    except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
+        text = str(exc).splitlines()[0][:200] if str(exc) else ""
+        if "device" in text and ("cpu" in text or "meta" in text):
+            return {"finding": {"op": "an operation", "module": "", "line": error_record(exc)["where"],
+                                "device": "meta", "tensor": f"a tensor on another device ({text})", "shape": []},
+                    "note": ""}
+        return {"finding": None, "note": f"{type(exc).__name__}: {text}"}
+
+
 @probe
 def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]:
     """Per scheme, the first op of a forward pass on the `meta` device that mixes devices (None: clean)."""
@@ -976,7 +1064,7 @@ def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]
         model = _meta_model(env, pos)
         X = torch.zeros((2, T), dtype=torch.long, device="meta")
         try:
-            out[pos] = {"finding": trace_devices(model, X, layouts=layouts), "note": ""}
+            out[pos] = {"finding": _traced_twice(model, X, layouts=layouts), "note": ""}
         except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             if "device" in text and ("cpu" in text or "meta" in text):
@@ -1314,6 +1402,21 @@ def lm_names(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]
             return _fail(case, f"pos={pos!r}: trainable parameters {sorted(mine['parameters'])}, expected "
                          f"{sorted(facts['parameters'])}: rope, alibi and none add no parameters.")
     return Verdict(True)
+
+
+@check
+def fn_same_device(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """The function keeps to the device of its inputs (its tables made there, or moved there)."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    finding = got.get("finding")
+    if not finding:
+        return Verdict(True)
+    where = ", ".join(w for w in (finding.get("line"),) if w)
+    return _fail(case, f"with q, k and v on the {finding['device']} device, {finding['op']}"
+                 f"{f' ({where})' if where else ''} received {finding['tensor']}. On a GPU this call fails, and so "
+                 "does a model that reuses it. Fix: make the tables on the inputs' device (table.to(q.device), "
+                 "or device=q.device).", case.get("known_cause"))
 
 
 @check
