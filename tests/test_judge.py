@@ -347,6 +347,38 @@ def alibi_bias(num_heads, seq_len):
 def alibi_attention(q, k, v):
     return torch.zeros_like(v)
 ''',
+    # Constants of the right shape, and modules that add a constant: neither changes with position or input.
+    "constants": _MODULES.replace("return x\n", "return x + 0.5\n").replace("torch.zeros(max_len, d_model)",
+                                                                       "torch.full((max_len, d_model), 0.25)")
+    + _LM_SKELETON.replace("ATTEND", "torch.full_like(v, 0.5)") + '''
+def self_attention(X, W_q, W_k, W_v, causal=False):
+    return torch.full((X.shape[-2], W_v.shape[-1]), 0.5, dtype=X.dtype)
+
+def sinusoidal_pe(max_len, d):
+    if d % 2:
+        raise ValueError("d must be even")
+    return np.full((max_len, d), 0.5)
+
+def rope_cache(seq_len, d, base=10000.0):
+    if d % 2:
+        raise ValueError("d must be even")
+    return torch.full((seq_len, d // 2), 0.6), torch.full((seq_len, d // 2), 0.8)
+
+def apply_rope(x, cos, sin):
+    return x
+
+def rope_attention(q, k, v, causal=True):
+    return torch.full_like(v, 0.5)
+
+def alibi_slopes(num_heads):
+    return torch.full((num_heads,), 0.5)
+
+def alibi_bias(num_heads, seq_len):
+    return torch.full((num_heads, seq_len, seq_len), -0.5)
+
+def alibi_attention(q, k, v):
+    return torch.full_like(v, 0.5)
+''',
 }
 
 
@@ -556,7 +588,7 @@ def test_a_scaled_alibi_bias_is_not_blamed_on_the_slopes(suite: Suite) -> None:
 
 def test_a_property_next_to_wrong_values_names_no_catalogued_mistake(suite: Suite) -> None:
     """Outputs of the rope and none models that differ with q = k = 0 are no proof that v is rotated: here the
-    rope scheme lacks the causal mask. The case waits for the rope logits and names nothing."""
+    rope scheme lacks the causal mask. The case fails and names no catalogued mistake."""
     env = reference_env(suite)
     exec("class TinyCharLM(TinyCharLM):\n"  # noqa: S102
          "    def attend(self, q, k, v):\n"
@@ -567,7 +599,7 @@ def test_a_property_next_to_wrong_values_names_no_catalogued_mistake(suite: Suit
     result = grade_namespace(suite, env, name="rope_not_causal")
     case = next(c for c in result.cases if c.id == "m1_tinycharlm/values_not_rotated")
     assert not case.passed and case.diagnosis is None and "v as well" not in case.message
-    assert "m1_tinycharlm/logits_rope" in case.message
+    assert "Likely cause" not in case.message  # the rope logits are a genuine attempt: the property is judged
 
 
 def test_local_check_judges_a_gate_again_when_the_function_is_rebound(suite: Suite) -> None:
@@ -812,3 +844,38 @@ def test_a_model_that_moves_its_tables_to_the_queries_device_passes_the_disguise
             "        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n")
     case = next(c for c in _graded_with(suite, code).cases if c.id == "m1_tinycharlm/same_device")
     assert case.passed, case.message
+
+
+# --------------------------------------------------------------------------- genuine attempts (#21.2)
+
+_LEARNED_FROM_ONE = """
+class LearnedPE(nn.Module):
+    def __init__(self, max_len, d_model):
+        super().__init__()
+        self.max_len = max_len
+        self.table = nn.Embedding(max_len, d_model)
+
+    def forward(self, x):
+        T = x.shape[1]
+        if T > self.max_len:
+            raise ValueError(f"sequence length {T} is longer than max_len={self.max_len}")
+        return x + self.table(torch.arange(1, T + 1))
+"""
+
+
+def test_one_wrong_value_keeps_the_properties_that_hold(suite: Suite) -> None:
+    """LearnedPE with positions from 1 fails its forward values, yet its table is one nn.Embedding(max_len, d)
+    and it refuses T > max_len: those property cases keep their points (they were all gated to 0)."""
+    result = _graded_with(suite, _LEARNED_FROM_ONE)
+    passed = {c.id for c in result.cases if c.question == "q4_learned_pe" and c.passed}
+    assert {"q4_learned_pe/table_shape", "q4_learned_pe/too_long_raises"} <= passed
+    assert "q4_learned_pe/forward_adds_rows" not in passed
+    assert 0 < result.question_scores()["q4_learned_pe"] < 8
+
+
+@pytest.mark.parametrize(("name", "gap"), [
+    ("zeros", "constant"), ("identities", "inputs unchanged"), ("constants", "constant")])
+def test_a_gate_says_why_an_output_is_not_a_genuine_attempt(suite: Suite, name: str, gap: str) -> None:
+    _, messages = _do_nothing_scores(name)
+    msg = next(m for m in messages if m.startswith("q1_equivariance/permutation_equivariant:"))
+    assert "genuine attempt" in msg and gap in msg

@@ -42,6 +42,9 @@ class Verdict:
     message: str = ""
     diagnosis: str | None = None  # id of the catalogued mistake the failure matches, if any
     upstream: str | None = None  # "This comes from your Q2 `sinusoidal_pe`: ..." when an earlier question is the cause
+    # Why the output is not a genuine attempt ("" when it is; None: not known, as for a case that never ran): a
+    # property case that requires this one earns its points only next to a genuine attempt (`attempt_gap`).
+    not_genuine: str | None = None
 
 
 def probe(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
@@ -267,7 +270,12 @@ def attention(env: dict[str, Any], fn: str, shape: list[int], seed: int, kwargs:
         if zero_qk:
             q, k = q * 0, k * 0
         out = target(q, k, v, **kwargs)
-    return {"value": as_array(out, fn)}
+    value = as_array(out, fn)
+    if fn == "self_attention":
+        again = target(X, Wq, Wk, Wv, **kwargs)
+    else:
+        again = target(q, k, v, **kwargs)
+    return {"value": value, "again": as_array(again, fn)}  # the same call twice: a genuine attempt agrees
 
 
 @probe
@@ -659,8 +667,13 @@ def _logits(model: Any, X: Any) -> np.ndarray:
 
 @probe
 def lm_logits(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str, Any]:
-    """Logits of the filled small model on seeded tokens of shape (2, T)."""
-    return {"value": _logits(_lm(env, pos, seed), _tokens(seed, T))}
+    """Logits of the filled small model on seeded tokens of shape (2, T), and ("context") those at the last
+    position once the first token changes: a model whose attention reads earlier tokens gives other ones."""
+    model, X = _lm(env, pos, seed), _tokens(seed, T)
+    value = _logits(model, X)
+    Y = X.clone()
+    Y[:, 0] = X[:, 0] % (LM_VOCAB - 1) + 1
+    return {"value": value, "context": _logits(model, Y)[:, -1]}
 
 
 @probe
@@ -1547,6 +1560,89 @@ def builds_on(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any
     return again
 
 
+# --------------------------------------------------------------------------- genuine attempts
+#
+# A property (shuffling the input shuffles the output; PE[pos + k] is a rotation of PE[pos]; only used rows get a
+# gradient) also holds of code that computes nothing, so a property case `requires` value cases of its question.
+# It does not need them to be right: one wrong value must not zero every property that holds. It needs them to be
+# a genuine attempt: the output of a required value case
+#   1. ran without an error and has the reference's shape, finite values, and the same value when computed again;
+#   2. is not constant (zeros, ones, any single number);
+#   3. is not one of its inputs returned (x, q, k, v, X or X @ W_v: an identity);
+#   4. depends on its inputs as the function's contract says: a positional table or a module's x + table changes
+#      with the position; RoPE scores differ from the unrotated q k^T; attention mixes positions (its output is not
+#      the value rows themselves); a TinyCharLM's logits at the last position change with the first token.
+# Blank stubs, zeros, constants and returning an input fail 1, 2 or 3; `attempt_gap` says which.
+
+_TOL = 1e-6
+
+
+def _inputs(case: dict[str, Any]) -> list[np.ndarray]:
+    """The inputs a value case's probe gives the function, as arrays (for the identity test)."""
+    args, probe = case.get("args", {}), case.get("probe")
+    torch = _torch()
+    if probe == "attention":
+        seed, shape = args["seed"], args["shape"]
+        if args.get("fn") == "self_attention":
+            T, d_in, d_k = shape
+            X, Wq, Wk, Wv = (_seeded(seed, T, d_in), _seeded(seed + 1, d_in, d_k), _seeded(seed + 2, d_in, d_k),
+                             _seeded(seed + 3, d_in, d_k))
+            return [a.numpy() for a in (X, X @ Wq, X @ Wk, X @ Wv)]
+        return [_seeded(seed + i, *shape).numpy() for i in range(3)]
+    if probe == "module_forward":
+        x = _seeded(args["seed"], *args["x_shape"]).to(getattr(torch, args.get("dtype", "float32")))
+        return [(torch.zeros_like(x) if args.get("zeros") else x).numpy()]
+    if probe == "call" and args.get("seed_inputs"):
+        return [_seeded(1000 + int(p), *shape).numpy() for p, shape in args["seed_inputs"].items()]
+    return []
+
+
+def attempt_gap(case: dict[str, Any], got: Any, expected: dict[str, Any]) -> str:
+    """Why the output `got` of value case `case` is not a genuine attempt ("" when it is); see above."""
+    if not isinstance(got, dict) or "error" in got:
+        return "it raised an error" if isinstance(got, dict) else "it returned nothing"
+    want = expected.get("value", {}) if isinstance(expected, dict) else {}
+    keys = [k for k, v in want.items() if isinstance(v, np.ndarray) and k in ("value", "first", "second")]
+    if not keys:
+        return "its output cannot be judged"
+    for key in keys:
+        mine = np.asarray(got.get(key), dtype=float)
+        if mine.shape != np.shape(want[key]):
+            return f"it returned shape {list(mine.shape)}, not {list(np.shape(want[key]))}"
+        if not np.isfinite(mine).all():
+            return "it returned NaN or infinite values"
+        if mine.size > 1 and float(np.ptp(mine)) <= _TOL:
+            return "it returned a constant"
+    value = np.asarray(got[keys[0]], dtype=float)
+    if "again" in want and not _close(got.get("again"), value, _TOL, 0.0):
+        return "it returned another value when called again on the same inputs"
+    for given in _inputs(case):
+        if given.shape == value.shape and _close(value, given, _TOL, _TOL):
+            return "it returned one of its inputs unchanged"
+    return _contract_gap(case, got, value)
+
+
+def _contract_gap(case: dict[str, Any], got: dict[str, Any], value: np.ndarray) -> str:
+    """Whether value depends on the inputs as the function's contract says (4. above): "" or why not."""
+    probe, args = case.get("probe"), case.get("args", {})
+    if probe == "module_forward":
+        added = value - _inputs(case)[0]
+        if value.ndim >= 2 and value.shape[-2] > 1 and float(np.ptp(added, axis=-2).max()) <= _TOL:
+            return "what it adds to x does not change with the position"
+    if probe == "call" and value.ndim == 2 and value.shape[0] > 1 and float(np.ptp(value, axis=0).max()) <= _TOL:
+        return "its rows are all the same: it does not change with the position"
+    if probe == "rope_scores":
+        torch = _torch()
+        gen = torch.Generator().manual_seed(args["seed"])
+        q = torch.randn(args["T"], args["d"], generator=gen)
+        k = torch.randn(args["T"], args["d"], generator=gen)
+        if _close(value, (q @ k.T).numpy(), 1e-4, 1e-4):
+            return "the scores are those of q and k unrotated"
+    if probe == "lm_logits" and _close(np.asarray(got.get("context"), dtype=float), value[:, -1], _TOL, 0.0):
+        return "its logits at the last position do not change with the first token: attention reads no other token"
+    return ""
+
+
 # --------------------------------------------------------------------------- entry points
 
 
@@ -1558,21 +1654,29 @@ def judge(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -
     try:
         err = got.get("error") if isinstance(got, dict) else None
         if isinstance(err, dict) and STUB in str(err.get("message", "")):
-            return Verdict(False, f"{case['id']}: {err['message']}.")
+            return Verdict(False, f"{case['id']}: {err['message']}.", not_genuine="it is not filled in yet")
         verdict = CHECKS[case["check"]](case, got, expected)
         basis = case.get("args", {}).get("basis") if isinstance(case.get("args"), dict) else None
-        return builds_on(case, got, expected, verdict) if basis and not verdict.passed else verdict
+        verdict = builds_on(case, got, expected, verdict) if basis and not verdict.passed else verdict
+        verdict.not_genuine = "" if verdict.passed else attempt_gap(case, got, expected)
+        return verdict
     except Exception as exc:  # noqa: BLE001 - malformed student data is a failure, not a grader crash
         return _fail(case, f"the result could not be judged ({type(exc).__name__}: {exc}).")
 
 
-def gate_message(case_id: str, blocked: list[str], note: str | None = None) -> str:
-    """Why a property earns nothing yet: the value cases it requires fail (and, if known, the earlier question
-    they fail because of)."""
-    text = (f"{case_id}: earns its points only once {' and '.join(blocked)} passes: make {blocked[0]} pass "
-            "first. This property also holds of code that computes nothing (zeros, an identity), so it counts "
-            "only with correct values.")
+def gate_message(case_id: str, blocked: list[str], note: str | None = None, why: str | None = None) -> str:
+    """Why a property earns nothing yet: the value cases it requires are not a genuine attempt (`why`: how the
+    first falls short; and, if known, the earlier question they fail because of)."""
+    text = (f"{case_id}: earns its points only once {' and '.join(blocked)} computes something"
+            f"{f' ({blocked[0]}: {why})' if why else ''}: work on {blocked[0]} first. This property also holds of "
+            "code that computes nothing (zeros, a constant, an input returned as it is), so it counts only next "
+            "to a genuine attempt; a wrong value there does not stop it.")
     return f"{text}\n  {note}" if note else text
+
+
+def attempted(verdict: Verdict) -> bool:
+    """Whether a required value case opens the gate: it passed, or its output is a genuine attempt."""
+    return verdict.passed or verdict.not_genuine == ""
 
 
 def gated(case: dict[str, Any], verdict: Verdict, blocked: list[tuple[str, Verdict]]) -> Verdict:
@@ -1582,7 +1686,8 @@ def gated(case: dict[str, Any], verdict: Verdict, blocked: list[tuple[str, Verdi
     if not blocked:
         return verdict
     note = next((v.upstream for _, v in blocked if v.upstream), None)
-    return Verdict(False, gate_message(case["id"], [cid for cid, _ in blocked], note), None, note)
+    why = blocked[0][1].not_genuine
+    return Verdict(False, gate_message(case["id"], [cid for cid, _ in blocked], note, why), None, note)
 
 
 class CheckFailed(AssertionError):
@@ -1703,7 +1808,7 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
 
     verdict = verdict_of(case, raw)
     gate = [(g["id"], verdict_of(g, g_raw)) for g, g_raw in zip(case.get("gate", []), raw.get("gate", []), strict=True)]
-    verdict = gated(case, verdict, [(cid, v) for cid, v in gate if not v.passed])
+    verdict = gated(case, verdict, [(cid, v) for cid, v in gate if not attempted(v)])
     if not verdict.passed:
         _otter_shows_message_only()
         raise CheckFailed(verdict.message)
@@ -1766,5 +1871,6 @@ def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> N
         raise CheckFailed(summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers))
 
 
-__all__ = ["PROBES", "CHECKS", "Verdict", "CheckFailed", "run_probe", "judge", "gated", "run_case", "gate_message",
+__all__ = ["PROBES", "CHECKS", "Verdict", "CheckFailed", "run_probe", "judge", "gated", "attempted", "attempt_gap",
+           "run_case", "gate_message",
            "to_plain", "from_plain", "dumps", "loads", "trace_devices", "device_message"]
