@@ -914,7 +914,8 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
         bad = [t for t in tensors(out) if t.device != device]
         if bad:
             return {"op": "the returned logits", "module": type(model).__name__, "line": "",
-                    "device": disguise if mask else device.type, "tensor": describe(bad[0]), "shape": list(bad[0].shape)}
+                    "device": disguise if mask else device.type, "tensor": describe(bad[0]),
+                    "shape": list(bad[0].shape)}
     except DeviceMismatch as exc:
         return exc.finding
     finally:
