@@ -498,7 +498,9 @@ def test_a_constant_table_earns_no_q3_points_and_the_message_names_q2(suite: Sui
     assert "This comes from your Q2 `sinusoidal_pe`" in msg and "does not change with position" in msg
 
 
-def test_a_milestone_scheme_whose_logits_are_wrong_costs_at_least_its_fifth(suite: Suite) -> None:
+def test_a_milestone_scheme_whose_logits_are_wrong_costs_at_least_its_sixth(suite: Suite) -> None:
+    """Five schemes: wrong logits of one cost at least a sixth of m1 (not a fifth: its properties that still hold,
+    causality or the prefix, keep their points next to a genuine attempt, #21.2)."""
     cases = [c for c in suite.cases if c["question"] == "m1_tinycharlm"]
     points = next(q.points for q in suite.questions if q.id == "m1_tinycharlm")
 
@@ -507,12 +509,13 @@ def test_a_milestone_scheme_whose_logits_are_wrong_costs_at_least_its_fifth(suit
         return name in reqs or any(waits_for(next(c for c in cases if c["name"] == r), name) for r in reqs)
 
     for pos in ("learned", "sinusoidal", "rope", "alibi", "none"):
-        cost = sum(c["points"] for c in cases if c["name"] == f"logits_{pos}" or waits_for(c, f"logits_{pos}"))
-        assert cost >= points / 5 - 1e-6, pos
+        names = (f"logits_{pos}", f"hidden_logits_{pos}")
+        cost = sum(c["points"] for c in cases if c["name"] in names or any(waits_for(c, n) for n in names))
+        assert cost >= points / 6 - 1e-6, pos
     for mistake_id in ("lm_rope_model_width", "lm_alibi_bias_scaled"):  # a whole scheme broken inside the model
         mistake = next(m for m in MISTAKES if m.id == mistake_id)
         scores = _scores(suite, {**reference_env(suite), **reference_namespace(mistake)})
-        assert scores["m1_tinycharlm"] <= points * 4 / 5 + 1e-6
+        assert scores["m1_tinycharlm"] <= points * 5 / 6 + 1e-6
 
 
 # --------------------------------------------------------------------------- messages (#11)
@@ -879,3 +882,116 @@ def test_a_gate_says_why_an_output_is_not_a_genuine_attempt(suite: Suite, name: 
     _, messages = _do_nothing_scores(name)
     msg = next(m for m in messages if m.startswith("q1_equivariance/permutation_equivariant:"))
     assert "genuine attempt" in msg and gap in msg
+
+
+# --------------------------------------------------------------------------- a lookup table of public answers (#20.6)
+
+
+def _key(value: object) -> object:
+    """A call's arguments as a hashable key: tensors and arrays by shape, dtype, device and a hash of their bytes."""
+    import hashlib
+
+    if isinstance(value, torch.Tensor):
+        raw = b"" if value.device.type == "meta" else value.detach().cpu().contiguous().numpy().tobytes()
+        return ("T", tuple(value.shape), str(value.dtype), value.device.type, hashlib.sha1(raw).hexdigest())
+    if isinstance(value, np.ndarray):
+        return ("A", value.shape, str(value.dtype), hashlib.sha1(value.tobytes()).hexdigest())
+    if isinstance(value, list | tuple):
+        return tuple(_key(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _key(v)) for k, v in value.items()))
+    return repr(value)
+
+
+def _copy(value: object) -> object:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, tuple | list):
+        return type(value)(_copy(v) for v in value)
+    return value
+
+
+def _zeros(value: object) -> object:
+    if isinstance(value, torch.Tensor):
+        return torch.zeros_like(value).detach()
+    if isinstance(value, np.ndarray):
+        return np.zeros_like(value)
+    if isinstance(value, tuple | list):
+        return type(value)(_zeros(v) for v in value)
+    return value
+
+
+def _lookup_env(suite: Suite, table: dict, *, record: bool) -> dict:
+    """The reference namespace with each graded function and class wrapped: recording, every call's output is
+    kept under its arguments; replaying, a kept call returns its output and any other call zeros of the
+    reference's shape (the multiple-choice answers are left out: the public cases do not carry them)."""
+    ref = reference_env(suite)
+    env = {k: v for k, v in ref.items() if not k.startswith("q8_")}
+    names = {n for q in suite.questions for n in getattr(q, "solution", [])}
+
+    def lookup(name: str, call, args: tuple, kwargs: dict) -> object:
+        k = (name, _key(args), _key(kwargs))
+        if record:
+            out = call(*args, **kwargs)
+            table.setdefault(k, _copy(out))
+            return out
+        if k in table:
+            return _copy(table[k])
+        try:
+            return _zeros(call(*args, **kwargs))
+        except Exception:  # noqa: BLE001 - where the reference raises, the lookup returns nothing
+            return None
+
+    for name in names:
+        obj = ref[name]
+        if isinstance(obj, type) and issubclass(obj, nn.Module):
+            def make(base: type, name: str = name) -> type:
+                class Lookup(base):
+                    def __init__(self, *args, **kwargs) -> None:
+                        super().__init__(*args, **kwargs)
+                        self.lookup_key = repr(_key((args, kwargs)))
+
+                    def forward(self, *args, **kwargs):
+                        return lookup(f"{name}{self.lookup_key}", super().forward, args, kwargs)
+                Lookup.__name__ = Lookup.__qualname__ = name
+                return Lookup
+            env[name] = make(obj)
+        elif callable(obj):
+            env[name] = (lambda fn, name: lambda *a, **kw: lookup(name, fn, a, kw))(obj, name)
+    return env
+
+
+def test_a_lookup_table_of_the_public_answers_earns_at_most_a_quarter_of_any_question(suite: Suite) -> None:
+    """A notebook that returns the public cases' expected values for the public arguments (they ship with the
+    student's checks) and zeros elsewhere: public cases carry at most 25% of a question and no hidden case calls
+    a graded function with the arguments of a public one, so it earns at most 25% of any question."""
+    run_probe = suite.config.lesson.checks.run_probe
+    table: dict = {}
+    recording = _lookup_env(suite, table, record=True)
+    for case in suite.cases:
+        if not case["hidden"]:
+            run_probe(recording, case["probe"], case["args"])
+    public_calls = set(table)
+    hidden_table: dict = {}
+    hidden_recording = _lookup_env(suite, hidden_table, record=True)
+    for case in suite.cases:
+        if case["hidden"]:
+            run_probe(hidden_recording, case["probe"], {k: v for k, v in case["args"].items() if k != "basis"})
+    reused = sorted({k[0] for k in set(hidden_table) & public_calls})
+    assert reused == [], f"hidden cases call these with the arguments of a public case: {reused}"
+    scores = grade_namespace(suite, _lookup_env(suite, table, record=False), name="lookup").question_scores()
+    points = {q.id: q.points for q in suite.questions}
+    over = {q: f"{s:g} of {points[q]:g}" for q, s in scores.items() if s > 0.25 * points[q] + 1e-6}
+    assert over == {}
+
+
+def test_public_cases_carry_at_most_a_quarter_of_each_question(suite: Suite) -> None:
+    share: dict[str, float] = {}
+    for case in suite.cases:
+        if not case["hidden"]:
+            share[case["question"]] = share.get(case["question"], 0.0) + case["points"]
+    points = {q.id: q.points for q in suite.questions}
+    over = {q: f"{p:g} of {points[q]:g}" for q, p in share.items() if p > 0.25 * points[q] + 1e-6}
+    assert over == {}
