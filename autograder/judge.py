@@ -33,11 +33,13 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
         else:
             verdicts[case["id"]] = checks.judge(case, got, suite.expected[case["id"]])
     by_id = {c["id"]: c for c in suite.cases}
+    # A lesson's checks may say when a failed value case still opens its gates (a genuine attempt); by default
+    # only a passed one does.
+    attempted = getattr(checks, "attempted", lambda verdict: verdict.passed)
 
     def holds(case_id: str) -> bool:  # a genuine attempt, and so is every requirement (content.py forbids cycles)
         case = by_id[case_id]
-        return checks.attempted(verdicts[case_id]) and all(holds(f"{case['question']}/{r}")
-                                                           for r in case.get("requires", []))
+        return attempted(verdicts[case_id]) and all(holds(f"{case['question']}/{r}") for r in case.get("requires", []))
 
     results, waits = [], {}
     for case in suite.cases:
