@@ -1032,7 +1032,7 @@ def _modules_of(model: Any) -> Any:
             todo += [m for m in module._modules.values() if m is not None]
 
 
-def _traced_twice(model: Any, X: Any, *, layouts: dict[tuple, tuple]) -> dict[str, Any] | None:
+def trace_devices_twice(model: Any, X: Any, *, layouts: dict[tuple, tuple]) -> dict[str, Any] | None:
     """trace_devices on `meta` as it is, then on `meta` shown as cuda (`_Disguise`): the first finding, or None.
 
     Code can tell `meta` apart and move its tables only there; shown as cuda, the same code leaves them behind
@@ -1058,7 +1058,7 @@ def fn_device(env: dict[str, Any], fn: str, shape: list[int]) -> dict[str, Any]:
 
     x = torch.zeros(*shape, device="meta")
     try:
-        return {"finding": _traced_twice(Call(), x, layouts={}), "note": ""}
+        return {"finding": trace_devices_twice(Call(), x, layouts={}), "note": ""}
     except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
         text = str(exc).splitlines()[0][:200] if str(exc) else ""
         if "device" in text and ("cpu" in text or "meta" in text):
@@ -1078,7 +1078,7 @@ def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]
         model = _meta_model(env, pos)
         X = torch.zeros((2, T), dtype=torch.long, device="meta")
         try:
-            out[pos] = {"finding": _traced_twice(model, X, layouts=layouts), "note": ""}
+            out[pos] = {"finding": trace_devices_twice(model, X, layouts=layouts), "note": ""}
         except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             if "device" in text and ("cpu" in text or "meta" in text):
@@ -1874,4 +1874,4 @@ def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> N
 
 __all__ = ["PROBES", "CHECKS", "Verdict", "CheckFailed", "run_probe", "judge", "gated", "attempted", "attempt_gap",
            "run_case", "gate_message",
-           "to_plain", "from_plain", "dumps", "loads", "trace_devices", "device_message"]
+           "to_plain", "from_plain", "dumps", "loads", "trace_devices", "trace_devices_twice", "device_message"]
