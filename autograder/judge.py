@@ -19,8 +19,9 @@ from autograder.suite import Suite
 def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[CaseResult]:
     """Judge probe outputs (case id -> plain data); a case with no output fails with a clear message.
 
-    A case that `requires` value cases of its question passes only when they pass too (recursively): a
-    property such as "shuffling the input shuffles the output" also holds of code that returns zeros.
+    A case that `requires` value cases of its question passes only when they are genuine attempts (they pass,
+    or their output is not a do-nothing one: checks.attempt_gap), recursively: a property such as "shuffling the
+    input shuffles the output" also holds of code that returns zeros, but one wrong value must not zero it.
     """
     checks = suite.config.lesson.checks
     verdicts: dict[str, checks.Verdict] = {}
@@ -32,10 +33,13 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
         else:
             verdicts[case["id"]] = checks.judge(case, got, suite.expected[case["id"]])
     by_id = {c["id"]: c for c in suite.cases}
+    # A lesson's checks may say when a failed value case still opens its gates (a genuine attempt); by default
+    # only a passed one does.
+    attempted = getattr(checks, "attempted", lambda verdict: verdict.passed)
 
-    def holds(case_id: str) -> bool:  # its own check and every requirement pass (content.py forbids cycles)
+    def holds(case_id: str) -> bool:  # a genuine attempt, and so is every requirement (content.py forbids cycles)
         case = by_id[case_id]
-        return verdicts[case_id].passed and all(holds(f"{case['question']}/{r}") for r in case.get("requires", []))
+        return attempted(verdicts[case_id]) and all(holds(f"{case['question']}/{r}") for r in case.get("requires", []))
 
     results, waits = [], {}
     for case in suite.cases:

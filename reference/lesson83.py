@@ -113,7 +113,7 @@ def rope_attention(q, k, v, causal=True):
     """Attention for q, k, v of shape (..., T, d) with RoPE on q and k only (never on v)."""
     # BEGIN SOLUTION
     T, d = q.shape[-2], q.shape[-1]
-    cos, sin = rope_cache(T, d)
+    cos, sin = (t.to(q.device) for t in rope_cache(T, d))  # made on the CPU: move them to q's device
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d)
     if causal:
@@ -145,7 +145,7 @@ def alibi_attention(q, k, v):
     # BEGIN SOLUTION
     H, T, d = q.shape[-3], q.shape[-2], q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d)
-    scores = scores + alibi_bias(H, T).to(scores.dtype)
+    scores = scores + alibi_bias(H, T).to(device=scores.device, dtype=scores.dtype)
     future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
     scores = scores.masked_fill(future, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v

@@ -77,17 +77,14 @@ def _solution(name: str) -> str:
 _CATALOGUE: dict[str, Any] = yaml.safe_load(CATALOGUE.read_text())
 
 # Correct definitions as the catalogue's rows edit them (`base:`), so that the edit is the mistake: the
-# reference's own where the rows write it as it is (but for the causal mask, on one line and on the default
-# device), and the catalogue's own compact ones.
+# reference's own where the rows write it as it is (but for self_attention's causal mask, on one line and on the
+# default device: Q1 has no device check), and the catalogue's own compact ones.
 _BASES: dict[str, str] = {
     "self_attention": _edit(_solution("self_attention"), (
         "future = torch.ones(T, T, dtype=torch.bool, device=X.device).triu(1)\n"
         "        scores = scores.masked_fill(future,",
         "scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1),")),
-    "rope_attention": _edit(_solution("rope_attention"), (
-        "future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)\n"
-        "        scores = scores.masked_fill(future,",
-        "scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1),")),
+    "rope_attention": _solution("rope_attention"),
     **{name: "\n" + code for name, code in _CATALOGUE["bases"].items()},
 }
 

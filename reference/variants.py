@@ -99,7 +99,7 @@ def rope_cache(seq_len, d, base=10000.0):
     return freqs.cos().float(), freqs.sin().float()
 
 def rope_attention(q, k, v, causal=True):
-    cos, sin = rope_cache(q.shape[-2], q.shape[-1], base=10000.0)
+    cos, sin = (t.to(q.device) for t in rope_cache(q.shape[-2], q.shape[-1], base=10000.0))
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 ''',
@@ -107,8 +107,8 @@ def rope_attention(q, k, v, causal=True):
 def alibi_attention(q, k, v):
     H, T, d = q.shape[-3:]
     s = torch.einsum("...id,...jd->...ij", q.double(), k.double()) / math.sqrt(d)
-    s = s + alibi_bias(H, T).double()
-    s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    s = s + alibi_bias(H, T).to(q.device).double()
+    s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool, device=q.device), 1), float("-inf"))
     return (s.softmax(-1) @ v.double()).to(q.dtype)
 ''',
     "lm_explicit_softmax": '''

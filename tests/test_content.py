@@ -157,7 +157,7 @@ def test_every_property_case_is_gated_on_a_value_case() -> None:
     """A check that judges a property of the output alone must wait for a value case of its question."""
     USES_EXPECTED = LESSON.checks.USES_EXPECTED
     properties = {"pair_equal", "pair_differ", "raises_value_error", "buffer_not_parameter", "follows_to",
-                  "learned_table", "grad_rows", "shape", "lm_names", "tied_head", "lm_same_device"}
+                  "learned_table", "grad_rows", "shape", "lm_names", "tied_head", "lm_same_device", "fn_same_device"}
     for q in load_questions(load_config()):
         for case in q.cases:
             if case["check"] in properties:
