@@ -116,7 +116,7 @@ def grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, config
 
         def submit(chunk: list[tuple[Submission, str]], attempt: int) -> Any:
             fut = client.submit(grade_chunk, str(config_path), fingerprint, [s for s, _ in chunk], hide,
-                                key=f"lesson83-grade-{run}-{len(sent)}-{uuid.uuid4().hex[:8]}", pure=False)
+                                key=f"grade-{run}-{len(sent)}-{uuid.uuid4().hex[:8]}", pure=False)
             sent[fut.key] = (chunk, attempt)
             return fut
 

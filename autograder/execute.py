@@ -155,7 +155,7 @@ _SANDBOX_SITE = "/tmp/site"
 _UID_BASE = 1_500_000_000
 _UIDS_PER_WORKER = 1024  # each job of a worker runs under the next uid of its block
 _UID_BLOCKS = 2000 * 64  # blocks above _UID_BASE; a worker holds one, reserved by a lock no other grader can take
-UID_LOCKS_ENV = "LESSON83_UID_LOCKS"  # folder of the uid-block locks (default /run/lock/lesson83-uid-blocks)
+UID_LOCKS_ENV = "LESSON83_UID_LOCKS"  # folder of the uid-block locks (default /run/lock/autograder-uid-blocks)
 # Without bubblewrap, the folders where a job's uid may leave files (anyone may write there); swept after each job.
 _SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
 _JOB_FD = 3
@@ -773,7 +773,7 @@ def _reserve_uid_block(start: int) -> tuple[int, int]:
     can take. The kernel releases the lock when the descriptor closes or the process dies, even by SIGKILL, so
     several grading processes on one host (Dask workers, two classes at once) never share a uid."""
     folder = os.environ.get(UID_LOCKS_ENV) or os.path.join(
-        "/run/lock" if os.path.isdir("/run/lock") else tempfile.gettempdir(), "lesson83-uid-blocks")
+        "/run/lock" if os.path.isdir("/run/lock") else tempfile.gettempdir(), "autograder-uid-blocks")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     st = os.lstat(folder)
     if not os.path.isdir(folder) or os.path.islink(folder) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
