@@ -20,7 +20,7 @@ import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -43,6 +43,9 @@ class Verdict:
     message: str = ""
     diagnosis: str | None = None  # id of the catalogued mistake the failure matches, if any
     upstream: str | None = None  # "This comes from your Q2 `sinusoidal_pe`: ..." when an earlier question is the cause
+    # Why the output is not a genuine attempt ("" when it is; None: not known, as for a case that never ran): a
+    # property case that requires this one earns its points only next to a genuine attempt (`attempt_gap`).
+    not_genuine: str | None = None
 
 
 def probe(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
@@ -269,6 +272,126 @@ def _seeded(seed: int, *shape: int):
     return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
 
+class _Pristine(NamedTuple):
+    """torch's own functions for reading a module's state, taken once, when torch is already imported as this
+    module is (in the grader's sandbox that is before any student code runs), else at the first probe.
+
+    The storage, parameter and structure probes read nn.Module's own tables (`_parameters`, `_buffers`,
+    `_modules`, read from the instance's __dict__ with object.__getattribute__) and move a module with
+    nn.Module._apply called unbound: a class that overrides named_buffers, state_dict, _apply or __getattr__, or
+    a patch of nn.Module's methods, cannot change what they report. A tuple, so that its entries cannot be
+    rebound (the grader's guard watches the module global and this class).
+    """
+
+    getattribute: Any
+    type: Any
+    issubclass: Any
+    dict: Any
+    set: Any
+    Module: Any
+    Parameter: Any
+    Embedding: Any
+    TensorBase: Any
+    apply: Any
+    to: Any
+    numel: Any
+    is_floating: Any
+    is_complex: Any
+    shape: Any
+    dtype: Any
+    requires_grad: Any
+    grad: Any
+    float64: Any
+
+    @staticmethod
+    def take() -> _Pristine:
+        torch = _torch()
+        base = torch._C.TensorBase
+        return _Pristine(object.__getattribute__, type, issubclass, dict, set, torch.nn.Module, torch.nn.Parameter,
+                         torch.nn.Embedding, base, torch.nn.Module.__dict__["_apply"], base.to, base.numel,
+                         base.is_floating_point, base.is_complex,
+                         *(base.__dict__[n].__get__ for n in ("shape", "dtype", "requires_grad", "grad")),
+                         torch.float64)
+
+
+_PRISTINE: _Pristine | None = _Pristine.take() if "torch" in sys.modules else None
+
+
+def _pristine() -> _Pristine:
+    """The functions _Pristine took as this module was imported, or (torch was not imported yet) taken now: the
+    module global is never rebound, which the grader's guard would read as tampering."""
+    return _PRISTINE if _PRISTINE is not None else _Pristine.take()
+
+
+def _tables(m: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any], set[str]]:
+    """nn.Module's own tables of module m: its __dict__, parameters, buffers, submodules and non-persistent
+    buffer names, as nn.Module keeps them (a TypeError when m is not an nn.Module or a table was replaced)."""
+    P = _pristine()
+    t = P.type(m)
+    if not P.issubclass(t, P.Module):
+        raise TypeError(f"expected an nn.Module, got {t.__name__}")
+    own = P.getattribute(m, "__dict__")
+    tables = [own.get(k) for k in ("_parameters", "_buffers", "_modules")]
+    if not all(P.type(x) is P.dict for x in tables):
+        raise TypeError(f"{t.__name__} replaced nn.Module's own tables (_parameters, _buffers, _modules)")
+    skip = own.get("_non_persistent_buffers_set")
+    return own, *tables, skip if P.type(skip) is P.set else P.set()
+
+
+def _named_modules(m: Any) -> list[tuple[str, Any]]:
+    """(name, module) for m and its submodules, each once, in the order of nn.Module.named_modules."""
+    out, seen, todo = [], set(), [("", m)]
+    while todo:
+        prefix, mod = todo.pop()
+        if id(mod) in seen:
+            continue
+        seen.add(id(mod))
+        out.append((prefix, mod))
+        kids = [(f"{prefix}.{k}" if prefix else k, v) for k, v in _tables(mod)[3].items() if v is not None]
+        todo += kids[::-1]
+    return out
+
+
+def _module_state(m: Any) -> dict[str, dict[str, Any]]:
+    """Parameters and buffers (each tensor once, as named_parameters and named_buffers list them) and the
+    state_dict's entries (parameters and persistent buffers of every path to a module) of module m, read from
+    nn.Module's own tables (see _Pristine)."""
+    params: dict[str, Any] = {}
+    buffers: dict[str, Any] = {}
+    seen: set[int] = set()
+    for prefix, mod in _named_modules(m):
+        _, p_table, b_table, _, _ = _tables(mod)
+        for table, out in ((p_table, params), (b_table, buffers)):
+            for k, v in table.items():
+                if v is not None and id(v) not in seen:
+                    seen.add(id(v))
+                    out[f"{prefix}.{k}" if prefix else k] = v
+    state: dict[str, Any] = {}
+
+    def walk(mod: Any, prefix: str, path: tuple[int, ...]) -> None:
+        if id(mod) in path or len(path) > 100:
+            raise TypeError("a module contains itself: it has no state_dict")
+        _, p_table, b_table, kids, transient = _tables(mod)
+        state.update((prefix + k, v) for k, v in p_table.items() if v is not None)
+        state.update((prefix + k, v) for k, v in b_table.items() if v is not None and k not in transient)
+        for k, kid in kids.items():
+            if kid is not None:
+                walk(kid, f"{prefix}{k}.", (*path, id(mod)))
+
+    walk(m, "", ())
+    return {"parameters": params, "buffers": buffers, "state_dict": state}
+
+
+def _own_attribute(m: Any, name: str) -> Any:
+    """m.name as nn.Module finds it for a plain class: an instance attribute, parameter, buffer or submodule
+    (never a property or a __getattr__ of the student's); None when there is none."""
+    own, p_table, b_table, kids, _ = _tables(m)
+    for table in (own, p_table, b_table, kids):
+        if name in table:
+            return table[name]
+    return None
+
+
 def _dtype_name(value: Any) -> str:
     return str(getattr(value, "dtype", type(value).__name__)).replace("torch.", "")
 
@@ -328,7 +451,12 @@ def attention(env: dict[str, Any], fn: str, shape: list[int], seed: int, kwargs:
         if zero_qk:
             q, k = q * 0, k * 0
         out = target(q, k, v, **kwargs)
-    return {"value": as_array(out, fn)}
+    value = as_array(out, fn)
+    if fn == "self_attention":
+        again = target(X, Wq, Wk, Wv, **kwargs)
+    else:
+        again = target(q, k, v, **kwargs)
+    return {"value": value, "again": as_array(again, fn)}  # the same call twice: a genuine attempt agrees
 
 
 @probe
@@ -359,21 +487,22 @@ def relative_identity(env: dict[str, Any], d: int, pos: int, k: int) -> dict[str
 @probe
 def module_storage(env: dict[str, Any], cls: str, args: list[Any]) -> dict[str, Any]:
     """Where a module keeps its table `pe`: buffers, parameters, state_dict, and its dtype after .to()."""
-    torch = _torch()
+    P = _pristine()
     m = _get(env, cls)(*args)
-    pe = getattr(m, "pe", None)
+    state = _module_state(m)
+    pe = _own_attribute(m, "pe")
     facts: dict[str, Any] = {
-        "buffers": [n for n, _ in m.named_buffers()],
-        "parameters": [n for n, _ in m.named_parameters()],
-        "state_dict": list(m.state_dict().keys()),
-        "pe_type": type(pe).__name__ if pe is not None else None,
-        "pe_is_parameter": isinstance(pe, torch.nn.Parameter),
+        "buffers": list(state["buffers"]),
+        "parameters": list(state["parameters"]),
+        "state_dict": list(state["state_dict"]),
+        "pe_type": P.type(pe).__name__ if pe is not None else None,
+        "pe_is_parameter": P.issubclass(P.type(pe), P.Parameter),
         "pe_dtype_after_to": None,
     }
-    m64 = m.to(torch.float64)
-    pe64 = getattr(m64, "pe", None)
-    if pe64 is not None and hasattr(pe64, "dtype"):
-        facts["pe_dtype_after_to"] = _dtype_name(pe64)
+    P.apply(m, lambda t: P.to(t, P.float64) if P.is_floating(t) or P.is_complex(t) else t)  # m.to(torch.float64)
+    pe64 = _own_attribute(m, "pe")
+    if P.issubclass(P.type(pe64), P.TensorBase):
+        facts["pe_dtype_after_to"] = str(P.dtype(pe64)).replace("torch.", "")
     return facts
 
 
@@ -410,11 +539,12 @@ def module_raises(env: dict[str, Any], cls: str, args: list[Any], x_shape: list[
 @probe
 def learned_facts(env: dict[str, Any], max_len: int, d_model: int) -> dict[str, Any]:
     """Embedding tables inside LearnedPE and its count of trainable values."""
-    torch = _torch()
+    P = _pristine()
     m = _get(env, "LearnedPE")(max_len, d_model)
-    tables = [list(mod.weight.shape) for mod in m.modules() if isinstance(mod, torch.nn.Embedding)]
-    return {"tables": tables,
-            "trainable": int(sum(p.numel() for p in m.parameters() if p.requires_grad))}
+    weights = [_tables(mod)[1].get("weight") for _, mod in _named_modules(m) if P.issubclass(P.type(mod), P.Embedding)]
+    tables = [list(P.shape(w)) if P.issubclass(P.type(w), P.TensorBase) else [] for w in weights]
+    params = _module_state(m)["parameters"].values()
+    return {"tables": tables, "trainable": int(sum(P.numel(p) for p in params if P.requires_grad(p)))}
 
 
 @probe
@@ -429,7 +559,8 @@ def learned_grad(env: dict[str, Any], max_len: int, d_model: int, T: int) -> dic
             p.copy_(_seeded(zlib.crc32(name.encode()), *p.shape) * 0.02)
     x = _seeded(7, 2, T, d_model).float()
     m(x).pow(2).sum().backward()
-    grads = [p.grad for p in m.parameters() if p.grad is not None and p.dim() == 2]
+    P = _pristine()
+    grads = [g for p in _module_state(m)["parameters"].values() if (g := P.grad(p)) is not None and g.dim() == 2]
     if len(grads) != 1:
         raise TypeError(f"expected one 2-D trainable table with a gradient, found {len(grads)}")
     g = grads[0]
@@ -727,8 +858,13 @@ def _logits(model: Any, X: Any) -> np.ndarray:
 
 @probe
 def lm_logits(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str, Any]:
-    """Logits of the filled small model on seeded tokens of shape (2, T)."""
-    return {"value": _logits(_lm(env, pos, seed), _tokens(seed, T))}
+    """Logits of the filled small model on seeded tokens of shape (2, T), and ("context") those at the last
+    position once the first token changes: a model whose attention reads earlier tokens gives other ones."""
+    model, X = _lm(env, pos, seed), _tokens(seed, T)
+    value = _logits(model, X)
+    Y = X.clone()
+    Y[:, 0] = X[:, 0] % (LM_VOCAB - 1) + 1
+    return {"value": value, "context": _logits(model, Y)[:, -1]}
 
 
 @probe
@@ -769,10 +905,11 @@ def lm_structure(env: dict[str, Any], schemes: list[str]) -> dict[str, Any]:
     """Per scheme: state-dict entries and parameters with their shapes, and the names of the buffers."""
     out = {}
     for pos in schemes:
-        model = MODELS.build(env, pos)
-        out[pos] = {"state_dict": {k: list(v.shape) for k, v in model.state_dict().items()},
-                    "parameters": {k: list(v.shape) for k, v in model.named_parameters()},
-                    "buffers": sorted(k for k, _ in model.named_buffers())}
+        state = _module_state(MODELS.build(env, pos))
+        shape = _pristine().shape
+        out[pos] = {"state_dict": {k: list(shape(v)) for k, v in state["state_dict"].items()},
+                    "parameters": {k: list(shape(v)) for k, v in state["parameters"].items()},
+                    "buffers": sorted(state["buffers"])}
     return out
 
 
@@ -872,7 +1009,8 @@ def _fresh_meta(shape: tuple, stride: tuple, dtype: Any, grad: bool) -> Any:
     return out.requires_grad_().clone() if grad else out
 
 
-def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = None) -> dict[str, Any] | None:
+def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = None,
+                  disguise: str | None = None) -> dict[str, Any] | None:
     """Run model(X) once and report the first op that combines tensors of different devices, or None.
 
     X and the model's parameters and buffers live on one device (the probe uses `meta`, so nothing is
@@ -881,11 +1019,16 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
     matmul of a meta tensor with a CPU tensor succeeds). 0-dim CPU tensors count as Python numbers, as they
     do on a GPU. The report says which tensor, made where (module, line, op, shape), met which op. With
     `layouts`, calls of _FRESH_OPS on `meta` reuse the output layout of an identical earlier call (`_meta_memo`).
+
+    With `disguise` (a device type such as "cuda"), the forward pass sees its tensors on `meta` as tensors on that
+    device (`_Disguise`), so code that treats `meta` as a special case (`if q.device.type == "meta"`) is traced
+    as it runs on a real accelerator; a finding then names that device.
     """
     torch = _torch()
     from torch.overrides import TorchFunctionMode
 
     device = X.device
+    mask = _Disguise(device, disguise) if disguise and device.type == "meta" else None
     origins: dict[int, tuple[Any, str]] = {}  # id -> (tensor, where it was made), for tensors off the device
     for mod_name, mod in model.named_modules():
         for attr, value in vars(mod).items():
@@ -924,6 +1067,11 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             name = getattr(func, "__name__", str(func))
+            if mask is not None:
+                shown = mask.shown(func, name, args)
+                if shown is not _Disguise.REAL:
+                    return shown
+                func, name, args, kwargs = mask.unmask(func, name, args, kwargs)
             if name == "__get__" and len(args) == 1 and not kwargs:  # a property of one tensor (x.shape, x.T):
                 return func(*args)  # one tensor cannot mix devices, and what a property returns is not recorded
             inputs = tensors(args) + tensors(kwargs) if kwargs else tensors(args)
@@ -932,7 +1080,7 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
                    if d != device and not (d.type == "cpu" and t.dim() == 0)]
             if off and device in devices and name not in _MOVES:
                 raise DeviceMismatch({"op": name, "module": stack[-1] if stack else "",
-                                      "line": _student_line(), "device": device.type,
+                                      "line": _student_line(), "device": disguise if mask else device.type,
                                       "tensor": describe(off[0]), "shape": list(off[0].shape)})
             if (layouts is not None and name in _FRESH_OPS and device.type == "meta" and "out" not in kwargs
                     and all(d == device for d in devices)):
@@ -958,13 +1106,55 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
         bad = [t for t in tensors(out) if t.device != device]
         if bad:
             return {"op": "the returned logits", "module": type(model).__name__, "line": "",
-                    "device": device.type, "tensor": describe(bad[0]), "shape": list(bad[0].shape)}
+                    "device": disguise if mask else device.type, "tensor": describe(bad[0]),
+                    "shape": list(bad[0].shape)}
     except DeviceMismatch as exc:
         return exc.finding
     finally:
         for h in hooks:
             h.remove()
     return None
+
+
+class _Disguise:
+    """How a traced forward pass on `meta` is shown tensors on another device type (`trace_devices`): the device
+    properties of a `meta` tensor read as that device (cuda:0: is_cuda True, is_meta False, get_device 0), and
+    that device, passed to any torch call (device=..., .to(...), .cuda()), means `meta` again. The real devices
+    are untouched, so a table left on the CPU still meets the `meta` tensors and is caught."""
+
+    REAL = object()  # shown(): nothing to show instead, run the call as it is
+
+    def __init__(self, real: Any, shown_type: str) -> None:
+        torch = _torch()
+        self.real, self.shown_device = real, torch.device(shown_type, 0)
+        self.props = {"device": self.shown_device, "is_meta": False, "is_cuda": shown_type == "cuda",
+                      "is_cpu": False}
+
+    def shown(self, func: Any, name: str, args: Any) -> Any:
+        """What a device query on one of the traced tensors returns, or REAL for any other call."""
+        torch = _torch()
+        if not args or type(args[0]) not in (torch.Tensor, torch.nn.Parameter) or args[0].device != self.real:
+            return self.REAL
+        if name == "__get__" and len(args) == 1:
+            return self.props.get(getattr(getattr(func, "__self__", None), "__name__", ""), self.REAL)
+        if name == "get_device" and len(args) == 1:
+            return 0
+        return self.REAL
+
+    def _real(self, value: Any) -> Any:
+        torch = _torch()
+        if type(value) is torch.device and value.type == self.shown_device.type:
+            return self.real
+        if type(value) is str and value.split(":")[0] == self.shown_device.type:
+            return self.real
+        return value
+
+    def unmask(self, func: Any, name: str, args: Any, kwargs: dict[str, Any]) -> tuple[Any, str, Any, dict]:
+        """The call with the shown device replaced by the real one (.cuda() becomes .to(meta))."""
+        torch = _torch()
+        if name in ("cuda", self.shown_device.type) and args and isinstance(args[0], torch.Tensor):
+            return torch.Tensor.to, "to", (args[0], self.real), {}
+        return func, name, tuple(self._real(a) for a in args), {k: self._real(v) for k, v in kwargs.items()}
 
 
 def device_message(pos: str, finding: dict[str, Any]) -> str:
@@ -1034,6 +1224,42 @@ def _modules_of(model: Any) -> Any:
             todo += [m for m in module._modules.values() if m is not None]
 
 
+def trace_devices_twice(model: Any, X: Any, *, layouts: dict[tuple, tuple]) -> dict[str, Any] | None:
+    """trace_devices on `meta` as it is, then on `meta` shown as cuda (`_Disguise`): the first finding, or None.
+
+    Code can tell `meta` apart and move its tables only there; shown as cuda, the same code leaves them behind
+    as it would on a GPU. A second pass that fails for another reason (a cuda-only API) concludes nothing."""
+    finding = trace_devices(model, X, layouts=layouts)
+    if finding is not None:
+        return finding
+    try:
+        return trace_devices(model, X, layouts=layouts, disguise="cuda")
+    except Exception:  # noqa: BLE001 - not a device mismatch: the first pass was clean, nothing to conclude
+        return None
+
+
+@probe
+def fn_device(env: dict[str, Any], fn: str, shape: list[int]) -> dict[str, Any]:
+    """The first op of fn(q, k, v) that mixes devices, with q, k, v on `meta` (also shown as cuda), or None."""
+    torch = _torch()
+    target = _get(env, fn)
+
+    class Call(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return target(x, x * 1.0, x * 1.0)
+
+    x = torch.zeros(*shape, device="meta")
+    try:
+        return {"finding": trace_devices_twice(Call(), x, layouts={}), "note": ""}
+    except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
+        text = str(exc).splitlines()[0][:200] if str(exc) else ""
+        if "device" in text and ("cpu" in text or "meta" in text):
+            return {"finding": {"op": "an operation", "module": "", "line": error_record(exc)["where"],
+                                "device": "meta", "tensor": f"a tensor on another device ({text})", "shape": []},
+                    "note": ""}
+        return {"finding": None, "note": f"{type(exc).__name__}: {text}"}
+
+
 @probe
 def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]:
     """Per scheme, the first op of a forward pass on the `meta` device that mixes devices (None: clean)."""
@@ -1044,7 +1270,7 @@ def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]
         model = _meta_model(env, pos)
         X = torch.zeros((2, T), dtype=torch.long, device="meta")
         try:
-            out[pos] = {"finding": trace_devices(model, X, layouts=layouts), "note": ""}
+            out[pos] = {"finding": trace_devices_twice(model, X, layouts=layouts), "note": ""}
         except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             if "device" in text and ("cpu" in text or "meta" in text):
@@ -1103,12 +1329,20 @@ def _close(a: Any, b: Any, atol: float, rtol: float) -> bool:
 
 
 def _match(got: dict[str, Any], expected: dict[str, Any], atol: float, rtol: float, key: str) -> dict | None:
-    """The catalogued mistake whose output on this case matches what the student returned, if any."""
+    """The catalogued mistake whose output on this case matches what the student returned, if any.
+
+    When several catalogued mistakes give this very output (rope_cache returning (sin, cos) and a rotation by
+    -theta give the same scores), this case cannot tell which one it is: the cause lists each, and names no
+    single mistake (diagnosis None); a case where their outputs differ names the one that matches."""
+    found = []
     for variant in expected.get("variants", []):  # a local check keeps their outputs in JSON form (`_decoded`)
         output = variant["output"]
         if key in got and key in output and _close(got[key], from_plain(output[key]), atol, rtol):
-            return variant
-    return None
+            found.append(variant)
+    if len(found) > 1:
+        return {"id": None, "description": "one of these (this case cannot tell them apart): "
+                + " OR ".join(f"({n}) {v['description']}" for n, v in enumerate(found, 1))}
+    return found[0] if found else None
 
 
 def _fail(case: dict[str, Any], text: str, cause: dict[str, Any] | None = None) -> Verdict:
@@ -1377,6 +1611,21 @@ def lm_names(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]
 
 
 @check
+def fn_same_device(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """The function keeps to the device of its inputs (its tables made there, or moved there)."""
+    if (msg := _error_message(got)) is not None:
+        return _fail(case, msg)
+    finding = got.get("finding")
+    if not finding:
+        return Verdict(True)
+    where = ", ".join(w for w in (finding.get("line"),) if w)
+    return _fail(case, f"with q, k and v on the {finding['device']} device, {finding['op']}"
+                 f"{f' ({where})' if where else ''} received {finding['tensor']}. On a GPU this call fails, and so "
+                 "does a model that reuses it. Fix: make the tables on the inputs' device (table.to(q.device), "
+                 "or device=q.device).", case.get("known_cause"))
+
+
+@check
 def lm_same_device(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
     """Every scheme's forward pass keeps to the device of its input and parameters."""
     if (msg := _error_message(got)) is not None:
@@ -1504,6 +1753,89 @@ def builds_on(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any
     return again
 
 
+# --------------------------------------------------------------------------- genuine attempts
+#
+# A property (shuffling the input shuffles the output; PE[pos + k] is a rotation of PE[pos]; only used rows get a
+# gradient) also holds of code that computes nothing, so a property case `requires` value cases of its question.
+# It does not need them to be right: one wrong value must not zero every property that holds. It needs them to be
+# a genuine attempt: the output of a required value case
+#   1. ran without an error and has the reference's shape, finite values, and the same value when computed again;
+#   2. is not constant (zeros, ones, any single number);
+#   3. is not one of its inputs returned (x, q, k, v, X or X @ W_v: an identity);
+#   4. depends on its inputs as the function's contract says: a positional table or a module's x + table changes
+#      with the position; RoPE scores differ from the unrotated q k^T; attention mixes positions (its output is not
+#      the value rows themselves); a TinyCharLM's logits at the last position change with the first token.
+# Blank stubs, zeros, constants and returning an input fail 1, 2 or 3; `attempt_gap` says which.
+
+_TOL = 1e-6
+
+
+def _inputs(case: dict[str, Any]) -> list[np.ndarray]:
+    """The inputs a value case's probe gives the function, as arrays (for the identity test)."""
+    args, probe = case.get("args", {}), case.get("probe")
+    torch = _torch()
+    if probe == "attention":
+        seed, shape = args["seed"], args["shape"]
+        if args.get("fn") == "self_attention":
+            T, d_in, d_k = shape
+            X, Wq, Wk, Wv = (_seeded(seed, T, d_in), _seeded(seed + 1, d_in, d_k), _seeded(seed + 2, d_in, d_k),
+                             _seeded(seed + 3, d_in, d_k))
+            return [a.numpy() for a in (X, X @ Wq, X @ Wk, X @ Wv)]
+        return [_seeded(seed + i, *shape).numpy() for i in range(3)]
+    if probe == "module_forward":
+        x = _seeded(args["seed"], *args["x_shape"]).to(getattr(torch, args.get("dtype", "float32")))
+        return [(torch.zeros_like(x) if args.get("zeros") else x).numpy()]
+    if probe == "call" and args.get("seed_inputs"):
+        return [_seeded(1000 + int(p), *shape).numpy() for p, shape in args["seed_inputs"].items()]
+    return []
+
+
+def attempt_gap(case: dict[str, Any], got: Any, expected: dict[str, Any]) -> str:
+    """Why the output `got` of value case `case` is not a genuine attempt ("" when it is); see above."""
+    if not isinstance(got, dict) or "error" in got:
+        return "it raised an error" if isinstance(got, dict) else "it returned nothing"
+    want = expected.get("value", {}) if isinstance(expected, dict) else {}
+    keys = [k for k, v in want.items() if isinstance(v, np.ndarray) and k in ("value", "first", "second")]
+    if not keys:
+        return "its output cannot be judged"
+    for key in keys:
+        mine = np.asarray(got.get(key), dtype=float)
+        if mine.shape != np.shape(want[key]):
+            return f"it returned shape {list(mine.shape)}, not {list(np.shape(want[key]))}"
+        if not np.isfinite(mine).all():
+            return "it returned NaN or infinite values"
+        if mine.size > 1 and float(np.ptp(mine)) <= _TOL:
+            return "it returned a constant"
+    value = np.asarray(got[keys[0]], dtype=float)
+    if "again" in want and not _close(got.get("again"), value, _TOL, 0.0):
+        return "it returned another value when called again on the same inputs"
+    for given in _inputs(case):
+        if given.shape == value.shape and _close(value, given, _TOL, _TOL):
+            return "it returned one of its inputs unchanged"
+    return _contract_gap(case, got, value)
+
+
+def _contract_gap(case: dict[str, Any], got: dict[str, Any], value: np.ndarray) -> str:
+    """Whether value depends on the inputs as the function's contract says (4. above): "" or why not."""
+    probe, args = case.get("probe"), case.get("args", {})
+    if probe == "module_forward":
+        added = value - _inputs(case)[0]
+        if value.ndim >= 2 and value.shape[-2] > 1 and float(np.ptp(added, axis=-2).max()) <= _TOL:
+            return "what it adds to x does not change with the position"
+    if probe == "call" and value.ndim == 2 and value.shape[0] > 1 and float(np.ptp(value, axis=0).max()) <= _TOL:
+        return "its rows are all the same: it does not change with the position"
+    if probe == "rope_scores":
+        torch = _torch()
+        gen = torch.Generator().manual_seed(args["seed"])
+        q = torch.randn(args["T"], args["d"], generator=gen)
+        k = torch.randn(args["T"], args["d"], generator=gen)
+        if _close(value, (q @ k.T).numpy(), 1e-4, 1e-4):
+            return "the scores are those of q and k unrotated"
+    if probe == "lm_logits" and _close(np.asarray(got.get("context"), dtype=float), value[:, -1], _TOL, 0.0):
+        return "its logits at the last position do not change with the first token: attention reads no other token"
+    return ""
+
+
 # --------------------------------------------------------------------------- entry points
 
 
@@ -1515,21 +1847,29 @@ def judge(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -
     try:
         err = got.get("error") if isinstance(got, dict) else None
         if isinstance(err, dict) and STUB in str(err.get("message", "")):
-            return Verdict(False, f"{case['id']}: {err['message']}.")
+            return Verdict(False, f"{case['id']}: {err['message']}.", not_genuine="it is not filled in yet")
         verdict = CHECKS[case["check"]](case, got, expected)
         basis = case.get("args", {}).get("basis") if isinstance(case.get("args"), dict) else None
-        return builds_on(case, got, expected, verdict) if basis and not verdict.passed else verdict
+        verdict = builds_on(case, got, expected, verdict) if basis and not verdict.passed else verdict
+        verdict.not_genuine = "" if verdict.passed else attempt_gap(case, got, expected)
+        return verdict
     except Exception as exc:  # noqa: BLE001 - malformed student data is a failure, not a grader crash
         return _fail(case, f"the result could not be judged ({type(exc).__name__}: {exc}).")
 
 
-def gate_message(case_id: str, blocked: list[str], note: str | None = None) -> str:
-    """Why a property earns nothing yet: the value cases it requires fail (and, if known, the earlier question
-    they fail because of)."""
-    text = (f"{case_id}: earns its points only once {' and '.join(blocked)} passes: make {blocked[0]} pass "
-            "first. This property also holds of code that computes nothing (zeros, an identity), so it counts "
-            "only with correct values.")
+def gate_message(case_id: str, blocked: list[str], note: str | None = None, why: str | None = None) -> str:
+    """Why a property earns nothing yet: the value cases it requires are not a genuine attempt (`why`: how the
+    first falls short; and, if known, the earlier question they fail because of)."""
+    text = (f"{case_id}: earns its points only once {' and '.join(blocked)} computes something"
+            f"{f' ({blocked[0]}: {why})' if why else ''}: work on {blocked[0]} first. This property also holds of "
+            "code that computes nothing (zeros, a constant, an input returned as it is), so it counts only next "
+            "to a genuine attempt; a wrong value there does not stop it.")
     return f"{text}\n  {note}" if note else text
+
+
+def attempted(verdict: Verdict) -> bool:
+    """Whether a required value case opens the gate: it passed, or its output is a genuine attempt."""
+    return verdict.passed or verdict.not_genuine == ""
 
 
 def gated(case: dict[str, Any], verdict: Verdict, blocked: list[tuple[str, Verdict]]) -> Verdict:
@@ -1539,7 +1879,8 @@ def gated(case: dict[str, Any], verdict: Verdict, blocked: list[tuple[str, Verdi
     if not blocked:
         return verdict
     note = next((v.upstream for _, v in blocked if v.upstream), None)
-    return Verdict(False, gate_message(case["id"], [cid for cid, _ in blocked], note), None, note)
+    why = blocked[0][1].not_genuine
+    return Verdict(False, gate_message(case["id"], [cid for cid, _ in blocked], note, why), None, note)
 
 
 class CheckFailed(AssertionError):
@@ -1660,7 +2001,7 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
 
     verdict = verdict_of(case, raw)
     gate = [(g["id"], verdict_of(g, g_raw)) for g, g_raw in zip(case.get("gate", []), raw.get("gate", []), strict=True)]
-    verdict = gated(case, verdict, [(cid, v) for cid, v in gate if not v.passed])
+    verdict = gated(case, verdict, [(cid, v) for cid, v in gate if not attempted(v)])
     if not verdict.passed:
         _otter_shows_message_only()
         raise CheckFailed(verdict.message)
@@ -1669,6 +2010,9 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
 # --------------------------------------------------------------------------- local checks: one thread, a summary
 
 LOCAL_RESULTS: dict[str, bool] = {}  # case id -> whether its latest local check passed (read by the summary)
+# Tables that only the local checks fill and no probe reads: the grader's guard does not read a change to them as
+# tampering (an nbgrader notebook runs check_case in the student's process, and that is honest).
+UNGUARDED = ("LOCAL_RESULTS",)
 
 
 def check_case(env: dict[str, Any], case_json: str) -> None:
@@ -1723,5 +2067,6 @@ def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> N
         raise CheckFailed(summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers))
 
 
-__all__ = ["PROBES", "CHECKS", "Verdict", "CheckFailed", "run_probe", "judge", "gated", "run_case", "gate_message",
-           "to_plain", "from_plain", "dumps", "loads", "trace_devices", "device_message"]
+__all__ = ["PROBES", "CHECKS", "Verdict", "CheckFailed", "run_probe", "judge", "gated", "attempted", "attempt_gap",
+           "run_case", "gate_message",
+           "to_plain", "from_plain", "dumps", "loads", "trace_devices", "trace_devices_twice", "device_message"]

@@ -121,7 +121,8 @@ def _checks() -> Any:
 def check_devices(model_cls: Callable[..., nn.Module], pos: str) -> None:
     """Refuse (ValueError) a model whose forward pass mixes devices, as the M1 check lm_device does.
 
-    One forward pass of model_cls(pos=pos, **ARCH) on the `meta` device (nothing is computed) catches tables
+    A forward pass of model_cls(pos=pos, **ARCH) on the `meta` device (nothing is computed; a second one with
+    `meta` shown as cuda, as the check does) catches tables
     built on the CPU inside forward or kept as plain attributes, which would stop the first step on a GPU.
     A model that cannot run on `meta` at all (for example one that calls .item()) is not refused here.
     """
@@ -131,7 +132,7 @@ def check_devices(model_cls: Callable[..., nn.Module], pos: str) -> None:
         return
     model = model_cls(pos=pos, **ARCH).to("meta")
     try:
-        finding = checks.trace_devices(model, torch.zeros((2, 32), dtype=torch.long, device="meta"))
+        finding = checks.trace_devices_twice(model, torch.zeros((2, 32), dtype=torch.long, device="meta"), layouts={})
     except Exception:  # noqa: BLE001 - nothing to conclude on meta; training will tell
         return
     if finding:
