@@ -755,7 +755,9 @@ def write_samples(template: Path, dest: Path, *, answers: dict[str, str], lesson
 
 # --------------------------------------------------------------------------- Gradescope bundle
 
-BUNDLE_FILES = ("pyproject.toml", "grading_config.yaml", "README.md")
+BUNDLE_FILES = ("pyproject.toml", "grading_config.yaml")
+# Never in the bundle: documentation and what only the repository's own tests use (the mutation suite's variants).
+BUNDLE_SKIP = ("README.md", "variants.py")
 BUNDLE_DIRS = ("autograder", "reference", "assignments")
 
 # Gradescope: setup.sh builds this virtual environment once, when Gradescope builds the image; run_autograder
@@ -859,6 +861,7 @@ def gradescope_bundle(dest: Path, *, lesson: Lesson | None = None, config_path: 
         for folder in BUNDLE_DIRS:
             root = ROOT if folder == "autograder" else lesson.root
             for path in sorted((root / folder).rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts and lesson.checkpoint_dir not in path.parents:
+                if (path.is_file() and "__pycache__" not in path.parts and lesson.checkpoint_dir not in path.parents
+                        and path.name not in BUNDLE_SKIP):
                     add(zf, path, f"{name}/{path.relative_to(root)}")
     return dest

@@ -484,3 +484,16 @@ def test_cli_help_lists_every_verb_and_shows_defaults(capsys: pytest.CaptureFixt
             if not flat.startswith("-h, --help"):
                 assert "default:" in flat, f"{verb}: {flat}"
         assert "--config" in text, verb
+
+
+def test_gradescope_bundle_carries_only_what_grading_needs(tmp_path: Path) -> None:
+    """The zip holds the engine, the lesson and the reference, never the README or the mutation suite's variants
+    (#21): what Gradescope runs is all it gets."""
+    import zipfile
+
+    from autograder.build import gradescope_bundle
+
+    names = set(zipfile.ZipFile(gradescope_bundle(tmp_path / "autograder.zip")).namelist())
+    assert {"run_autograder", "setup.sh", "lesson83/autograder/cli.py", "lesson83/reference/lesson83.py",
+            "lesson83/assignments/lesson83/lesson83_checks.py", "lesson83/grading_config.yaml"} <= names
+    assert [n for n in names if n.endswith(("README.md", "variants.py"))] == []
