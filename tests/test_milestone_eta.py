@@ -1,16 +1,21 @@
-"""The milestone's progress line: its time left is within 25% of the real remaining time once a tenth of the
-steps are done, on a fake clock that the model's own forward passes advance (no timing, no sleeping)."""
+"""The milestone's time, promised and estimated: the notebook's time for the quick preset comes from the measured
+figures file, and the progress line's time left is within 25% of the real remaining time once a tenth of the
+steps are done (on a fake clock that the model's own forward passes advance: no timing, no sleeping)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
+from autograder import content
 from autograder import milestone as ms
+from autograder.config import ROOT, load_config
 
 lm = ms.LESSON.trainer  # lesson83_milestone
 TOLERANCE = 0.25
@@ -145,3 +150,44 @@ def test_pace_leaves_out_the_warm_up_and_follows_the_recent_half() -> None:
     assert pace.per_step() == pytest.approx((30 * 1.0 + 2 * 30 * 2.0) / 90)  # 90 of the 150 measured steps
     pace.start(40)  # a short run: its warm-up is at most a twentieth of it
     assert pace.skip == 2
+
+
+# --------------------------------------------------------------------------- the promised time
+
+
+FIGURES = ROOT / "benchmarks" / "figures" / "lesson83_milestone_time.json"
+
+
+def quick_preset_text(figures: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The notebook's milestone text where it describes the quick preset, rendered with these figures."""
+    monkeypatch.setattr(content, "milestone_time", lambda config: figures)
+    m1 = next(q for q in content.load_questions(load_config()) if q.id == "m1_tinycharlm")
+    return next(c.source for c in m1.cells if c.kind == "markdown" and '**`"quick"`**' in c.source)
+
+
+def test_the_notebook_gives_the_measured_range_for_both_attentions(monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = {"cores": 2, "loads": [0, 2], "minutes": {"fused": [4.6, 9.2], "explicit": [13.1, 27.05]}}
+    text = quick_preset_text(figures, monkeypatch)
+    assert "On 2 cores it takes about 4–10 minutes with `scaled_dot_product_attention` and about 13–28 minutes " \
+           "with an explicit softmax" in text, text
+    assert "2 other busy programs" in text and "five minutes" not in text, text
+    unmeasured = quick_preset_text(None, monkeypatch)  # no figures: no time promised at all
+    assert "minutes" not in unmeasured.split('**`"quick"`**')[1].split("\n")[0], unmeasured
+
+
+def test_committed_figures_measure_the_current_quick_preset() -> None:
+    """Changing the quick preset (or the schemes) without measuring it again fails here: run
+    `python -m benchmarks.milestone_time --write` and regenerate the release."""
+    figures = json.loads(FIGURES.read_text())
+    quick = lm.PRESETS["quick"]
+    assert figures["preset"] == {k: quick[k] for k in ("steps", "batch_size", "context", "eval_windows")}
+    assert figures["schemes"] == list(lm.SCHEMES) and figures["cores"] == 2 and figures["loads"] == [0, 2]
+    for attention in ("fused", "explicit"):
+        quiet, busy = figures["minutes"][attention]
+        assert 0 < quiet <= busy, figures["minutes"]
+        rows = [r for r in figures["rows"] if r["attention"] == attention]
+        assert [r["load"] for r in rows] == [0, 2]
+        for row in rows:  # the projection is the per-step times and evaluations it lists
+            total = sum(quick["steps"] * row["step_s"][p] + row["eval_s"][p] for p in lm.SCHEMES)
+            assert total == pytest.approx(row["total_s"])
+        assert [r["total_s"] / 60 for r in rows] == pytest.approx([quiet, busy])
