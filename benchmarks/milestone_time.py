@@ -11,7 +11,9 @@ each on a quiet machine and under load (busy-loop processes beside it, as benchm
 scheme trains through the trainer's own train() for --warmup untimed steps and --steps timed ones (the per-step
 time of the quick preset's steps is their mean), and one evaluation of --eval-windows windows is timed after an
 untimed pass; the projected total is, over the five schemes, preset steps x mean step time + the evaluation
-scaled to the preset's windows (model set-up, under a second a scheme, is left out).
+scaled to the preset's windows (model set-up, under a second a scheme, is left out). Beside it, the same
+projection of this process's CPU seconds divided by the cores: on a machine shared with other jobs the wall
+time counts their work too, and this column is what an idle machine would need at best.
 
     python -m benchmarks.milestone_time              # about 4 minutes on a quiet 2-core machine
     python -m benchmarks.milestone_time --write      # also writes benchmarks/figures/lesson83_milestone_time.json
@@ -82,18 +84,27 @@ def same_logits(pos: str) -> float:
 
 
 def measure(model_cls: type[nn.Module], pos: str, *, warmup: int, steps: int, eval_windows: int,
-            preset: dict[str, Any]) -> tuple[float, float]:
-    """(mean seconds of a timed training step, seconds of one evaluation at the preset's windows)."""
-    pace = lm.Pace()
+            preset: dict[str, Any]) -> tuple[float, float, float]:
+    """(mean seconds of a timed training step, seconds of one evaluation at the preset's windows, and the CPU
+    seconds of this process for both: on a shared machine the wall time also counts the others' work)."""
+    cpu: list[float] = []
+
+    def clock() -> float:  # the pace's clock, noting this process's CPU time at every mark (one a step)
+        cpu.append(time.process_time())
+        return time.perf_counter()
+
+    pace = lm.Pace(clock=clock)
     model, _ = lm.train(model_cls, pos, steps=warmup + steps, batch_size=preset["batch_size"],
                         context=preset["context"], lr=preset["lr"], seed=preset["seed"], device="cpu",
                         progress=False, report_every=1, pace=pace)
     per_step = [seconds for _, seconds in pace.early + pace.measured][warmup:]  # one interval a step
+    cpu_step = (cpu[warmup + steps] - cpu[warmup]) / steps  # cpu[0] at the start, cpu[k] after step k
     lm.evaluate_ppl(model, max_windows=min(eval_windows, 16))  # untimed: the first passes are slow
-    began = time.perf_counter()
+    began, began_cpu = time.perf_counter(), time.process_time()
     lm.evaluate_ppl(model, max_windows=eval_windows)
     scale = len(lm.val_starts(max_windows=preset["eval_windows"])) / len(lm.val_starts(max_windows=eval_windows))
-    return sum(per_step) / len(per_step), (time.perf_counter() - began) * scale
+    cpu_total = preset["steps"] * cpu_step + (time.process_time() - began_cpu) * scale
+    return sum(per_step) / len(per_step), (time.perf_counter() - began) * scale, cpu_total
 
 
 def run(*, loads: Sequence[int], schemes: Sequence[str], warmup: int, steps: int, eval_windows: int,
@@ -107,13 +118,14 @@ def run(*, loads: Sequence[int], schemes: Sequence[str], warmup: int, steps: int
             time.sleep(0.5 if load else 0.0)  # let the load processes start spinning
             before = os.getloadavg()[0]
             for attention, model_cls in ATTENTIONS.items():
-                step_s, eval_s = {}, {}
+                step_s, eval_s, cpu_s = {}, {}, {}
                 for pos in schemes:
-                    step_s[pos], eval_s[pos] = measure(model_cls, pos, warmup=warmup, steps=steps,
-                                                       eval_windows=eval_windows, preset=preset)
+                    step_s[pos], eval_s[pos], cpu_s[pos] = measure(model_cls, pos, warmup=warmup, steps=steps,
+                                                                   eval_windows=eval_windows, preset=preset)
                 total = sum(preset["steps"] * step_s[p] + eval_s[p] for p in schemes)
                 rows.append({"load": load, "attention": attention, "step_s": step_s, "eval_s": eval_s,
-                             "total_s": total, "load_average": [before, os.getloadavg()[0]]})
+                             "total_s": total, "cpu_s": sum(cpu_s.values()),
+                             "load_average": [before, os.getloadavg()[0]]})
                 say(row_line(rows[-1], schemes))
         finally:
             stop_load(procs)
@@ -126,7 +138,7 @@ def condition(load: int) -> str:
 
 def header(schemes: Sequence[str]) -> str:
     return (f"{'condition':<10} {'attention':<18} " + " ".join(f"{p:>10}" for p in schemes)
-            + " | mean ms | eval s | projected total | load avg")
+            + " | mean ms | eval s | projected total | CPU-s / cores | load avg")
 
 
 def row_line(row: dict[str, Any], schemes: Sequence[str]) -> str:
@@ -134,7 +146,8 @@ def row_line(row: dict[str, Any], schemes: Sequence[str]) -> str:
     return (f"{condition(row['load']):<10} {LABELS[row['attention']]:<18} "
             + " ".join(f"{1000 * row['step_s'][p]:10.1f}" for p in schemes)
             + f" | {1000 * mean:7.1f} | {sum(row['eval_s'].values()):6.1f} | {row['total_s'] / 60:9.1f} min"
-            + f"   | {row['load_average'][0]:.1f}-{row['load_average'][1]:.1f}")
+            + f"   | {row['cpu_s'] / torch.get_num_threads() / 60:9.1f} min | "
+            + f"{row['load_average'][0]:.1f}-{row['load_average'][1]:.1f}")
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -193,7 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(f"measured: {args.steps} training steps per scheme after {args.warmup} warm-up steps, and "
         f"{args.eval_windows} evaluation windows, extrapolated; load average before: "
         + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    say("per-step ms of each scheme, the evaluations of all schemes (s) and the projected total:")
+    say("per-step ms of each scheme, the evaluations of all schemes (s), the projected total and its CPU seconds "
+        "divided by the cores (what an idle machine would need at best):")
     say(header(args.schemes))
     rows = run(loads=args.loads, schemes=args.schemes, warmup=args.warmup, steps=args.steps,
                eval_windows=args.eval_windows, say=say)

@@ -110,10 +110,11 @@ def test_milestone_time_smoke(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    assert re.search(r"^condition\s+attention\s+none \| mean ms \| eval s \| projected total \| load avg$", out, re.M)
+    assert re.search(r"^condition\s+attention\s+none \| mean ms \| eval s \| projected total \| CPU-s / cores \| "
+                     r"load avg$", out, re.M), out
     for condition in ("quiet", "load 1"):
         for attention in ("fused \\(reference\\)", "explicit softmax"):
-            row = rf"^{condition}\s+{attention}\s+[\d.]+ \|\s+[\d.]+ \|\s+[\d.]+ \|\s+[\d.]+ min"
+            row = rf"^{condition}\s+{attention}\s+[\d.]+ \|\s+[\d.]+ \|\s+[\d.]+ \|\s+[\d.]+ min\s+\|\s+[\d.]+ min"
             assert re.search(row, out, re.M), out
     assert re.search(r"^ratios, explicit softmax / fused: quiet [\d.]+x, load 1 [\d.]+x; load 1 / quiet: ", out, re.M)
     assert re.search(r"^quick preset on \d cores, quiet to load 1: fused \(reference\) [\d.]+-[\d.]+ min, explicit "
