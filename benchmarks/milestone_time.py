@@ -15,7 +15,7 @@ scaled to the preset's windows (model set-up, under a second a scheme, is left o
 projection of this process's CPU seconds divided by the cores: on a machine shared with other jobs the wall
 time counts their work too, and this column is what an idle machine would need at best.
 
-    python -m benchmarks.milestone_time              # about 4 minutes on a quiet 2-core machine
+    python -m benchmarks.milestone_time              # sized to finish within 6 minutes on a quiet 2-core machine
     python -m benchmarks.milestone_time --write      # also writes benchmarks/figures/lesson83_milestone_time.json
                                                      # and .txt, which the notebook's milestone text is rendered from
     python -m benchmarks.milestone_time --steps 2 --warmup 1 --eval-windows 2 --schemes rope   # a smoke run

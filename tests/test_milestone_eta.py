@@ -178,6 +178,9 @@ def test_the_notebook_gives_the_measured_range_for_both_attentions(monkeypatch: 
 def test_committed_figures_measure_the_current_quick_preset() -> None:
     """Changing the quick preset (or the schemes) without measuring it again fails here: run
     `python -m benchmarks.milestone_time --write` and regenerate the release."""
+    if not FIGURES.is_file():  # the notebook then promises no time at all (test above)
+        pytest.skip(f"{FIGURES.name} not written yet: run `python -m benchmarks.milestone_time --write` on a quiet "
+                    "2-core machine and regenerate the release")
     figures = json.loads(FIGURES.read_text())
     quick = lm.PRESETS["quick"]
     assert figures["preset"] == {k: quick[k] for k in ("steps", "batch_size", "context", "eval_windows")}
