@@ -12,7 +12,7 @@ scheme trains through the trainer's own train() for --warmup untimed steps and -
 time of the quick preset's steps is their mean), and one evaluation of --eval-windows windows is timed after an
 untimed pass; the projected total is, over the five schemes, preset steps x mean step time + the evaluation
 scaled to the preset's windows (model set-up, under a second a scheme, is left out). Beside it, the same
-projection of this process's CPU seconds divided by the cores: on a machine shared with other jobs the wall
+projection of this process's CPU seconds divided by the torch threads: on a machine shared with other jobs the wall
 time counts their work too, and this column is what an idle machine would need at best.
 
     python -m benchmarks.milestone_time              # sized to finish within 6 minutes on a quiet 2-core machine
@@ -138,7 +138,7 @@ def condition(load: int) -> str:
 
 def header(schemes: Sequence[str]) -> str:
     return (f"{'condition':<10} {'attention':<18} " + " ".join(f"{p:>10}" for p in schemes)
-            + " | mean ms | eval s | projected total | CPU-s / cores | load avg")
+            + " | mean ms | eval s | projected total | CPU-s / threads | load avg")
 
 
 def row_line(row: dict[str, Any], schemes: Sequence[str]) -> str:
@@ -183,12 +183,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--schemes", nargs="+", default=list(lm.SCHEMES), choices=lm.SCHEMES)
     parser.add_argument("--loads", nargs="+", type=int, default=[0, 2],
                         help="busy-loop processes beside the run, one condition each (0: quiet)")
-    parser.add_argument("--cores", type=int, default=2, help="CPUs to run on; torch uses as many threads")
+    parser.add_argument("--cores", type=int, default=2, help="CPUs to run on")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: one per CPU, as a "
+                        "notebook's torch does)")
     parser.add_argument("--write", action="store_true", help=f"write {NAME}.json and .txt into --figures")
     parser.add_argument("--figures", type=Path, default=FIGURES, help="folder for --write")
     args = parser.parse_args(argv)
     chosen = pin(args.cores)
-    torch.set_num_threads(len(chosen))
+    torch.set_num_threads(args.threads or len(chosen))
     for pos in args.schemes:
         assert same_logits(pos) < 1e-4, f"{pos}: the two attentions disagree"
     preset = lm.PRESETS["quick"]
@@ -201,13 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.perf_counter()
     say(f"quick preset: {len(args.schemes)} scheme(s) x {preset['steps']} steps of batch {preset['batch_size']}, "
         f"context {preset['context']}, and an evaluation of {preset['eval_windows']} windows each; CPUs "
-        f"{','.join(map(str, chosen))} of {os.cpu_count()}, {len(chosen)} torch threads, torch {torch.__version__}, "
+        f"{','.join(map(str, chosen))} of {os.cpu_count()}, {torch.get_num_threads()} torch threads, "
+        f"torch {torch.__version__}, "
         f"python {platform.python_version()}")
     say(f"measured: {args.steps} training steps per scheme after {args.warmup} warm-up steps, and "
         f"{args.eval_windows} evaluation windows, extrapolated; load average before: "
         + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     say("per-step ms of each scheme, the evaluations of all schemes (s), the projected total and its CPU seconds "
-        "divided by the cores (what an idle machine would need at best):")
+        "divided by the torch threads (what an idle machine would need at best):")
     say(header(args.schemes))
     rows = run(loads=args.loads, schemes=args.schemes, warmup=args.warmup, steps=args.steps,
                eval_windows=args.eval_windows, say=say)

@@ -110,7 +110,7 @@ def test_milestone_time_smoke(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    assert re.search(r"^condition\s+attention\s+none \| mean ms \| eval s \| projected total \| CPU-s / cores \| "
+    assert re.search(r"^condition\s+attention\s+none \| mean ms \| eval s \| projected total \| CPU-s / threads \| "
                      r"load avg$", out, re.M), out
     for condition in ("quiet", "load 1"):
         for attention in ("fused \\(reference\\)", "explicit softmax"):
