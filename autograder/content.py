@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import math
 import random
 import re
@@ -172,16 +173,25 @@ def milestone_bounds(config: GradingConfig) -> str:
     return table(header, rows)
 
 
+def milestone_time(config: GradingConfig) -> dict[str, Any] | None:
+    """The measured training time of the milestone, or None where the course has not measured it: the course's
+    benchmarks/figures/NAME_milestone_time.json (written by its benchmark, so no time is typed into a text)."""
+    path = config.lesson.root / "benchmarks" / "figures" / f"{config.lesson.name}_milestone_time.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def _milestone_names(config: GradingConfig) -> dict[str, Any]:
-    """Template names of a lesson with a milestone trainer: `lm`, the trainer, and `milestone_bounds`."""
+    """Template names of a lesson with a milestone trainer: `lm`, the trainer, `milestone_bounds` and
+    `milestone_time` (the measured time, or None)."""
     if config.lesson.trainer_file is None:
         return {}
-    return {"lm": config.lesson.trainer, "milestone_bounds": milestone_bounds(config)}
+    return {"lm": config.lesson.trainer, "milestone_bounds": milestone_bounds(config),
+            "milestone_time": milestone_time(config)}
 
 
 def _render(text: str, path: Path, qid: str, config: GradingConfig) -> str:
     """Render a question's text: `ref` is the lesson's reference module, `checks` its checks module, `grading`
-    the config; `lm` and `milestone_bounds` exist when the lesson has a milestone trainer."""
+    the config; `lm`, `milestone_bounds` and `milestone_time` exist when the lesson has a milestone trainer."""
     import torch
 
     lesson = config.lesson

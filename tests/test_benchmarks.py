@@ -1,10 +1,11 @@
 """Smoke tests of the benchmarks: grading_throughput.py (a tiny run on the sample class prints its figures and
-ratio), check_speed.py (one timed grader.check per question prints a row per question), checkpoint_verify.py and
-release_time.py (a one-question release, stage by stage)."""
+ratio), check_speed.py (one timed grader.check per question prints a row per question), checkpoint_verify.py,
+release_time.py (a one-question release, stage by stage) and milestone_time.py (the quick preset's projection)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -106,3 +107,26 @@ def test_release_time_table_prints_the_ratio_of_our_part() -> None:
     assert re.search(r"^ours\s+\| total\s+\|\s+6.00 \|\s+6.00 \|\s+18.00 \|\s+17.00$", out, re.M), out
     assert "ratio old (abc123) / new: ours 3.00x (cpu 2.83x), external tools 1.00x, build 1.33x" in out, out
     assert "ours is 17% of the build's 36.00 s" in out, out
+
+
+def test_milestone_time_smoke(tmp_path: Path) -> None:
+    """Two steps of one scheme, quiet and beside one busy loop, for both attentions: the table, the ratios, the
+    projected range and the figures file the notebook is rendered from."""
+    cmd = [sys.executable, "-m", "benchmarks.milestone_time", "--steps", "2", "--warmup", "1", "--eval-windows", "2",
+           "--schemes", "none", "--loads", "0", "1", "--write", "--figures", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert re.search(r"^condition\s+attention\s+none \| mean ms \| eval s \| projected total \| CPU-s / threads \| "
+                     r"load avg$", out, re.M), out
+    for condition in ("quiet", "load 1"):
+        for attention in ("fused \\(reference\\)", "explicit softmax"):
+            row = rf"^{condition}\s+{attention}\s+[\d.]+ \|\s+[\d.]+ \|\s+[\d.]+ \|\s+[\d.]+ min\s+\|\s+[\d.]+ min"
+            assert re.search(row, out, re.M), out
+    assert re.search(r"^ratios, explicit softmax / fused: quiet [\d.]+x, load 1 [\d.]+x; load 1 / quiet: ", out, re.M)
+    assert re.search(r"^quick preset on \d cores, quiet to load 1: fused \(reference\) [\d.]+-[\d.]+ min, explicit "
+                     r"softmax [\d.]+-[\d.]+ min$", out, re.M), out
+    figures = json.loads((tmp_path / "lesson83_milestone_time.json").read_text())
+    assert figures["loads"] == [0, 1] and figures["schemes"] == ["none"] and figures["measured"]["steps"] == 2
+    assert set(figures["minutes"]) == {"fused", "explicit"} and figures["preset"]["steps"] == 1000
+    assert (tmp_path / "lesson83_milestone_time.txt").read_text().splitlines()[1:] == out.splitlines()[:-1]

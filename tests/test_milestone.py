@@ -578,10 +578,10 @@ def test_progress_names_the_scheme_and_the_time_left(monkeypatch: pytest.MonkeyP
 
 
 def test_time_left_counts_the_later_schemes_and_evaluations() -> None:
-    # 100 of 1000 steps in 10 s, scheme 2 of 5: 900 more steps here and 3 x 1000 in the later schemes.
-    assert lm.time_left(done=100, steps=1000, seconds=10.0, stage=(2, 5)) == pytest.approx(390.0)
-    assert lm.time_left(done=1000, steps=1000, seconds=60.0, stage=(5, 5), later_s=7.5) == pytest.approx(7.5)
-    assert lm.time_left(done=500, steps=1000, seconds=50.0) == pytest.approx(50.0)
+    # 100 of 1000 steps done at 0.1 s a step, scheme 2 of 5: 900 more steps here and 3 x 1000 in the later schemes.
+    assert lm.time_left(done=100, steps=1000, per_step=0.1, stage=(2, 5)) == pytest.approx(390.0)
+    assert lm.time_left(done=1000, steps=1000, per_step=0.06, stage=(5, 5), later_s=7.5) == pytest.approx(7.5)
+    assert lm.time_left(done=500, steps=1000, per_step=0.1) == pytest.approx(50.0)
     assert [lm.duration(s) for s in (0.4, 59, 390, 3725)] == ["0 s", "59 s", "6 min 30 s", "1 h 02 min"]
 
 
