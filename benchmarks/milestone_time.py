@@ -184,13 +184,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--loads", nargs="+", type=int, default=[0, 2],
                         help="busy-loop processes beside the run, one condition each (0: quiet)")
     parser.add_argument("--cores", type=int, default=2, help="CPUs to run on")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: one per CPU, as a "
-                        "notebook's torch does)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: as the trainer "
+                        "chooses on a CPU, lesson83_milestone.cpu_threads(): one fewer than the CPUs, at least one)")
     parser.add_argument("--write", action="store_true", help=f"write {NAME}.json and .txt into --figures")
     parser.add_argument("--figures", type=Path, default=FIGURES, help="folder for --write")
     args = parser.parse_args(argv)
     chosen = pin(args.cores)
-    torch.set_num_threads(args.threads or len(chosen))
+    torch.set_num_threads(args.threads or lm.cpu_threads())
     for pos in args.schemes:
         assert same_logits(pos) < 1e-4, f"{pos}: the two attentions disagree"
     preset = lm.PRESETS["quick"]

@@ -106,6 +106,29 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def cpu_threads() -> int:
+    """Torch threads for training on the CPU: one fewer than the CPUs this process may use, at least one. With a
+    thread per CPU, torch's threads wait on each other whenever anything else runs (the notebook's browser, a
+    second kernel): on 2 busy cores the quick preset then took 31-71 minutes against 7-8 with one thread
+    (benchmarks/figures/lesson83_milestone_time.txt)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(torch.get_num_threads(), usable - 1))
+
+
+class _Threads:
+    """Run a block with `n` torch threads (None: as it is), the caller's setting restored afterwards."""
+
+    def __init__(self, n: int | None) -> None:
+        self.n, self.before = n, torch.get_num_threads()
+
+    def __enter__(self) -> None:
+        if self.n is not None:
+            torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc: object) -> None:
+        torch.set_num_threads(self.before)
+
+
 def _checks() -> Any:
     """The shipped checks module: inside the lesson83 package, or next to this file in the student folder."""
     import importlib
@@ -418,6 +441,15 @@ def run_milestone(model_cls: Callable[..., nn.Module], preset: str = "quick", *,
     cfg = PRESETS[preset]
     for pos in schemes:
         check_devices(model_cls, pos)
+    on_cpu = torch.device(device or default_device()).type == "cpu"
+    with _Threads(cpu_threads() if on_cpu else None):
+        return _run_milestone(model_cls, cfg, schemes=schemes, device=device, progress=progress,
+                              precision=precision, graph=graph, clock=clock)
+
+
+def _run_milestone(model_cls: Callable[..., nn.Module], cfg: Mapping[str, Any], *, schemes: Sequence[str],
+                   device: str | torch.device | None, progress: bool, precision: str, graph: bool | None,
+                   clock: Callable[[], float]) -> tuple[dict[str, nn.Module], dict[str, dict[int, float]]]:
     models, table, eval_s = {}, {}, []
     pace = Pace(clock=clock)
     guess = evaluation_estimate(model_cls, schemes[0], max_windows=cfg["eval_windows"], device=device,

@@ -36,8 +36,9 @@ CONTEXTS = (128, 256, 512)
 # The fixed architecture: TinyCharLM's keyword arguments apart from pos. The grader builds the same.
 ARCH = {"vocab_size": len(VOCAB), "num_hiddens": 128, "num_heads": 4, "num_blks": 2, "max_len": 512,
         "bias": False}
-# full: the protocol (meant for a GPU). quick: about 5 minutes for all five schemes on 2 CPU cores; its
-# larger learning rate lets 1000 small steps go far enough for the learned table to matter.
+# full: the protocol (meant for a GPU). quick: for a CPU (its time on 2 cores is measured by the course's
+# benchmarks/milestone_time.py); its larger learning rate lets 1000 small steps go far enough for the learned
+# table to matter.
 # eval_windows: validation windows per context for the table (None = all 3,000; 300 = every 10th).
 PRESETS: dict[str, dict[str, Any]] = {
     "full": {"steps": 3000, "batch_size": 64, "context": 128, "lr": 1e-3, "seed": 0, "eval_windows": None},
@@ -106,6 +107,29 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def cpu_threads() -> int:
+    """Torch threads for training on the CPU: one fewer than the CPUs this process may use, at least one. With a
+    thread per CPU, torch's threads wait on each other whenever anything else runs (the notebook's browser, a
+    second kernel): on 2 busy cores the quick preset then took 31-71 minutes against 7-8 with one thread
+    (benchmarks/figures/lesson83_milestone_time.txt)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(torch.get_num_threads(), usable - 1))
+
+
+class _Threads:
+    """Run a block with `n` torch threads (None: as it is), the caller's setting restored afterwards."""
+
+    def __init__(self, n: int | None) -> None:
+        self.n, self.before = n, torch.get_num_threads()
+
+    def __enter__(self) -> None:
+        if self.n is not None:
+            torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc: object) -> None:
+        torch.set_num_threads(self.before)
+
+
 def _checks() -> Any:
     """The shipped checks module: inside the lesson83 package, or next to this file in the student folder."""
     import importlib
@@ -160,6 +184,52 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tenso
     index.add_(1)
 
 
+WARMUP_STEPS = 10  # the first steps of each run that the pace leaves out (at most a twentieth of the run)
+
+
+class Pace:
+    """Seconds per training step, for the time-left estimate, measured on `clock` (seconds, any origin).
+
+    Each run (one model: start) is marked by train as steps finish (mark). Its first min(warmup, steps // 20)
+    steps are left out: a new model's first steps are slow (allocation, kernel choice, CUDA-graph capture),
+    and counting them once made the first estimate several times too long. The pace is the mean over the
+    most recent half of the steps measured so far, in this run and the earlier ones, so it follows a machine
+    that gets busier or quieter without one slow interval swinging it. While nothing past a warm-up has
+    been measured, the warm-up steps are all there is, and they are used.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.perf_counter, warmup: int = WARMUP_STEPS) -> None:
+        self.clock, self.warmup = clock, warmup
+        self.measured: list[tuple[int, float]] = []  # (steps, seconds) of each interval past a warm-up
+        self.early: list[tuple[int, float]] = []  # the warm-up intervals
+        self.skip, self._done, self._at = 0, 0, 0.0
+
+    def start(self, steps: int) -> float:
+        """A run of `steps` steps begins now (returns the clock's time); train marks the end of its warm-up,
+        after self.skip steps."""
+        self.skip, self._done, self._at = min(self.warmup, steps // 20), 0, self.clock()
+        return self._at
+
+    def mark(self, done: int) -> float:
+        """`done` steps of the current run have finished (the device has caught up); returns the clock's time."""
+        now = self.clock()
+        if done > self._done:
+            (self.measured if self._done >= self.skip else self.early).append((done - self._done, now - self._at))
+        self._done, self._at = done, now
+        return now
+
+    def per_step(self) -> float:
+        """Seconds per step: the most recent intervals that hold at least half of the measured steps."""
+        intervals = self.measured or self.early
+        half = sum(n for n, _ in intervals) / 2
+        steps, seconds = 0, 0.0
+        for n, s in reversed(intervals):
+            steps, seconds = steps + n, seconds + s
+            if steps >= half:
+                break
+        return seconds / steps if steps else 0.0
+
+
 PRECISIONS = ("bf16", "tf32")  # on CUDA: bf16 autocast, or float32 with TF32 matrix products
 GRAPH_WARMUP = 3  # eager steps on a side stream before a CUDA graph is captured (they are real steps)
 
@@ -168,7 +238,7 @@ def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, b
           context: int = 128, lr: float = 1e-3, seed: int = 0, device: str | torch.device | None = None,
           progress: bool = True, report_every: int = 100, compile: bool = False, precision: str = "bf16",
           graph: bool | None = None, info: dict[str, Any] | None = None, stage: tuple[int, int] = (1, 1),
-          later_s: float = 0.0) -> tuple[nn.Module, list[float]]:
+          later_s: float = 0.0, pace: Pace | None = None) -> tuple[nn.Module, list[float]]:
     """Train one model_cls(pos=pos, **ARCH); returns the model and the mean training loss per report interval.
 
     AdamW (weight decay 0). On CUDA, precision "bf16" trains under bf16 autocast and "tf32" in float32
@@ -180,7 +250,8 @@ def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, b
     compiler on a CPU). A model whose forward pass mixes devices is refused before any training. info, if
     given, receives graph (whether steps were replayed from a CUDA graph), note and seconds (the steps alone).
     The progress line names the run as scheme `stage` = (i, n) of n (later runs train as many steps) and
-    estimates the time left (time_left: the remaining steps of all n at this run's pace, plus later_s).
+    estimates the time left (time_left: the remaining steps of all n at the pace, plus later_s). pace (a new
+    Pace by default; run_milestone passes one to all its runs) times the steps after each run's warm-up.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -197,21 +268,26 @@ def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, b
     starts = batch_starts(steps=steps, batch_size=batch_size, seed=seed).to(device)
     offsets = torch.arange(context + 1, device=device)
     total, history = torch.zeros((), device=device), []
-    tick, last = time.perf_counter(), 0
+    pace = pace if pace is not None else Pace()
+    last = 0
     info = info if info is not None else {}
     info.update(graph=False, note="", seconds=0.0)
 
     def report(done: int) -> None:
         nonlocal tick, last
         if done % report_every and done != steps:
+            if done == pace.skip:  # the end of the warm-up: the pace counts from here
+                if cuda:
+                    torch.cuda.synchronize(device)
+                pace.mark(done)
             return
-        history.append((total / (done - last)).item())
+        history.append((total / (done - last)).item())  # .item() waits for the device
         total.zero_()
-        now = time.perf_counter()
+        now = pace.mark(done)
         if progress:
-            rate = (done - last) * batch_size * context / (now - tick)
+            rate = (done - last) * batch_size * context / max(now - tick, 1e-9)
             bar = "#" * (20 * done // steps)
-            left = time_left(done=done, steps=steps, seconds=now - began, stage=stage, later_s=later_s)
+            left = time_left(done=done, steps=steps, per_step=pace.per_step(), stage=stage, later_s=later_s)
             name = f"scheme {stage[0]}/{stage[1]} {pos}" if stage[1] > 1 else pos
             print(f"\r{name:>22} [{bar:<20}] {done}/{steps} loss {history[-1]:.3f} {rate:,.0f} tok/s, "
                   f"about {duration(left)} left   ", end="\n" if done == steps else "", flush=True)
@@ -220,7 +296,7 @@ def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, b
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     if cuda and precision == "tf32":  # restored below; bf16 leaves the global settings alone
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    began = time.perf_counter()
+    began = tick = pace.start(steps)
     model.train()
     try:
         if graph:
@@ -239,15 +315,14 @@ def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, b
                 report(step + 1)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
-    info["seconds"] = time.perf_counter() - began
+    info["seconds"] = pace.clock() - began
     return model, history
 
 
-def time_left(*, done: int, steps: int, seconds: float, stage: tuple[int, int] = (1, 1),
+def time_left(*, done: int, steps: int, per_step: float, stage: tuple[int, int] = (1, 1),
               later_s: float = 0.0) -> float:
-    """Seconds left when `done` of `steps` took `seconds` in run stage[0] of stage[1] (each later run trains as
-    many steps at the same pace), plus later_s for work that steps do not measure (evaluation)."""
-    per_step = seconds / max(done, 1)
+    """Seconds left when `done` of `steps` are done in run stage[0] of stage[1] (each later run trains as many
+    steps) at per_step seconds a step, plus later_s for work that steps do not measure (evaluation)."""
     return (steps - done + (stage[1] - stage[0]) * steps) * per_step + later_s
 
 
@@ -335,30 +410,60 @@ def format_table(table: Mapping[str, Mapping[int, float]]) -> str:
     return "\n".join(lines)
 
 
+def evaluation_estimate(model_cls: Callable[..., nn.Module], pos: str, *, max_windows: int | None,
+                        device: str | torch.device | None = None,
+                        clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds that evaluate_ppl(max_windows=max_windows) should take, before any model is trained: one batch
+    per context on a fresh model_cls(pos=pos, **ARCH), timed once warm, scaled to the number of windows.
+
+    Evaluation is a large share of the quick preset on a CPU (long contexts), so the first estimate of the
+    time left needs it; once a real evaluation has been timed, run_milestone uses that instead."""
+    model = model_cls(pos=pos, **ARCH).to(torch.device(device) if device is not None else default_device())
+    batch = 16  # evaluate_ppl's batch
+    evaluate_ppl(model, max_windows=batch)  # untimed: the first passes are slow
+    began = clock()
+    evaluate_ppl(model, max_windows=batch)
+    return (clock() - began) * len(val_starts(max_windows=max_windows)) / batch
+
+
 def run_milestone(model_cls: Callable[..., nn.Module], preset: str = "quick", *,
                   schemes: Sequence[str] = SCHEMES, device: str | torch.device | None = None,
-                  progress: bool = True, precision: str = "bf16",
-                  graph: bool | None = None) -> tuple[dict[str, nn.Module], dict[str, dict[int, float]]]:
+                  progress: bool = True, precision: str = "bf16", graph: bool | None = None,
+                  clock: Callable[[], float] = time.perf_counter,
+                  ) -> tuple[dict[str, nn.Module], dict[str, dict[int, float]]]:
     """Train and evaluate one model per scheme with a preset; returns the models and the perplexity table.
 
     Every scheme's model is checked for mixed devices before the first one trains (ValueError). The progress
-    names the scheme being trained (scheme 2/5 sinusoidal) and estimates the time left, evaluations included
-    once one has been timed."""
+    names the scheme being trained (scheme 2/5 sinusoidal) and estimates the time left on `clock`: the
+    remaining steps at the pace of the steps so far (Pace: warm-up steps left out, the recent half of the
+    steps of all schemes), plus the evaluations (evaluation_estimate until one has been timed)."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
     cfg = PRESETS[preset]
     for pos in schemes:
         check_devices(model_cls, pos)
+    on_cpu = torch.device(device or default_device()).type == "cpu"
+    with _Threads(cpu_threads() if on_cpu else None):
+        return _run_milestone(model_cls, cfg, schemes=schemes, device=device, progress=progress,
+                              precision=precision, graph=graph, clock=clock)
+
+
+def _run_milestone(model_cls: Callable[..., nn.Module], cfg: Mapping[str, Any], *, schemes: Sequence[str],
+                   device: str | torch.device | None, progress: bool, precision: str, graph: bool | None,
+                   clock: Callable[[], float]) -> tuple[dict[str, nn.Module], dict[str, dict[int, float]]]:
     models, table, eval_s = {}, {}, []
+    pace = Pace(clock=clock)
+    guess = evaluation_estimate(model_cls, schemes[0], max_windows=cfg["eval_windows"], device=device,
+                                clock=clock) if progress and schemes else 0.0
     for i, pos in enumerate(schemes, 1):
-        evaluations = (len(schemes) - i + 1) * sum(eval_s) / len(eval_s) if eval_s else 0.0
+        evaluations = (len(schemes) - i + 1) * (sum(eval_s) / len(eval_s) if eval_s else guess)
         models[pos], _ = train(model_cls, pos, steps=cfg["steps"], batch_size=cfg["batch_size"],
                                context=cfg["context"], lr=cfg["lr"], seed=cfg["seed"], device=device,
                                progress=progress, precision=precision, graph=graph, stage=(i, len(schemes)),
-                               later_s=evaluations)
-        began = time.perf_counter()
+                               later_s=evaluations, pace=pace)
+        began = clock()
         table[pos] = evaluate_ppl(models[pos], max_windows=cfg["eval_windows"])
-        eval_s.append(time.perf_counter() - began)
+        eval_s.append(clock() - began)
         if progress:
             print(f"scheme {i}/{len(schemes)} {pos}: validation perplexity measured in {duration(eval_s[-1])}")
     if progress:
