@@ -115,11 +115,12 @@ def implementations(device: torch.device, *, compile: bool) -> dict[str, Callabl
     return impls
 
 
-def same_logits(pos: str) -> float:
-    """Largest logit difference between the two implementations on the same weights and input."""
+def same_logits(pos: str, other: type[nn.Module] | None = None) -> float:
+    """Largest logit difference between the reference TinyCharLM and `other` (default: StraightforwardLM) on the
+    same weights and input."""
     torch.manual_seed(0)
     fast = TinyCharLM(pos=pos, **milestone.ARCH).eval()
-    slow = StraightforwardLM(pos=pos, **milestone.ARCH).eval()
+    slow = (other or StraightforwardLM)(pos=pos, **milestone.ARCH).eval()
     slow.load_state_dict(fast.state_dict())
     X = torch.randint(0, milestone.ARCH["vocab_size"], (2, 128))
     with torch.no_grad():

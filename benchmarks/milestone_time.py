@@ -44,6 +44,7 @@ from torch import nn
 
 from autograder.lesson import default_lesson
 from benchmarks.check_speed import start_load, stop_load
+from benchmarks.milestone_speed import same_logits
 from reference.lesson83 import TinyCharLM, apply_rope
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,17 +71,6 @@ class ExplicitSoftmaxLM(TinyCharLM):
 
 ATTENTIONS: dict[str, type[nn.Module]] = {"fused": TinyCharLM, "explicit": ExplicitSoftmaxLM}
 LABELS = {"fused": "fused (reference)", "explicit": "explicit softmax"}
-
-
-def same_logits(pos: str) -> float:
-    """Largest logit difference between the two attentions on the same weights and input."""
-    torch.manual_seed(0)
-    fused = TinyCharLM(pos=pos, **lm.ARCH).eval()
-    explicit = ExplicitSoftmaxLM(pos=pos, **lm.ARCH).eval()
-    explicit.load_state_dict(fused.state_dict())
-    X = torch.randint(0, lm.ARCH["vocab_size"], (2, 128))
-    with torch.no_grad():
-        return (fused(X) - explicit(X)).abs().max().item()
 
 
 def measure(model_cls: type[nn.Module], pos: str, *, warmup: int, steps: int, eval_windows: int,
@@ -192,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = pin(args.cores)
     torch.set_num_threads(args.threads or lm.cpu_threads())
     for pos in args.schemes:
-        assert same_logits(pos) < 1e-4, f"{pos}: the two attentions disagree"
+        assert same_logits(pos, ExplicitSoftmaxLM) < 1e-4, f"{pos}: the two attentions disagree"
     preset = lm.PRESETS["quick"]
     out = io.StringIO()
 
