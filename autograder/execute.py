@@ -772,9 +772,17 @@ def _reserve_uid_block(start: int) -> tuple[int, int]:
     from `start` on whose lock file (one per block, in a folder only this user may write to) an exclusive flock
     can take. The kernel releases the lock when the descriptor closes or the process dies, even by SIGKILL, so
     several grading processes on one host (Dask workers, two classes at once) never share a uid."""
-    folder = os.environ.get(UID_LOCKS_ENV) or os.path.join(
-        "/run/lock" if os.path.isdir("/run/lock") else tempfile.gettempdir(), "autograder-uid-blocks")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+    chosen = os.environ.get(UID_LOCKS_ENV)
+    for folder in [chosen] if chosen else [os.path.join(d, "autograder-uid-blocks")
+                                           for d in ("/run/lock", tempfile.gettempdir())]:
+        try:  # /run/lock may be missing or read-only (a container image): then the temporary folder
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError:
+            if chosen:
+                raise
+            continue
+        if chosen or os.access(folder, os.W_OK):
+            break
     st = os.lstat(folder)
     if not os.path.isdir(folder) or os.path.islink(folder) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise WorkerError(f"{folder}: the uid-block locks need a folder of this user that nobody else may write "
