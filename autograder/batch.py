@@ -76,6 +76,8 @@ class BatchSummary:
     sandbox: str
     questions: list[str] = field(default_factory=list)
     limits_lowered: list[str] = field(default_factory=list)  # configured limits an operator's ulimit lowered
+    # this process's CPU seconds per submission judged here: {"judge": [...], "store": [...]} (benchmarks)
+    cpu: dict[str, list[float]] = field(default_factory=lambda: {"judge": [], "store": []})
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -138,6 +140,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     results_dir = out / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}  # id -> why the grader could not grade it in this run
+    cpu: dict[str, list[float]] = {"judge": [], "store": []}  # thread CPU of judging and storing each result
     todo, reused = [], 0
     for sub in subs:
         key = _key(sub, fingerprint)
@@ -148,10 +151,14 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
 
     def save(sub: Submission, key: str, judge: Callable[[], SubmissionResult], extra: dict[str, Any]) -> None:
         try:
+            t0 = time.thread_time()
             result = judge()
+            t1 = time.thread_time()
             record = {"key": key, "path": os.path.abspath(sub.path), **result.to_dict(), **extra,
                       "gradescope": result.gradescope(revisit=suite.revisit())}
             _write_atomic(results_dir / sub.result_name, json.dumps(record, indent=1))
+            cpu["judge"].append(t1 - t0)
+            cpu["store"].append(time.thread_time() - t1)
         except Exception as exc:  # noqa: BLE001 - the grader failed on this one; the others go on
             failed[sub.id] = f"the grader failed on this submission ({_why(exc)}); run the grade command again"
 
@@ -163,7 +170,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
                                     settings=config.cluster, hide=(submissions.resolve(), out.resolve()),
                                     save=save, failed=failed, progress=progress)
         rows = write_tables(suite, subs, out, failed=failed)
-        return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()))
+        return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()),
+                            cpu=cpu)
     runnable = [(s, k) for s, k in todo if s.source is not None]
     pool_starting = None
     n_workers = workers or config.execution.workers
@@ -213,7 +221,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     ahead.shutdown(cancel_futures=True)
     lowered += reader_limits_lowered() if any("milestone.pt" in s.files for s, _ in todo) else []
     rows = write_tables(suite, subs, out, failed=failed, limits_lowered=lowered)
-    return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()), lowered)
+    return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()), lowered,
+                        cpu)
 
 
 def _grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, config_path: Path, fingerprint: str,

@@ -240,6 +240,9 @@ class ExecResult:
     stdout: str = ""
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    # the child's own CPU seconds (as it reports them; informative only, never judged): "setup" (fork, cgroup,
+    # limits), "cells", "probes" {case key: s}, "rest" (cpu_s less those: start and exit, frames, wait4's view)
+    timing: dict[str, Any] = field(default_factory=dict)
     sandbox: str = ""
     memory_guard: str = ""  # "cgroup" or "watchdog": what limited the submission's memory as a whole
     isolation: str = ""  # "bubblewrap", "unprivileged uid" (no bubblewrap, as root) or "none" (limits only)
@@ -513,6 +516,9 @@ class WorkerPool:
         res.notes[:0] = said
         res.student_notes = said
         res.cpu_s = cpu
+        steps = raw[3].cpu
+        own = steps["setup"] + steps["cells"] + sum(steps["probes"].values())
+        res.timing = {**steps, "rest": max(0.0, cpu - own)}  # earlier runs of a stopped notebook count as rest
         return res
 
     def _attempt(self, worker: _Worker, job: bytes, cells: list[tuple[int, str]],
@@ -1061,6 +1067,7 @@ class _Transcript:
     finished: bool = False  # every probe was answered
     overflow: bool = False  # more result bytes than the cap
     violated: bool = False  # a frame out of protocol
+    cpu: dict[str, Any] = field(default_factory=lambda: {"setup": 0.0, "cells": 0.0, "probes": {}})
 
 
 _CELL_FRAME = {"t": (str,), "i": (int,), "note": (str, type(None)), "oom": (bool,), "tamper": (list,),
@@ -1069,7 +1076,15 @@ _OUT_FRAME = {"t": (str,), "key": (str,), "value": None, "oom": (bool,), "tamper
 
 
 def _fits(msg: dict[str, Any], shape: dict[str, Any]) -> bool:
-    return msg.keys() == shape.keys() and all(kinds is None or type(msg[k]) in kinds for k, kinds in shape.items())
+    """Whether msg has exactly shape's keys (and optionally "cpu", a number the child reports about itself)."""
+    keys = msg.keys() - {"cpu"} if type(msg.get("cpu")) in (float, int) else msg.keys()
+    return keys == shape.keys() and all(kinds is None or type(msg[k]) in kinds for k, kinds in shape.items())
+
+
+def _cpu_of(msg: dict[str, Any]) -> float:
+    """The CPU seconds a frame says its step took (0 when absent): for the benchmark's split, never judged."""
+    value = msg.get("cpu")
+    return float(value) if type(value) in (float, int) and 0 <= value < 1e6 else 0.0
 
 
 class _Conversation:
@@ -1172,6 +1187,7 @@ class _Conversation:
         if kind == "cell" and self.phase == "cells" and self.cell < len(self.cells) and _fits(msg, _CELL_FRAME) \
                 and msg["i"] == self.cells[self.cell][0]:
             self.cell += 1
+            t.cpu["cells"] += _cpu_of(msg)
             self._facts(msg["tamper"])
             if msg["note"] and len(t.notes) < 50:
                 t.notes.append(msg["note"][:500])
@@ -1180,7 +1196,9 @@ class _Conversation:
             if msg["exit"]:
                 t.exited, self.phase = msg["exit"][:300], "over"
             self._where()
-        elif kind == "cells_done" and self.phase == "cells" and self.cell == len(self.cells) and len(msg) == 1:
+        elif kind == "cells_done" and self.phase == "cells" and self.cell == len(self.cells) \
+                and _fits(msg, {"t": (str,)}):
+            t.cpu["setup"] = _cpu_of(msg)
             self.phase = "probes"
             self._next_probe()
         elif kind == "out" and self.phase == "probes" and _fits(msg, _OUT_FRAME) \
@@ -1193,6 +1211,7 @@ class _Conversation:
                              "was switched off or its report rewritten): the case earns nothing")
                 self.void.add(key)
             self._facts(facts)
+            t.cpu["probes"][key] = _cpu_of(msg)
             if msg["oom"]:
                 t.oom = t.oom or f"in probe {key!r}"
             if key not in self.void:
@@ -1940,6 +1959,7 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
     pack_len, check_encoder, wire_error, view_of = _LEN.pack, guard.check_encoder, wire.WireError, memoryview
     res_cap = limits.result_mb * MIB
     me, parent = getpid(), os.getppid()
+    clock = time.process_time  # the child's CPU per step, reported in its frames for the benchmark's split
 
     def send(msg: dict[str, Any]) -> None:
         if getpid() != me:
@@ -1985,6 +2005,7 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
             exit_(_SETUP_FAILED)  # the zygote died before the line above
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(limits.threads)
+        setup_cpu = clock()  # fork (page faults of the copy), cgroups, limits, until the cells can be received
         job = recv()
         if job is None or job.get("t") != "cells":
             exit_(_SETUP_FAILED)
@@ -1995,6 +2016,7 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
 
     try:
         for i, src in job["cells"]:
+            began = clock()
             try:
                 result = shell.run_cell(src, store_history=True)
                 err = result.error_before_exec or result.error_in_exec
@@ -2013,13 +2035,14 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
                 name, text = _describe(err)
                 note = f"cell {i}: {name}: {text}"
             send({"t": "cell", "i": i, "note": note, "oom": err is not None and _is_oom(err), "tamper": facts,
-                  "exit": how})
+                  "exit": how, "cpu": clock() - began})
             if how:
                 exit_(0)
-        send({"t": "cells_done"})
+        send({"t": "cells_done", "cpu": setup_cpu})
         while (req := recv()) is not None and req.get("t") == "probes":
             nonce = str(req.get("nonce"))
             for key, name, args in req["probes"]:  # answered one by one, in the order asked
+                began = clock()
                 try:
                     value = run_probe(shell.user_ns, name, args)
                 except BaseException as exc:  # noqa: BLE001 - SystemExit and friends from student code
@@ -2036,7 +2059,7 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
                 err = value.get("error") if type(value) is dict else None
                 oom = type(err) is dict and (err.get("type") in _OOM_TYPES
                                              or "can't allocate memory" in str(err.get("message", "")))
-                send({"t": "out", "key": key, "value": value, "oom": oom, "tamper": facts})
+                send({"t": "out", "key": key, "value": value, "oom": oom, "tamper": facts, "cpu": clock() - began})
         _flush()
         exit_(0)
     except BaseException:  # noqa: BLE001 - anything escaping the harness is a crash, reported as such

@@ -55,6 +55,8 @@ class EngineRun:
     note: str = ""
     cpu_self_s: float = float("nan")  # CPU seconds of this (grading) process during the run
     cpu_jobs: list[float] = field(default_factory=list)  # CPU seconds of each submission's sandboxed run(s)
+    # per submission: CPU seconds of each step, child side (as the child reports, ExecResult.timing) and grader side
+    steps: list[dict[str, float]] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -122,11 +124,14 @@ def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineR
 
     import_s = time.perf_counter() - t0
     cpu_jobs: list[float] = []
+    steps: list[dict[str, float]] = []
     run = WorkerPool.run
 
     def timed_run(self: WorkerPool, source: bytes, **kwargs: object) -> object:
+        talk0 = time.thread_time()
         result = run(self, source, **kwargs)  # type: ignore[arg-type]
         cpu_jobs.append(result.cpu_s)
+        steps.append({**split_timing(result.timing), "grader: conversation": time.thread_time() - talk0})
         return result
 
     WorkerPool.run = timed_run  # type: ignore[method-assign]  # records each job's CPU (the zygote's wait4 rusage)
@@ -151,8 +156,35 @@ def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineR
         questions[sid] = {q: float(record["questions"].get(q, 0.0)) for q in summary.questions}
     run = EngineRun("ours (grade_batch)", total, per_sub, totals, questions, statuses, workers=workers,
                     note=f"sandbox: {summary.sandbox}, workers: {workers}", cpu_self_s=_cpu(self1) - _cpu(self0),
-                    cpu_jobs=cpu_jobs)
+                    cpu_jobs=cpu_jobs, steps=steps)
+    for i, (judge_s, store_s) in enumerate(zip(summary.cpu["judge"], summary.cpu["store"], strict=False)):
+        if i < len(steps):  # judged in the order run (one main thread); the medians need no pairing
+            steps[i].update({"grader: judging": judge_s, "grader: storing": store_s})
     return run, import_s
+
+
+def split_timing(timing: dict[str, object]) -> dict[str, float]:
+    """A run's child-side CPU (ExecResult.timing) as named steps, the probes summed per question."""
+    out = {"child: fork and cgroup (setup)": float(timing.get("setup", 0.0)),  # type: ignore[arg-type]
+           "child: cells": float(timing.get("cells", 0.0))}  # type: ignore[arg-type]
+    probes = timing.get("probes", {})
+    for key, cpu in sorted(probes.items() if isinstance(probes, dict) else []):
+        name = f"child: probes {key.split('/', 1)[0]}"
+        out[name] = out.get(name, 0.0) + float(cpu)
+    out["child: start, frames, exit (rest)"] = float(timing.get("rest", 0.0))  # type: ignore[arg-type]
+    return out
+
+
+def cpu_split(steps: list[dict[str, float]]) -> list[str]:
+    """Median CPU seconds per submission of each step, and its share of the summed medians."""
+    names = list(dict.fromkeys(k for s in steps for k in s))
+    med = {k: statistics.median(s.get(k, 0.0) for s in steps) for k in names}
+    total = sum(med.values()) or 1.0
+    rows = [["step", "median CPU s/submission", "share"]]
+    rows += [[k, f"{v:.4f}", f"{v / total:.0%}"] for k, v in med.items()]
+    rows.append(["sum of the medians", f"{sum(med.values()):.4f}", ""])
+    return ["CPU split per submission (child steps as the child reports them; grader steps by thread CPU):",
+            table(rows)]
 
 
 def _cpu(usage: resource.struct_rusage) -> float:
@@ -315,6 +347,8 @@ def report(ours: EngineRun, import_s: float, otter: EngineRun | None, *, n: int,
         lines.append(f"ours, CPU s: sandboxed runs median {statistics.median(ours.cpu_jobs):.3f} per submission "
                      f"(sum {sum(ours.cpu_jobs):.1f}); grading process {ours.cpu_self_s:.1f} in all "
                      f"({ours.cpu_self_s / len(ours.cpu_jobs):.3f} per submission, reference values included)")
+    if ours.steps:
+        lines += cpu_split(ours.steps)
     if otter:
         lines.append(f"otter run: {otter.note}; each time is the whole CLI call (Python start-up, kernel, tests).")
     statuses: dict[str, int] = {}
