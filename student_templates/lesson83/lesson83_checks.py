@@ -1835,9 +1835,8 @@ def _contract_gap(case: dict[str, Any], got: dict[str, Any], value: np.ndarray) 
         return "its rows are all the same: it does not change with the position"
     if probe == "rope_scores":
         torch = _torch()
-        gen = torch.Generator().manual_seed(args["seed"])
-        q = torch.randn(args["T"], args["d"], generator=gen)
-        k = torch.randn(args["T"], args["d"], generator=gen)
+        gen = torch.Generator().manual_seed(args["seed"])  # the draws of rope_scores (float64, cast to float32)
+        q, k = (torch.randn(args["T"], args["d"], generator=gen, dtype=torch.float64).float() for _ in range(2))
         if _close(value, (q @ k.T).numpy(), 1e-4, 1e-4):
             return "the scores are those of q and k unrotated"
     if probe == "lm_logits" and _close(np.asarray(got.get("context"), dtype=float), value[:, -1], _TOL, 0.0):
