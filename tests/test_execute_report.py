@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import nbformat
 import pytest
+from test_execute_celltime import FAKE_CHECKS  # a checks module whose probe calls a function by name
 
 from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.lesson import default_lesson
@@ -209,13 +210,6 @@ def test_a_guard_switched_off_voids_the_case_and_is_flagged(storage, case):
     assert "storage" not in res.outputs and q3_passed(res) == []
 
 
-FAKE_CHECKS = '''
-def run_probe(env, name, args):
-    fn = env.get(name)
-    if fn is None:
-        return {"error": {"type": "NameError", "message": f"{name} is not defined"}}
-    return {"value": fn(*args.get("args", []))}
-'''
 PROBES = [("value", "value", {})]
 STACKS = "import torch\ndef value():\n    return [torch._C._len_torch_function_stack(), " \
          "torch._C._len_torch_dispatch_stack(), torch._C._is_torch_function_enabled()]"
