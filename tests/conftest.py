@@ -8,7 +8,9 @@ fails and names the marker to add, so the quick tier stays quick.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -42,6 +44,18 @@ def _tier_is_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(milestone.Verifier, "start", refuse("starts the checkpoint reader", "sandbox"))
     if "training" not in marks:
         monkeypatch.setattr(milestone.LESSON.trainer, "train", refuse("trains TinyCharLM", "training"))
+
+
+@contextmanager
+def importable(tmp_path_factory: pytest.TempPathFactory, name: str, source: str) -> Iterator[str]:
+    """A module `name` holding `source`, importable (a probe module for the sandbox) while the block runs."""
+    folder = tmp_path_factory.mktemp("probes")
+    (folder / f"{name}.py").write_text(source)
+    sys.path.insert(0, str(folder))
+    try:
+        yield name
+    finally:
+        sys.path.remove(str(folder))
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ import os
 import pickle
 import shutil
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+from conftest import importable
 
 from autograder import wire
 from autograder.execute import (
@@ -137,11 +137,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def fake_checks(tmp_path_factory: pytest.TempPathFactory) -> str:
-    folder = tmp_path_factory.mktemp("probes")
-    (folder / "fake_checks.py").write_text(FAKE_CHECKS)
-    sys.path.insert(0, str(folder))
-    yield "fake_checks"
-    sys.path.remove(str(folder))
+    with importable(tmp_path_factory, "fake_checks", FAKE_CHECKS) as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

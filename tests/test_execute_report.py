@@ -9,11 +9,11 @@ queue left for the next job, and a re-run after the per-cell limit that finds wh
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Iterator
 
 import nbformat
 import pytest
+from conftest import importable
 from test_execute_celltime import FAKE_CHECKS  # a checks module whose probe calls a function by name
 
 from autograder.execute import ExecResult, Limits, WorkerPool
@@ -246,11 +246,8 @@ LEFT = "/dev/shm/lesson83-left-by-a-killed-run"
 
 @pytest.fixture(scope="module")
 def fake_checks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    folder = tmp_path_factory.mktemp("probes")
-    (folder / "fake_checks_report.py").write_text(FAKE_CHECKS)
-    sys.path.insert(0, str(folder))
-    yield "fake_checks_report"
-    sys.path.remove(str(folder))
+    with importable(tmp_path_factory, "fake_checks_report", FAKE_CHECKS) as module:
+        yield module
 
 
 @pytest.fixture(scope="module")
