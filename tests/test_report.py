@@ -655,7 +655,7 @@ def test_report_shows_the_stored_expected_values_and_says_when_the_suite_changed
         c.pop("expected")
     (grades / "results" / "dave.json").write_text(json.dumps(dave))
     fresh = read_suite(DEFAULT_CONFIG)  # nothing computed yet: the report must not ask for the reference values
-    monkeypatch.setattr(report_module, "load_suite", lambda config_path: fresh)
+    monkeypatch.setattr(report_module.write, "load_suite", lambda config_path: fresh)
     monkeypatch.setattr(suite_module, "expected_values", lambda questions: pytest.fail("recomputed expected values"))
     write_report(grades, out=tmp_path / "report")
     index = (tmp_path / "report" / "index.html").read_text()

@@ -1,0 +1,216 @@
+"""Expected versus received, for one failed case: array windows with the wrong cells marked, key rows, the
+checkpoint table, a gated case's own verdict and the traceback of what the student's code raised."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from autograder.report.text import _clip, _num, esc
+from autograder.results import CaseResult, SubmissionResult
+from autograder.suite import Suite
+
+GRID = 8  # at most GRID x GRID values of an array are shown
+
+
+def _window(n: int, at: int) -> range:
+    start = min(max(0, at - 2), max(0, n - GRID))
+    return range(start, min(n, start + GRID))
+
+
+def _plane(arr: np.ndarray, at: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...], int, int]:
+    """The 2-D slice of `arr` that holds index `at`: (slice, leading index, row, column)."""
+    if arr.ndim == 0:
+        return arr.reshape(1, 1), (), 0, 0
+    if arr.ndim == 1:
+        return arr.reshape(1, -1), (), 0, at[0]
+    return arr[at[:-2]], at[:-2], at[-2], at[-1]
+
+
+def _grid(arr: np.ndarray, bad: np.ndarray | None, at: tuple[int, ...], caption: str) -> str:
+    """A GRID x GRID window of `arr` around index `at`, cells where `bad` is true marked `bad` (red)."""
+    if arr.size == 0:
+        return f'<table class="grid"><caption>{esc(caption)}: empty, shape {esc(list(arr.shape))}</caption></table>'
+    plane, _, row, col = _plane(arr, at)
+    plane_bad = None if bad is None else _plane(bad, at)[0]
+    body = []
+    for i in _window(plane.shape[0], row):
+        cells = "".join(f'<td{" class=bad" if plane_bad is not None and plane_bad[i, j] else ""}>'
+                        f"{esc(_num(plane[i, j]))}</td>" for j in _window(plane.shape[1], col))
+        body.append(f"<tr>{cells}</tr>")
+    return f'<table class="grid"><caption>{esc(caption)}</caption>{"".join(body)}</table>'
+
+
+def _span(r: range, n: int, what: str) -> str:
+    return f"{what} {r.start}–{r.stop - 1} of {n}" if len(r) < n else f"all {n} {what}"
+
+
+def _compare_arrays(key: str, want: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> str:
+    if want.shape != got.shape:
+        return (f'<table class="kv"><tr><th>{esc(key)}</th><th>expected</th><th>received</th></tr>'
+                f'<tr class="bad"><td>shape</td><td>{esc(list(want.shape))}</td><td>{esc(list(got.shape))}</td></tr>'
+                f'</table><div class="cmp">{_grid(want, None, (0,) * want.ndim, "expected " + key)}'
+                f'{_grid(got, None, (0,) * got.ndim, "received " + key)}</div>')
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = ~np.isclose(got.astype(np.float64), want.astype(np.float64), atol=atol, rtol=rtol)
+    if want.size == 0:
+        return f'<div class="note"><b>{esc(key)}</b> · empty arrays of shape {esc(list(want.shape))}</div>'
+    at = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else (0,) * want.ndim
+    plane, lead, row, col = _plane(want, at)
+    shown = [_span(_window(plane.shape[0], row), plane.shape[0], "rows")] if want.ndim >= 2 else []
+    shown.append(_span(_window(plane.shape[1], col), plane.shape[1], "columns" if want.ndim >= 2 else "values"))
+    name = f"{key}[{', '.join(map(str, lead))}, :, :]" if lead else key
+    summary = f"{int(bad.sum())} of {bad.size} values differ (atol {atol:g}, rtol {rtol:g})"
+    if bad.any():
+        summary += f"; first at index {list(at)}"
+    return (f'<div class="note"><b>{esc(name)}</b> · shape {esc(list(want.shape))} · showing {esc(", ".join(shown))}'
+            f" · {esc(summary)}</div>"
+            f'<div class="cmp">{_grid(want, bad, at, "expected")}{_grid(got, bad, at, "received")}</div>')
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(not returned)"
+
+
+_MISSING = _Missing()
+
+
+def _short(value: Any, codec: Any) -> str:
+    if value is _MISSING:
+        return repr(value)
+    if isinstance(value, np.ndarray):
+        return f"array {list(value.shape)} {value.dtype}"
+    if isinstance(value, dict) and set(value) >= {"type", "message"}:
+        where = f" ({value['where']})" if value.get("where") else ""
+        return f"{value['type']}: {value['message']}{where}"
+    try:
+        text = json.dumps(codec.to_plain(_arrays_named(value)))
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return _clip(text, 300)
+
+
+def _arrays_named(value: Any) -> Any:
+    """`value` with each array inside it replaced by its shape and dtype (its bytes say nothing to a reader)."""
+    if isinstance(value, np.ndarray):
+        return f"array {list(value.shape)} {value.dtype}"
+    if isinstance(value, dict):
+        return {k: _arrays_named(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_arrays_named(v) for v in value]
+    return value
+
+
+def _same(a: Any, b: Any, atol: float, rtol: float, codec: Any) -> bool:
+    numbers = (float, int)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
+        return bool(np.isclose(float(b), float(a), atol=atol, rtol=rtol))
+    if a is _MISSING or b is _MISSING:
+        return False
+    try:
+        return codec.dumps(a) == codec.dumps(b)
+    except TypeError:
+        return False
+
+
+def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, codec: Any) -> str:
+    """Expected-versus-received HTML for one failed case: array windows and key rows, wrong cells marked
+    (`codec`: the lesson's checks module, whose to_plain/from_plain/dumps stored the values)."""
+    if received is None:
+        return '<p class="note">No output was recorded for this case (the submission stopped before it ran).</p>'
+    try:
+        got = codec.from_plain(received)
+    except (TypeError, ValueError, KeyError) as exc:
+        return f'<p class="note">The stored output could not be decoded: {esc(exc)}</p>'
+    if not isinstance(expected, dict) or not isinstance(got, dict):
+        expected, got = {"value": expected}, {"value": got}
+    if set(got) == {"error"}:
+        return ""  # nothing came back but the exception, shown on its own below
+    labels = {"first": case.get("first"), "second": case.get("second")}
+    parts, rows = [], []
+    for key in [*expected, *(k for k in got if k not in expected)]:
+        want, have = expected.get(key), got.get(key, _MISSING)
+        name = f"{key} — {labels[key]}" if labels.get(key) else key
+        if isinstance(want, np.ndarray) and isinstance(have, np.ndarray):
+            parts.append(_compare_arrays(name, want, have, atol, rtol))
+            continue
+        if key == "error" and want is None:
+            rows.append((name, "no error", _short(have, codec), True))
+            continue
+        rows.append((name, _short(want, codec) if key in expected else "(not expected)", _short(have, codec),
+                     not _same(want, have, atol, rtol, codec)))
+    table = ""
+    if rows:
+        body = "".join(f'<tr{" class=bad" if wrong else ""}><td>{esc(k)}</td><td>{esc(w)}</td><td>{esc(h)}</td></tr>'
+                       for k, w, h, wrong in rows)
+        table = f'<table class="kv"><tr><th>key</th><th>expected</th><th>received</th></tr>{body}</table>'
+    return table + "".join(parts)
+
+
+def checkpoint_table(received: Any, *, rel_tol: float) -> str:
+    """Per context: the re-evaluated perplexity, the one in milestone.json and the bound (failures marked)."""
+    if not isinstance(received, dict) or not received.get("ppl"):
+        return ""
+    ppl, claimed, bound = (received.get(k) or {} for k in ("ppl", "claimed", "thresholds"))
+    rows = []
+    for c, value in ppl.items():
+        said, limit = claimed.get(c), bound.get(c)
+        bad = (limit is not None and not value <= limit) or (said is not None and abs(value - said) > rel_tol * said)
+        cells = [c, f"{value:.2f}", "—" if said is None else f"{said:.2f}", "—" if limit is None else f"{limit:g}"]
+        rows.append(f'<tr{" class=bad" if bad else ""}>' + "".join(f"<td>{esc(x)}</td>" for x in cells) + "</tr>")
+    return ('<table class="kv"><tr><th>context</th><th>re-evaluated</th><th>milestone.json</th><th>bound</th></tr>'
+            + "".join(rows) + "</table>")
+
+
+def gate_of(suite: Suite, result: SubmissionResult, c: CaseResult) -> tuple[list[str], Any]:
+    """Why a failed case failed, when it is gated: the cases it requires that failed (their ids), and the
+    verdict of its own check on its stored output against its stored expected value (None when that cannot be
+    judged: no output, no stored expected value). ([], None) for a case that waits for nothing."""
+    case = next((x for x in suite.cases if x["id"] == c.id), None)
+    if case is None or not case.get("requires"):
+        return [], None
+    failed = {x.id for x in result.failed()}
+    blocked = [rid for r in case["requires"] if (rid := f"{case['question']}/{r}") in failed]
+    checks = suite.config.lesson.checks
+    if not blocked or c.received is None or (c.expected is None and case["check"] in checks.USES_EXPECTED):
+        return blocked, None
+    try:
+        expected = {"value": None if c.expected is None else checks.from_plain(c.expected), "variants": []}
+        return blocked, checks.judge(case, checks.from_plain(c.received), expected)
+    except Exception:  # noqa: BLE001 - stored data of any shape: the case is shown as stored
+        return blocked, None
+
+def _detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, rel_tol: float,
+            codec: Any) -> str:
+    """Expected versus received and the traceback of one failed case; a note when the stored data cannot be shown.
+
+    `expected` is the reference value stored with the result (plain data), the one the case was judged against;
+    a result stored without it (by an older grader) shows a note instead: the report never recomputes it.
+    """
+    try:
+        if not case:
+            shown = checkpoint_table(received, rel_tol=rel_tol)
+        elif expected is None and received is not None:
+            shown = ('<p class="note">The expected value was not stored with this result (it was graded by an older '
+                     "version of the grader); grade the batch again to see it.</p>")
+        else:
+            shown = compare(case, codec.from_plain(expected), received, atol=atol, rtol=rtol,
+                            codec=codec)
+        return shown + _traceback(received)
+    except Exception as exc:  # noqa: BLE001 - stored data of any shape: the page is written all the same
+        return f'<p class="note">The stored output of this case could not be shown ({esc(type(exc).__name__)}: ' \
+               f"{esc(_clip(str(exc), 300))}).</p>"
+
+
+def _traceback(received: Any) -> str:
+    err = received.get("error") if isinstance(received, dict) else None
+    if not isinstance(err, dict):
+        return ""
+    where = f"\n  at {err.get('where')}" if err.get("where") else ""
+    return (f'<div class="note">Your code raised:</div>'
+            f"<pre>{esc(err.get('type', '?'))}: {esc(_clip(str(err.get('message', '')), 1000))}{esc(where)}</pre>")
+
+

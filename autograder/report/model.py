@@ -1,0 +1,301 @@
+"""The report's data: each student's stored result (checked once, then read through results.SubmissionResult), and
+the groups of students who failed a question the same way."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autograder.config import command
+from autograder.content import LETTERS, Choice, Question, shuffled
+from autograder.report.code import STUB_WORDS, code_cells, read_notebook, stub_state, written_answers
+from autograder.report.text import _text
+from autograder.results import CaseResult, Status, SubmissionResult
+from autograder.submissions import read_regular
+from autograder.suite import CHECKPOINT_QUESTION, Suite
+
+UNRECOGNISED = "unrecognised"
+UNFINISHED = "unfinished"
+UNDIAGNOSED = (UNFINISHED, UNRECOGNISED)
+MAX_RECORD_MB = 128  # a stored result larger than this is not read
+INVALID = "invalid"  # the label of a multiple-choice answer that is not one of the letters
+
+
+@dataclass
+class Student:
+    """One submission's stored result (the record as stored, and the results object it holds), plus what the
+    report derives from it."""
+
+    id: str
+    record: dict[str, Any]  # as stored: the result's fields and the grader's own (path, stdout, ...)
+    page: str  # file name under students/
+    cells: list[tuple[int, str]] = field(default_factory=list)  # (index, source) of the notebook's code cells
+    code_problem: str = ""  # why there are no cells, when there are none
+    answers: dict[str, str | None] = field(default_factory=dict)  # written part -> answer (None: no answer cell)
+    result: SubmissionResult = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.use(self.record)
+
+    def use(self, record: dict[str, Any]) -> None:
+        """Show `record` (a stored result that record_problem accepts, or one made by the report)."""
+        self.record, self.result = record, SubmissionResult.from_dict(record)
+
+    @property
+    def status(self) -> str:
+        return self.result.status
+
+    @property
+    def ran(self) -> bool:
+        return self.result.ran
+
+    def failed(self, qid: str | None = None) -> list[CaseResult]:
+        return self.result.failed(qid)
+
+    def diagnoses(self, qid: str | None = None) -> list[str]:
+        return self.result.diagnoses(qid)
+
+    def labels(self, q: Question) -> list[str]:
+        """The groups this student falls in on question `q` (none when they lost no points there).
+
+        Every diagnosis on the failed cases; but a question whose stubs were all left as they were is
+        only "unfinished" (a diagnosis there describes the stub's output, not a mistake), and one with
+        some stubs left is "unfinished" too. Failures with no diagnosis are "unrecognised".
+        """
+        failed = self.failed(q.id)
+        if not failed or not self.ran:
+            return []
+        names = set(q.solution) | {c.var for c in q.choices}
+        stubs = stub_state(self.cells, names)
+        if names and all(stubs.get(n) for n in names):
+            return [UNFINISHED]
+        found = self.diagnoses(q.id) + self.wrong_picks(q)
+        if any(stubs.values()) or (not found and any(STUB_WORDS in c.message for c in failed)):
+            return [*found, UNFINISHED]
+        return found or [UNRECOGNISED]
+
+    def pick(self, q: Question, choice: Choice) -> str:
+        """The letter this student chose for a multiple-choice item, INVALID when it is not a letter, "" when
+        the item was never judged (the notebook stopped before it)."""
+        case_id = next((c["id"] for c in q.cases if c.get("check") == "choice_correct"
+                        and c.get("args", {}).get("names") == [choice.var]), None)
+        case = next((c for c in self.result.cases if c.id == case_id), None)
+        if case is None:
+            return ""
+        if case.passed:
+            return shuffled(choice)[1]
+        got = case.received
+        letter = got.get(choice.var) if isinstance(got, dict) else None
+        return letter if isinstance(letter, str) and letter in LETTERS else INVALID
+
+    def wrong_picks(self, q: Question) -> list[str]:
+        """One label per multiple-choice item answered wrongly: `<variable>:<letter>` (or `:invalid`)."""
+        if not self.ran:
+            return []
+        picks = [(c.var, self.pick(q, c), shuffled(c)[1]) for c in q.choices]
+        return [f"{var}:{got}" for var, got, right in picks if got and got != right]
+
+    def diagnosis_ids(self, questions: list[Question]) -> list[str]:
+        """The catalogued mistakes this student's failures were grouped under, question by question."""
+        ids = [d for q in questions for d in self.labels(q) if d not in UNDIAGNOSED]
+        return list(dict.fromkeys(ids))
+
+    def score(self, qid: str) -> float:
+        return self.result.score(qid)
+
+    @property
+    def total(self) -> float:
+        return self.result.total
+
+
+@dataclass
+class Cluster:
+    """Students who failed one question the same way (one diagnosis, or none recognised)."""
+
+    question: str
+    diagnosis: str
+    students: list[Student] = field(default_factory=list)
+
+    @property
+    def anchor(self) -> str:
+        return f"{self.question}--{self.diagnosis}"
+
+
+def _page_name(sid: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", sid).lstrip(".")
+    if slug != sid or not slug or len(slug) > 100:
+        slug = f"{slug[:60]}-{_digest(sid)}"
+    return f"{slug}.html"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and abs(v) < 1e300 and v == v
+
+
+_CASE_TYPES = {"id": str, "question": str, "passed": bool, "hidden": bool, "message": str,
+               "diagnosis": (str, type(None))}
+
+
+def record_problem(record: Any) -> str:
+    """Why the report cannot use a stored result ("" when it can): the fields it reads, with their types."""
+    if not isinstance(record, dict):
+        return f"the stored result is {type(record).__name__}, not an object"
+    if not isinstance(record.get("status"), str):
+        return "its status is not text"
+    if not _finite(record.get("total")):
+        return "its total is not a number"
+    questions = record.get("questions")
+    if not isinstance(questions, dict) or not all(isinstance(k, str) and _finite(v) for k, v in questions.items()):
+        return "its per-question scores are not numbers"
+    for key in ("notes", "student_notes"):
+        notes = record.get(key, [])
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            return f"its {key.replace('_', ' ')} are not a list of text"
+    for key in ("path", "stdout", "fingerprint"):
+        if not isinstance(record.get(key), str | None):
+            return f"its {key} is not text"
+    cases = record.get("cases")
+    if not isinstance(cases, list):
+        return "its cases are not a list"
+    for n, c in enumerate(cases):
+        if not isinstance(c, dict):
+            return f"case {n} is not an object"
+        for key, kind in _CASE_TYPES.items():
+            if not isinstance(c.get(key), kind):
+                return f"case {n} has no proper {key}"
+        if not (_finite(c.get("points")) and _finite(c.get("max_points"))):
+            return f"case {n} has no proper points"
+    return ""
+
+
+def _unusable(sid: str, why: str) -> dict[str, Any]:
+    return {"submission": sid, "status": Status.UNUSABLE, "cases": [], "questions": {}, "total": 0, "notes": [why]}
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    """A stored result read as data (a regular file under the cap), or an "unusable result" saying why not."""
+    try:
+        raw = read_regular(path, limit=MAX_RECORD_MB * 2**20, label=f"results/{path.name}")
+        record = json.loads(raw.decode("utf-8", "replace"))
+    except (OSError, ValueError, RecursionError) as exc:
+        return _unusable(path.stem, f"results/{_text(path.name)} could not be read: {_text(exc)[:300]}")
+    why = record_problem(record)
+    return _unusable(path.stem, f"results/{_text(path.name)}: {why}") if why else record
+
+
+def _batch_rows(grades: Path) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """(id, result file, summary row) of the batch, in its order: summary.json's rows, else every stored result."""
+    try:
+        rows = json.loads((grades / "summary.json").read_text(encoding="utf-8"))["rows"]
+        out = [(_text(r["id"]), r.get("result"), r) for r in rows]
+        if all(isinstance(f, str | None) for _, f, _ in out):
+            return out
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        pass
+    return [(_text(p.stem), p.name, {}) for p in sorted((grades / "results").glob("*.json"))]
+
+
+def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None = None) -> list[Student]:
+    """The results of the batch, in the order of the batch (summary.json), else every stored result.
+
+    Never raises for what a stored result holds: a result the report cannot use becomes a student whose
+    status is "unusable result" and whose note says why; a submission the grader left "not graded" keeps
+    the grader's message.
+    """
+    results = grades / "results"
+    if not results.is_dir() and not (grades / "summary.json").exists():
+        raise FileNotFoundError(f"{grades}: no results/ folder; run `{command()} grade` first")
+    students = []
+    for sid, name, row in _batch_rows(grades):
+        if not isinstance(name, str) or "/" in name or name.startswith("."):
+            message = _text(row.get("message") or "no stored result")
+            record = {"submission": sid, "status": _text(row.get("status") or Status.UNUSABLE), "cases": [],
+                      "questions": {}, "total": 0, "notes": [message]}
+        else:
+            record = _read_record(results / name)
+        try:
+            student = Student(sid, record, _page_name(sid))
+        except Exception as exc:  # noqa: BLE001 - a record record_problem let through but the results object refuses
+            record = _unusable(sid, f"results/{_text(name)}: not a stored result ({_text(exc)[:300]})")
+            student = Student(sid, record, _page_name(sid))
+        if student.status not in (Status.UNREADABLE, Status.UNUSABLE) and record.get("path"):
+            cells, student.code_problem = read_notebook(record.get("path"), grades, limits=limits)
+            student.cells = code_cells(cells)
+            student.answers = written_answers(cells, parts or []) if cells else {}
+        students.append(student)
+    pages = [s.page.lower() for s in students]
+    for s in students:  # Alice and alice must not share a page on a case-insensitive disk
+        if pages.count(s.page.lower()) > 1:
+            s.page = f"{s.page[:-5]}-{_digest(s.id)}.html"
+    return students
+
+
+def catalogue(suite: Suite) -> dict[str, tuple[str, str]]:
+    """Every diagnosis id the judge can give: (the question it belongs to, its description with the fix)."""
+    from autograder.milestone import PROBLEMS
+    known = {c["known_cause"]["id"]: (c["question"], c["known_cause"]["description"])
+             for c in suite.cases if c.get("known_cause")}
+    checkpoint = {k: (CHECKPOINT_QUESTION, v) for k, v in PROBLEMS.items()}
+    return known | {m.id: (m.question, m.description) for m in suite.config.lesson.mistakes} | checkpoint
+
+
+def clusters(students: list[Student], questions: list[Question]) -> dict[str, list[Cluster]]:
+    """Per question: students who lost points there, grouped by diagnosis, largest group first.
+
+    A student goes into every diagnosis found on the failed cases of that question; when none has one,
+    into "unfinished" (a stub was left as it was) or else "unrecognised". Submissions that did not run
+    normally (timed out, crashed, ...) are left out: the status section lists them.
+    """
+    out: dict[str, list[Cluster]] = {}
+    for q in questions:
+        groups: dict[str, Cluster] = {}
+        for s in students:
+            for d in s.labels(q):
+                groups.setdefault(d, Cluster(q.id, d)).students.append(s)
+        out[q.id] = sorted(groups.values(), key=lambda c: (c.diagnosis in UNDIAGNOSED, c.diagnosis == UNFINISHED,
+                                                           -len(c.students),
+                                                           c.diagnosis))
+    return out
+
+
+_TEX = {"$": "", "\\approx": "≈", "\\sin": "sin", "\\cos": "cos", "\\cdot": "·"}
+
+
+def plain_math(text: str) -> str:
+    """An option's text for the report: its inline TeX ($\\sin(1/100) \\approx 0.0100$) as plain text."""
+    for tex, plain in _TEX.items():
+        text = text.replace(tex, plain)
+    return text
+
+
+def misconception(choice: Choice, text: str) -> str:
+    """What choosing the wrong option `text` shows, from the question's source (`misconceptions`)."""
+    wrong = choice.options.index(text) - 1
+    return choice.misconceptions[wrong] if 0 <= wrong < len(choice.misconceptions) else "a wrong option"
+
+
+def choice_catalogue(questions: list[Question]) -> dict[str, tuple[str, str]]:
+    """The label of every wrong multiple-choice pick (`<variable>:<letter>`, `<variable>:invalid`): its question
+    and what the pick means, from the question's source (the option's text and its misconception)."""
+    out: dict[str, tuple[str, str]] = {}
+    for q in questions:
+        for c in q.choices:
+            shown, right = shuffled(c)
+            for letter, text in zip(LETTERS, shown):
+                if letter == right:
+                    continue
+                out[f"{c.var}:{letter}"] = (q.id, f"chose {letter}, “{plain_math(text)}”: {misconception(c, text)}")
+            out[f"{c.var}:{INVALID}"] = (q.id, f"{c.var} is not one of the letters A–D (left as ..., or not a "
+                                               "string).")
+    return out
+
+

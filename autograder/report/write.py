@@ -1,0 +1,97 @@
+"""Writing the report folder: load the batch, build every page, write them to a temporary folder and swap it in
+atomically (only over a folder an earlier report wrote); the commands that regrade the batch."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import tempfile
+from pathlib import Path
+
+from autograder.batch import MergeError, merged_scores
+from autograder.config import DEFAULT_CONFIG, command, runnable_command
+from autograder.report.model import Student, catalogue, choice_catalogue, clusters, load_students
+from autograder.report.render import (
+    MANUAL_CSV,
+    _Ctx,
+    _plain_index,
+    _student_page_or_note,
+    _written_page_or_note,
+    index_page,
+    manual_csv,
+    report_csv,
+)
+from autograder.suite import load_suite
+
+MARKER = ".autograder-report"  # only a folder holding this file is ever replaced by a new report
+
+def _check_replaceable(dest: Path) -> None:
+    if dest.exists() and (not dest.is_dir() or (any(dest.iterdir()) and not (dest / MARKER).exists())):
+        raise FileExistsError(f"{dest} exists and is not a report written by `{command()} report`; "
+                              "choose another --out")
+
+
+def _swap_in(new: Path, dest: Path) -> None:
+    from autograder.build import replace_dir
+
+    _check_replaceable(dest)
+    replace_dir(new, dest)
+
+
+def regrade_command(students: list[Student], *, grades: Path, out: Path, config_path: Path) -> str:
+    """The commands that grade this batch again (from the folder most submissions came from) and rewrite
+    the report."""
+    folders = [str(Path(p).parent) for s in students if isinstance(p := s.record.get("path"), str) and p]
+    subs = max(set(folders), key=folders.count) if folders else "SUBMISSIONS"
+    default = Path(config_path).resolve() == DEFAULT_CONFIG.resolve()
+    config = "" if default else f" --config {shlex.quote(str(Path(config_path).resolve()))}"
+    run = runnable_command()
+    return (f"{run}{config} grade {shlex.quote(subs)} --out {shlex.quote(str(grades))}\n"
+            f"{run}{config} report {shlex.quote(str(grades))} --out {shlex.quote(str(out))}")
+
+
+def write_report(grades: Path, *, out: Path = Path("report"), config_path: Path = DEFAULT_CONFIG) -> Path:
+    """Write the report of the batch graded into `grades` to the folder `out`; returns out/index.html.
+
+    Built in a temporary folder beside `out` and renamed into place, so `out` is never half-written. `out`
+    defaults to ./report in the current folder (like `grade`'s ./grades), never inside the installed package.
+    """
+    suite = load_suite(config_path)
+    questions = [q for q in suite.questions if q.graded and not q.manual]
+    manual = [q for q in suite.questions if q.graded and q.manual]
+    parts = [p.part for q in manual for p in q.written]
+    students = load_students(grades, limits=suite.config.submissions, parts=parts)
+    try:
+        merged = merged_scores(grades)
+    except MergeError:
+        merged = {}  # the grade table says why; the report is written all the same
+    out = out.resolve()
+    ctx = _Ctx(suite, questions, catalogue(suite) | choice_catalogue(questions), grades.resolve(), merged,
+               regrade_command(students, grades=grades.resolve(), out=out, config_path=config_path))
+    pages = {s.page: _student_page_or_note(ctx, s) for s in students}  # first: a page that fails marks its student
+    groups = clusters(students, questions)
+    try:
+        index = index_page(ctx, students, groups)
+    except Exception as exc:  # noqa: BLE001 - last resort: a plain list of students, so the report is written
+        index = _plain_index(students, exc)
+    written = {p.part: _written_page_or_note(ctx, q, n, students) for q in manual for n, p in enumerate(q.written)}
+    _check_replaceable(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        (tmp / "students").mkdir()
+        (tmp / "written").mkdir()
+        (tmp / "index.html").write_text(index, encoding="utf-8", errors="backslashreplace")
+        for name, page in pages.items():
+            (tmp / "students" / name).write_text(page, encoding="utf-8", errors="backslashreplace")
+        for name, page in written.items():
+            (tmp / "written" / f"{name}.html").write_text(page, encoding="utf-8", errors="backslashreplace")
+        (tmp / "report.csv").write_text(report_csv(students, questions), encoding="utf-8", errors="backslashreplace")
+        (tmp / MANUAL_CSV).write_text(manual_csv(ctx, students), encoding="utf-8", errors="backslashreplace")
+        (tmp / MARKER).write_text(f"written by `{command()} report`; the whole folder is replaced on the next run\n")
+        tmp.chmod(0o755)
+        _swap_in(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out / "index.html"
