@@ -42,6 +42,7 @@ from autograder.report import (
     write_report,
 )
 from autograder.report import SCRIPT as REPORT_SCRIPT
+from autograder.report.model import lesson_title
 from autograder.results import Status, csv_text, spreadsheet_text
 from autograder.suite import Suite, load_suite, read_suite
 from reference.lesson83_mistakes import MISTAKES
@@ -569,13 +570,13 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 @pytest.mark.sandbox
 @pytest.mark.browser
-def test_index_renders_in_headless_chromium(report: dict[str, Path]) -> None:
+def test_index_renders_in_headless_chromium(report: dict[str, Path], suite: Suite) -> None:
     exe = _chromium()
     url = report["index"].as_uri()
     dom = _run_chromium(exe, report["tmp"] / "profile-dom", "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
-    assert "Lesson 83 · failure report" in html and "q5_rope" in html
+    assert f"{lesson_title(suite)} · failure report" in html and "q5_rope" in html
     # the RoPE cluster: two students, both named and linked to their pages
     block = re.search(r'<div class="cluster" id="q5_rope--rope_interleaved">.*?(?=<div class="cluster|</section>)',
                       html, re.S)

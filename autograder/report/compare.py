@@ -151,7 +151,8 @@ def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, 
 
 
 def checkpoint_table(received: Any, *, rel_tol: float) -> str:
-    """Per context: the re-evaluated perplexity, the one in milestone.json and the bound (failures marked)."""
+    """Per context: the value the grader re-evaluated from the checkpoint, the one the student's record claims and
+    the bound (failures marked)."""
     if not isinstance(received, dict) or not received.get("ppl"):
         return ""
     ppl, claimed, bound = (received.get(k) or {} for k in ("ppl", "claimed", "thresholds"))
@@ -161,7 +162,7 @@ def checkpoint_table(received: Any, *, rel_tol: float) -> str:
         bad = (limit is not None and not value <= limit) or (said is not None and abs(value - said) > rel_tol * said)
         cells = [c, f"{value:.2f}", "—" if said is None else f"{said:.2f}", "—" if limit is None else f"{limit:g}"]
         rows.append(f'<tr{" class=bad" if bad else ""}>' + "".join(f"<td>{esc(x)}</td>" for x in cells) + "</tr>")
-    return ('<table class="kv"><tr><th>context</th><th>re-evaluated</th><th>milestone.json</th><th>bound</th></tr>'
+    return ('<table class="kv"><tr><th>context</th><th>re-evaluated</th><th>claimed</th><th>bound</th></tr>'
             + "".join(rows) + "</table>")
 
 

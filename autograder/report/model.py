@@ -16,7 +16,7 @@ from autograder.report.code import STUB_WORDS, code_cells, read_notebook, stub_s
 from autograder.report.text import _text
 from autograder.results import CaseResult, Status, SubmissionResult
 from autograder.submissions import read_regular
-from autograder.suite import CHECKPOINT_QUESTION, Suite
+from autograder.suite import Suite
 
 UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"
@@ -239,12 +239,22 @@ def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None =
     return students
 
 
+def lesson_title(suite: Suite) -> str:
+    """The lesson's name in the report's titles: the title of its opening prose (the notebook's heading), else the
+    assignment's name from the grading config."""
+    return next((q.title for q in suite.questions if q.kind == "prose" and q.title), suite.config.assignment)
+
+
 def catalogue(suite: Suite) -> dict[str, tuple[str, str]]:
     """Every diagnosis id the judge can give: (the question it belongs to, its description with the fix)."""
-    from autograder.milestone import PROBLEMS
     known = {c["known_cause"]["id"]: (c["question"], c["known_cause"]["description"])
              for c in suite.cases if c.get("known_cause")}
-    checkpoint = {k: (CHECKPOINT_QUESTION, v) for k, v in PROBLEMS.items()}
+    checkpoint: dict[str, tuple[str, str]] = {}
+    graded = [c["question"] for c in suite.checkpoint_cases]  # none unless the lesson grades a milestone
+    if graded:
+        from autograder.milestone import PROBLEMS
+
+        checkpoint = {k: (graded[0], v) for k, v in PROBLEMS.items()}
     return known | {m.id: (m.question, m.description) for m in suite.config.lesson.mistakes} | checkpoint
 
 

@@ -27,6 +27,7 @@ from autograder.report.model import (
     Cluster,
     Student,
     _unusable,
+    lesson_title,
     misconception,
     plain_math,
 )
@@ -82,6 +83,10 @@ class _Ctx:
         return [q for q in self.suite.questions if q.graded and q.manual]
 
     @property
+    def title(self) -> str:
+        return lesson_title(self.suite)
+
+    @property
     def parts(self) -> list[str]:
         return [p.part for q in self.manual for p in q.written]
 
@@ -134,8 +139,8 @@ def _sortable(tid: str, head: list[tuple[str, str, str]], rows: list[str], *, se
 
 
 def column_names(questions: list[Question]) -> dict[str, str]:
-    """A short, distinct column heading per question: its number (q5), or its whole id where numbers repeat
-    (m1_tinycharlm and m1_checkpoint)."""
+    """A short, distinct column heading per question: the part of its id before the first underscore (q5 for
+    q5_name), or its whole id where two questions share that part."""
     short = {q.id: q.id.split("_")[0] for q in questions}
     taken = list(short.values())
     return {qid: name if taken.count(name) == 1 else qid for qid, name in short.items()}
@@ -226,7 +231,7 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
     manual = ctx.manual
     status_line = " · ".join(f"{v} {esc(k)}" if k == Status.GRADED else f'<a href="#statuses">{v} {esc(k)}</a>'
                              for k, v in sorted(counts.items(), key=lambda kv: (kv[0] != Status.GRADED, -kv[1])))
-    out = ["<h1>Lesson 83 · failure report</h1>",
+    out = [f"<h1>{esc(ctx.title)} · failure report</h1>",
            f'<p class="sub">{n} submission{"s" if n != 1 else ""} ({status_line}) · mean total '
            f"{_score(mean_total)} / {_score(auto)} auto-graded points"
            + (f' · {", ".join(f"<a href=#written>{esc(q.id)}</a>" for q in manual)} graded by hand' if manual else "")
@@ -334,7 +339,7 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
     else:
         out.append('<p class="note">None: every submission ran to the end.</p>')
 
-    return _page("Lesson 83 failure report", "\n".join(out))
+    return _page(f"{ctx.title} failure report", "\n".join(out))
 
 
 def written_page(ctx: _Ctx, q: Question, part_index: int, students: list[Student]) -> str:
@@ -366,7 +371,7 @@ def written_page(ctx: _Ctx, q: Question, part_index: int, students: list[Student
                       rows, search="search names and answers", cls="qt"),
             f'<p class="note">Scores: the column {esc(part.part)} of <a href="../{MANUAL_CSV}">{MANUAL_CSV}</a> '
             f"(0 to {_score(per_part)}), merged with <code>{esc(runnable_command())} merge</code>.</p>"]
-    return _page(f"{part.part} · Lesson 83", "\n".join(body))
+    return _page(f"{part.part} · {ctx.title}", "\n".join(body))
 
 
 def manual_csv(ctx: _Ctx, students: list[Student]) -> str:
@@ -476,7 +481,7 @@ def student_page(ctx: _Ctx, s: Student) -> str:
     if stdout.strip():
         out.append(f"<details><summary>notebook output ({len(stdout)} characters)</summary>"
                    f"<pre>{esc(_clip(stdout, 8000))}</pre></details>")
-    return _page(f"{s.id} · Lesson 83", "\n".join(out))
+    return _page(f"{s.id} · {ctx.title}", "\n".join(out))
 
 
 def report_csv(students: list[Student], questions: list[Question]) -> str:
@@ -508,9 +513,9 @@ def _written_page_or_note(ctx: _Ctx, q: Question, n: int, students: list[Student
                      "on the students' pages.</p>")
 
 
-def _plain_index(students: list[Student], exc: Exception) -> str:
+def _plain_index(students: list[Student], exc: Exception, *, title: str) -> str:
     rows = "".join(f"<tr><td>{_link(s)}</td><td>{esc(s.status)}</td></tr>" for s in students)
-    return _page("Lesson 83 failure report", f"<h1>Lesson 83 · failure report</h1><p class=\"note\">The summary "
+    return _page(f"{title} failure report", f"<h1>{esc(title)} · failure report</h1><p class=\"note\">The summary "
                  f"could not be built ({esc(type(exc).__name__)}: {esc(_clip(str(exc), 300))}); the students' pages "
                  f"are below.</p><table>{rows}</table>")
 

@@ -73,7 +73,7 @@ def write_report(grades: Path, *, out: Path = Path("report"), config_path: Path 
     try:
         index = index_page(ctx, students, groups)
     except Exception as exc:  # noqa: BLE001 - last resort: a plain list of students, so the report is written
-        index = _plain_index(students, exc)
+        index = _plain_index(students, exc, title=ctx.title)
     written = {p.part: _written_page_or_note(ctx, q, n, students) for q in manual for n, p in enumerate(q.written)}
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
