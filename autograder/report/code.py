@@ -14,7 +14,7 @@ from typing import Any
 from autograder.config import ROOT
 from autograder.content import Question
 from autograder.execute import SKIP_TAGS
-from autograder.report.text import _clip, esc
+from autograder.report.text import _clip
 from autograder.submissions import read_cells
 
 STUB_WORDS = "the stub is not filled in yet"  # what the probes say when a stub returned None or ...
@@ -292,36 +292,46 @@ def graded_bindings(found: list[Binding], name: str) -> list[Binding]:
     return chain
 
 
-def _marked(src: str, lines: set[int]) -> str:
-    """A cell's source as HTML, escaped, with `lines` (1-based) marked."""
-    text = _clip(src, CODE_CHARS)
-    return "\n".join(f"<mark>{esc(line)}</mark>" if n in lines else esc(line)
-                     for n, line in enumerate(text.split("\n"), start=1))
-
-
 def _first_line(src: str, b: Binding) -> str:
     lines = src.split("\n")
     return _clip(lines[b.line - 1].strip(), 120) if 0 < b.line <= len(lines) else ""
 
 
-def question_code(cells: list[tuple[int, str]], q: Question, why: str = "") -> str:
+@dataclass
+class CodeView:
+    """What the report shows of the student's code for one question (code.html.j2 draws it)."""
+
+    names: list[str]  # the names the question grades
+    why: str = ""  # why the notebook could not be read, when it could not
+    warnings: list[str] = field(default_factory=list)
+    blocks: list[tuple[int, str, list[tuple[str, bool]]]] = field(default_factory=list)  # cell, binds, lines
+    old: list[tuple[int, str]] = field(default_factory=list)  # cells of replaced bindings: (index, source)
+    missing: list[str] = field(default_factory=list)  # names no cell binds
+
+
+def _lines(src: str, marked: set[int]) -> list[tuple[str, bool]]:
+    """A cell's source (clipped) line by line, with whether each line (1-based) is in `marked`."""
+    return [(line, n in marked) for n, line in enumerate(_clip(src, CODE_CHARS).split("\n"), start=1)]
+
+
+def code_view(cells: list[tuple[int, str]], q: Question, why: str = "") -> CodeView:
     """The student's code for question `q`, as the grader probed it: for each name the question grades, the
     statement bound to it when the notebook ended (the last binding in the order the cells run, following
-    `name = other` to the code of `other`), its cell shown with those lines marked; a warning when a name was
+    `name = other` to the code of `other`), its cell with those lines marked; a warning when a name was
     bound more than once or when a later cell may rebind names at run time (exec, globals()); the cells of the
-    bindings that were replaced, folded."""
-    names = list(q.solution) or [c.var for c in q.choices]
-    if not names:
-        return f'<p class="note">The notebook could not be shown: {esc(why)}.</p>' if why else ""
+    bindings that were replaced."""
+    view = CodeView(list(q.solution) or [c.var for c in q.choices], why)
+    if not view.names:
+        return view
     found = bindings(cells)
     source = dict(cells)
     marks: dict[int, set[int]] = {}
     labels: dict[int, list[str]] = {}
-    warnings, missing, replaced = [], [], set()
-    for name in names:
+    warnings, replaced = [], set()
+    for name in view.names:
         chain = graded_bindings(found, name)
         if not chain or chain[0].kind == "del":
-            missing.append(name if not chain else f"{name} (deleted in {chain[0].where})")
+            view.missing.append(name if not chain else f"{name} (deleted in {chain[0].where})")
             continue
         for b in chain:
             marks.setdefault(b.cell, set()).update(range(b.line, b.end + 1))
@@ -342,23 +352,7 @@ def question_code(cells: list[tuple[int, str]], q: Question, why: str = "") -> s
             for d in late[:3]:
                 marks.setdefault(d.cell, set()).update(range(d.line, d.end + 1))
                 labels.setdefault(d.cell, []).append(f"{d.kind}, {d.where.split(', ')[1]}")
-    out = []
-    if warnings:
-        out.append('<ul class="notes rebound">' + "".join(f"<li>{esc(w)}</li>" for w in dict.fromkeys(warnings))
-                   + "</ul>")
-    blocks = "".join(f'<div class="note">cell {n} · binds {esc("; ".join(dict.fromkeys(labels[n])))}</div>'
-                     f"<pre>{_marked(source[n], marks[n])}</pre>" for n in sorted(marks))
-    if blocks:
-        out.append(f"<details open><summary>student code for {esc(q.id)}: what each name was bound to when the "
-                   f"notebook ended (marked)</summary>{blocks}</details>")
-    old = [n for n in sorted(replaced) if n not in marks]
-    if old:
-        out.append("<details><summary>earlier bindings, replaced before the notebook ended (not what was graded)"
-                   "</summary>" + "".join(f'<div class="note">cell {n}</div><pre>{esc(_clip(source[n], CODE_CHARS))}'
-                                          "</pre>" for n in old) + "</details>")
-    if missing:
-        out.append(f'<p class="note">No cell of the notebook that the grader runs binds {esc(", ".join(missing))}'
-                   f"{': ' + esc(why) if why else ''}.</p>")
-    return "".join(out)
-
-
+    view.warnings = list(dict.fromkeys(warnings))
+    view.blocks = [(n, "; ".join(dict.fromkeys(labels[n])), _lines(source[n], marks[n])) for n in sorted(marks)]
+    view.old = [(n, _clip(source[n], CODE_CHARS)) for n in sorted(replaced) if n not in marks]
+    return view

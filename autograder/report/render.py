@@ -18,7 +18,7 @@ from markupsafe import Markup
 from autograder.batch import merged_value
 from autograder.config import runnable_command
 from autograder.content import LETTERS, Question, shuffled
-from autograder.report.code import _resolve, question_code
+from autograder.report.code import _resolve, code_view
 from autograder.report.compare import _detail, gate_of
 from autograder.report.model import (
     INVALID,
@@ -73,6 +73,11 @@ def _render(template: str, *, page_title: str, **values: Any) -> str:
 def _page(title: str, body: str) -> str:
     """A whole page around `body`, HTML built from escaped parts; `title` is text."""
     return _render("page.html.j2", page_title=title, body=Markup(body))
+
+
+def question_code(cells: list[tuple[int, str]], q: Question, why: str = "") -> str:
+    """The student's code for question `q` as HTML (code.code_view says what is shown)."""
+    return _templates().get_template("code.html.j2").render(v=code_view(cells, q, why), q=q)
 
 
 def _link(s: Student, prefix: str = "students/") -> str:
