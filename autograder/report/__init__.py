@@ -4,7 +4,7 @@ model (students, clusters, stored records), code (notebook cells, AST analysis),
 received), render (pages from templates/ and static/), write (the folder, swapped in atomically)."""
 
 from autograder.report.code import code_cells, code_view, read_notebook, stub_state, written_answers
-from autograder.report.compare import checkpoint_table, compare, gate_of
+from autograder.report.compare import compare, detail, gate_of
 from autograder.report.model import (
     UNFINISHED,
     UNRECOGNISED,
@@ -16,10 +16,10 @@ from autograder.report.model import (
     plain_math,
     record_problem,
 )
-from autograder.report.render import MANUAL_CSV, SCRIPT, SCRIPT_HASH, question_code
+from autograder.report.render import MANUAL_CSV, SCRIPT, SCRIPT_HASH, checkpoint_table, question_code
 from autograder.report.write import MARKER, regrade_command, write_report
 
 __all__ = ["MANUAL_CSV", "MARKER", "SCRIPT", "SCRIPT_HASH", "UNFINISHED", "UNRECOGNISED", "Cluster", "Student",
-           "catalogue", "checkpoint_table", "clusters", "code_cells", "code_view", "compare", "gate_of",
+           "catalogue", "checkpoint_table", "clusters", "code_cells", "code_view", "compare", "detail", "gate_of",
            "load_students", "plain_math", "question_code", "read_notebook", "record_problem", "regrade_command",
            "stub_state", "write_report", "written_answers"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from autograder.report.text import _clip, _num, esc
+from autograder.report.text import _clip, _num, _text
 from autograder.results import CaseResult, SubmissionResult
 from autograder.suite import Suite
 
@@ -29,34 +29,32 @@ def _plane(arr: np.ndarray, at: tuple[int, ...]) -> tuple[np.ndarray, tuple[int,
     return arr[at[:-2]], at[:-2], at[-2], at[-1]
 
 
-def _grid(arr: np.ndarray, bad: np.ndarray | None, at: tuple[int, ...], caption: str) -> str:
-    """A GRID x GRID window of `arr` around index `at`, cells where `bad` is true marked `bad` (red)."""
+def _grid(arr: np.ndarray, bad: np.ndarray | None, at: tuple[int, ...], caption: str) -> dict[str, Any]:
+    """A GRID x GRID window of `arr` around index `at`: its caption and rows of (value, whether `bad` marks it)."""
     if arr.size == 0:
-        return f'<table class="grid"><caption>{esc(caption)}: empty, shape {esc(list(arr.shape))}</caption></table>'
+        return {"caption": f"{caption}: empty, shape {list(arr.shape)}", "rows": []}
     plane, _, row, col = _plane(arr, at)
     plane_bad = None if bad is None else _plane(bad, at)[0]
-    body = []
-    for i in _window(plane.shape[0], row):
-        cells = "".join(f'<td{" class=bad" if plane_bad is not None and plane_bad[i, j] else ""}>'
-                        f"{esc(_num(plane[i, j]))}</td>" for j in _window(plane.shape[1], col))
-        body.append(f"<tr>{cells}</tr>")
-    return f'<table class="grid"><caption>{esc(caption)}</caption>{"".join(body)}</table>'
+    rows = [[(_num(plane[i, j]), bool(plane_bad is not None and plane_bad[i, j]))
+             for j in _window(plane.shape[1], col)] for i in _window(plane.shape[0], row)]
+    return {"caption": caption, "rows": rows}
 
 
 def _span(r: range, n: int, what: str) -> str:
     return f"{what} {r.start}–{r.stop - 1} of {n}" if len(r) < n else f"all {n} {what}"
 
 
-def _compare_arrays(key: str, want: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> str:
+def _compare_arrays(key: str, want: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> list[dict[str, Any]]:
+    """Blocks (see `detail`) for two arrays: their shapes when they differ, else where they differ, and both
+    windows around the first wrong value."""
     if want.shape != got.shape:
-        return (f'<table class="kv"><tr><th>{esc(key)}</th><th>expected</th><th>received</th></tr>'
-                f'<tr class="bad"><td>shape</td><td>{esc(list(want.shape))}</td><td>{esc(list(got.shape))}</td></tr>'
-                f'</table><div class="cmp">{_grid(want, None, (0,) * want.ndim, "expected " + key)}'
-                f'{_grid(got, None, (0,) * got.ndim, "received " + key)}</div>')
+        return [_kv([key, "expected", "received"], [(["shape", list(want.shape), list(got.shape)], True)]),
+                {"kind": "grids", "grids": [_grid(want, None, (0,) * want.ndim, "expected " + key),
+                                            _grid(got, None, (0,) * got.ndim, "received " + key)]}]
     with np.errstate(invalid="ignore", over="ignore"):
         bad = ~np.isclose(got.astype(np.float64), want.astype(np.float64), atol=atol, rtol=rtol)
     if want.size == 0:
-        return f'<div class="note"><b>{esc(key)}</b> · empty arrays of shape {esc(list(want.shape))}</div>'
+        return [{"kind": "array", "name": key, "text": f"empty arrays of shape {list(want.shape)}"}]
     at = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else (0,) * want.ndim
     plane, lead, row, col = _plane(want, at)
     shown = [_span(_window(plane.shape[0], row), plane.shape[0], "rows")] if want.ndim >= 2 else []
@@ -65,9 +63,18 @@ def _compare_arrays(key: str, want: np.ndarray, got: np.ndarray, atol: float, rt
     summary = f"{int(bad.sum())} of {bad.size} values differ (atol {atol:g}, rtol {rtol:g})"
     if bad.any():
         summary += f"; first at index {list(at)}"
-    return (f'<div class="note"><b>{esc(name)}</b> · shape {esc(list(want.shape))} · showing {esc(", ".join(shown))}'
-            f" · {esc(summary)}</div>"
-            f'<div class="cmp">{_grid(want, bad, at, "expected")}{_grid(got, bad, at, "received")}</div>')
+    text = f"shape {list(want.shape)} · showing {', '.join(shown)} · {summary}"
+    return [{"kind": "array", "name": name, "text": text},
+            {"kind": "grids", "grids": [_grid(want, bad, at, "expected"), _grid(got, bad, at, "received")]}]
+
+
+def _kv(head: list[str], rows: list[tuple[list[Any], bool]]) -> dict[str, Any]:
+    """A table of key rows: its header, and rows of cells with whether the row is wrong."""
+    return {"kind": "kv", "head": head, "rows": rows}
+
+
+def _note(text: str) -> dict[str, Any]:
+    return {"kind": "note", "text": text}
 
 
 class _Missing:
@@ -116,54 +123,49 @@ def _same(a: Any, b: Any, atol: float, rtol: float, codec: Any) -> bool:
         return False
 
 
-def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, codec: Any) -> str:
-    """Expected-versus-received HTML for one failed case: array windows and key rows, wrong cells marked
-    (`codec`: the lesson's checks module, whose to_plain/from_plain/dumps stored the values)."""
+def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float,
+            codec: Any) -> list[dict[str, Any]]:
+    """Expected versus received for one failed case: key rows and array windows, wrong ones marked (`codec`: the
+    lesson's checks module, whose to_plain/from_plain/dumps stored the values)."""
     if received is None:
-        return '<p class="note">No output was recorded for this case (the submission stopped before it ran).</p>'
+        return [_note("No output was recorded for this case (the submission stopped before it ran).")]
     try:
         got = codec.from_plain(received)
     except (TypeError, ValueError, KeyError) as exc:
-        return f'<p class="note">The stored output could not be decoded: {esc(exc)}</p>'
+        return [_note(f"The stored output could not be decoded: {_text(exc)}")]
     if not isinstance(expected, dict) or not isinstance(got, dict):
         expected, got = {"value": expected}, {"value": got}
     if set(got) == {"error"}:
-        return ""  # nothing came back but the exception, shown on its own below
+        return []  # nothing came back but the exception, shown on its own below
     labels = {"first": case.get("first"), "second": case.get("second")}
     parts, rows = [], []
     for key in [*expected, *(k for k in got if k not in expected)]:
         want, have = expected.get(key), got.get(key, _MISSING)
         name = f"{key} — {labels[key]}" if labels.get(key) else key
         if isinstance(want, np.ndarray) and isinstance(have, np.ndarray):
-            parts.append(_compare_arrays(name, want, have, atol, rtol))
+            parts += _compare_arrays(name, want, have, atol, rtol)
             continue
         if key == "error" and want is None:
-            rows.append((name, "no error", _short(have, codec), True))
+            rows.append(([name, "no error", _short(have, codec)], True))
             continue
-        rows.append((name, _short(want, codec) if key in expected else "(not expected)", _short(have, codec),
+        rows.append(([name, _short(want, codec) if key in expected else "(not expected)", _short(have, codec)],
                      not _same(want, have, atol, rtol, codec)))
-    table = ""
-    if rows:
-        body = "".join(f'<tr{" class=bad" if wrong else ""}><td>{esc(k)}</td><td>{esc(w)}</td><td>{esc(h)}</td></tr>'
-                       for k, w, h, wrong in rows)
-        table = f'<table class="kv"><tr><th>key</th><th>expected</th><th>received</th></tr>{body}</table>'
-    return table + "".join(parts)
+    return ([_kv(["key", "expected", "received"], rows)] if rows else []) + parts
 
 
-def checkpoint_table(received: Any, *, rel_tol: float) -> str:
+def checkpoint_rows(received: Any, *, rel_tol: float) -> list[dict[str, Any]]:
     """Per context: the value the grader re-evaluated from the checkpoint, the one the student's record claims and
-    the bound (failures marked)."""
+    the bound (failures marked); nothing when the output holds no such values."""
     if not isinstance(received, dict) or not received.get("ppl"):
-        return ""
+        return []
     ppl, claimed, bound = (received.get(k) or {} for k in ("ppl", "claimed", "thresholds"))
     rows = []
     for c, value in ppl.items():
         said, limit = claimed.get(c), bound.get(c)
         bad = (limit is not None and not value <= limit) or (said is not None and abs(value - said) > rel_tol * said)
         cells = [c, f"{value:.2f}", "—" if said is None else f"{said:.2f}", "—" if limit is None else f"{limit:g}"]
-        rows.append(f'<tr{" class=bad" if bad else ""}>' + "".join(f"<td>{esc(x)}</td>" for x in cells) + "</tr>")
-    return ('<table class="kv"><tr><th>context</th><th>re-evaluated</th><th>claimed</th><th>bound</th></tr>'
-            + "".join(rows) + "</table>")
+        rows.append((cells, bad))
+    return [_kv(["context", "re-evaluated", "claimed", "bound"], rows)]
 
 
 def gate_of(suite: Suite, result: SubmissionResult, c: CaseResult) -> tuple[list[str], Any]:
@@ -184,34 +186,32 @@ def gate_of(suite: Suite, result: SubmissionResult, c: CaseResult) -> tuple[list
     except Exception:  # noqa: BLE001 - stored data of any shape: the case is shown as stored
         return blocked, None
 
-def _detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, rel_tol: float,
-            codec: Any) -> str:
-    """Expected versus received and the traceback of one failed case; a note when the stored data cannot be shown.
+def detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, rel_tol: float,
+           codec: Any) -> list[dict[str, Any]]:
+    """What the page shows under one failed case (compare.html.j2 draws each block by its kind): expected versus
+    received and the traceback; a note when the stored data cannot be shown.
 
     `expected` is the reference value stored with the result (plain data), the one the case was judged against;
     a result stored without it (by an older grader) shows a note instead: the report never recomputes it.
     """
     try:
         if not case:
-            shown = checkpoint_table(received, rel_tol=rel_tol)
+            shown = checkpoint_rows(received, rel_tol=rel_tol)
         elif expected is None and received is not None:
-            shown = ('<p class="note">The expected value was not stored with this result (it was graded by an older '
-                     "version of the grader); grade the batch again to see it.</p>")
+            shown = [_note("The expected value was not stored with this result (it was graded by an older version "
+                           "of the grader); grade the batch again to see it.")]
         else:
-            shown = compare(case, codec.from_plain(expected), received, atol=atol, rtol=rtol,
-                            codec=codec)
+            shown = compare(case, codec.from_plain(expected), received, atol=atol, rtol=rtol, codec=codec)
         return shown + _traceback(received)
     except Exception as exc:  # noqa: BLE001 - stored data of any shape: the page is written all the same
-        return f'<p class="note">The stored output of this case could not be shown ({esc(type(exc).__name__)}: ' \
-               f"{esc(_clip(str(exc), 300))}).</p>"
+        return [_note(f"The stored output of this case could not be shown ({type(exc).__name__}: "
+                      f"{_clip(_text(exc), 300)}).")]
 
 
-def _traceback(received: Any) -> str:
+def _traceback(received: Any) -> list[dict[str, Any]]:
     err = received.get("error") if isinstance(received, dict) else None
     if not isinstance(err, dict):
-        return ""
+        return []
     where = f"\n  at {err.get('where')}" if err.get("where") else ""
-    return (f'<div class="note">Your code raised:</div>'
-            f"<pre>{esc(err.get('type', '?'))}: {esc(_clip(str(err.get('message', '')), 1000))}{esc(where)}</pre>")
-
-
+    return [{"kind": "raised", "text": f"{_text(err.get('type', '?'))}: {_clip(str(err.get('message', '')), 1000)}"
+                                       f"{_text(where)}"}]

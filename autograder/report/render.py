@@ -19,7 +19,7 @@ from autograder.batch import merged_value
 from autograder.config import runnable_command
 from autograder.content import LETTERS, Question, shuffled
 from autograder.report.code import _resolve, code_view
-from autograder.report.compare import _detail, gate_of
+from autograder.report.compare import checkpoint_rows, detail, gate_of
 from autograder.report.model import (
     INVALID,
     UNDIAGNOSED,
@@ -78,6 +78,16 @@ def _page(title: str, body: str) -> str:
 def question_code(cells: list[tuple[int, str]], q: Question, why: str = "") -> str:
     """The student's code for question `q` as HTML (code.code_view says what is shown)."""
     return _templates().get_template("code.html.j2").render(v=code_view(cells, q, why), q=q)
+
+
+def _blocks(blocks: list[dict[str, Any]]) -> Markup:
+    """compare.detail's blocks as HTML."""
+    return Markup(_templates().get_template("compare.html.j2").render(blocks=blocks))
+
+
+def checkpoint_table(received: Any, *, rel_tol: float) -> str:
+    """The checkpoint's values per context as HTML ("" when the output holds none): compare.checkpoint_rows."""
+    return str(_blocks(checkpoint_rows(received, rel_tol=rel_tol)))
 
 
 def _link(s: Student, prefix: str = "students/") -> str:
@@ -297,7 +307,7 @@ def _case(ctx: _Ctx, s: Student, c: CaseResult) -> dict[str, Any]:
     if out["alone"]:  # the stored message is the gate's: show what its own check says
         out["message"] = alone.message
     tol = ctx.suite.config.tolerances
-    out["detail"] = Markup(_detail(case, c.expected, c.received, atol=case.get("atol", tol.atol),
+    out["detail"] = _blocks(detail(case, c.expected, c.received, atol=case.get("atol", tol.atol),
                                    rtol=case.get("rtol", tol.rtol), rel_tol=ctx.suite.config.milestone.rel_tol,
                                    codec=ctx.suite.config.lesson.checks))
     return out
