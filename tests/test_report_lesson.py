@@ -78,3 +78,30 @@ def test_the_demo_lessons_report_is_titled_from_the_demo_lesson(demo_report: Pat
     shown = [page.replace(runnable_command(), "COMMAND") for page in pages.values()]  # the package's own name
     named = {w for w in other for page in shown if re.search(r"(?<![\w.])" + re.escape(w) + r"(?!\w)", page)}
     assert named == set()
+
+
+def test_a_page_that_cannot_be_built_becomes_a_note_and_the_rest_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index and a written part's page fall back to a plain page naming the error (escaped); the students'
+    pages are written all the same."""
+    from autograder.report import render, write
+
+    def broken(*args: object, **kwargs: object) -> str:
+        raise ValueError("<script>alert(1)</script>")
+
+    monkeypatch.setattr(write, "index_page", broken)
+    monkeypatch.setattr(render, "written_page", broken)
+    suite = load_suite(DEMO_CONFIG)
+    grades = tmp_path / "grades"
+    (grades / "results").mkdir(parents=True)
+    (grades / "results" / "reference.json").write_text(
+        json.dumps(grade_namespace(suite, reference_env(suite), name="reference").to_dict()))
+    index = write_report(grades, out=tmp_path / "report", config_path=DEMO_CONFIG).read_text()
+    title = lesson_title(suite)
+    assert f"<h1>{title} · failure report</h1>" in index
+    assert "The summary could not be built (ValueError: &lt;script&gt;alert(1)&lt;/script&gt;)" in index
+    assert '<a href="students/reference.html">reference</a>' in index
+    written = [p.read_text() for p in (tmp_path / "report" / "written").glob("*.html")]
+    assert written and all("This page could not be built (ValueError: &lt;script&gt;" in w for w in written)
+    assert "<script>alert" not in index + "".join(written)
+    assert (tmp_path / "report" / "students" / "reference.html").is_file()

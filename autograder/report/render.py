@@ -70,11 +70,6 @@ def _render(template: str, *, page_title: str, **values: Any) -> str:
         page_title=_text(page_title), css=Markup(CSS), script=Markup(SCRIPT), script_hash=SCRIPT_HASH, **values)
 
 
-def _page(title: str, body: str) -> str:
-    """A whole page around `body`, HTML built from escaped parts; `title` is text."""
-    return _render("page.html.j2", page_title=title, body=Markup(body))
-
-
 def question_code(cells: list[tuple[int, str]], q: Question, why: str = "") -> str:
     """The student's code for question `q` as HTML (code.code_view says what is shown)."""
     return _templates().get_template("code.html.j2").render(v=code_view(cells, q, why), q=q)
@@ -90,17 +85,10 @@ def checkpoint_table(received: Any, *, rel_tol: float) -> str:
     return str(_blocks(checkpoint_rows(received, rel_tol=rel_tol)))
 
 
-def _link(s: Student, prefix: str = "students/") -> str:
-    return f'<a href="{esc(prefix + quote(s.page))}">{esc(s.id)}</a>'
-
-
-def _bar(frac: float) -> str:
-    cls = "" if frac >= 0.8 else "mid" if frac >= 0.5 else "low"
-    return f'<span class="bar"><i class="{cls}" style="width:{max(0.0, min(frac, 1.0)) * 100:.0f}%"></i></span>'
-
-
 @dataclass(frozen=True)
 class _Ctx:
+    """What every page of one report is built from."""
+
     suite: Suite
     questions: list[Question]
     known: dict[str, tuple[str, str]]
@@ -140,11 +128,6 @@ def _carried(ctx: _Ctx, d: str, qid: str) -> str:
     return "" if d in UNDIAGNOSED or home == qid else f" ← {home.split('_')[0]}"
 
 
-def _names(students: list[Student], limit: int = 8, prefix: str = "students/") -> str:
-    more = f' <span class="note">+{len(students) - limit} more</span>' if len(students) > limit else ""
-    return ", ".join(_link(s, prefix) for s in students[:limit]) + more
-
-
 def _example(cluster: Cluster) -> tuple[Student, CaseResult] | None:
     for prefer_public in (True, False):
         for s in cluster.students:
@@ -155,31 +138,12 @@ def _example(cluster: Cluster) -> tuple[Student, CaseResult] | None:
     return None
 
 
-def _sortable(tid: str, head: list[tuple[str, str, str]], rows: list[str], *, search: str = "",
-              cls: str = "", wrap: str = "") -> str:
-    """A table that the page's script sorts by any column (headers: data-col, label, css class) and, with
-    `search`, filters through a box that stays hidden while scripts are off (the rows then stay as written);
-    with `wrap`, the table (not its box) sits in a div of that class."""
-    box = (f'<input class="filter" type="search" hidden data-table="{esc(tid)}" placeholder="{esc(search)}" '
-           f'aria-label="{esc(search)}">' if search else "")
-    ths = "".join(f'<th data-col="{esc(col)}"{f" class={c}" if c else ""}>{esc(label)}</th>' for col, label, c in head)
-    table = (f'<table class="sortable {cls}" id="{esc(tid)}"><thead><tr>{ths}</tr></thead>'
-             f'<tbody>{"".join(rows)}</tbody></table>')
-    return box + (f'<div class="{esc(wrap)}">{table}</div>' if wrap else table)
-
-
 def column_names(questions: list[Question]) -> dict[str, str]:
     """A short, distinct column heading per question: the part of its id before the first underscore (q5 for
     q5_name), or its whole id where two questions share that part."""
     short = {q.id: q.id.split("_")[0] for q in questions}
     taken = list(short.values())
     return {qid: name if taken.count(name) == 1 else qid for qid, name in short.items()}
-
-
-def _regrade(ctx: _Ctx) -> str:
-    return (f'<div class="note" id="regrade">To regrade (only submissions that changed are graded again; add '
-            f"--force after a grader change), then rewrite this report:</div><pre>{esc(ctx.regrade)}</pre>"
-            ) if ctx.regrade else ""
 
 
 def _choices(ctx: _Ctx, q: Question, students: list[Student]) -> list[dict[str, Any]]:
@@ -301,7 +265,7 @@ def _case(ctx: _Ctx, s: Student, c: CaseResult) -> dict[str, Any]:
     blocked, alone = gate_of(ctx.suite, s.result, c)
     out: dict[str, Any] = {"case": c, "blocked": blocked, "gated": bool(blocked and alone is not None and alone.passed),
                            "alone": bool(blocked and alone is not None), "message": c.message, "detail": ""}
-    out["diagnosis"] = (c.diagnosis or "") + _carried(ctx, c.diagnosis, c.question) if c.diagnosis else ""
+    out["diagnosis"] = c.diagnosis + _carried(ctx, c.diagnosis, c.question) if c.diagnosis else ""
     if out["gated"]:
         return out
     if out["alone"]:  # the stored message is the gate's: show what its own check says
@@ -365,19 +329,18 @@ def _student_page_or_note(ctx: _Ctx, s: Student) -> str:
         return student_page(ctx, s)
 
 
+def _fallback(title: str, exc: Exception, **values: Any) -> str:
+    return _render("fallback.html.j2", page_title=title, error=f"{type(exc).__name__}: {_clip(_text(exc), 300)}",
+                   **{"heading": "", "students": [], **values})
+
+
 def _written_page_or_note(ctx: _Ctx, q: Question, n: int, students: list[Student]) -> str:
     try:
         return written_page(ctx, q, n, students)
     except Exception as exc:  # noqa: BLE001 - the rest of the report is written all the same
-        return _page(q.written[n].part, f'<p><a href="../index.html">← class report</a></p><p class="note">This page '
-                     f"could not be built ({esc(type(exc).__name__)}: {esc(_clip(str(exc), 300))}); the answers are "
-                     "on the students' pages.</p>")
+        return _fallback(q.written[n].part, exc, what="This page", where="the answers are on the students' pages.")
 
 
 def _plain_index(students: list[Student], exc: Exception, *, title: str) -> str:
-    rows = "".join(f"<tr><td>{_link(s)}</td><td>{esc(s.status)}</td></tr>" for s in students)
-    return _page(f"{title} failure report", f"<h1>{esc(title)} · failure report</h1><p class=\"note\">The summary "
-                 f"could not be built ({esc(type(exc).__name__)}: {esc(_clip(str(exc), 300))}); the students' pages "
-                 f"are below.</p><table>{rows}</table>")
-
-
+    return _fallback(f"{title} failure report", exc, heading=f"{title} · failure report", what="The summary",
+                     where="the students' pages are below.", students=students)
