@@ -13,15 +13,15 @@ from typing import Any
 import yaml
 
 from autograder import batch
+from autograder.authoring.questions import ContentError
+from autograder.authoring.suite import load_suite
 from autograder.batch import MergeError, merge_scores
-from autograder.build import BuildError, release, stale_files
 from autograder.cluster import ClusterError
 from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command, runnable_command
-from autograder.content import ContentError
 from autograder.gradescope import grade_gradescope
+from autograder.release import BuildError, release, stale_files
 from autograder.report import write_report
 from autograder.selfcheck import selfcheck
-from autograder.suite import load_suite
 from autograder.summaries import grade_summary, not_graded
 
 

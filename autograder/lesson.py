@@ -37,7 +37,7 @@ CHECKS_API = ("PROBES", "CHECKS", "LETTERS", "USES_EXPECTED", "STUB", "Verdict",
               "to_plain", "from_plain", "dumps", "summary_line", "run_case", "check_case", "check_summary",
               "public_summary")
 # Optional in a checks module: run_probe_exact(env, name, args), run_probe's output with its floats computed in
-# float64, from which the release rounds the values it stores (autograder/content.py: expected_values).
+# float64, from which the release rounds the values it stores (autograder/authoring/content.py: expected_values).
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 

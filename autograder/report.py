@@ -20,13 +20,13 @@ from urllib.parse import quote
 
 import numpy as np
 
+from autograder.authoring.questions import LETTERS, Choice, Question, shuffled
+from autograder.authoring.suite import CHECKPOINT_QUESTION, Suite, load_suite
 from autograder.batch import MergeError, merged_scores, merged_value
 from autograder.config import DEFAULT_CONFIG, ROOT, command, runnable_command
-from autograder.content import LETTERS, Choice, Question, shuffled
 from autograder.execute import SKIP_TAGS
 from autograder.results import CaseResult, Status, SubmissionResult, csv_text, full_marks
 from autograder.submissions import read_cells, read_regular
-from autograder.suite import CHECKPOINT_QUESTION, Suite, load_suite
 
 UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"
@@ -1470,7 +1470,7 @@ def _check_replaceable(dest: Path) -> None:
 
 
 def _swap_in(new: Path, dest: Path) -> None:
-    from autograder.build import replace_dir
+    from autograder.release.common import replace_dir
 
     _check_replaceable(dest)
     replace_dir(new, dest)

@@ -14,15 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from autograder.authoring.questions import mc_answers
+from autograder.authoring.suite import Suite
 from autograder.batch import grade_batch
-from autograder.build import tool_env, write_samples
 from autograder.cluster import ClusterError, grade_on_cluster
 from autograder.config import ROOT, Cluster
-from autograder.content import mc_answers
 from autograder.execute import UID_LOCKS_ENV, _reserve_uid_block
 from autograder.lesson import default_lesson
+from autograder.release.common import tool_env
+from autograder.release.sample import write_samples
 from autograder.submissions import Submission
-from autograder.suite import Suite
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder.build import release
+from autograder.authoring.questions import ContentError, load_questions, shuffled
 from autograder.config import ROOT, ConfigError, load_config
-from autograder.content import ContentError, load_questions, shuffled
+from autograder.release import release
 
 CONFIG = ROOT / "grading_config.yaml"
 LESSON = load_config(CONFIG).lesson

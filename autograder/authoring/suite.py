@@ -8,8 +8,9 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
+from autograder.authoring.content import expected_values
+from autograder.authoring.questions import Question, load_questions, mc_answers
 from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
-from autograder.content import Question, expected_values, load_questions, mc_answers
 from autograder.lesson import Lesson
 
 CHECKPOINT_QUESTION = "m1_checkpoint"  # the milestone checkpoint's column (graded from uploaded files)
@@ -73,12 +74,18 @@ class Suite:
                  "hidden": False, "scheme": pos} for pos, p in shares.items()]
 
 
+# The engine's files whose change changes what the grader judges (paths under autograder/).
+ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "execute.py", "wire.py", "limits.py",
+                "authoring/suite.py", "submissions.py", "judge.py", "results.py", "batch.py", "milestone.py",
+                "lesson.py")
+
+
 def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path | None = None,
                       reference_file: Path | None = None) -> str:
     """Changes whenever a question, the reference, a check, the executor or the config changes (by default the
     lesson's own sources; `assignments` and `reference_file` stand in for a copy of them)."""
     lesson = load_config(config_path).lesson
-    here = Path(__file__).parent
+    engine = Path(__file__).resolve().parent.parent  # autograder/
     lesson_files = lesson.source_files
     if assignments is not None:
         lesson_files = [f for f in lesson_files if f.parent != lesson.assignment_dir or f.suffix != ".md"]
@@ -86,8 +93,7 @@ def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path |
     if reference_file is not None:
         lesson_files = [reference_file if f == lesson.reference_file else f for f in lesson_files]
     files = [config_path, *lesson_files,
-             *(here / m for m in ("content.py", "execute.py", "wire.py", "limits.py", "suite.py", "submissions.py",
-                                "judge.py", "results.py", "batch.py", "milestone.py", "lesson.py"))]
+             *(engine / m for m in ENGINE_FILES)]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
