@@ -148,7 +148,7 @@ class Lesson:
 
     @property
     def checkpoint_dir(self) -> Path:
-        """A committed milestone run of the reference (milestone.pt, milestone.json), when the lesson has one."""
+        """A committed milestone run of the reference (the checkpoint's files), when the lesson has one."""
         return self.root / "reference" / f"{self.name}_checkpoint"
 
     @property

@@ -30,7 +30,8 @@ from autograder.results import STUDENT_HELP, Status
 FEEDBACK_TEMPLATE, FEEDBACK_FILE = "compact_feedback", "compact.html.j2"  # it extends nbgrader's index.html.j2
 TEMPLATE_DIRS = [str(Path(__import__("nbgrader").__file__).parent / "server_extensions" / "formgrader" / "templates"),
                  str(Path(__file__).parent / "nbgrader_feedback")]
-TESTS_SUFFIX = "-tests"  # a question's grade cell is "<question>-tests"; the checkpoint's is CHECKPOINT_QUESTION
+# A question's grade cell is "<question>-tests"; the checkpoint's is its id (Suite.checkpoint_question).
+TESTS_SUFFIX = "-tests"
 ALLOW_FLAG = "--allow-unsandboxed"
 
 

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import numpy as np
 
 from autograder.authoring.questions import LETTERS, Choice, Question, shuffled
-from autograder.authoring.suite import CHECKPOINT_QUESTION, Suite, load_suite
+from autograder.authoring.suite import Suite, load_suite
 from autograder.batch import MergeError, merged_scores, merged_value
 from autograder.config import DEFAULT_CONFIG, ROOT, command, runnable_command
 from autograder.execute import SKIP_TAGS
@@ -366,7 +366,7 @@ def catalogue(suite: Suite) -> dict[str, tuple[str, str]]:
     from autograder.milestone import PROBLEMS
     known = {c["known_cause"]["id"]: (c["question"], c["known_cause"]["description"])
              for c in suite.cases if c.get("known_cause")}
-    checkpoint = {k: (CHECKPOINT_QUESTION, v) for k, v in PROBLEMS.items()}
+    checkpoint = {k: (suite.checkpoint_question, v) for k, v in PROBLEMS.items()}
     return known | {m.id: (m.question, m.description) for m in suite.config.lesson.mistakes} | checkpoint
 
 

@@ -113,7 +113,8 @@ def sample_class(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tupl
     batches are small enough to lose one mid-class; a short wait for a scheduler) and the grades.csv of a
     local run."""
     tmp = tmp_path_factory.mktemp("class")
-    write_samples(TEMPLATE, tmp / "all", answers=mc_answers(list(suite.questions)), lesson=default_lesson())
+    write_samples(TEMPLATE, tmp / "all", answers=mc_answers(list(suite.questions)), lesson=default_lesson(),
+                  checkpoint_files=suite.checkpoint_files)
     subs = tmp / "samples"
     subs.mkdir()
     for entry in (tmp / "all").iterdir():

@@ -67,7 +67,7 @@ class CaseSpec(_Strict):
 class Choice(_Strict):
     """A multiple-choice item; the first option is the right one until the builder shuffles them."""
 
-    var: str = Field(pattern=r"^[a-z][a-z0-9_]*$")  # starts with the question's number: q8_ in q8_checks
+    var: str = Field(pattern=r"^[a-z][a-z0-9_]*$")  # starts with the question's number: q2_ in q2_pick
     prompt: str
     options: list[str] = Field(min_length=4, max_length=4)
     why: str
@@ -86,9 +86,26 @@ class Choice(_Strict):
 class WrittenPart(_Strict):
     """A hand-graded written answer with its model answer."""
 
-    part: str = Field(pattern=r"^[a-z][a-z0-9_]*$")  # starts with the question's number: q9_ in q9_written
+    part: str = Field(pattern=r"^[a-z][a-z0-9_]*$")  # starts with the question's number: q3_ in q3_explain
     prompt: str
     answer: str
+
+
+class Checkpoint(_Strict):
+    """A milestone's checkpoint, declared by its question: the files students upload next to the notebook, graded
+    after submission (the config's milestone points) as their own grades.csv column."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_]*$")  # the column, and the nbgrader grade cell
+    title: str
+    files: list[str] = Field(min_length=1)  # plain file names, the trained weights first
+
+    @field_validator("files")
+    @classmethod
+    def _plain_names(cls, files: list[str]) -> list[str]:
+        bad = [f for f in files if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", f)]
+        if bad:
+            raise ValueError(f"{', '.join(map(repr, bad))}: a checkpoint file is a plain file name")
+        return files
 
 
 Kind = Literal["prose", "cases", "choices", "manual", "milestone"]  # autograder/lesson.py: KINDS
@@ -104,6 +121,7 @@ class FrontMatter(_Strict):
     cases: list[CaseSpec] = []
     choices: list[Choice] = []
     written: list[WrittenPart] = []
+    checkpoint: Checkpoint | None = None  # kind milestone only
 
 
 @dataclass
@@ -131,6 +149,7 @@ class Question:
     manual: bool = False
     kind: Kind = "cases"
     lesson: Lesson | None = field(default=None, repr=False, compare=False)  # where it was loaded from
+    checkpoint: Checkpoint | None = None  # a milestone's checkpoint, as its front matter declares it
 
     @property
     def graded(self) -> bool:
@@ -366,7 +385,7 @@ def _check_requires(specs: list[CaseSpec], path: Path, qid: str) -> None:
 
 
 def _prefix(qid: str) -> str:
-    """The prefix of a question's answer variables and written parts: its number and `_` (q8_ in q8_checks)."""
+    """The prefix of a question's answer variables and written parts: its number and `_` (q2_ in q2_pick)."""
     return qid.split("_")[0] + "_"
 
 
@@ -390,6 +409,8 @@ def _check_kind(fm: FrontMatter, path: Path, config: GradingConfig) -> None:
         raise ContentError(f"{path}: question {fm.id}: a manual question needs `written:` parts")
     if fm.kind != "choices" and fm.choices or fm.kind != "manual" and fm.written:
         raise ContentError(f"{where}: `choices:` belong to kind choices and `written:` parts to kind manual")
+    if fm.checkpoint is not None and fm.kind != "milestone":
+        raise ContentError(f"{where}: only a question of kind milestone declares a `checkpoint:`")
     if fm.kind == "milestone" and len(fm.solution) != 1:
         raise ContentError(f"{where}: a milestone names one solution, the model its checkpoint is loaded into")
     bad = [n for n in [c.var for c in fm.choices] + [w.part for w in fm.written] if not n.startswith(_prefix(fm.id))]
@@ -426,7 +447,8 @@ def load_questions(config: GradingConfig, directory: Path | None = None,
         qcfg = config.questions.get(fm.id)
         manual = fm.kind == "manual"
         q = Question(fm.id, fm.title, path, fm.solution, [], fm.choices, fm.written,
-                     points=qcfg.points if qcfg else 0.0, manual=manual, kind=fm.kind, lesson=lesson)
+                     points=qcfg.points if qcfg else 0.0, manual=manual, kind=fm.kind, lesson=lesson,
+                     checkpoint=fm.checkpoint)
         if graded and not manual:
             q.cases = _cases(fm, config, path)
         q.cells = split_cells(_render(body, path, fm.id, config), path, fm.id)
@@ -445,6 +467,10 @@ def load_questions(config: GradingConfig, directory: Path | None = None,
     if missing:
         raise ContentError(f"grading_config.yaml: questions {sorted(missing)} have points but no file in "
                            f"{directory}")
+    if config.milestone.points and checkpoint_of(questions) is None:
+        raise ContentError(f"grading_config.yaml: milestone.points gives the milestone's checkpoint "
+                           f"{config.milestone.points:g} points, but no question of kind milestone in {directory} "
+                           "declares it: add `checkpoint: {id, title, files}` to its front matter")
     return questions
 
 
@@ -470,6 +496,11 @@ def _heading_points(q: Question, config: GradingConfig) -> None:
 
 def mc_answers(questions: list[Question]) -> dict[str, str]:
     return {c.var: shuffled(c)[1] for q in questions for c in q.choices}
+
+
+def checkpoint_of(questions: list[Question] | tuple[Question, ...]) -> Checkpoint | None:
+    """The milestone checkpoint that a question of the lesson declares, or None."""
+    return next((q.checkpoint for q in questions if q.checkpoint is not None), None)
 
 
 def lesson_of(questions: list[Question] | tuple[Question, ...]) -> Lesson:

@@ -61,7 +61,8 @@ def build(*, config_path: Path = DEFAULT_CONFIG, assignments: Path | None = None
                 "cases": [{k: c[k] for k in ("id", "question", "points", "hidden")}
                           for q in questions for c in q.cases]}
     (work / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    write_samples(student / f"{name}.ipynb", work / "samples", answers=mc_answers(questions), lesson=lesson)
+    write_samples(student / f"{name}.ipynb", work / "samples", answers=mc_answers(questions), lesson=lesson,
+                  checkpoint_files=suite.checkpoint_files)
     return {"student": student, "otter": otter_out, "otter_zip": otter_zip, "nbgrader": course,
             "manifest": work / "manifest.json", "samples": work / "samples"}
 

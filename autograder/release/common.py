@@ -98,6 +98,11 @@ def summary_parts(q: Question) -> tuple[str, str]:
     return repr(public), f"hidden={sum(c['hidden'] for c in q.cases)}, answers={bool(q.choices)}"
 
 
+def example_question(questions: list[Question]) -> str:
+    """The question the notebook's instructions show as an example of a check: the first with public cases."""
+    return next((q.id for q in questions if any(not c["hidden"] for c in q.cases)), "")
+
+
 def _target_cells(q: Question, note: str) -> list[Any]:
     """The question's cells, with the target's note on checking before the introduction's first code cell."""
     if q.graded or not any(c.kind == "code" for c in q.cells):

@@ -10,8 +10,8 @@ from typing import Any
 
 import nbformat
 
-from autograder.authoring.questions import Question, lesson_of, shuffled
-from autograder.authoring.suite import CHECKPOINT_QUESTION, Suite
+from autograder.authoring.questions import Checkpoint, Question, checkpoint_of, lesson_of, shuffled
+from autograder.authoring.suite import Suite
 from autograder.config import command
 from autograder.release.common import (
     CellWriter,
@@ -20,6 +20,7 @@ from autograder.release.common import (
     case_json,
     choices_markdown,
     code_cell,
+    example_question,
     md_cell,
     question_cells,
     run_tool,
@@ -29,7 +30,7 @@ from autograder.release.common import (
     write_markdown,
     write_nb,
 )
-from autograder.release.student import CHECK_NOTE, MILESTONE_FILES, SUBMIT_TEXT, export_zip
+from autograder.release.student import check_note, submit_text
 
 
 def public_cases_file(name: str) -> str:
@@ -69,14 +70,17 @@ def _nbgrader_check(q: Question) -> str:
             f"assert not _failed_checks, f\"public checks that failed: {{', '.join(_failed_checks)}}\"")
 
 
-def _nbgrader_checkpoint(points: float) -> str:
+def _nbgrader_checkpoint(points: float, checkpoint: Checkpoint) -> str:
     """The milestone checkpoint's grade cell: the student's kernel only checks that the files are there; the grader
     re-evaluates them after submission."""
-    files = " and ".join(MILESTONE_FILES)
-    return (f"# {CHECKPOINT_QUESTION} ({points:g} points): graded after you submit: the grader re-evaluates {files}\n"
-            f"# next to this notebook and compares them with the bounds above. Here, only that both files are there.\n"
+    files = " and ".join(checkpoint.files)
+    every = "both" if len(checkpoint.files) == 2 else "all"
+    return (f"# {checkpoint.id} ({points:g} points): graded after you submit: the grader re-evaluates {files}\n"
+            f"# next to this notebook and compares them with the bounds above. Here, only that {every} "
+            f"{'files are' if len(checkpoint.files) > 1 else 'file is'} there.\n"
             f"import os as _os\n"
-            f"assert all(_os.path.exists(_f) for _f in {MILESTONE_FILES!r}), \"put {files} next to this notebook\"")
+            f"assert all(_os.path.exists(_f) for _f in {tuple(checkpoint.files)!r}), "
+            f"\"put {files} next to this notebook\"")
 
 
 def _nbgrader_meta(grade_id: str, *, solution: bool, grade: bool, points: float = 0) -> dict[str, Any]:
@@ -110,9 +114,9 @@ def _nbgrader_tests(w: Writing, cell: Any) -> list[Any]:
     q = w.q
     meta = _nbgrader_meta(f"{q.id}-tests", solution=False, grade=True, points=q.points)
     out = [code_cell(_nbgrader_check(q), **meta)]
-    if q.kind == "milestone" and w.checkpoint_points:
-        out.append(code_cell(_nbgrader_checkpoint(w.checkpoint_points),
-                         **_nbgrader_meta(CHECKPOINT_QUESTION, solution=False, grade=True, points=w.checkpoint_points)))
+    if q.checkpoint is not None and w.checkpoint_points:
+        out.append(code_cell(_nbgrader_checkpoint(w.checkpoint_points, q.checkpoint),
+                             **_nbgrader_meta(q.checkpoint.id, solution=False, grade=True, points=w.checkpoint_points)))
     return out
 
 
@@ -126,9 +130,11 @@ def nbgrader_source(questions: list[Question], expected: dict[str, dict[str, Any
                     checkpoint_points: float = 0) -> nbformat.NotebookNode:
     """The nbgrader source notebook: solution cells, autograder test cells (hidden ones without their expected
     values), manually graded answers and, after the milestone, the checkpoint's hidden tests."""
-    note = CHECK_NOTE["nbgrader"].format(export_zip=export_zip(lesson_of(questions).name))
+    checkpoint = checkpoint_of(questions)
+    files = checkpoint.files if checkpoint is not None else []
+    note = check_note("nbgrader", name=lesson_of(questions).name, example=example_question(questions), files=files)
     cells = [*question_cells(questions, expected, writers=WRITERS, note=note, checkpoint_points=checkpoint_points),
-             md_cell(SUBMIT_TEXT["nbgrader"])]
+             md_cell(submit_text("nbgrader", files=files))]
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
@@ -150,7 +156,7 @@ from autograder.nbgrader_grade import FEEDBACK_FILE, FEEDBACK_TEMPLATE, TEMPLATE
 
 c = get_config()  # noqa: F821
 c.CourseDirectory.root = '.'
-c.CourseDirectory.course_id = 'usaaio-{name}'
+c.CourseDirectory.course_id = '{name}'
 c.ClearSolutions.code_stub = {{'python': '# YOUR CODE HERE\\nraise NotImplementedError()'}}
 c.Autograde.autograde_preprocessors = [EngineVerdicts, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
                                        AssignLatePenalties, CheckCellMetadata]

@@ -10,8 +10,8 @@ from typing import Any
 import nbformat
 import yaml
 
-from autograder.authoring.questions import Question, lesson_of, shuffled
-from autograder.authoring.suite import CHECKPOINT_QUESTION, Suite
+from autograder.authoring.questions import Checkpoint, Question, checkpoint_of, lesson_of, shuffled
+from autograder.authoring.suite import Suite
 from autograder.config import command
 from autograder.lesson import Lesson
 from autograder.release.common import (
@@ -23,6 +23,7 @@ from autograder.release.common import (
     case_json,
     choices_markdown,
     code_cell,
+    example_question,
     md_cell,
     question_cells,
     raw_cell,
@@ -34,7 +35,7 @@ from autograder.release.common import (
     write_nb,
 )
 from autograder.release.gradescope import gradescope_zip
-from autograder.release.student import CHECK_NOTE, SUBMIT_TEXT, export_cell, export_zip
+from autograder.release.student import check_note, export_cell, submit_text
 
 # Otter's grading environment (pip part of its environment.yml): the CPU build of torch and numpy. The local
 # "+cpu" version of the CPU index sorts above PyPI's CUDA build of the same release, so pip takes it.
@@ -133,36 +134,40 @@ def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]],
         "python_version": "3.11",
         "requirements": list(OTTER_REQUIREMENTS),
     }
+    checkpoint = checkpoint_of(questions)
+    files = checkpoint.files if checkpoint is not None else []
+    note = check_note("otter", name=lesson.name, example=example_question(questions), files=files)
     cells = [raw_cell("# ASSIGNMENT CONFIG\n" + yaml.safe_dump(config, sort_keys=False)),
-             *question_cells(questions, expected, writers=WRITERS,
-                             note=CHECK_NOTE["otter"].format(export_zip=export_zip(lesson.name))),
-             md_cell(SUBMIT_TEXT["otter"]),
-             code_cell(export_cell(lesson.name), tags=["otter_ignore"], deletable=False, editable=False)]
+             *question_cells(questions, expected, writers=WRITERS, note=note),
+             md_cell(submit_text("otter", files=files)),
+             code_cell(export_cell(lesson.name, files=files), tags=["otter_ignore"], deletable=False, editable=False)]
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
     return nb
 
 
-def otter_checkpoint_note(*, notebook: float, checkpoint: float, name: str) -> str:
+def otter_checkpoint_note(*, notebook: float, points: float, checkpoint: Checkpoint, name: str) -> str:
     """What `otter run` and Gradescope show for the milestone checkpoint, which the Otter zip does not grade."""
+    files = " and ".join(checkpoint.files)
     return (f"This Otter autograder grades the notebook's {notebook:g} points; the milestone checkpoint's "
-            f"{checkpoint:g} (milestone.pt and milestone.json) are not graded here. To add them, grade the same "
-            f"submissions with `{command()} grade SUBMISSIONS/` (column {CHECKPOINT_QUESTION} of grades.csv) or use "
-            f"{gradescope_zip(name)}, which grades all {notebook + checkpoint:g}.")
+            f"{points:g} ({files}) are not graded here. To add them, grade the same "
+            f"submissions with `{command()} grade SUBMISSIONS/` (column {checkpoint.id} of grades.csv) or use "
+            f"{gradescope_zip(name)}, which grades all {notebook + points:g}.")
 
 
-def _add_otter_checkpoint_note(otter_zip: Path, *, notebook: float, checkpoint: float, name: str) -> None:
+def _add_otter_checkpoint_note(otter_zip: Path, *, notebook: float, points: float, checkpoint: Checkpoint,
+                               name: str) -> None:
     """Add to Otter's autograder zip a 0-point test file that always passes and says what the zip leaves out, so
     that the summary of `otter run` (and Gradescope's list) has a row for the checkpoint's points."""
     import zipfile
 
-    note = otter_checkpoint_note(notebook=notebook, checkpoint=checkpoint, name=name)
-    title = f"{CHECKPOINT_QUESTION} ({checkpoint:g} points): not graded by this zip"
+    note = otter_checkpoint_note(notebook=notebook, points=points, checkpoint=checkpoint, name=name)
+    title = f"{checkpoint.id} ({points:g} points): not graded by this zip"
     text = (f"from otter.test_files import test_case\n\nOK_FORMAT = False\n\nname = {title!r}\npoints = 0\n\n"
             f"@test_case(points=0, hidden=False, success_message={note!r})\n"
             f"def test_not_graded_here(env):\n    pass\n")
-    info = zipfile.ZipInfo(f"tests/{CHECKPOINT_QUESTION}.py", date_time=(2026, 1, 1, 0, 0, 0))
+    info = zipfile.ZipInfo(f"tests/{checkpoint.id}.py", date_time=(2026, 1, 1, 0, 0, 0))
     info.compress_type = zipfile.ZIP_DEFLATED
     info.external_attr = 0o644 << 16
     with zipfile.ZipFile(otter_zip, "a") as zf:
@@ -183,7 +188,8 @@ def build_otter(suite: Suite, work: Path) -> tuple[Path, Path]:
     zips = sorted((otter_out / "autograder").glob("*.zip"))
     if len(zips) != 1:
         raise BuildError(f"otter assign produced {len(zips)} autograder zips in {otter_out / 'autograder'}")
-    if config.milestone.points:
-        _add_otter_checkpoint_note(zips[0], notebook=suite.notebook_points, checkpoint=config.milestone.points,
-                                   name=name)
+    checkpoint = checkpoint_of(questions)
+    if config.milestone.points and checkpoint is not None:
+        _add_otter_checkpoint_note(zips[0], notebook=suite.notebook_points, points=config.milestone.points,
+                                   checkpoint=checkpoint, name=name)
     return otter_out, zips[0]

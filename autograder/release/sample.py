@@ -7,7 +7,9 @@ import ast
 import copy
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -76,10 +78,20 @@ def filled_notebook(template: Path, *, extra: dict[str, str] | None = None,
     return _with_extra(nb, names_at, extra or {})
 
 
-def write_samples(template: Path, dest: Path, *, answers: dict[str, str], lesson: Lesson) -> list[Path]:
-    """Sample class: the reference (a folder with its milestone checkpoint, when the lesson has one:
-    Lesson.checkpoint_dir), the same with an inflated milestone.json, the blank template, one per catalogued
-    mistake and a few cheats."""
+def _lowered(value: Any) -> Any:
+    """Claims made 10% lower: every float of JSON data times 0.9 (integers, strings and booleans as they are)."""
+    if isinstance(value, dict):
+        return {k: _lowered(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_lowered(v) for v in value]
+    return value * 0.9 if isinstance(value, float) else value
+
+
+def write_samples(template: Path, dest: Path, *, answers: dict[str, str], lesson: Lesson,
+                  checkpoint_files: Sequence[str] = ()) -> list[Path]:
+    """Sample class: the reference (a folder with the milestone checkpoint's files, when the lesson declares them
+    and has a committed run of them: Lesson.checkpoint_dir), the same with every number its JSON files claim 10%
+    lower, the blank template, one per catalogued mistake and a few cheats."""
     checkpoint = lesson.checkpoint_dir
     adversarial = ADVERSARIAL | {"read_reference": f"print(open({str(lesson.reference_file)!r}).read())"}
     dest.mkdir(parents=True, exist_ok=True)
@@ -91,15 +103,17 @@ def write_samples(template: Path, dest: Path, *, answers: dict[str, str], lesson
         written.append(path)
 
     reference_nb, names_at = _reference_filled(template, answers, lesson)  # filled once: each sample is a copy
-    if checkpoint.is_dir():
-        claims = json.loads((checkpoint / "milestone.json").read_text())
-        inflated = claims | {"ppl": {pos: {c: v * 0.9 for c, v in row.items()} for pos, row in claims["ppl"].items()}}
-        for name, record in (("reference", claims), ("checkpoint_inflated_claims", inflated)):
+    if checkpoint_files and checkpoint.is_dir():
+        for name, claims in (("reference", lambda v: v), ("checkpoint_inflated_claims", _lowered)):
             folder = dest / name
             folder.mkdir()
             nbformat.write(copy.deepcopy(reference_nb), str(folder / template.name))
-            shutil.copy(checkpoint / "milestone.pt", folder / "milestone.pt")
-            (folder / "milestone.json").write_text(json.dumps(record, indent=2) + "\n")
+            for file in checkpoint_files:
+                if file.endswith(".json"):
+                    record = claims(json.loads((checkpoint / file).read_text()))
+                    (folder / file).write_text(json.dumps(record, indent=2) + "\n")
+                else:
+                    shutil.copy(checkpoint / file, folder / file)
             written.append(folder)
     else:
         save("reference", copy.deepcopy(reference_nb))

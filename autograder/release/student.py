@@ -4,36 +4,44 @@ the student release itself (Otter's student output, marked as generated)."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import nbformat
 
 from autograder.release.common import banner, generated_key
 
-# How to check and submit: the one part of the text that differs between the two targets; it comes right
-# before the first code cell of the introduction.
-CHECK_NOTE = {
-    "otter": "**Checking and submitting.** Each check cell calls `grader.check(\"q2_sinusoidal_pe\")` (each "
-             "question shows its own id): run it after your code, and it lists the checks that failed and why. "
-             "When you are done, save the notebook and run the export cell at the end: it writes "
-             "`{export_zip}` with this notebook and, when they are in this folder, `milestone.pt` and "
-             "`milestone.json`, and prints what the zip holds. Upload that zip to Gradescope. More checks, "
-             "hidden from you, run when your work is graded.",
-    "nbgrader": "**Checking and submitting.** Each question ends with a check cell that runs its public checks: run "
-                "it after your code; when a check fails it says what was expected, and the cell stops with an error. "
-                "Before you submit, click **Validate** (in the notebook's toolbar or the Assignments tab), which runs "
-                "the whole notebook and lists the check cells that fail. Keep `milestone.pt` and `milestone.json` in "
-                "this folder, next to the notebook, then submit from the Assignments tab. More checks, hidden from "
-                "you, run when your work is graded, on the grader's own copy of your notebook.",
-}
 
-MILESTONE_FILES = ("milestone.pt", "milestone.json")
+def _listed(files: Sequence[str]) -> str:
+    """`a` and `b` (each file name in backticks)."""
+    return " and ".join(f"`{f}`" for f in files)
 
-SUBMIT_TEXT = {
-    "otter": "## Submit\n\nSave the notebook, then run the cell below and upload the zip it writes to Gradescope.",
-    "nbgrader": "## Submit\n\nSave the notebook, click **Validate**, then submit from the Assignments tab with "
-                "`milestone.pt` and `milestone.json` in this folder.",
-}
+
+def check_note(target: str, *, name: str, example: str, files: Sequence[str]) -> str:
+    """How to check and submit, the one part of the text that differs between the targets ("otter", "nbgrader"); it
+    comes right before the first code cell of the introduction. `example` is a question id to show, `files` the
+    milestone checkpoint's files (none when the lesson has no checkpoint)."""
+    if target == "otter":
+        with_files = f" and, when they are in this folder, {_listed(files)}," if files else ""
+        return (f"**Checking and submitting.** Each check cell calls `grader.check(\"{example}\")` (each "
+                "question shows its own id): run it after your code, and it lists the checks that failed and why. "
+                "When you are done, save the notebook and run the export cell at the end: it writes "
+                f"`{export_zip(name)}` with this notebook{with_files} and prints what the zip holds. Upload that zip "
+                "to Gradescope. More checks, hidden from you, run when your work is graded.")
+    keep = f"Keep {_listed(files)} in this folder, next to the notebook, then submit" if files else "Then submit"
+    return ("**Checking and submitting.** Each question ends with a check cell that runs its public checks: run "
+            "it after your code; when a check fails it says what was expected, and the cell stops with an error. "
+            "Before you submit, click **Validate** (in the notebook's toolbar or the Assignments tab), which runs "
+            f"the whole notebook and lists the check cells that fail. {keep} from the Assignments tab. More checks, "
+            "hidden from you, run when your work is graded, on the grader's own copy of your notebook.")
+
+
+def submit_text(target: str, *, files: Sequence[str]) -> str:
+    """The notebook's closing "Submit" section for a target."""
+    if target == "otter":
+        return "## Submit\n\nSave the notebook, then run the cell below and upload the zip it writes to Gradescope."
+    with_files = f" with {_listed(files)} in this folder" if files else ""
+    return f"## Submit\n\nSave the notebook, click **Validate**, then submit from the Assignments tab{with_files}."
 
 
 def export_zip(name: str) -> str:
@@ -41,20 +49,32 @@ def export_zip(name: str) -> str:
     return f"{name}_submission.zip"
 
 
-def export_cell(name: str) -> str:
+def export_cell(name: str, *, files: Sequence[str]) -> str:
+    """The Otter notebook's last cell: it zips the notebook with the checkpoint's files (when they are there)."""
     EXPORT_ZIP = export_zip(name)
-    return f"""\
-# Save the notebook first (File > Save), then run this cell: it zips the notebook together with
-# milestone.pt and milestone.json (when they are in this folder) into {EXPORT_ZIP}: upload that zip.
+    if not files:
+        return f"""\
+# Save the notebook first (File > Save), then run this cell: it zips the notebook into {EXPORT_ZIP}: upload that zip.
 import os
 import zipfile
 
-milestone_files = [f for f in {MILESTONE_FILES!r} if os.path.exists(f)]
+grader.export("{name}.ipynb", export_path="{EXPORT_ZIP}", pdf=False)
+if os.path.exists("{EXPORT_ZIP}"):
+    print("{EXPORT_ZIP} holds:", ", ".join(zipfile.ZipFile("{EXPORT_ZIP}").namelist()))
+"""
+    plain, every = " and ".join(files), "both" if len(files) == 2 else "all"
+    return f"""\
+# Save the notebook first (File > Save), then run this cell: it zips the notebook together with
+# {plain} (when they are in this folder) into {EXPORT_ZIP}: upload that zip.
+import os
+import zipfile
+
+milestone_files = [f for f in {tuple(files)!r} if os.path.exists(f)]
 grader.export("{name}.ipynb", export_path="{EXPORT_ZIP}", pdf=False, files=milestone_files)
 if os.path.exists("{EXPORT_ZIP}"):
     print("{EXPORT_ZIP} holds:", ", ".join(zipfile.ZipFile("{EXPORT_ZIP}").namelist()))
-if len(milestone_files) < 2:
-    print("milestone.pt and milestone.json are not both in this folder: the milestone checkpoint earns no points")
+if len(milestone_files) < {len(files)}:
+    print("{plain} are not {every} in this folder: the milestone checkpoint earns no points")
 """
 
 
