@@ -5,11 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # PyTorch's CPU build: the version and the CPU index that the Gradescope zip's setup.sh installs (read from
-# autograder/build.py). With --extra-index-url the index's "+cpu" wheel sorts above PyPI's CUDA build of the same
+# autograder/release/common.py). With --extra-index-url the index's "+cpu" wheel sorts above PyPI's CUDA build of the same
 # release; a short timeout keeps set-up going where that index cannot be reached (pip's own index and
 # find-links serve then). Set LESSON83_TORCH_INDEX_URL empty to take torch from pip's own index only.
-TORCH_VERSION := $(shell sed -n 's/^TORCH_VERSION = "\([^"]*\)".*/\1/p' autograder/build.py)
-LESSON83_TORCH_INDEX_URL ?= $(shell sed -n 's/^TORCH_INDEX_URL = "\([^"]*\)".*/\1/p' autograder/build.py)
+TORCH_VERSION := $(shell sed -n 's/^TORCH_VERSION = "\([^"]*\)".*/\1/p' autograder/release/common.py)
+LESSON83_TORCH_INDEX_URL ?= $(shell sed -n 's/^TORCH_INDEX_URL = "\([^"]*\)".*/\1/p' autograder/release/common.py)
 TORCH_PIP_ARGS := --timeout 10 --retries 0 torch==$(TORCH_VERSION) \
 	$(if $(LESSON83_TORCH_INDEX_URL),--extra-index-url $(LESSON83_TORCH_INDEX_URL))
 

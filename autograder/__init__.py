@@ -1,1 +1,1 @@
-"""Lesson 83 homework package: release builder, test definitions and grading code."""
+"""The homework package: the release builder, test definitions and grading code; it knows no lesson."""

@@ -19,15 +19,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from autograder.authoring.questions import Question
+from autograder.authoring.suite import Suite, load_suite, suite_fingerprint
 from autograder.config import DEFAULT_CONFIG, GradingConfig, command, load_config
 from autograder.config import Cluster as ClusterSettings
-from autograder.content import Question
 from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.judge import judge_checkpoint, judge_exec, judge_unreadable
 from autograder.milestone import VERIFY_SLOTS, reader_limits_lowered
 from autograder.results import Status, SubmissionResult, csv_text, full_marks, spreadsheet_text
 from autograder.submissions import CHECKPOINT_FILES, Submission, find_submissions
-from autograder.suite import Suite, load_suite, suite_fingerprint
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -1,4 +1,4 @@
-"""Thin command line over the pipeline stages of the Lesson 83 homework: one verb per stage."""
+"""Thin command line over the pipeline stages of the homework package: one verb per stage."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Any
 import yaml
 
 from autograder import batch
+from autograder.authoring.questions import ContentError
+from autograder.authoring.suite import load_suite
 from autograder.batch import MergeError, merge_scores
-from autograder.build import BuildError, release, stale_files
 from autograder.cluster import ClusterError
 from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command, runnable_command
-from autograder.content import ContentError
 from autograder.gradescope import grade_gradescope
+from autograder.release import BuildError, release, stale_files
 from autograder.report import write_report
 from autograder.selfcheck import selfcheck
-from autograder.suite import load_suite
 from autograder.summaries import grade_summary, not_graded
 
 
@@ -178,7 +178,7 @@ def config_for(assignment: str, *, config: Path = DEFAULT_CONFIG) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=command(), formatter_class=_ShowDefaults,
-        description="The Lesson 83 homework package: one verb per pipeline stage, all listed below. "
+        description="The homework package: one verb per pipeline stage, all listed below. "
                     f"`{command()} VERB --help` shows a verb's options and their defaults.")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=CONFIG_HELP)
     parser.add_argument("--assignment", metavar="NAME", default=None, help=ASSIGNMENT_HELP)
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "grades.csv and summary.json")
     p.add_argument("grades", type=Path, help=f"folder written by `{command()} grade`")
     p.add_argument("scores", type=Path, nargs="+", help="CSV files: an id column and score columns named by "
-                   "question (q9_written, m1_checkpoint) or written part (q9_buffer); blank cells are skipped")
+                   "question (a manual one, the milestone checkpoint) or written part; blank cells are skipped")
     p.set_defaults(func=cmd_merge)
     args = parser.parse_args(argv)
     try:

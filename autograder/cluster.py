@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from autograder.authoring.suite import Suite, load_suite
 from autograder.batch import probe_order, sandbox_limits
 from autograder.config import Cluster
 from autograder.execute import WorkerPool
 from autograder.judge import judge_exec, judge_unreadable
 from autograder.results import SubmissionResult
 from autograder.submissions import Submission
-from autograder.suite import Suite, load_suite
 
 log = logging.getLogger(__name__)
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import nbformat
 
+from autograder.authoring.suite import Suite
 from autograder.execute import SKIP_TAGS, ExecResult
 from autograder.milestone import reader_limits_lowered, verify_checkpoint
 from autograder.results import STATUS_WORDS, CaseResult, Status, SubmissionResult
 from autograder.submissions import Submission
-from autograder.suite import Suite
 
 
 def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[CaseResult]:

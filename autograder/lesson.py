@@ -37,7 +37,7 @@ CHECKS_API = ("PROBES", "CHECKS", "LETTERS", "USES_EXPECTED", "STUB", "Verdict",
               "to_plain", "from_plain", "dumps", "summary_line", "run_case", "check_case", "check_summary",
               "public_summary")
 # Optional in a checks module: run_probe_exact(env, name, args), run_probe's output with its floats computed in
-# float64, from which the release rounds the values it stores (autograder/content.py: expected_values).
+# float64, from which the release rounds the values it stores (autograder/authoring/content.py: expected_values).
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -148,7 +148,7 @@ class Lesson:
 
     @property
     def checkpoint_dir(self) -> Path:
-        """A committed milestone run of the reference (milestone.pt, milestone.json), when the lesson has one."""
+        """A committed milestone run of the reference (the checkpoint's files), when the lesson has one."""
         return self.root / "reference" / f"{self.name}_checkpoint"
 
     @property

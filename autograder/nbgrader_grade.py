@@ -30,7 +30,8 @@ from autograder.results import STUDENT_HELP, Status
 FEEDBACK_TEMPLATE, FEEDBACK_FILE = "compact_feedback", "compact.html.j2"  # it extends nbgrader's index.html.j2
 TEMPLATE_DIRS = [str(Path(__import__("nbgrader").__file__).parent / "server_extensions" / "formgrader" / "templates"),
                  str(Path(__file__).parent / "nbgrader_feedback")]
-TESTS_SUFFIX = "-tests"  # a question's grade cell is "<question>-tests"; the checkpoint's is CHECKPOINT_QUESTION
+# A question's grade cell is "<question>-tests"; the checkpoint's is its id (Suite.checkpoint_question).
+TESTS_SUFFIX = "-tests"
 ALLOW_FLAG = "--allow-unsandboxed"
 
 
@@ -74,9 +75,9 @@ def course_submissions(course: Path, assignment: str, *, config_path: Path = DEF
 def _stored_record(grades: Path, course: Path, student: str, assignment: str, config_path: Path) -> dict[str, Any]:
     """The engine's stored result for this student's current submission; raises when there is none, or when it
     belongs to another version of the submission or of the tests."""
+    from autograder.authoring.suite import suite_fingerprint
     from autograder.batch import _key
     from autograder.submissions import read_entry, result_file_name
-    from autograder.suite import suite_fingerprint
 
     sub = read_entry(course / "submitted" / student / assignment, limits=load_config(config_path).submissions)
     sub.name = student
@@ -209,7 +210,7 @@ def nbgrader_autograde(course: Path, *, out: Path | None = None, force: bool = F
     and flag what a TA must look at. Refuses to start where student code would run unsandboxed (no bubblewrap, not
     root), unless `allow_unsandboxed`; every row then says so."""
     from autograder.batch import grade_batch
-    from autograder.build import _tool, tool_env
+    from autograder.release.common import tool_env, tool_path
 
     assignment = load_config(config_path).assignment
     course = course.resolve()
@@ -234,7 +235,7 @@ def nbgrader_autograde(course: Path, *, out: Path | None = None, force: bool = F
     out.chmod(0o700)
     summary = grade_batch(course / "submitted", out=out, force=force, workers=workers, config_path=config_path,
                           progress=progress, entries=subs)
-    proc = subprocess.run([_tool("nbgrader"), "autograde", assignment, "--force", f"--EngineVerdicts.grades={out}",
+    proc = subprocess.run([tool_path("nbgrader"), "autograde", assignment, "--force", f"--EngineVerdicts.grades={out}",
                            f"--EngineVerdicts.course={course}", f"--EngineVerdicts.config_path={config_path}"],
                           cwd=course, env=tool_env(), capture_output=True, text=True)
     problem = ""

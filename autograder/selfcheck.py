@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.authoring.suite import load_suite, reference_env
 from autograder.config import DEFAULT_CONFIG
 from autograder.judge import grade_namespace, notebook_env
-from autograder.suite import load_suite, reference_env
 from autograder.summaries import text_table
 
 

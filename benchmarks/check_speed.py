@@ -69,8 +69,8 @@ def questions_in_order(notebook: Path) -> list[str]:
 def solution_namespace() -> dict[str, Any]:
     """The reference solution and the right multiple-choice answers, as a finished notebook holds them."""
     sys.path.insert(0, str(ROOT))
+    from autograder.authoring.questions import load_questions, mc_answers
     from autograder.config import load_config
-    from autograder.content import load_questions, mc_answers
     from reference.lesson83_mistakes import reference_namespace
 
     return reference_namespace() | mc_answers(load_questions(load_config()))

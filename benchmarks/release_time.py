@@ -1,12 +1,12 @@
 """Release build time: where `lesson83 release` spends its time, ours against the external tools', old against new.
 
-One run builds the release the way `lesson83 release` does (`autograder.build.build`, then the Gradescope
+One run builds the release the way `lesson83 release` does (`autograder.release.build`, then the Gradescope
 bundle) in a fresh process per build and times each stage from outside, by wrapping the stage functions of
-`autograder.build`: importing the engine (torch, nbformat), loading the questions, the expected values (the
-reference and every catalogued mistake through every probe), writing the Otter master and nbgrader source
-notebooks, `otter assign`, `nbgrader generate_assignment`, the student release and sample class, and the
-Gradescope bundle. "ours" is everything but the two external tools; seconds are wall time, with the CPU time
-of the process (ours) or of its children (the tools) beside them.
+`autograder.release` (`autograder.build` before issue 22): importing the engine (torch, nbformat), loading the
+questions, the expected values (the reference and every catalogued mistake through every probe), writing the Otter
+master and nbgrader source notebooks, `otter assign`, `nbgrader generate_assignment`, the student release and
+sample class, and the Gradescope bundle. "ours" is everything but the two external tools; seconds are wall time, with
+the CPU time of the process (ours) or of its children (the tools) beside them.
 
     python benchmarks/release_time.py                   # one build of this checkout
     python benchmarks/release_time.py --compare         # and of the baseline (8fa2479, before issue 13 item 5)
@@ -37,14 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "8fa2479"  # main before issue 13 item 5 (the release took about 60 s on 2 cores)
 SMOKE_QUESTIONS = ("00_intro", "q2_sinusoidal_pe")
 EXTERNAL = ("otter assign", "nbgrader generate_assignment")
-# Stage -> the functions of autograder.build whose time it is (looked up by name when build() calls them, so the
-# same wrappers time an older build.py; a name missing there is skipped).
+# Stage -> the functions of autograder.release whose time it is (wrapped by name in every module of the package
+# that binds them, so the same wrappers time an older autograder/build.py; a name missing there is skipped).
 STAGES: dict[str, tuple[str, ...]] = {
     "load questions": ("load_config", "load_questions"),
     "expected values": ("expected_values",),
     "notebooks": ("otter_master", "nbgrader_source", "nbgrader_hidden_cases", "nbgrader_public_cases",
-                  "_write_nb"),
-    "student release + samples": ("_normalise_student", "_answer_stubs", "write_samples"),
+                  "_write_nb", "write_nb"),
+    "student release + samples": ("_normalise_student", "normalise_student", "_answer_stubs", "write_samples"),
     "gradescope bundle": ("gradescope_bundle",),
 }
 ORDER = ("import", "load questions", "expected values", "notebooks", *EXTERNAL, "student release + samples",
@@ -62,7 +62,15 @@ def _cpu(who: int) -> float:
 def _child(out: Path, *, config: Path | None, assignments: Path | None) -> None:
     """Build once with this process's `autograder` (PYTHONPATH picks the tree) and write the timings as JSON."""
     wall0, cpu0 = time.perf_counter(), _cpu(resource.RUSAGE_SELF)
-    import autograder.build as b
+    try:
+        import autograder.release as b
+        from autograder.release import common, gradescope, nbgrader, otter, sample, student
+
+        modules: list[Any] = [b, common, gradescope, nbgrader, otter, sample, student]
+    except ImportError:  # a revision before issue 22: one module
+        import autograder.build as b
+
+        modules = [b]
 
     seconds: dict[str, list[float]] = {"import": [time.perf_counter() - wall0, _cpu(resource.RUSAGE_SELF) - cpu0]}
     depth = [0]  # a stage called from inside another one (e.g. _write_nb) counts once, in the outer one
@@ -85,9 +93,13 @@ def _child(out: Path, *, config: Path | None, assignments: Path | None) -> None:
 
     for stage, names in STAGES.items():
         for name in names:
-            if hasattr(b, name):
-                setattr(b, name, timed(stage, getattr(b, name)))
-    b._run = timed(None, b._run)
+            for module in modules:
+                if hasattr(module, name):
+                    setattr(module, name, timed(stage, getattr(module, name)))
+    for module in modules:
+        for name in ("_run", "run_tool"):  # the external tools, under their old and new names
+            if hasattr(module, name):
+                setattr(module, name, timed(None, getattr(module, name)))
     options = {k: v for k, v in (("config_path", config), ("assignments", assignments)) if v is not None}
     with tempfile.TemporaryDirectory(prefix="release-time-") as tmp:
         b.build(work=Path(tmp) / "out", **options)

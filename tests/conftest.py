@@ -17,8 +17,8 @@ from typing import Any, NoReturn
 import pytest
 
 from autograder import execute, milestone
-from autograder.build import build
-from autograder.suite import Suite, load_suite
+from autograder.authoring.suite import Suite, load_suite
+from autograder.release import build
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -24,17 +24,19 @@ import nbformat
 import pytest
 
 from autograder import batch
+from autograder.authoring.questions import mc_answers
+from autograder.authoring.suite import Suite
 from autograder.batch import grade_batch
-from autograder.build import filled_notebook, gradescope_bundle, tool_env
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
-from autograder.content import mc_answers
 from autograder.execute import ExecResult, WorkerError
 from autograder.judge import notebook_env
 from autograder.lesson import default_lesson
+from autograder.release.common import tool_env
+from autograder.release.gradescope import gradescope_bundle
+from autograder.release.sample import filled_notebook
 from autograder.results import CaseResult, Status, SubmissionResult, spreadsheet_text
 from autograder.submissions import CHECKPOINT_FILES, Submission, submission_ids
-from autograder.suite import Suite
 
 checks = default_lesson().checks
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.build import tool_env
+from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.suite import Suite
+from autograder.release.common import tool_env
 
 
 @pytest.mark.sandbox

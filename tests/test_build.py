@@ -15,9 +15,9 @@ from typing import Any
 import nbformat
 import pytest
 
-from autograder.build import TRAIN_TAG, diff_trees, tool_env
+from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.suite import Suite
+from autograder.release.common import TRAIN_TAG, diff_trees, tool_env
 
 TEMPLATES = ROOT / "student_templates" / "lesson83"
 REFERENCE = ROOT / "reference" / "lesson83.py"
@@ -118,20 +118,22 @@ NUMBERED_PARTS = """
 import hashlib, json, sys
 import torch
 torch.set_num_threads(int(sys.argv[1]))
-from autograder import build
+from autograder.authoring.content import expected_values
+from autograder.authoring.questions import load_questions
 from autograder.config import load_config
-from autograder.content import expected_values, load_questions
+from autograder.release.nbgrader import nbgrader_public_cases, nbgrader_source
+from autograder.release.otter import otter_master, otter_test
 questions = load_questions(load_config())
 expected = expected_values(questions)
 lesson = load_config().lesson
 checks = lesson.checks
 parts = {"expected values": checks.dumps(expected)}
-for name, nb in (("otter master", build.otter_master(questions, expected, name="lesson83")),
-                 ("nbgrader source", build.nbgrader_source(questions, expected))):
+for name, nb in (("otter master", otter_master(questions, expected, name="lesson83")),
+                 ("nbgrader source", nbgrader_source(questions, expected))):
     parts[name] = json.dumps([[c.cell_type, c.source, c.metadata] for c in nb.cells], sort_keys=True)
-parts["nbgrader public cases"] = json.dumps(build.nbgrader_public_cases(questions, expected), sort_keys=True)
+parts["nbgrader public cases"] = json.dumps(nbgrader_public_cases(questions, expected), sort_keys=True)
 cases = {c["id"]: c for q in questions for c in q.cases}
-parts |= {f"test file of {cid}": build._otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}
+parts |= {f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}
 print(json.dumps({k: hashlib.sha256(v.encode()).hexdigest() for k, v in parts.items()}))
 """
 
@@ -166,8 +168,9 @@ def test_expected_values_skip_only_mistake_runs_that_cannot_be_caught(monkeypatc
     names runs everywhere: the variants are exactly those of every mistake run on every case."""
     import dataclasses
 
+    from autograder.authoring.content import expected_values
+    from autograder.authoring.questions import load_questions, mc_answers
     from autograder.config import load_config
-    from autograder.content import expected_values, load_questions, mc_answers
     from reference.lesson83_mistakes import MISTAKES, Mistake, reference_namespace
 
     lesson = load_config().lesson
@@ -196,7 +199,7 @@ def test_expected_values_skip_only_mistake_runs_that_cannot_be_caught(monkeypatc
 def test_stored_floats_are_rounded_within_the_tolerances() -> None:
     import numpy as np
 
-    from autograder.content import canonical
+    from autograder.authoring.content import canonical
 
     rng = np.random.default_rng(0)
     for atol, rtol in ((1e-4, 1e-4), (1e-3, 1e-3), (1e-6, 0.0)):
@@ -238,14 +241,16 @@ def _moved_by_ulps(value: Any, rng: Any, *, scalars: Any, ulps: int = 4) -> Any:
 def _release_numbers(questions: list[Any]) -> dict[str, str]:
     """Every generated text that holds the questions' stored values: the grader's expected values, each case's
     Otter test file and nbgrader's hidden cases."""
-    from autograder import build
-    from autograder.content import expected_values, lesson_of
+    from autograder.authoring.content import expected_values
+    from autograder.authoring.questions import lesson_of
+    from autograder.release.nbgrader import nbgrader_public_cases
+    from autograder.release.otter import otter_test
 
     expected, lesson = expected_values(questions), lesson_of(questions)
     cases = {c["id"]: c for q in questions for c in q.cases}
     return {"expected values": lesson.checks.dumps(expected),
-            "nbgrader public cases": json.dumps(build.nbgrader_public_cases(questions, expected), sort_keys=True),
-            **{f"test file of {cid}": build._otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}}
+            "nbgrader public cases": json.dumps(nbgrader_public_cases(questions, expected), sort_keys=True),
+            **{f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}}
 
 
 @pytest.mark.build
@@ -256,8 +261,8 @@ def test_a_few_ulps_of_another_cpu_change_no_stored_value(monkeypatch: pytest.Mo
     #19) moves stored digits, so the noise is big enough to show a build that depends on float32 bits."""
     import numpy as np
 
+    from autograder.authoring.questions import load_questions
     from autograder.config import load_config
-    from autograder.content import load_questions
 
     config = load_config()
     checks = config.lesson.checks
@@ -429,7 +434,7 @@ def test_local_checks_say_public_and_hidden_counts(fresh_build: dict[str, Path],
     """A real grader.check (Otter) and the nbgrader release's check cells, on the built student files: they say how
     many public tests passed and how many more are graded after submission, and, for Q8, that the answers are
     only checked then (a wrong answer passes locally); they run on one torch thread and restore the student's 3."""
-    from autograder.content import mc_answers
+    from autograder.authoring.questions import mc_answers
 
     right = mc_answers(list(suite.questions))
     wrong = {var: next(x for x in "ABCD" if x != letter) for var, letter in right.items()}
@@ -491,7 +496,7 @@ def test_gradescope_bundle_carries_only_what_grading_needs(tmp_path: Path) -> No
     (#21): what Gradescope runs is all it gets."""
     import zipfile
 
-    from autograder.build import gradescope_bundle
+    from autograder.release.gradescope import gradescope_bundle
 
     names = set(zipfile.ZipFile(gradescope_bundle(tmp_path / "autograder.zip")).namelist())
     assert {"run_autograder", "setup.sh", "lesson83/autograder/cli.py", "lesson83/reference/lesson83.py",

@@ -14,15 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from autograder.authoring.questions import mc_answers
+from autograder.authoring.suite import Suite
 from autograder.batch import grade_batch
-from autograder.build import tool_env, write_samples
 from autograder.cluster import ClusterError, grade_on_cluster
 from autograder.config import ROOT, Cluster
-from autograder.content import mc_answers
 from autograder.execute import UID_LOCKS_ENV, _reserve_uid_block
 from autograder.lesson import default_lesson
+from autograder.release.common import tool_env
+from autograder.release.sample import write_samples
 from autograder.submissions import Submission
-from autograder.suite import Suite
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 
@@ -112,7 +113,8 @@ def sample_class(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tupl
     batches are small enough to lose one mid-class; a short wait for a scheduler) and the grades.csv of a
     local run."""
     tmp = tmp_path_factory.mktemp("class")
-    write_samples(TEMPLATE, tmp / "all", answers=mc_answers(list(suite.questions)), lesson=default_lesson())
+    write_samples(TEMPLATE, tmp / "all", answers=mc_answers(list(suite.questions)), lesson=default_lesson(),
+                  checkpoint_files=suite.checkpoint_files)
     subs = tmp / "samples"
     subs.mkdir()
     for entry in (tmp / "all").iterdir():

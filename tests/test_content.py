@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder.build import release
+from autograder.authoring.questions import ContentError, load_questions, shuffled
 from autograder.config import ROOT, ConfigError, load_config
-from autograder.content import ContentError, load_questions, shuffled
+from autograder.release import release
 
 CONFIG = ROOT / "grading_config.yaml"
 LESSON = load_config(CONFIG).lesson
@@ -176,3 +176,25 @@ def test_submission_limits_are_checked(tmp_path: Path) -> None:
     assert "submissions.max_notebook_mb" in text and "less than or equal to 64" in text
     assert "submissions.max_checkpoint_mb" in text and "greater than 0" in text
     assert "submissions.max_files: unknown key" in text
+
+
+def test_the_milestone_checkpoint_is_declared_by_its_question(tmp_path: Path) -> None:
+    """The checkpoint's id, title and files come from the milestone question's front matter: without that
+    declaration a config that gives the checkpoint points is refused, and no other kind may declare one."""
+    questions = load_questions(load_config())
+    milestone = next(q for q in questions if q.kind == "milestone")
+    assert milestone.checkpoint is not None and milestone.checkpoint.files  # what the release and grader use
+    src = _assignments(tmp_path)
+    m1 = src / milestone.path.name
+    text = m1.read_text()
+    declaration = re.search(r"\ncheckpoint:\n(  .*\n)+", text)
+    assert declaration is not None
+    m1.write_text(text.replace(declaration.group(), "\n"))
+    with pytest.raises(ContentError, match=r"milestone.points .* add `checkpoint: \{id, title, files\}`"):
+        load_questions(load_config(), src)
+    m1.write_text(text.replace("kind: milestone", "kind: cases"))
+    with pytest.raises(ContentError, match="only a question of kind milestone declares a `checkpoint:`"):
+        load_questions(load_config(), src)
+    m1.write_text(text.replace("files: [milestone.pt,", "files: [../milestone.pt,"))
+    with pytest.raises(ContentError, match="a checkpoint file is a plain file name"):
+        load_questions(load_config(), src)

@@ -11,12 +11,12 @@ import nbformat
 import pytest
 import yaml
 
+from autograder.authoring.questions import mc_answers
+from autograder.authoring.suite import Suite
 from autograder.batch import grade_batch
-from autograder.build import filled_notebook
 from autograder.config import ROOT, ConfigError, load_config
-from autograder.content import mc_answers
 from autograder.execute import ExecResult, Limits, WorkerPool
-from autograder.suite import Suite
+from autograder.release.sample import filled_notebook
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 CELL_S = 2  # short, so that the tests stay quick; real limits are in grading_config.yaml

@@ -26,9 +26,9 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from autograder.build import gradescope_bundle, gradescope_venv, run_autograder
 from autograder.config import ROOT
 from autograder.execute import SANDBOX_ENV, Limits
+from autograder.release.gradescope import gradescope_bundle, gradescope_venv, run_autograder
 
 pytestmark = pytest.mark.sandbox  # every test here runs notebooks in the grader's sandbox
 

@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from autograder.authoring.suite import Suite, reference_env
 from autograder.config import ROOT
 from autograder.judge import grade_namespace, notebook_env
 from autograder.lesson import default_lesson
-from autograder.suite import Suite, reference_env
 from reference.lesson83_mistakes import MISTAKES, reference_namespace
 from reference.variants import CORRECT_VARIANTS
 
@@ -90,10 +90,10 @@ def test_storage_mistakes_say_which(suite: Suite) -> None:
 
 
 def test_local_check_raises_with_the_message(suite: Suite) -> None:
-    from autograder.build import _case_json
+    from autograder.release.common import case_json
 
     case = next(c for c in suite.cases if c["id"] == "q7_alibi/bias_values")
-    payload = _case_json(case, suite.expected, {c["id"]: c for c in suite.cases}, lesson=LESSON)
+    payload = case_json(case, suite.expected, {c["id"]: c for c in suite.cases}, lesson=LESSON)
     env = {**reference_env(suite)}
     checks.run_case(env, payload)  # the reference passes silently
     mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
@@ -386,7 +386,7 @@ def alibi_attention(q, k, v):
 
 @cache
 def _do_nothing_scores(name: str) -> tuple[dict[str, float], tuple[str, ...]]:
-    from autograder.suite import load_suite
+    from autograder.authoring.suite import load_suite
 
     env = {"np": np, "torch": torch, "nn": nn, "F": F, "math": math}
     exec(DO_NOTHING[name], env)  # noqa: S102
@@ -398,7 +398,7 @@ def _do_nothing_scores(name: str) -> tuple[dict[str, float], tuple[str, ...]]:
 def test_local_checks_and_exports_gate_properties_as_the_grader_does(suite: Suite, name: str) -> None:
     """The test files of Otter, nbgrader and the student's checks carry each property's value cases: a
     do-nothing notebook fails every public property case there too, and the reference passes them."""
-    from autograder.build import _case_json
+    from autograder.release.common import case_json
 
     env = {"np": np, "torch": torch, "nn": nn, "F": F, "math": math}
     exec(DO_NOTHING[name], env)  # noqa: S102
@@ -407,7 +407,7 @@ def test_local_checks_and_exports_gate_properties_as_the_grader_does(suite: Suit
     assert gated
     result = {r.id: r for r in grade_namespace(suite, env, name=name).cases}
     for case in gated:
-        payload = _case_json(case, suite.expected, cases, lesson=LESSON)
+        payload = case_json(case, suite.expected, cases, lesson=LESSON)
         checks.run_case(reference_env(suite), payload)
         if result[case["id"]].passed:
             continue
@@ -464,13 +464,13 @@ def test_a_wrong_earlier_function_costs_points_only_where_it_is_made(suite: Suit
 
 
 def test_local_checks_judge_later_questions_against_the_students_own_earlier_output(suite: Suite) -> None:
-    from autograder.build import _case_json
+    from autograder.release.common import case_json
 
     cases = {c["id"]: c for c in suite.cases}
     for mistake_id, case_id in (("pe_sin_cos_swapped", "q3_sinusoidal_module/forward_adds_table"),
                                 ("rope_interleaved", "q6_rope_attention/matches_reference")):
         mistake = next(m for m in MISTAKES if m.id == mistake_id)
-        payload = _case_json(cases[case_id], suite.expected, cases, lesson=LESSON)
+        payload = case_json(cases[case_id], suite.expected, cases, lesson=LESSON)
         assert "basis" not in checks.loads(payload)["expected"]["value"]  # no reference table ships for this
         checks.run_case({**reference_env(suite), **reference_namespace(mistake)}, payload)  # passes
 
@@ -527,11 +527,11 @@ def test_otter_shows_a_failed_check_without_the_test_file_line(suite: Suite, tmp
 
     from otter.test_files.exception_test import ExceptionTestFile
 
-    from autograder.build import _otter_test
+    from autograder.release.otter import otter_test
 
     monkeypatch.setitem(sys.modules, "lesson83_checks", checks)  # as the student's folder provides it
     cases = {c["id"]: c for c in suite.cases}
-    test = _otter_test(cases["q7_alibi/bias_values"], suite.expected, cases, lesson=LESSON)
+    test = otter_test(cases["q7_alibi/bias_values"], suite.expected, cases, lesson=LESSON)
     test = test.partition("# END TEST CONFIG\n")[2]
     path = tmp_path / "q7_alibi.py"
     path.write_text("from otter.test_files import test_case\n\nOK_FORMAT = False\nname = 'q7_alibi'\n"
@@ -609,10 +609,10 @@ def test_a_property_next_to_wrong_values_names_no_catalogued_mistake(suite: Suit
 def test_local_check_judges_a_gate_again_when_the_function_is_rebound(suite: Suite) -> None:
     """Within one grader.check a gate reuses the verdict of a value case just judged, but never after the
     student rebinds the function it judged: a do-nothing table must not pass odd_d_raises on a stale verdict."""
-    from autograder.build import _case_json
+    from autograder.release.common import case_json
 
     cases = {c["id"]: c for c in suite.cases}
-    table, raises = (_case_json(cases[f"q2_sinusoidal_pe/{n}"], suite.expected, cases, lesson=LESSON)
+    table, raises = (case_json(cases[f"q2_sinusoidal_pe/{n}"], suite.expected, cases, lesson=LESSON)
                      for n in ("table_d4", "odd_d_raises"))
     checks.MEMO.clear()
     env = dict(reference_env(suite))
@@ -643,7 +643,7 @@ INPLACE_THEN_CPU = (
 def test_local_device_check_agrees_with_the_grader_after_an_in_place_op_on_attention(suite: Suite) -> None:
     """The local check's memo of meta-device layouts hands out an op's output as the op would (a non-leaf), so an
     in-place op on it runs as it does in the grader, and the table made on the CPU after it is still found."""
-    from autograder.build import _case_json
+    from autograder.release.common import case_json
 
     cases = {c["id"]: c for c in suite.cases}
     case = cases["m1_tinycharlm/same_device"]
@@ -653,7 +653,7 @@ def test_local_device_check_agrees_with_the_grader_after_an_in_place_op_on_atten
     assert not graded.passed and graded.diagnosis == "lm_tables_on_cpu", graded.message
     checks.MEMO.clear()
     with pytest.raises(AssertionError) as info:  # the learned model's trace fills the memo that none's then uses
-        checks.check_case(env, _case_json(case, suite.expected, cases, lesson=LESSON))
+        checks.check_case(env, case_json(case, suite.expected, cases, lesson=LESSON))
     assert "pos='none'" in str(info.value) and "on cpu" in str(info.value), str(info.value)
     checks.MEMO.clear()
 

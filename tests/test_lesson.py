@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder.build import tool_env
+from autograder.authoring.questions import ContentError, load_questions
 from autograder.config import ROOT, load_config
-from autograder.content import ContentError, load_questions
 from autograder.lesson import Lesson, LessonError
+from autograder.release.common import tool_env
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 
@@ -82,7 +82,7 @@ def test_a_lesson_is_found_from_its_name_alone() -> None:
 def test_editing_the_catalogue_data_changes_the_fingerprint(tmp_path: Path) -> None:
     """The catalogue's rows live in reference/NAME_mistakes.yaml: a change there changes the suite's fingerprint,
     so the result cache (keyed on it) judges stored submissions again."""
-    from autograder.suite import suite_fingerprint
+    from autograder.authoring.suite import suite_fingerprint
 
     lesson = load_config().lesson
     course = tmp_path / "course"

@@ -13,11 +13,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.build import filled_notebook, tool_env
+from autograder.authoring.questions import mc_answers
+from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.content import mc_answers
 from autograder.limits import MIB, fit_hard, lowered_limits
-from autograder.suite import Suite
+from autograder.release.common import tool_env
+from autograder.release.sample import filled_notebook
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"

@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from autograder import content
 from autograder import milestone as ms
+from autograder.authoring import questions
 from autograder.config import ROOT, load_config
 
 pytestmark = pytest.mark.training  # the tiers are in pyproject.toml
@@ -162,8 +162,8 @@ FIGURES = ROOT / "benchmarks" / "figures" / "lesson83_milestone_time.json"
 
 def quick_preset_text(figures: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch) -> str:
     """The notebook's milestone text where it describes the quick preset, rendered with these figures."""
-    monkeypatch.setattr(content, "milestone_time", lambda config: figures)
-    m1 = next(q for q in content.load_questions(load_config()) if q.id == "m1_tinycharlm")
+    monkeypatch.setattr(questions, "milestone_time", lambda config: figures)
+    m1 = next(q for q in questions.load_questions(load_config()) if q.id == "m1_tinycharlm")
     return next(c.source for c in m1.cells if c.kind == "markdown" and '**`"quick"`**' in c.source)
 
 

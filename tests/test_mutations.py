@@ -8,11 +8,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.authoring.questions import mc_answers
+from autograder.authoring.suite import Suite
 from autograder.batch import grade_batch
-from autograder.build import _defined_names, filled_notebook
 from autograder.config import ROOT
-from autograder.content import mc_answers
-from autograder.suite import Suite
+from autograder.release.sample import defined_names, filled_notebook
 from reference.lesson83_mistakes import MISTAKES
 from reference.variants import CORRECT_VARIANTS
 
@@ -28,7 +28,7 @@ def graded_mutants(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> Pa
     answers = mc_answers(list(suite.questions))
     for name, code in [*((f"mistake_{m.id}", m.code) for m in MISTAKES),
                        *((f"variant_{k}", v) for k, v in CORRECT_VARIANTS.items())]:
-        nb = filled_notebook(TEMPLATE, extra={_defined_names(code)[0]: code}, answers=answers)
+        nb = filled_notebook(TEMPLATE, extra={defined_names(code)[0]: code}, answers=answers)
         nbformat.write(nb, str(tmp / "subs" / f"{name}.ipynb"))
     grade_batch(tmp / "subs", out=tmp / "out", progress=False)
     return tmp / "out" / "results"

@@ -17,11 +17,11 @@ import nbformat
 import pytest
 
 from autograder import batch
-from autograder.build import _case_json, tool_env
+from autograder.authoring.suite import Suite
 from autograder.config import ROOT
 from autograder.lesson import default_lesson
 from autograder.nbgrader_grade import ALLOW_FLAG, NbgraderGradingError, cell_text, flag_note, nbgrader_autograde
-from autograder.suite import Suite
+from autograder.release.common import case_json, tool_env
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.build]  # the tiers are in pyproject.toml
 
@@ -175,9 +175,9 @@ def test_nothing_a_student_kernel_can_read_holds_a_hidden_value(graded: dict[str
     assert not [p for p in files if "hidden" in p.name]
     by_id = {c["id"]: c for c in suite.cases}
     public = "\n".join(c.source for c in _read(course, "release").cells)
-    seen = set().union(*(_secret_forms(_case_json(c, suite.expected, by_id, lesson=LESSON)) for c in suite.cases
+    seen = set().union(*(_secret_forms(case_json(c, suite.expected, by_id, lesson=LESSON)) for c in suite.cases
                          if not c["hidden"]))
-    secrets = {c["id"]: {f for f in _secret_forms(_case_json(c, suite.expected, by_id, lesson=LESSON))
+    secrets = {c["id"]: {f for f in _secret_forms(case_json(c, suite.expected, by_id, lesson=LESSON))
                          if f not in public and f not in seen} for c in suite.cases if c["hidden"]}
     valued = [cid for cid in secrets if "value" in suite.expected[cid]]
     assert all(secrets[cid] for cid in valued), [cid for cid in valued if not secrets[cid]]

@@ -23,13 +23,14 @@ import numpy as np
 import pytest
 
 from autograder import report as report_module
-from autograder import suite as suite_module
+from autograder.authoring import suite as suite_module
+from autograder.authoring.questions import mc_answers, shuffled
+from autograder.authoring.suite import Suite, load_suite, read_suite
 from autograder.batch import grade_batch
-from autograder.build import filled_notebook
 from autograder.cli import main as cli_main
 from autograder.config import DEFAULT_CONFIG, ROOT
-from autograder.content import mc_answers, shuffled
 from autograder.lesson import default_lesson
+from autograder.release.sample import filled_notebook
 from autograder.report import (
     MANUAL_CSV,
     MARKER,
@@ -43,7 +44,6 @@ from autograder.report import (
 from autograder.report import SCRIPT as REPORT_SCRIPT
 from autograder.report.model import lesson_title
 from autograder.results import Status, csv_text, spreadsheet_text
-from autograder.suite import Suite, load_suite, read_suite
 from reference.lesson83_mistakes import MISTAKES
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
@@ -663,8 +663,8 @@ def _random_json(rng: random.Random, depth: int = 0) -> object:
 @pytest.fixture(scope="module")
 def base_record(suite: Suite) -> dict:
     """A real result whose q2 cases failed with a zero-size 3-D array (no sandbox: the reference, patched)."""
+    from autograder.authoring.suite import reference_env
     from autograder.judge import grade_namespace
-    from autograder.suite import reference_env
 
     env = reference_env(suite) | {"sinusoidal_pe": lambda max_len, d: np.zeros((0, 3, 2))}
     record = grade_namespace(suite, env, name="base").to_dict()

@@ -11,7 +11,7 @@ import pytest
 from autograder import report as report_module
 from autograder.config import DEFAULT_CONFIG
 from autograder.report import checkpoint_table
-from autograder.suite import Suite, load_suite
+from autograder.authoring.suite import Suite, load_suite
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.build import filled_notebook
+from autograder.authoring.questions import mc_answers
+from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.content import mc_answers
+from autograder.release.sample import filled_notebook
 from autograder.selfcheck import selfcheck
-from autograder.suite import Suite
 
 TEMPLATES = ROOT / "student_templates"
 

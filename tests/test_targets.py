@@ -9,10 +9,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.authoring.questions import mc_answers
+from autograder.authoring.suite import Suite
 from autograder.batch import grade_batch
-from autograder.build import filled_notebook
-from autograder.content import mc_answers
-from autograder.suite import Suite
+from autograder.release.sample import filled_notebook
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 

@@ -9,8 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
-from autograder import build, execute, milestone
+from autograder import execute, milestone
 from autograder.config import ROOT
+from autograder.release.common import TORCH_INDEX_URL, TORCH_VERSION
+from autograder.release.gradescope import setup_sh
 
 TIERS = {"sandbox", "build", "browser", "training", "deploy"}
 
@@ -46,9 +48,9 @@ def test_setup_installs_the_cpu_build_from_the_index_of_setup_sh() -> None:
     pip = [line for line in _make_n("setup").splitlines() if "pip install" in line and "torch==" in line]
     assert len(pip) == 1, pip
     words = pip[0].split()
-    assert f"torch=={build.TORCH_VERSION}" in words
-    assert words[words.index("--extra-index-url") + 1] == build.TORCH_INDEX_URL  # the one setup.sh names
-    assert build.TORCH_INDEX_URL in build.setup_sh("lesson83")
+    assert f"torch=={TORCH_VERSION}" in words
+    assert words[words.index("--extra-index-url") + 1] == TORCH_INDEX_URL  # the one setup.sh names
+    assert TORCH_INDEX_URL in setup_sh("lesson83")
     assert int(words[words.index("--timeout") + 1]) <= 15  # an index out of reach does not stall set-up
     own = [line for line in _make_n("setup", env={"PATH": "/usr/bin:/bin", "LESSON83_TORCH_INDEX_URL": ""})
            .splitlines() if "pip install" in line and "torch==" in line]

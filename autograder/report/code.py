@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder.config import ROOT
-from autograder.content import Question
+from autograder.authoring.questions import Question
 from autograder.execute import SKIP_TAGS
 from autograder.report.text import _clip
 from autograder.submissions import read_cells

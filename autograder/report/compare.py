@@ -10,7 +10,7 @@ import numpy as np
 
 from autograder.report.text import _clip, _num, _text
 from autograder.results import CaseResult, SubmissionResult
-from autograder.suite import Suite
+from autograder.authoring.suite import Suite
 
 GRID = 8  # at most GRID x GRID values of an array are shown
 

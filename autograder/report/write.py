@@ -21,7 +21,7 @@ from autograder.report.render import (
     manual_csv,
     report_csv,
 )
-from autograder.suite import load_suite
+from autograder.authoring.suite import load_suite
 
 MARKER = ".autograder-report"  # only a folder holding this file is ever replaced by a new report
 
@@ -32,7 +32,7 @@ def _check_replaceable(dest: Path) -> None:
 
 
 def _swap_in(new: Path, dest: Path) -> None:
-    from autograder.build import replace_dir
+    from autograder.release.common import replace_dir
 
     _check_replaceable(dest)
     replace_dir(new, dest)

@@ -8,11 +8,10 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
+from autograder.authoring.content import expected_values
+from autograder.authoring.questions import Question, checkpoint_of, load_questions, mc_answers
 from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
-from autograder.content import Question, expected_values, load_questions, mc_answers
 from autograder.lesson import Lesson
-
-CHECKPOINT_QUESTION = "m1_checkpoint"  # the milestone checkpoint's column (graded from uploaded files)
 
 
 def checkpoint_shares(points: float, *, lesson: Lesson) -> dict[str, float]:
@@ -42,7 +41,21 @@ class Suite:
     @property
     def authored(self) -> list[Question]:
         """The questions read from the assignment's sources (the checkpoint's is made by the suite)."""
-        return [q for q in self.questions if q.id != CHECKPOINT_QUESTION]
+        return [q for q in self.questions if q.id != self.checkpoint_question]
+
+    @property
+    def checkpoint_question(self) -> str:
+        """The milestone checkpoint's question id (its grades.csv column) as the lesson declares it, or "" when the
+        checkpoint is not graded."""
+        checkpoint = checkpoint_of(self.questions)
+        return checkpoint.id if checkpoint is not None and self.config.milestone.points else ""
+
+    @property
+    def checkpoint_files(self) -> tuple[str, ...]:
+        """The files of the milestone checkpoint that students upload, as the lesson declares them (none when the
+        lesson declares no checkpoint)."""
+        checkpoint = checkpoint_of(self.questions)
+        return tuple(checkpoint.files) if checkpoint is not None else ()
 
     @property
     def notebook_points(self) -> float:
@@ -69,8 +82,15 @@ class Suite:
         if not pts:
             return []
         shares = checkpoint_shares(pts, lesson=self.config.lesson)
-        return [{"id": f"{CHECKPOINT_QUESTION}/{pos}", "question": CHECKPOINT_QUESTION, "points": p,
+        qid = self.checkpoint_question
+        return [{"id": f"{qid}/{pos}", "question": qid, "points": p,
                  "hidden": False, "scheme": pos} for pos, p in shares.items()]
+
+
+# The engine's files whose change changes what the grader judges (paths under autograder/).
+ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "execute.py", "wire.py", "limits.py",
+                "authoring/suite.py", "submissions.py", "judge.py", "results.py", "batch.py", "milestone.py",
+                "lesson.py")
 
 
 def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path | None = None,
@@ -78,7 +98,7 @@ def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path |
     """Changes whenever a question, the reference, a check, the executor or the config changes (by default the
     lesson's own sources; `assignments` and `reference_file` stand in for a copy of them)."""
     lesson = load_config(config_path).lesson
-    here = Path(__file__).parent
+    engine = Path(__file__).resolve().parent.parent  # autograder/
     lesson_files = lesson.source_files
     if assignments is not None:
         lesson_files = [f for f in lesson_files if f.parent != lesson.assignment_dir or f.suffix != ".md"]
@@ -86,8 +106,7 @@ def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path |
     if reference_file is not None:
         lesson_files = [reference_file if f == lesson.reference_file else f for f in lesson_files]
     files = [config_path, *lesson_files,
-             *(here / m for m in ("content.py", "execute.py", "wire.py", "limits.py", "suite.py", "submissions.py",
-                                "judge.py", "results.py", "batch.py", "milestone.py", "lesson.py"))]
+             *(engine / m for m in ENGINE_FILES)]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
@@ -102,9 +121,9 @@ def read_suite(config_path: Path = DEFAULT_CONFIG, *, assignments: Path | None =
     questions = load_questions(config, assignments, reference_file)
     cases = tuple(c for q in questions for c in q.cases)
     if config.milestone.points:  # graded from uploaded files, not from the notebook: no probe cases
-        milestone = next((q for q in questions if q.kind == "milestone"), None)
-        questions.append(Question(CHECKPOINT_QUESTION, "Milestone M1 — checkpoint",
-                                  milestone.path if milestone else config_path, [], [], [], [],
+        milestone = next(q for q in questions if q.checkpoint is not None)  # load_questions: there is one
+        assert milestone.checkpoint is not None
+        questions.append(Question(milestone.checkpoint.id, milestone.checkpoint.title, milestone.path, [], [], [], [],
                                   points=config.milestone.points))
     return Suite(config, tuple(questions), cases, fingerprint)
 

@@ -1,0 +1,103 @@
+"""The release: one source -> the student release, the Otter master notebook and `otter assign`, the nbgrader
+source and release, the Gradescope bundle and the sample class (one module per target)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# nbformat validates with jsonschema, whose import builds rfc3987_syntax's IRI grammar (2-3 s of CPU, a third of
+# the engine's import) for a format checker that nbformat never turns on. A None entry makes that optional import
+# fail, so jsonschema leaves the checker out; only where nothing imported it yet (the CLI imports this package
+# first).
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+
+import json  # noqa: E402
+
+from autograder.authoring.questions import mc_answers  # noqa: E402
+from autograder.authoring.suite import load_suite, read_suite  # noqa: E402
+from autograder.config import DEFAULT_CONFIG, load_config  # noqa: E402
+from autograder.release.common import BuildError, diff_trees, replace_dir, tool_env  # noqa: E402
+from autograder.release.gradescope import gradescope_bundle, gradescope_zip  # noqa: E402
+from autograder.release.nbgrader import build_nbgrader  # noqa: E402
+from autograder.release.otter import build_otter  # noqa: E402
+from autograder.release.sample import filled_notebook, write_samples  # noqa: E402
+from autograder.release.student import normalise_student  # noqa: E402
+
+__all__ = ["BuildError", "Release", "build", "diff_trees", "filled_notebook", "gradescope_bundle", "release",
+           "stale_files", "tool_env", "write_samples"]
+
+
+@dataclass
+class Release:
+    """Paths of a finished build."""
+
+    student_dir: Path
+    gradescope_zip: Path
+    otter_zip: Path
+    otter_dir: Path
+    nbgrader_dir: Path
+
+
+def build(*, config_path: Path = DEFAULT_CONFIG, assignments: Path | None = None,
+          reference_file: Path | None = None, work: Path) -> dict[str, Path]:
+    """Build everything under `work` (a fresh folder); returns the paths of the parts (by default from the
+    config's lesson's sources; `assignments` and `reference_file` stand in for a copy of them)."""
+    own = assignments is not None or reference_file is not None  # a copy of the sources: read afresh
+    suite = read_suite(config_path, assignments=assignments, reference_file=reference_file) if own \
+        else load_suite(config_path)
+    config, questions = suite.config, suite.authored
+    name, lesson = config.assignment, config.lesson
+    otter_out, otter_zip = build_otter(suite, work)
+    course = build_nbgrader(suite, work)
+
+    student = work / "student" / name
+    normalise_student(otter_out / "student", student)
+    manifest = {"questions": {q.id: q.points for q in questions if q.graded},
+                "cases": [{k: c[k] for k in ("id", "question", "points", "hidden")}
+                          for q in questions for c in q.cases]}
+    (work / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    write_samples(student / f"{name}.ipynb", work / "samples", answers=mc_answers(questions), lesson=lesson,
+                  checkpoint_files=suite.checkpoint_files)
+    return {"student": student, "otter": otter_out, "otter_zip": otter_zip, "nbgrader": course,
+            "manifest": work / "manifest.json", "samples": work / "samples"}
+
+
+def release(*, config_path: Path = DEFAULT_CONFIG, assignments: Path | None = None,
+            reference_file: Path | None = None, dist: Path | None = None,
+            templates: Path | None = None) -> Release:
+    """Build the release in a temporary folder, then move it into dist/ and student_templates/ (by default
+    those of the lesson's course folder)."""
+    lesson = load_config(config_path).lesson
+    dist, templates = dist or lesson.root / "dist", templates or lesson.student_dir.parent
+    dist.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dist.parent, prefix=".build-") as tmp:
+        work = Path(tmp)
+        parts = build(config_path=config_path, assignments=assignments, reference_file=reference_file,
+                      work=work / "out")
+        staged = work / "dist"
+        staged.mkdir()
+        os.replace(parts["otter"], staged / "otter")
+        os.replace(parts["nbgrader"], staged / "nbgrader")
+        zip_name = f"{lesson.name}-otter-autograder.zip"
+        shutil.copy(staged / "otter" / "autograder" / parts["otter_zip"].name, staged / zip_name)
+        gradescope_bundle(staged / gradescope_zip(lesson.name), lesson=lesson, config_path=config_path)
+        os.replace(parts["manifest"], staged / "manifest.json")
+        os.replace(parts["samples"], staged / "samples")
+        name = parts["student"].name
+        replace_dir(parts["student"], templates / name)
+        replace_dir(staged, dist)
+    return Release(templates / name, dist / gradescope_zip(lesson.name), dist / zip_name, dist / "otter",
+                   dist / "nbgrader")
+
+
+def stale_files(*, config_path: Path = DEFAULT_CONFIG, templates: Path | None = None) -> list[str]:
+    """Files of the committed student release that differ from a fresh build (empty when up to date)."""
+    templates = templates or load_config(config_path).lesson.student_dir.parent
+    with tempfile.TemporaryDirectory(prefix="release-check-") as tmp:
+        parts = build(config_path=config_path, work=Path(tmp))
+        return diff_trees(parts["student"], templates / parts["student"].name)
