@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from autograder import report as report_module
+from autograder.authoring.suite import Suite, load_suite
 from autograder.config import DEFAULT_CONFIG
 from autograder.report import checkpoint_table
-from autograder.authoring.suite import Suite, load_suite
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from autograder.authoring.suite import Suite, load_suite, reference_env
 from autograder.config import runnable_command
 from autograder.judge import grade_namespace
 from autograder.report import write_report
 from autograder.report.model import lesson_title
-from autograder.authoring.suite import Suite, load_suite, reference_env
 
 REPORT = Path(__file__).resolve().parents[1] / "autograder" / "report"
 DEMO_CONFIG = Path(__file__).resolve().parent / "fixtures" / "lesson_demo" / "grading_config.yaml"

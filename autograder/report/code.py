@@ -11,8 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from autograder.config import ROOT
 from autograder.authoring.questions import Question
+from autograder.config import ROOT
 from autograder.execute import SKIP_TAGS
 from autograder.report.text import _clip
 from autograder.submissions import read_cells

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autograder.config import command
 from autograder.authoring.questions import LETTERS, Choice, Question, shuffled
+from autograder.authoring.suite import Suite
+from autograder.config import command
 from autograder.report.code import STUB_WORDS, code_cells, read_notebook, stub_state, written_answers
 from autograder.report.text import _text
 from autograder.results import CaseResult, Status, SubmissionResult
 from autograder.submissions import read_regular
-from autograder.authoring.suite import Suite
 
 UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from autograder.authoring.suite import load_suite
 from autograder.batch import MergeError, merged_scores
 from autograder.config import DEFAULT_CONFIG, command, runnable_command
 from autograder.report.model import Student, catalogue, choice_catalogue, clusters, load_students
@@ -21,7 +22,6 @@ from autograder.report.render import (
     manual_csv,
     report_csv,
 )
-from autograder.authoring.suite import load_suite
 
 MARKER = ".autograder-report"  # only a folder holding this file is ever replaced by a new report
 
