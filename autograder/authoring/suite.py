@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import tempfile
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
+from autograder import COMMAND, env_name
 from autograder.authoring.content import expected_values
 from autograder.authoring.questions import Question, checkpoint_of, load_questions, mc_answers
 from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
@@ -35,8 +39,15 @@ class Suite:
 
     @cached_property
     def expected(self) -> dict[str, dict[str, Any]]:
-        """Case id -> the reference's canonical output and the catalogued mistakes it catches."""
-        return expected_values(self.authored)
+        """Case id -> the reference's canonical output and the catalogued mistakes it catches: read from the
+        expected-values cache when it holds this suite's (see `cached_expected`), else computed and stored."""
+        return cached_expected(self)
+
+    def computed_expected(self) -> dict[str, dict[str, Any]]:
+        """The expected values computed afresh, never read from the cache (the release builds from these), and
+        stored in the cache for the runs that follow; `expected` returns them from now on."""
+        self.__dict__["expected"] = cached_expected(self, fresh=True)
+        return self.expected
 
     @property
     def authored(self) -> list[Question]:
@@ -91,6 +102,59 @@ class Suite:
 ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "execute.py", "wire.py", "limits.py",
                 "authoring/suite.py", "submissions.py", "judge.py", "results.py", "batch.py", "milestone.py",
                 "lesson.py")
+
+
+CACHE_ENV = env_name("CACHE")  # a folder for the expected-values cache; "off" turns the cache off
+
+
+def cache_dir() -> Path | None:
+    """Where expected values are kept between runs: $LESSON83_CACHE, else the user's cache folder. Never a path
+    the sandbox can read: bubblewrap mounts an empty tmpfs over /root, /home and /tmp, and the folder is closed
+    to other users (mode 0700) for the unprivileged-uid fallback."""
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen == "off":
+        return None
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / COMMAND
+
+
+def _cache_file(suite: Suite) -> Path | None:
+    folder = cache_dir()
+    if folder is None or not suite.fingerprint:
+        return None
+    import numpy
+    import torch
+
+    return folder / f"expected-{suite.fingerprint}-torch{torch.__version__}-numpy{numpy.__version__}.json"
+
+
+def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str, Any]]:
+    """The suite's expected values, computed once per suite fingerprint (the config, the lesson's sources and the
+    engine files) and torch/numpy version, and kept as the lesson's plain JSON. Every run uses the values as
+    read back from that JSON (the form the generated test files hold), cached or not, so a cached run judges
+    exactly as a computing one. Computing them takes about 12 CPU-seconds for Lesson 83."""
+    checks = suite.config.lesson.checks
+    path = _cache_file(suite)
+    if path is not None and path.is_file() and not fresh:
+        try:
+            data = json.loads(path.read_text())
+            if data.get("fingerprint") == suite.fingerprint and set(data["expected"]) == {c["id"] for c in suite.cases}:
+                return checks.from_plain(data["expected"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass  # unreadable or another suite's: computed again below and rewritten
+    text = json.dumps({"fingerprint": suite.fingerprint, "expected": checks.to_plain(expected_values(suite.authored))})
+    if path is not None:
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".expected-", suffix=".tmp")  # mode 0600
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home: the values are computed again next time
+    return checks.from_plain(json.loads(text)["expected"])
 
 
 def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path | None = None,

@@ -51,6 +51,7 @@ def build(*, config_path: Path = DEFAULT_CONFIG, assignments: Path | None = None
     suite = read_suite(config_path, assignments=assignments, reference_file=reference_file) if own \
         else load_suite(config_path)
     config, questions = suite.config, suite.authored
+    suite.computed_expected()  # a release never builds from cached values (and it refreshes the cache)
     name, lesson = config.assignment, config.lesson
     otter_out, otter_zip = build_otter(suite, work)
     course = build_nbgrader(suite, work)
