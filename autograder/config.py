@@ -112,7 +112,14 @@ class PresetRule(_Strict):
 class Milestone(_Strict):
     points: float = Field(0, ge=0, description="points of the checkpoint verification (question m1_checkpoint)")
     rel_tol: float = Field(0.02, gt=0, description="largest relative gap between milestone.json and re-evaluation")
-    verify_windows: int = Field(100, gt=0, le=3000, description="validation windows re-evaluated per context")
+    verify_windows: int = Field(100, gt=0, le=3000, description="validation windows of the whole re-evaluation "
+                                "(the grader before issue 23; benchmarks/checkpoint_verify.py)")
+    sample_windows: int = Field(12, gt=0, le=3000, description="windows per scheme recomputed at random (secret "
+                                "seed) against milestone.json's per-window losses (docs/milestone.md)")
+    window_tol: float = Field(0.002, gt=0, description="largest gap, in nats per token, between a recomputed "
+                              "window's loss and its claim")
+    flag_margin: float = Field(0.05, gt=0, description="windows claimed more than this (nats) below the loss "
+                               "predicted from the reference's are recomputed too")
     presets: dict[str, PresetRule] = Field({}, description="accepted presets (full, quick) and their rules")
 
 
