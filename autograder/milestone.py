@@ -13,6 +13,7 @@ import argparse
 import atexit
 import contextlib
 import hashlib
+import hmac
 import json
 import math
 import os
@@ -699,22 +700,25 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
                       batch_size: int = VERIFY_BATCH, memory_mb: int = CHILD_MEMORY_MB,
                       timeout_s: float = CHILD_TIMEOUT_S, method: str = "sample",
                       verifier: Verifier | None = None, rng: random.Random | None = None) -> dict[str, Any]:
-    """Re-evaluate a submitted checkpoint on the CPU and compare with its claimed table and the thresholds.
+    """Verify a submitted checkpoint on the CPU against its claimed table and the thresholds.
 
     pt and claims are milestone.pt and milestone.json as paths or bytes (None: not submitted). rules are
     the milestone section of the grading config (MilestoneRules or config.Milestone; default: read from
-    grading_config.yaml): accepted presets with their credit and thresholds, rel_tol and the number of
-    validation windows (max_windows overrides it). milestone.pt is loaded (weights_only=True) and evaluated
-    in a child process limited to memory_mb beyond the verifier's size and to timeout_s; whatever the files
-    hold, the answer is a verdict, never an exception. The child is forked from a pre-started Verifier (a pool
-    of them, one per CPU up to 4, kept for the process; `verifier` picks one instead). Returns plain data: ok,
-    message, problem, preset, credit, seconds, cpu_s (the child's CPU time, 0 when nothing was evaluated)
-    and, per scheme, the re-evaluated ppl, the claimed ppl, the relative differences, the thresholds and the
-    flags agrees, meets_thresholds, passed. The same weights are evaluated once per process, also when two
-    threads ask at once (the second waits for the first). method "prefix" reads all contexts from one
-    512-token pass per window (measure_ppl) with the attention by query chunks (CausalChunks); "plain" is
-    the same pass without the chunks; "legacy" runs evaluate_ppl's pass per context, as graders before issue
-    13 did (benchmarks/checkpoint_verify.py compares the three).
+    grading_config.yaml): accepted presets with their credit and thresholds, rel_tol, sample_windows, window_tol,
+    flag_margin and verify_windows (max_windows overrides it; the whole re-evaluation only). milestone.pt is
+    loaded (weights_only=True) and evaluated in a child process limited to memory_mb beyond the verifier's size
+    and to timeout_s; whatever the files hold, the answer is a verdict, never an exception. The child is forked
+    from a pre-started Verifier (a pool of them, one per CPU up to 4, kept for the process; `verifier` picks one
+    instead). Returns plain data: ok, message, problem, preset, credit, seconds, cpu_s (the children's CPU time,
+    0 when nothing was evaluated) and, per scheme, ppl (the figures of these weights: re-evaluated, or estimated
+    from the sampled windows), the claimed ppl, the relative differences (of each figure, or of the worst
+    recomputed window), the thresholds and the flags agrees, meets_thresholds, passed. Nothing is evaluated
+    twice per process for the same weights, also when two threads ask at once (the second waits for the first).
+    method "sample" (the grader; _verify_sampled) recomputes a secret random sample of windows, drawn by `rng`
+    when a test injects one, against milestone.json's per-window losses; the graders before it re-evaluate
+    verify_windows windows and compare the three figures: "prefix" reads all contexts from one 512-token pass
+    per window (measure_ppl) with the attention by query chunks (CausalChunks); "plain" is the same pass without
+    the chunks; "legacy" runs evaluate_ppl's pass per context, as graders before issue 13 did.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -744,9 +748,9 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
     wanted = list(schemes) if claims_error is None and preset in accepted else []
     cpu_s = 0.0
     if method == "sample":
-        return _verify_sampled(pt_bytes, digest, preset, claimed_ppl, window_loss, claims_error, schemes=schemes,
-                               wanted=wanted, rules=rules, memory_mb=memory_mb, timeout_s=timeout_s,
-                               verifier=verifier, rng=rng, start=start)
+        return _verify_sampled(pt_bytes, digest, hashlib.sha256(claims_bytes).hexdigest(), preset, claimed_ppl,
+                               window_loss, claims_error, schemes=schemes, wanted=wanted, rules=rules,
+                               memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier, rng=rng, start=start)
     with _lock(digest):  # the same weights uploaded twice (or verified ahead) are evaluated once
         todo = [pos for pos in wanted if (digest, pos, windows, batch_size, method) not in _MEASURED]
         error = _FAILED.get((digest, memory_mb, timeout_s))
@@ -820,10 +824,15 @@ _WINDOWS: dict[tuple[str, str, int], list[float]] = {}  # (digest, scheme, windo
 _UNFIT: dict[tuple[str, str], dict[str, Any]] = {}  # (digest, scheme) -> why its weights were not evaluated
 
 
-def secret_rng() -> random.Random:
-    """The grader's window sampler, seeded from the operating system's randomness in the grading process: nothing
-    in a submission, and nothing its author can know, decides which windows are recomputed."""
-    return random.Random(secrets.randbits(128))
+_SECRET = secrets.token_bytes(32)  # drawn from the operating system in the grading process, never stored
+
+
+def secret_rng(key: str) -> random.Random:
+    """The grader's window sampler for `key` (the checkpoint's and milestone.json's digests and a scheme): seeded
+    by an HMAC of the key under a secret drawn from the operating system's randomness in this grading process, so
+    nothing in a submission, and nothing its author can know, decides which windows are recomputed, while the same
+    files verified twice in one run (verified ahead, then judged) draw the same windows and are evaluated once."""
+    return random.Random(hmac.new(_SECRET, key.encode(), "sha256").digest())
 
 
 def _measure(pt_bytes: bytes, digest: str, starts: Mapping[str, Sequence[int]], *, preset: str | None,
@@ -856,16 +865,15 @@ def _measure(pt_bytes: bytes, digest: str, starts: Mapping[str, Sequence[int]], 
         return error, float(found.get("cpu_s", 0.0))
 
 
-def _verify_sampled(pt_bytes: bytes, digest: str, preset: str | None, claimed_ppl: dict[str, Any], window_loss: Any,
-                    claims_error: str | None, *, schemes: Sequence[str], wanted: list[str], rules: Any,
-                    memory_mb: int, timeout_s: float, verifier: Verifier | None, rng: random.Random | None,
-                    start: float) -> dict[str, Any]:
+def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: str | None,
+                    claimed_ppl: dict[str, Any], window_loss: Any, claims_error: str | None, *,
+                    schemes: Sequence[str], wanted: list[str], rules: Any, memory_mb: int, timeout_s: float,
+                    verifier: Verifier | None, rng: random.Random | None, start: float) -> dict[str, Any]:
     """verify_checkpoint by samples (docs/milestone.md): each scheme's claimed perplexities must be the exp-mean
-    of its claimed per-window losses; sample_windows windows drawn by `rng` (secret_rng() unless a test injects
+    of its claimed per-window losses; sample_windows windows drawn by `rng` (secret_rng unless a test injects
     one), and every window claimed more than flag_margin below the loss predicted from the reference's (a + b x
     reference loss, fitted on the drawn windows per context), are recomputed and must agree within window_tol
     (the flagged ones only when the drawn ones agree: a disagreement already settles the verdict)."""
-    rng = rng or secret_rng()
     accepted = sorted(rules.presets)
     n = len(val_starts(max_windows=PRESETS[preset]["eval_windows"])) if preset in PRESETS else 0
     all_starts = val_starts(max_windows=PRESETS[preset]["eval_windows"]).tolist() if n else []
@@ -880,7 +888,8 @@ def _verify_sampled(pt_bytes: bytes, digest: str, preset: str | None, claimed_pp
             claims[pos] = ppl, _claimed_windows(window_loss, pos, n)
         except ValueError as err:
             notes[pos] = (str(err), "checkpoint_unreadable")
-    sample = {pos: sorted(rng.sample(range(n), min(rules.sample_windows, n))) for pos in claims}
+    sample = {pos: sorted((rng or secret_rng(f"{digest}:{claims_digest}:{pos}")).sample(
+        range(n), min(rules.sample_windows, n))) for pos in claims}
     common = {"preset": preset, "accepted": accepted, "memory_mb": memory_mb, "timeout_s": timeout_s,
               "verifier": verifier}
     error, cpu_s = _measure(pt_bytes, digest, {p: [all_starts[i] for i in ix] for p, ix in sample.items()}, **common)
