@@ -85,9 +85,9 @@ class MilestoneRules:
     points: float = 0.0
     rel_tol: float = 0.02
     verify_windows: int = 100
-    sample_windows: int = 12
+    sample_windows: int = 16
     window_tol: float = 0.002
-    flag_margin: float = 0.05
+    deficit_audit: float = 5.0
     presets: dict[str, PresetRule] = field(default_factory=dict)
 
 
@@ -114,7 +114,7 @@ def _mapping(value: Any, key: str, allowed: Sequence[str] | None = None) -> dict
 def parse_rules(section: Any, *, where: str = "milestone") -> MilestoneRules:
     """Validate a milestone section (a dict from YAML) into MilestoneRules; RulesError names the key."""
     raw = _mapping(section, where, ("points", "rel_tol", "verify_windows", "sample_windows", "window_tol",
-                                    "flag_margin", "presets"))
+                                    "deficit_audit", "presets"))
     presets = {}
     for name, rule in _mapping(raw.get("presets"), f"{where}.presets").items():
         key = f"{where}.presets.{name}"
@@ -137,10 +137,11 @@ def parse_rules(section: Any, *, where: str = "milestone") -> MilestoneRules:
         rel_tol=float(_number(raw.get("rel_tol", 0.02), f"{where}.rel_tol", low=0, low_open=True)),
         verify_windows=int(_number(raw.get("verify_windows", 100), f"{where}.verify_windows", low=0, high=3000,
                                    low_open=True, integer=True)),
-        sample_windows=int(_number(raw.get("sample_windows", 12), f"{where}.sample_windows", low=0, high=3000,
+        sample_windows=int(_number(raw.get("sample_windows", 16), f"{where}.sample_windows", low=0, high=3000,
                                    low_open=True, integer=True)),
         window_tol=float(_number(raw.get("window_tol", 0.002), f"{where}.window_tol", low=0, low_open=True)),
-        flag_margin=float(_number(raw.get("flag_margin", 0.05), f"{where}.flag_margin", low=0, low_open=True)),
+        deficit_audit=float(_number(raw.get("deficit_audit", 5.0), f"{where}.deficit_audit", low=0,
+                                    low_open=True)),
         presets=presets)
 
 
@@ -705,7 +706,7 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
     pt and claims are milestone.pt and milestone.json as paths or bytes (None: not submitted). rules are
     the milestone section of the grading config (MilestoneRules or config.Milestone; default: read from
     grading_config.yaml): accepted presets with their credit and thresholds, rel_tol, sample_windows, window_tol,
-    flag_margin and verify_windows (max_windows overrides it; the whole re-evaluation only). milestone.pt is
+    deficit_audit and verify_windows (max_windows overrides it; the whole re-evaluation only). milestone.pt is
     loaded (weights_only=True) and evaluated in a child process limited to memory_mb beyond the verifier's size
     and to timeout_s; whatever the files hold, the answer is a verdict, never an exception. The child is forked
     from a pre-started Verifier (a pool of them, one per CPU up to 4, kept for the process; `verifier` picks one
@@ -871,8 +872,9 @@ def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: st
                     verifier: Verifier | None, rng: random.Random | None, start: float) -> dict[str, Any]:
     """verify_checkpoint by samples (docs/milestone.md): each scheme's claimed perplexities must be the exp-mean
     of its claimed per-window losses; sample_windows windows drawn by `rng` (secret_rng unless a test injects
-    one), and every window claimed more than flag_margin below the loss predicted from the reference's (a + b x
-    reference loss, fitted on the drawn windows per context), are recomputed and must agree within window_tol
+    one), and each other window with a probability proportional to how far its claim lies below the loss predicted
+    from the reference's (a + b x reference loss, fitted on the drawn windows per context; deficit_audit), are
+    recomputed and must agree within window_tol
     (the flagged ones only when the drawn ones agree: a disagreement already settles the verdict)."""
     accepted = sorted(rules.presets)
     n = len(val_starts(max_windows=PRESETS[preset]["eval_windows"])) if preset in PRESETS else 0
@@ -901,13 +903,20 @@ def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: st
                     not abs(_WINDOWS[(digest, pos, all_starts[i])][k] - claims[pos][1][c][i]) <= rules.window_tol
                     for i in ix for k, c in enumerate(CONTEXTS)):
                 continue
-            extra: set[int] = set()
+            # window i is recomputed with probability min(1, deficit_i / scale): deficit_i is how far (beyond
+            # window_tol, in the worst context) its claim lies below a + b x reference loss, fitted on the drawn
+            # windows; scale = n (log(1 + rel_tol) - window_tol) / deficit_audit (docs/milestone.md)
+            scale = n * (math.log1p(rules.rel_tol) - rules.window_tol) / rules.deficit_audit
+            deficit = [0.0] * n
             for k, c in enumerate(CONTEXTS):
                 x = [ref[pos][c][all_starts[i] - base] for i in ix]
                 a, b = _fit(x, [_WINDOWS[(digest, pos, all_starts[i])][k] for i in ix])
                 claimed = claims[pos][1][c]
-                extra |= {i for i in range(n) if claimed[i] < a + b * ref[pos][c][all_starts[i] - base]
-                          - rules.flag_margin}
+                for i in range(n):
+                    gap = a + b * ref[pos][c][all_starts[i] - base] - claimed[i] - rules.window_tol
+                    deficit[i] = max(deficit[i], gap)
+            draws = (rng or secret_rng(f"{digest}:{claims_digest}:{pos}:audit")).random
+            extra = {i for i in range(n) if draws() * scale < deficit[i]}
             flagged[pos] = sorted(extra - set(ix))
         if any(flagged.values()):
             error, more = _measure(pt_bytes, digest, {p: [all_starts[i] for i in ix] for p, ix in flagged.items()},

@@ -5,7 +5,8 @@ imported and the five models built once), one thread, the configured verify_wind
 512-token pass each with the attention by query chunks (method "prefix"), the three figures compared with
 milestone.json's within rel_tol. "new" is today's grader (method "sample"): milestone.json's perplexities must be
 the exp-mean of its per-window losses, and a secret random sample of sample_windows windows per scheme, plus every
-window claimed more than flag_margin below the reference-based prediction, is recomputed and compared window by
+window with a probability proportional to how far its claim lies below the reference-based prediction, is
+recomputed and compared window by
 window (docs/milestone.md). The checkpoints are the committed reference; the sample class's inflated claims (the
 perplexities x 0.9, the windows untouched); the same lie told consistently (every window loss + log 0.9); a
 concentrated lie (3% of the windows claimed at loss 0) and a spread one (every window 0.03 nats lower), each with
@@ -298,8 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores, torch "
           f"{torch.__version__}, load average {os.getloadavg()[0]:.1f}; before: {windows} windows re-evaluated, one "
           f"512-token pass each, figures compared within {rules.rel_tol:.0%}; new: {rules.sample_windows} random "
-          f"windows per scheme ({'seed ' + str(args.seed) if rng else 'secret seed'}) plus those claimed more than "
-          f"{rules.flag_margin:g} nats below the prediction, each within {rules.window_tol:g} nats; both a child "
+          f"windows per scheme ({'seed ' + str(args.seed) if rng else 'secret seed'}) plus others with a probability "
+          f"proportional to their claim's deficit "
+          f"(deficit_audit {rules.deficit_audit:g}), each within {rules.window_tol:g} nats; both a child "
           f"forked from a started verifier, one thread (its start-up, once: {started.startup['cpu_s']:.1f} CPU-s); "
           f"mistakes' checkpoints built in {time.perf_counter() - began:.0f} s under {work}")
     print(f"{'checkpoint':<40} {'before s':>8} {'new s':>6} {'before cpu':>10} {'new cpu':>8} {'ratio':>6} "

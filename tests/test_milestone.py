@@ -346,7 +346,7 @@ def image_env(tmp_path: Path) -> dict[str, str]:
 
 def test_rules_reader_matches_the_config_schema() -> None:
     plain, typed = ms.load_rules(), load_config().milestone
-    keys = ("points", "rel_tol", "verify_windows", "sample_windows", "window_tol", "flag_margin")
+    keys = ("points", "rel_tol", "verify_windows", "sample_windows", "window_tol", "deficit_audit")
     assert [getattr(plain, k) for k in keys] == [getattr(typed, k) for k in keys]
     assert set(plain.presets) == set(typed.presets)
     for name, rule in plain.presets.items():
@@ -360,7 +360,7 @@ def test_rules_reader_matches_the_config_schema() -> None:
     ({"verify_windows": True}, "milestone.verify_windows"),
     ({"sample_windows": 0}, "milestone.sample_windows"),
     ({"window_tol": 0}, "milestone.window_tol"),
-    ({"flag_margin": -1}, "milestone.flag_margin"),
+    ({"deficit_audit": -1}, "milestone.deficit_audit"),
     ({"presets": {"quick": {"thresholds": {"relative": {128: 1.0}}}}}, "unknown scheme 'relative'"),
     ({"presets": {"quick": {"thresholds": {"rope": {1024: 1.0}}}}}, "context 1024 is not measured"),
     ({"presets": {"quick": {"credit": 1.5}}}, "milestone.presets.quick.credit"),
@@ -662,7 +662,7 @@ def test_same_weights_asked_twice_at_once_run_one_child(tiny_checkpoint: tuple[P
 
     monkeypatch.setattr(ms, "_run_child", slow_child)
     with ThreadPoolExecutor(2) as ex:
-        no_flags = rules().model_copy(update={"flag_margin": 100.0})  # the drawn windows only: one child
+        no_flags = rules().model_copy(update={"deficit_audit": 1e-9})  # the drawn windows only: one child
         results = list(ex.map(lambda data: ms.verify_checkpoint(data, js, schemes=("rope",), rules=no_flags),
                               (pt, pt.read_bytes())))
     assert len(calls) == 1
@@ -892,7 +892,7 @@ def test_a_concentrated_lie_is_caught_by_the_flagged_windows() -> None:
     for row in result["schemes"].values():
         assert row["problem"] == "checkpoint_claims_disagree" and row["flagged"] >= len(lied), row
         assert "recomputed windows disagree" in row["message"]
-    no_flags = config.model_copy(update={"flag_margin": 100.0})
+    no_flags = config.model_copy(update={"deficit_audit": 1e-9})
     escaped = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=no_flags, rng=random.Random(5))
     assert all(r["passed"] for r in escaped["schemes"].values()), "the seed should miss the lied windows"
 
@@ -900,7 +900,7 @@ def test_a_concentrated_lie_is_caught_by_the_flagged_windows() -> None:
 @pytest.mark.sandbox
 def test_a_spread_lie_is_caught_by_the_random_sample() -> None:
     """Every window claimed 0.03 nats lower (every perplexity 3% too low): any drawn window shows it."""
-    config = load_config().milestone.model_copy(update={"flag_margin": 100.0})
+    config = load_config().milestone.model_copy(update={"deficit_audit": 1e-9})
     data = _lie(_claims(), lambda i, v: v - 0.03)
     result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=config, rng=random.Random(1))
     assert {r["problem"] for r in result["schemes"].values()} == {"checkpoint_claims_disagree"}
