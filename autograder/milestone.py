@@ -905,8 +905,8 @@ def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: st
                 continue
             # window i is recomputed with probability min(1, deficit_i / scale): deficit_i is how far (beyond
             # window_tol, in the worst context) its claim lies below a + b x reference loss, fitted on the drawn
-            # windows; scale = n (log(1 + rel_tol) - window_tol) / deficit_audit (docs/milestone.md)
-            scale = n * (math.log1p(rules.rel_tol) - rules.window_tol) / rules.deficit_audit
+            # windows; scale = n (log(1 + rel_tol) - 2 window_tol) / deficit_audit (docs/milestone.md)
+            scale = n * max(math.log1p(rules.rel_tol) - 2 * rules.window_tol, 1e-9) / rules.deficit_audit
             deficit = [0.0] * n
             for k, c in enumerate(CONTEXTS):
                 x = [ref[pos][c][all_starts[i] - base] for i in ix]
