@@ -120,8 +120,8 @@ class Milestone(_Strict):
                               "window's loss and its claim")
     deficit_audit: float = Field(5.0, gt=0, description="each other window is recomputed with probability "
                                  "deficit / (n (log(1 + rel_tol) - 2 window_tol) / deficit_audit), its deficit the "
-                                 "nats its claim lies below the loss predicted from the reference's: a lie that moves a "
-                                 "figure by rel_tol escapes with probability <= exp(-deficit_audit)")
+                                 "nats its claim lies below the loss predicted from the reference's: a lie that "
+                                 "moves a figure by rel_tol escapes with probability <= exp(-deficit_audit)")
     presets: dict[str, PresetRule] = Field({}, description="accepted presets (full, quick) and their rules")
 
 
