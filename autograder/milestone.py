@@ -65,6 +65,10 @@ STARTUP_TIMEOUT_S = 120  # for a verifier process to import torch and warm up (a
 UPLOAD_HINT = ("Upload milestone.pt and milestone.json next to your notebook, exactly as the milestone's "
                "save cell writes them (save_checkpoint).")
 
+ESCAPE = 0.01  # the largest probability that claims more than rel_tol off escape (docs/milestone.md)
+# The residual spread of the drawn windows (at least 16) times this is above the model's with probability 97.5% or
+# more (chi-square with 14 degrees of freedom, sqrt(14 / 5.63) = 1.58) when its residuals are normal.
+SPREAD_UPPER = 1.6
 
 class RulesError(ValueError):
     """A problem in grading_config.yaml's milestone section, with the file and the key in the message."""
@@ -369,6 +373,23 @@ def _claimed_windows(window_loss: Any, pos: str, n: int) -> dict[int, list[float
                              "non-negative numbers (one per validation window of the preset)")
         out[c] = [float(v) for v in values]
     return out
+
+
+def sample_size(spread: float, *, n: int, k0: int, delta: float, audit: float, escape: float = ESCAPE) -> int:
+    """Uniform draws (at least k0, at most n) after which a lie of more than delta (nats, in the mean) escapes with
+    probability <= escape for a model whose window losses scatter about the reference's line normally with
+    standard deviation `spread`: a lie on a fraction f of the windows, hiding spread x phi(z_f) of its size in the
+    model's own excess over the line (the top f of its residuals), escapes the draws with probability (1 - f)^k
+    and the deficit audit with exp(-audit (1 - hidden / delta)) at most (docs/milestone.md)."""
+    from statistics import NormalDist
+
+    unit = NormalDist()
+    grid = [(j + 0.5) / 400 for j in range(400)]
+    hidden = [spread * unit.pdf(unit.inv_cdf(1 - f)) for f in grid]
+    audit_miss = [math.exp(-audit * max(0.0, 1 - h / delta)) for h in hidden]
+    need = max(math.ceil(math.log(escape / m) / math.log(1 - f)) if m > escape else 0
+               for f, m in zip(grid, audit_miss, strict=True))
+    return min(n, max(k0, need))
 
 
 def _fit(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
@@ -890,8 +911,8 @@ def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: st
             claims[pos] = ppl, _claimed_windows(window_loss, pos, n)
         except ValueError as err:
             notes[pos] = (str(err), "checkpoint_unreadable")
-    sample = {pos: sorted((rng or secret_rng(f"{digest}:{claims_digest}:{pos}")).sample(
-        range(n), min(rules.sample_windows, n))) for pos in claims}
+    order = {pos: (rng or secret_rng(f"{digest}:{claims_digest}:{pos}")).sample(range(n), n) for pos in claims}
+    sample = {pos: sorted(order[pos][:rules.sample_windows]) for pos in claims}
     common = {"preset": preset, "accepted": accepted, "memory_mb": memory_mb, "timeout_s": timeout_s,
               "verifier": verifier}
     error, cpu_s = _measure(pt_bytes, digest, {p: [all_starts[i] for i in ix] for p, ix in sample.items()}, **common)
@@ -903,20 +924,27 @@ def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: st
                     not abs(_WINDOWS[(digest, pos, all_starts[i])][k] - claims[pos][1][c][i]) <= rules.window_tol
                     for i in ix for k, c in enumerate(CONTEXTS)):
                 continue
-            # window i is recomputed with probability min(1, deficit_i / scale): deficit_i is how far (beyond
-            # window_tol, in the worst context) its claim lies below a + b x reference loss, fitted on the drawn
-            # windows; scale = n (log(1 + rel_tol) - 2 window_tol) / deficit_audit (docs/milestone.md)
-            scale = n * max(math.log1p(rules.rel_tol) - 2 * rules.window_tol, 1e-9) / rules.deficit_audit
-            deficit = [0.0] * n
+            # more uniform draws when the model's windows stray from the reference's line (sample_size), and window i
+            # recomputed with probability min(1, deficit_i / scale): deficit_i is how far (beyond window_tol, in
+            # the worst context) its claim lies below a + b x reference loss, fitted on the drawn windows;
+            # scale = n (log(1 + rel_tol) - 2 window_tol) / deficit_audit (docs/milestone.md)
+            delta = max(math.log1p(rules.rel_tol) - 2 * rules.window_tol, 1e-9)
+            scale = n * delta / rules.deficit_audit
+            deficit, spread = [0.0] * n, 0.0
             for k, c in enumerate(CONTEXTS):
                 x = [ref[pos][c][all_starts[i] - base] for i in ix]
-                a, b = _fit(x, [_WINDOWS[(digest, pos, all_starts[i])][k] for i in ix])
+                y = [_WINDOWS[(digest, pos, all_starts[i])][k] for i in ix]
+                a, b = _fit(x, y)
+                spread = max(spread, math.sqrt(math.fsum((v - a - b * u) ** 2 for u, v in zip(x, y, strict=True))
+                                               / max(1, len(ix) - 2)))
                 claimed = claims[pos][1][c]
                 for i in range(n):
                     gap = a + b * ref[pos][c][all_starts[i] - base] - claimed[i] - rules.window_tol
                     deficit[i] = max(deficit[i], gap)
             draws = (rng or secret_rng(f"{digest}:{claims_digest}:{pos}:audit")).random
             extra = {i for i in range(n) if draws() * scale < deficit[i]}
+            extra |= set(order[pos][len(ix):sample_size(SPREAD_UPPER * spread, n=n, k0=len(ix), delta=delta,
+                                                        audit=rules.deficit_audit)])
             flagged[pos] = sorted(extra - set(ix))
         if any(flagged.values()):
             error, more = _measure(pt_bytes, digest, {p: [all_starts[i] for i in ix] for p, ix in flagged.items()},

@@ -239,6 +239,47 @@ def window_spread(*, schemes: Sequence[str], counts: Sequence[int], base: int = 
     return lines
 
 
+def escape_bound(residuals: Sequence[float], *, k: int, audit: float, delta: float) -> tuple[float, int]:
+    """The largest probability that a lie moving one figure by more than rel_tol escapes the sampled grader, for a
+    model whose true window losses lie `residuals` (nats) above the reference-based prediction, and the number of
+    lied windows that attains it. A lie on m windows escapes the k uniform draws with probability
+    C(n-m, k) / C(n, k), and the deficit audit with probability exp(-audit (1 - R/delta)) at most, R the part of
+    the lie hidden in the model's own excess (the m largest positive residuals, summed, over n): docs/milestone.md."""
+    n, top = len(residuals), sorted((max(r, 0.0) for r in residuals), reverse=True)
+    worst, hidden, miss = (0.0, 0), 0.0, 1.0
+    for m in range(1, n + 1):
+        hidden += top[m - 1] / n
+        miss = math.prod((n - m - j) / (n - j) for j in range(k)) if m <= n - k else 0.0
+        worst = max(worst, (miss * math.exp(-audit * max(0.0, 1 - hidden / delta)), m))
+    return worst
+
+
+def escape_table(files: dict[str, Path], rules: ms.MilestoneRules) -> list[str]:
+    """Per honest claims file (its claims are the truth): per scheme, the spread of its windows' residuals from the
+    reference-based prediction (fitted on all windows) and the worst escape bound over its contexts."""
+    ref, base = ms.reference_windows(), int(lm.val_starts()[0])
+    delta = math.log1p(rules.rel_tol) - 2 * rules.window_tol
+    lines = [f"escape bound: k = {rules.sample_windows}, deficit_audit = {rules.deficit_audit:g}, "
+             f"delta = log(1 + {rules.rel_tol:g}) - 2 x {rules.window_tol:g} = {delta:.4f}; exp(-audit) = "
+             f"{math.exp(-rules.deficit_audit):.2%} for a model that tracks the reference"]
+    for name, path in files.items():
+        claims = json.loads(path.read_text())
+        starts = lm.val_starts(max_windows=lm.PRESETS[claims["preset"]]["eval_windows"]).tolist()
+        for pos, row in claims["window_loss"].items():
+            cells, worst = [], (0.0, 0)
+            for c in lm.CONTEXTS:
+                y, x = row[str(c)], [ref[pos][c][t - base] for t in starts]
+                a, b = ms._fit(x, y)
+                r = [v - a - b * u for u, v in zip(x, y, strict=True)]
+                sd = math.sqrt(math.fsum(v * v for v in r) / len(r))
+                bound = escape_bound(r, k=rules.sample_windows, audit=rules.deficit_audit, delta=delta)
+                worst = max(worst, bound)
+                cells.append(f"{c}: sd {sd:.3f}, mean excess {math.fsum(max(v, 0) for v in r) / len(r):.4f}")
+            lines.append(f"  {name:<34} {pos:<10} escape <= {worst[0]:.2%} (lie on {worst[1]} windows); "
+                         + "; ".join(cells))
+    return lines
+
+
 def lies(claims: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Dishonest milestone.json files made from honest claims: the sample class's (perplexities x 0.9, windows
     untouched), the same lie told consistently, a concentrated one and a spread one (perplexities recomputed)."""
@@ -266,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tune-steps", type=int, default=20, help="steps each mistaken model trains")
     parser.add_argument("--work", type=Path, default=None, help="folder for the mistakes' checkpoints (reused)")
     parser.add_argument("--class-n", type=int, default=None, help="distinct checkpoints at class scale (24)")
+    parser.add_argument("--escape", type=Path, nargs="*", default=None, help="only: the escape bound for honest "
+                        "claims files (default: the reference's and the mistakes' under --work)")
     parser.add_argument("--seed", type=int, default=None, help="the new grader's window sampler (default: secret)")
     parser.add_argument("--spread", action="store_true", help="only: how far the reference's figures move at "
                         "fewer windows (every offset of 100, 75, 60, 50 of the base windows)")
@@ -282,6 +325,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(window_spread(schemes=schemes, counts=(100, 75, 60, 50), base=args.spread_base)))
         return 0
     rules = ms.load_rules()
+    if args.escape is not None:
+        files = {"reference": REFERENCE / "milestone.json"} | (
+            {f"{p.parent.name}": p for p in args.escape} if args.escape else
+            {f"mistake_{p.parent.name}": p for p in sorted((args.work or Path()).glob("mistakes/*/milestone.json"))})
+        print("\n".join(escape_table(files, rules)))
+        return 0
     windows = 20 if args.smoke else rules.verify_windows
     work = args.work or Path(tempfile.mkdtemp(prefix="checkpoint_verify_"))
     claims = json.loads((REFERENCE / "milestone.json").read_text())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import pickle
 import random
@@ -18,6 +19,7 @@ import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import pytest
@@ -663,6 +665,7 @@ def test_same_weights_asked_twice_at_once_run_one_child(tiny_checkpoint: tuple[P
     monkeypatch.setattr(ms, "_run_child", slow_child)
     with ThreadPoolExecutor(2) as ex:
         no_flags = rules().model_copy(update={"deficit_audit": 1e-9})  # the drawn windows only: one child
+        monkeypatch.setattr(ms, "sample_size", lambda *a, k0, **kw: k0)
         results = list(ex.map(lambda data: ms.verify_checkpoint(data, js, schemes=("rope",), rules=no_flags),
                               (pt, pt.read_bytes())))
     assert len(calls) == 1
@@ -849,7 +852,7 @@ def _lie(claims: dict[str, Any], change: Any) -> bytes:
 def _drawn(seed: int, *, n: int, k: int) -> set[int]:
     """The windows an rng seeded `seed` draws for the five schemes, as the grader draws them."""
     rng = random.Random(seed)
-    return set().union(*(rng.sample(range(n), k) for _ in lm.SCHEMES))
+    return set().union(*(rng.sample(range(n), n)[:k] for _ in lm.SCHEMES))
 
 
 def test_the_reference_windows_cover_every_claimed_window() -> None:
@@ -878,10 +881,10 @@ def test_honest_reference_passes_with_a_few_windows() -> None:
 
 
 @pytest.mark.sandbox
-def test_a_concentrated_lie_is_caught_by_the_flagged_windows() -> None:
+def test_a_concentrated_lie_is_caught_by_the_deficit_audit(monkeypatch: pytest.MonkeyPatch) -> None:
     """3% of the windows claimed at loss 0 (every perplexity over 5% too low): the random sample misses them (the
-    seed is chosen so), the windows claimed far below the reference-based prediction catch them; without that
-    rule the lie would pass."""
+    seed is chosen so), the audit of windows claimed far below the reference-based prediction catches them;
+    without the audit (and with the random sample alone) the lie would pass."""
     config, claims = load_config().milestone, _claims()
     n = len(claims["window_loss"]["rope"]["128"])
     lied = sorted(set(range(0, n, 7)) - _drawn(5, n=n, k=config.sample_windows))[: 3 * n // 100]
@@ -893,13 +896,15 @@ def test_a_concentrated_lie_is_caught_by_the_flagged_windows() -> None:
         assert row["problem"] == "checkpoint_claims_disagree" and row["flagged"] >= len(lied), row
         assert "recomputed windows disagree" in row["message"]
     no_flags = config.model_copy(update={"deficit_audit": 1e-9})
+    monkeypatch.setattr(ms, "sample_size", lambda *a, k0, **kw: k0)  # no more uniform draws either
     escaped = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=no_flags, rng=random.Random(5))
     assert all(r["passed"] for r in escaped["schemes"].values()), "the seed should miss the lied windows"
 
 
 @pytest.mark.sandbox
-def test_a_spread_lie_is_caught_by_the_random_sample() -> None:
+def test_a_spread_lie_is_caught_by_the_random_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every window claimed 0.03 nats lower (every perplexity 3% too low): any drawn window shows it."""
+    monkeypatch.setattr(ms, "sample_size", lambda *a, k0, **kw: k0)
     config = load_config().milestone.model_copy(update={"deficit_audit": 1e-9})
     data = _lie(_claims(), lambda i, v: v - 0.03)
     result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=config, rng=random.Random(1))
@@ -970,3 +975,14 @@ def test_each_milestone_mistake_keeps_its_verdict(mistake: str, tmp_path: Path) 
     after = ms.verify_checkpoint(pt, js, schemes=touched)
     verdict = {pos: (row["passed"], row["problem"]) for pos, row in before["schemes"].items()}
     assert {pos: (row["passed"], row["problem"]) for pos, row in after["schemes"].items()} == verdict
+
+
+def test_a_model_that_strays_from_the_reference_gets_more_draws() -> None:
+    """The uniform draws grow with the residual spread the drawn windows show, so that a lie hidden in the model's
+    own excess over the reference's line still escapes with probability <= 1% (docs/milestone.md)."""
+    sizes = [ms.sample_size(s, n=300, k0=16, delta=0.0158, audit=5.0) for s in (0.0, 0.03, 0.05, 0.1, 0.16)]
+    assert sizes[0] == sizes[1] == 16 and sizes[1] < sizes[2] < sizes[3] < sizes[4] <= 300
+    for k, spread in ((sizes[3], 0.1), (sizes[4], 0.16)):  # the worst lie fraction f meets the bound
+        hidden = [spread * NormalDist().pdf(NormalDist().inv_cdf(1 - f / 100)) for f in range(1, 100)]
+        assert all((1 - f / 100) ** k * math.exp(-5 * max(0.0, 1 - h / 0.0158)) <= 0.01 + 1e-9
+                   for f, h in zip(range(1, 100), hidden, strict=True))
