@@ -894,7 +894,7 @@ def test_a_concentrated_lie_is_caught_by_the_deficit_audit(monkeypatch: pytest.M
     result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=config, rng=random.Random(5))
     for row in result["schemes"].values():
         assert row["problem"] == "checkpoint_claims_disagree" and row["flagged"] >= len(lied), row
-        assert "recomputed windows disagree" in row["message"]
+        assert "recomputed windows differ" in row["message"] and row["whole"]
     no_flags = config.model_copy(update={"deficit_audit": 1e-9})
     monkeypatch.setattr(ms, "sample_size", lambda *a, k0, **kw: k0)  # no more uniform draws either
     escaped = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=no_flags, rng=random.Random(5))
@@ -903,10 +903,11 @@ def test_a_concentrated_lie_is_caught_by_the_deficit_audit(monkeypatch: pytest.M
 
 @pytest.mark.sandbox
 def test_a_spread_lie_is_caught_by_the_random_sample(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every window claimed 0.03 nats lower (every perplexity 3% too low): any drawn window shows it."""
+    """Every window claimed 0.04 nats lower (every perplexity 4% too low): any drawn window shows it, and the
+    figures re-evaluated as a whole then disagree."""
     monkeypatch.setattr(ms, "sample_size", lambda *a, k0, **kw: k0)
     config = load_config().milestone.model_copy(update={"deficit_audit": 1e-9})
-    data = _lie(_claims(), lambda i, v: v - 0.03)
+    data = _lie(_claims(), lambda i, v: v - 0.04)
     result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=config, rng=random.Random(1))
     assert {r["problem"] for r in result["schemes"].values()} == {"checkpoint_claims_disagree"}
 
