@@ -360,7 +360,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not touched:
             print(f"{name:<40} {'its weights and claims are the reference checkpoint:':>50} {', '.join(schemes)}")
             continue
-        # new first: claims that are not the checkpoint's own evaluation pay the whole re-evaluation there
+        # from scratch each (no figure of these weights kept from an earlier row): claims that are not the
+        # checkpoint's own evaluation pay the whole re-evaluation in the new column too
+        ms._MEASURED.clear()
+        ms._WINDOWS.clear()
         new, new_s, new_cpu = timed(pt, js, schemes=touched, windows=windows, method="sample", started=started,
                                     rng=rng)
         ms._MEASURED.clear()  # before from scratch
