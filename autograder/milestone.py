@@ -178,7 +178,7 @@ PROBLEMS = {
                                 "changed): keep the skeleton's names and train all five schemes.",
     "checkpoint_claims_disagree": "milestone.json does not match the uploaded weights: upload the two files "
                                   "of the same run.",
-    "checkpoint_old_format": "milestone.json has no per-window losses (an older lesson83_milestone.py): re-run "
+    "checkpoint_old_format": "milestone.json has no per-window losses (an older milestone trainer): re-run "
                              "the milestone cell, which rewrites it from the saved models without training.",
     "checkpoint_above_bound": "the re-evaluated perplexity is above the preset's bound: check the positional "
                               "code, or train the full preset.",
@@ -851,7 +851,7 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
             "credit": rule.credit, "seconds": time.perf_counter() - start, "cpu_s": cpu_s, "schemes": results}
 
 
-OLD_FORMAT = ("milestone.json has no per-window losses: it was written by an older lesson83_milestone.py. Re-run "
+OLD_FORMAT = ("milestone.json has no per-window losses: it was written by an older milestone trainer. Re-run "
               "the milestone cell (train_or_load): it loads your saved models, measures them and rewrites "
               "milestone.json without training; then upload milestone.pt and milestone.json again")
 _WINDOWS: dict[tuple[str, str, int], list[float]] = {}  # (digest, scheme, window start) -> loss per context
@@ -860,6 +860,25 @@ _FITS: set[tuple[str, str]] = set()  # (digest, scheme) whose weights loaded int
 
 
 _SECRET = secrets.token_bytes(32)  # drawn from the operating system in the grading process, never stored
+
+
+def write_reference_windows() -> Path:
+    """Write the lesson's window_losses.json from its committed checkpoint: each scheme's loss on all validation
+    windows, one 512-token pass each on one thread, rounded to 1e-3 (about 100 CPU-s, once)."""
+    torch.set_num_threads(1)
+    _, states = load_checkpoint(LESSON.checkpoint_dir / "milestone.pt")
+    tokens, starts = corpus_tokens(), val_starts().tolist()
+    loss = {}
+    for pos in SCHEMES:
+        rows = measure_windows(build_model(pos, states[pos]), tokens=tokens, starts=starts)
+        loss[pos] = {str(c): [round(r[k], 3) for r in rows] for k, c in enumerate(CONTEXTS)}
+    about = ("the reference checkpoint's loss (nats per token) on each of the 3,000 validation windows (starts "
+             "100,000 + i) per scheme and context, one 512-token pass each (autograder.milestone.measure_windows), "
+             "rounded to 1e-3: the grader's predictor of a submission's per-window losses; never shipped to students")
+    rows = ",\n".join(f'    "{pos}": ' + json.dumps(row, separators=(",", ":")) for pos, row in loss.items())
+    path = LESSON.checkpoint_dir / "window_losses.json"
+    path.write_text('{\n  "about": ' + json.dumps(about) + ',\n  "loss": {\n' + rows + "\n  }\n}\n")
+    return path
 
 
 def secret_rng(key: str) -> random.Random:
@@ -1036,11 +1055,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-graph", action="store_true", help="CUDA only: train eagerly, not as a CUDA graph")
     parser.add_argument("--out", type=Path, default=Path("."), help="folder for milestone.pt/.json/.png")
     parser.add_argument("--verify", action="store_true", help="verify OUT/milestone.pt instead of training")
+    parser.add_argument("--reference-windows", action="store_true", help="write the reference checkpoint's "
+                        "loss on every validation window (the grader's predictor) next to it, and stop")
     parser.add_argument("--server", action="store_true", help=argparse.SUPPRESS)  # a Verifier process
     parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)  # 3 steps of batch 4 (tests)
     args = parser.parse_args(argv)
     if args.server:
         return _serve()
+    if args.reference_windows:
+        write_reference_windows()
+        return 0
     if args.smoke:  # this process only: a tiny run of the same code path, saved under the preset's name
         PRESETS[args.preset].update(steps=3, batch_size=4, eval_windows=20)
     pt_path, json_path = args.out / "milestone.pt", args.out / "milestone.json"
