@@ -112,7 +112,16 @@ class PresetRule(_Strict):
 class Milestone(_Strict):
     points: float = Field(0, ge=0, description="points of the checkpoint verification (question m1_checkpoint)")
     rel_tol: float = Field(0.02, gt=0, description="largest relative gap between milestone.json and re-evaluation")
-    verify_windows: int = Field(100, gt=0, le=3000, description="validation windows re-evaluated per context")
+    verify_windows: int = Field(100, gt=0, le=3000, description="validation windows of the whole re-evaluation "
+                                "(the grader before issue 23; benchmarks/checkpoint_verify.py)")
+    sample_windows: int = Field(16, gt=0, le=3000, description="windows per scheme recomputed at random (secret "
+                                "seed) against milestone.json's per-window losses (docs/milestone.md)")
+    window_tol: float = Field(0.002, gt=0, description="largest gap, in nats per token, between a recomputed "
+                              "window's loss and its claim")
+    deficit_audit: float = Field(5.0, gt=0, description="each other window is recomputed with probability "
+                                 "deficit / (n (log(1 + rel_tol) - 2 window_tol) / deficit_audit), its deficit the "
+                                 "nats its claim lies below the loss predicted from the reference's: a lie that "
+                                 "moves a figure by rel_tol escapes with probability <= exp(-deficit_audit)")
     presets: dict[str, PresetRule] = Field({}, description="accepted presets (full, quick) and their rules")
 
 

@@ -13,9 +13,12 @@ import argparse
 import atexit
 import contextlib
 import hashlib
+import hmac
 import json
 import math
 import os
+import random
+import secrets
 import select
 import signal
 import subprocess
@@ -42,6 +45,7 @@ LESSON = default_lesson()
  run_milestone, save_checkpoint, val_starts, windows) = attrgetter(
     "ARCH", "CONTEXTS", "PRECISIONS", "PRESETS", "SCHEMES", "VOCAB", "corpus_tokens", "evaluate_ppl",
     "load_checkpoint", "plot_table", "run_milestone", "save_checkpoint", "val_starts", "windows")(LESSON.trainer)
+ppl_from_windows = LESSON.trainer.ppl_from_windows
 TinyCharLM = LESSON.milestone_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +56,7 @@ DEFAULT_CONFIG = ROOT / "grading_config.yaml"
 # thread per checkpoint (two threads on two cores cost more CPU for the same work; checkpoints run side by side).
 VERIFY_BATCH = 4  # windows per pass: on one thread 1 to 10 cost the same (4: few page faults), 50 about 25% more
 MAX_CHECKPOINT_MB = UPLOAD_CAP_MB  # five models in float32 take about 4 MB
-MAX_CLAIMS_KB = 256  # milestone.json is about 1 KB
+MAX_CLAIMS_KB = 2048  # milestone.json: about 30 KB (quick) or 400 KB (full) of per-window losses
 # The child that loads and evaluates a checkpoint may allocate this much beyond the started verifier (a
 # legitimate checkpoint needs about 300 MB), and gets this much CPU and wall-clock time.
 CHILD_MEMORY_MB = CHECKPOINT_MEMORY_MB
@@ -61,6 +65,10 @@ STARTUP_TIMEOUT_S = 120  # for a verifier process to import torch and warm up (a
 UPLOAD_HINT = ("Upload milestone.pt and milestone.json next to your notebook, exactly as the milestone's "
                "save cell writes them (save_checkpoint).")
 
+ESCAPE = 0.01  # the largest probability that claims more than rel_tol off escape (docs/milestone.md)
+# The residual spread of the drawn windows (at least 16) times this is above the model's with probability 97.5% or
+# more (chi-square with 14 degrees of freedom, sqrt(14 / 5.63) = 1.58) when its residuals are normal.
+SPREAD_UPPER = 1.6
 
 class RulesError(ValueError):
     """A problem in grading_config.yaml's milestone section, with the file and the key in the message."""
@@ -81,6 +89,9 @@ class MilestoneRules:
     points: float = 0.0
     rel_tol: float = 0.02
     verify_windows: int = 100
+    sample_windows: int = 16
+    window_tol: float = 0.002
+    deficit_audit: float = 5.0
     presets: dict[str, PresetRule] = field(default_factory=dict)
 
 
@@ -106,7 +117,8 @@ def _mapping(value: Any, key: str, allowed: Sequence[str] | None = None) -> dict
 
 def parse_rules(section: Any, *, where: str = "milestone") -> MilestoneRules:
     """Validate a milestone section (a dict from YAML) into MilestoneRules; RulesError names the key."""
-    raw = _mapping(section, where, ("points", "rel_tol", "verify_windows", "presets"))
+    raw = _mapping(section, where, ("points", "rel_tol", "verify_windows", "sample_windows", "window_tol",
+                                    "deficit_audit", "presets"))
     presets = {}
     for name, rule in _mapping(raw.get("presets"), f"{where}.presets").items():
         key = f"{where}.presets.{name}"
@@ -129,6 +141,11 @@ def parse_rules(section: Any, *, where: str = "milestone") -> MilestoneRules:
         rel_tol=float(_number(raw.get("rel_tol", 0.02), f"{where}.rel_tol", low=0, low_open=True)),
         verify_windows=int(_number(raw.get("verify_windows", 100), f"{where}.verify_windows", low=0, high=3000,
                                    low_open=True, integer=True)),
+        sample_windows=int(_number(raw.get("sample_windows", 16), f"{where}.sample_windows", low=0, high=3000,
+                                   low_open=True, integer=True)),
+        window_tol=float(_number(raw.get("window_tol", 0.002), f"{where}.window_tol", low=0, low_open=True)),
+        deficit_audit=float(_number(raw.get("deficit_audit", 5.0), f"{where}.deficit_audit", low=0,
+                                    low_open=True)),
         presets=presets)
 
 
@@ -161,6 +178,8 @@ PROBLEMS = {
                                 "changed): keep the skeleton's names and train all five schemes.",
     "checkpoint_claims_disagree": "milestone.json does not match the uploaded weights: upload the two files "
                                   "of the same run.",
+    "checkpoint_old_format": "milestone.json has no per-window losses (an older milestone trainer): re-run "
+                             "the milestone cell, which rewrites it from the saved models without training.",
     "checkpoint_above_bound": "the re-evaluated perplexity is above the preset's bound: check the positional "
                               "code, or train the full preset.",
     "checkpoint_preset_not_accepted": "the checkpoint was trained with a preset this course does not accept.",
@@ -237,10 +256,12 @@ _FAILED: dict[tuple[str, int, float], str] = {}
 _LOCKS: dict[str, threading.Lock] = {}
 _LOWERED: dict[str, None] = {}  # the checkpoint reader's limits that an operator's lower hard limits lowered
 _LOCKS_GUARD = threading.Lock()
-# prefix: one 512-token pass per window with CausalChunks; plain: the same pass with the model's attention as it is
-# (the grader before the chunks); legacy: one pass per context (evaluate_ppl). plain and legacy are kept for the
-# benchmark (benchmarks/checkpoint_verify.py).
-METHODS = ("prefix", "plain", "legacy")
+# sample (today's grader, issue 23): a secret random sample of windows, and those claimed far below the
+# reference's prediction, recomputed against milestone.json's per-window losses (_verify_sampled). The whole
+# re-evaluation of verify_windows windows before it: prefix: one 512-token pass per window with CausalChunks;
+# plain: the same pass with the model's attention as it is (the grader before the chunks); legacy: one pass per
+# context (evaluate_ppl). prefix, plain and legacy are kept for the benchmark (benchmarks/checkpoint_verify.py).
+METHODS = ("sample", "prefix", "plain", "legacy")
 
 
 def _lock(digest: str) -> threading.Lock:
@@ -275,6 +296,22 @@ def measure_ppl(model: torch.nn.Module, *, tokens: torch.Tensor, max_windows: in
     return {c: math.exp(prefix[c - 1].item() / (len(starts) * c)) for c in contexts}
 
 
+@torch.inference_mode()
+def measure_windows(model: torch.nn.Module, *, tokens: torch.Tensor, starts: Sequence[int],
+                    batch_size: int = VERIFY_BATCH, contexts: Sequence[int] = CONTEXTS) -> list[list[float]]:
+    """Per window start, its mean loss (nats per token) at each context, from one forward pass at the longest
+    context (the first c tokens' losses give context c, as in measure_ppl), attention by query chunks."""
+    model.eval()
+    longest, out = max(contexts), []
+    for batch in torch.tensor(list(starts), dtype=torch.long).split(batch_size) if starts else ():
+        X, Y = windows(tokens, batch, longest)
+        with CausalChunks():
+            logits = model(X)
+        nll = F.cross_entropy(logits.float().transpose(1, 2), Y, reduction="none").double().cumsum(1)
+        out += torch.stack([nll[:, c - 1] / c for c in contexts], 1).tolist()
+    return out
+
+
 def _row(message: str = "", problem: str | None = None) -> dict[str, Any]:
     return {"passed": False, "agrees": False, "meets_thresholds": False, "ppl": {}, "claimed": {},
             "rel_diff": {}, "thresholds": {}, "message": message, "problem": problem}
@@ -302,8 +339,9 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number")
 
 
-def read_claims(data: bytes) -> tuple[str, dict[str, Any]]:
-    """The preset and the ppl table of milestone.json; ValueError (never another exception) when malformed."""
+def read_claims(data: bytes) -> tuple[str, dict[str, Any], Any]:
+    """The preset, the ppl table and the per-window losses (window_loss; None in an old-format file) of
+    milestone.json; ValueError (never another exception) when malformed."""
     try:
         record = json.loads(data, parse_constant=_reject_constant)
     except RecursionError:
@@ -317,7 +355,61 @@ def read_claims(data: bytes) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"'preset' must be a preset name, got {type(preset).__name__}")
     if not isinstance(ppl, dict):
         raise ValueError(f"'ppl' must map schemes to perplexities, got {type(ppl).__name__}")
-    return preset, ppl
+    return preset, ppl, record.get("window_loss")
+
+
+def _claimed_windows(window_loss: Any, pos: str, n: int) -> dict[int, list[float]]:
+    """One scheme's claimed per-window losses per context: n finite non-negative numbers each, else ValueError."""
+    row = window_loss.get(pos) if isinstance(window_loss, dict) else None
+    if not isinstance(row, dict):
+        raise ValueError(f"milestone.json has no per-window losses for {pos!r}")
+    out = {}
+    for c in CONTEXTS:
+        values = row.get(str(c))
+        if not (isinstance(values, list) and len(values) == n and all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                for v in values)):
+            raise ValueError(f"milestone.json's per-window losses of {pos!r} at context {c} are not {n} "
+                             "non-negative numbers (one per validation window of the preset)")
+        out[c] = [float(v) for v in values]
+    return out
+
+
+def sample_size(spread: float, *, n: int, k0: int, delta: float, audit: float, escape: float = ESCAPE) -> int:
+    """Uniform draws (at least k0, at most n) after which a lie of more than delta (nats, in the mean) escapes with
+    probability <= escape for a model whose window losses scatter about the reference's line normally with
+    standard deviation `spread`: a lie on a fraction f of the windows, hiding spread x phi(z_f) of its size in the
+    model's own excess over the line (the top f of its residuals), escapes the draws with probability (1 - f)^k
+    and the deficit audit with exp(-audit (1 - hidden / delta)) at most (docs/milestone.md)."""
+    from statistics import NormalDist
+
+    unit = NormalDist()
+    grid = [(j + 0.5) / 400 for j in range(400)]
+    hidden = [spread * unit.pdf(unit.inv_cdf(1 - f)) for f in grid]
+    audit_miss = [math.exp(-audit * max(0.0, 1 - h / delta)) for h in hidden]
+    need = max(math.ceil(math.log(escape / m) / math.log(1 - f)) if m > escape else 0
+               for f, m in zip(grid, audit_miss, strict=True))
+    return min(n, max(k0, need))
+
+
+def _fit(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Least-squares a, b of y ~ a + b x (b = 0 when x does not vary)."""
+    mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
+    sxx = math.fsum((u - mx) ** 2 for u in x)
+    b = math.fsum((u - mx) * (v - my) for u, v in zip(x, y, strict=True)) / sxx if sxx > 1e-12 else 0.0
+    return my - b * mx, b
+
+
+_REFERENCE_WINDOWS: dict[str, dict[int, list[float]]] = {}
+
+
+def reference_windows() -> dict[str, dict[int, list[float]]]:
+    """The reference model's loss on each of the 3,000 validation windows per scheme and context (the lesson's
+    committed window_losses.json, rounded to 1e-3 nats; never shipped to students), read once."""
+    if not _REFERENCE_WINDOWS:
+        raw = json.loads((LESSON.checkpoint_dir / "window_losses.json").read_text())
+        _REFERENCE_WINDOWS.update({pos: {int(c): v for c, v in row.items()} for pos, row in raw["loss"].items()})
+    return _REFERENCE_WINDOWS
 
 
 def _claimed_row(ppl: dict[str, Any], pos: str) -> dict[int, float]:
@@ -520,6 +612,14 @@ def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
         except Exception as err:  # noqa: BLE001 - names, shapes or types that do not fit
             out["schemes"][pos] = {"unfit": (str(err).splitlines() or [type(err).__name__])[0][:300]}
             continue
+        if request.get("method") == "sample":
+            try:
+                found = measure_windows(model, tokens=tokens, starts=request["starts"][pos])
+            except Exception as err:  # noqa: BLE001 - out of memory while evaluating
+                out["schemes"][pos] = {"unfit": f"evaluating them failed ({type(err).__name__})"}
+                continue
+            out["schemes"][pos] = {"windows": found}
+            continue
         try:
             ppl = (evaluate_ppl(model, batch_size=request["batch"], max_windows=request["windows"])
                    if request.get("method") == "legacy" else
@@ -620,24 +720,27 @@ def reader_limits_lowered() -> list[str]:
 def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes | None, *,
                       schemes: Sequence[str] = SCHEMES, rules: Any = None, max_windows: int | None = None,
                       batch_size: int = VERIFY_BATCH, memory_mb: int = CHILD_MEMORY_MB,
-                      timeout_s: float = CHILD_TIMEOUT_S, method: str = "prefix",
-                      verifier: Verifier | None = None) -> dict[str, Any]:
-    """Re-evaluate a submitted checkpoint on the CPU and compare with its claimed table and the thresholds.
+                      timeout_s: float = CHILD_TIMEOUT_S, method: str = "sample",
+                      verifier: Verifier | None = None, rng: random.Random | None = None) -> dict[str, Any]:
+    """Verify a submitted checkpoint on the CPU against its claimed table and the thresholds.
 
     pt and claims are milestone.pt and milestone.json as paths or bytes (None: not submitted). rules are
     the milestone section of the grading config (MilestoneRules or config.Milestone; default: read from
-    grading_config.yaml): accepted presets with their credit and thresholds, rel_tol and the number of
-    validation windows (max_windows overrides it). milestone.pt is loaded (weights_only=True) and evaluated
-    in a child process limited to memory_mb beyond the verifier's size and to timeout_s; whatever the files
-    hold, the answer is a verdict, never an exception. The child is forked from a pre-started Verifier (a pool
-    of them, one per CPU up to 4, kept for the process; `verifier` picks one instead). Returns plain data: ok,
-    message, problem, preset, credit, seconds, cpu_s (the child's CPU time, 0 when nothing was evaluated)
-    and, per scheme, the re-evaluated ppl, the claimed ppl, the relative differences, the thresholds and the
-    flags agrees, meets_thresholds, passed. The same weights are evaluated once per process, also when two
-    threads ask at once (the second waits for the first). method "prefix" reads all contexts from one
-    512-token pass per window (measure_ppl) with the attention by query chunks (CausalChunks); "plain" is
-    the same pass without the chunks; "legacy" runs evaluate_ppl's pass per context, as graders before issue
-    13 did (benchmarks/checkpoint_verify.py compares the three).
+    grading_config.yaml): accepted presets with their credit and thresholds, rel_tol, sample_windows, window_tol,
+    deficit_audit and verify_windows (max_windows overrides it; the whole re-evaluation only). milestone.pt is
+    loaded (weights_only=True) and evaluated in a child process limited to memory_mb beyond the verifier's size
+    and to timeout_s; whatever the files hold, the answer is a verdict, never an exception. The child is forked
+    from a pre-started Verifier (a pool of them, one per CPU up to 4, kept for the process; `verifier` picks one
+    instead). Returns plain data: ok, message, problem, preset, credit, seconds, cpu_s (the children's CPU time,
+    0 when nothing was evaluated) and, per scheme, ppl (the figures of these weights: re-evaluated, or estimated
+    from the sampled windows), the claimed ppl, the relative differences (of each figure, or of the worst
+    recomputed window), the thresholds and the flags agrees, meets_thresholds, passed. Nothing is evaluated
+    twice per process for the same weights, also when two threads ask at once (the second waits for the first).
+    method "sample" (the grader; _verify_sampled) recomputes a secret random sample of windows, drawn by `rng`
+    when a test injects one, against milestone.json's per-window losses; the graders before it re-evaluate
+    verify_windows windows and compare the three figures: "prefix" reads all contexts from one 512-token pass
+    per window (measure_ppl) with the attention by query chunks (CausalChunks); "plain" is the same pass without
+    the chunks; "legacy" runs evaluate_ppl's pass per context, as graders before issue 13 did.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -657,15 +760,31 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
     except (OSError, ValueError) as err:
         return _failure(f"milestone.json is not a milestone table ({err}). {UPLOAD_HINT}", schemes)
     try:
-        preset, claimed_ppl = read_claims(claims_bytes)
+        preset, claimed_ppl, window_loss = read_claims(claims_bytes)
         claims_error = None
     except ValueError as err:
-        preset, claimed_ppl, claims_error = None, {}, str(err)
+        preset, claimed_ppl, window_loss, claims_error = None, {}, None, str(err)
     windows = max_windows if max_windows is not None else rules.verify_windows
     digest = hashlib.sha256(pt_bytes).hexdigest()
     accepted = sorted(rules.presets)
     wanted = list(schemes) if claims_error is None and preset in accepted else []
     cpu_s = 0.0
+    if method == "sample":
+        result = _verify_sampled(pt_bytes, digest, hashlib.sha256(claims_bytes).hexdigest(), preset, claimed_ppl,
+                                 window_loss, claims_error, schemes=schemes, wanted=wanted, rules=rules,
+                                 memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier, rng=rng, start=start)
+        inexact = [pos for pos, row in result["schemes"].items() if row.get("inexact")]
+        if inexact:  # not this checkpoint's own evaluation: the figures as a whole decide, as before issue 23
+            whole = verify_checkpoint(pt_bytes, claims_bytes, schemes=inexact, rules=rules, max_windows=max_windows,
+                                      memory_mb=memory_mb, timeout_s=timeout_s, method="prefix", verifier=verifier)
+            result["cpu_s"] += whole["cpu_s"]
+            for pos in inexact:
+                row = whole["schemes"][pos]
+                row["message"] = f"{result['schemes'][pos]['message']}; re-evaluated as a whole: {row['message']}"
+                result["schemes"][pos] = row | {"checked": result["schemes"][pos]["checked"],
+                                                "flagged": result["schemes"][pos]["flagged"], "whole": True}
+            result["seconds"] = time.perf_counter() - start
+        return result
     with _lock(digest):  # the same weights uploaded twice (or verified ahead) are evaluated once
         todo = [pos for pos in wanted if (digest, pos, windows, batch_size, method) not in _MEASURED]
         error = _FAILED.get((digest, memory_mb, timeout_s))
@@ -732,6 +851,200 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
             "credit": rule.credit, "seconds": time.perf_counter() - start, "cpu_s": cpu_s, "schemes": results}
 
 
+OLD_FORMAT = ("milestone.json has no per-window losses: it was written by an older milestone trainer. Re-run "
+              "the milestone cell (train_or_load): it loads your saved models, measures them and rewrites "
+              "milestone.json without training; then upload milestone.pt and milestone.json again")
+_WINDOWS: dict[tuple[str, str, int], list[float]] = {}  # (digest, scheme, window start) -> loss per context
+_UNFIT: dict[tuple[str, str], dict[str, Any]] = {}  # (digest, scheme) -> why its weights were not evaluated
+_FITS: set[tuple[str, str]] = set()  # (digest, scheme) whose weights loaded into TinyCharLM
+
+
+_SECRET = secrets.token_bytes(32)  # drawn from the operating system in the grading process, never stored
+
+
+def write_reference_windows() -> Path:
+    """Write the lesson's window_losses.json from its committed checkpoint: each scheme's loss on all validation
+    windows, one 512-token pass each on one thread, rounded to 1e-3 (about 100 CPU-s, once)."""
+    torch.set_num_threads(1)
+    _, states = load_checkpoint(LESSON.checkpoint_dir / "milestone.pt")
+    tokens, starts = corpus_tokens(), val_starts().tolist()
+    loss = {}
+    for pos in SCHEMES:
+        rows = measure_windows(build_model(pos, states[pos]), tokens=tokens, starts=starts)
+        loss[pos] = {str(c): [round(r[k], 3) for r in rows] for k, c in enumerate(CONTEXTS)}
+    about = ("the reference checkpoint's loss (nats per token) on each of the 3,000 validation windows (starts "
+             "100,000 + i) per scheme and context, one 512-token pass each (autograder.milestone.measure_windows), "
+             "rounded to 1e-3: the grader's predictor of a submission's per-window losses; never shipped to students")
+    rows = ",\n".join(f'    "{pos}": ' + json.dumps(row, separators=(",", ":")) for pos, row in loss.items())
+    path = LESSON.checkpoint_dir / "window_losses.json"
+    path.write_text('{\n  "about": ' + json.dumps(about) + ',\n  "loss": {\n' + rows + "\n  }\n}\n")
+    return path
+
+
+def secret_rng(key: str) -> random.Random:
+    """The grader's window sampler for `key` (the checkpoint's and milestone.json's digests and a scheme): seeded
+    by an HMAC of the key under a secret drawn from the operating system's randomness in this grading process, so
+    nothing in a submission, and nothing its author can know, decides which windows are recomputed, while the same
+    files verified twice in one run (verified ahead, then judged) draw the same windows and are evaluated once."""
+    return random.Random(hmac.new(_SECRET, key.encode(), "sha256").digest())
+
+
+def _measure(pt_bytes: bytes, digest: str, starts: Mapping[str, Sequence[int]], *, preset: str | None,
+             accepted: list[str], memory_mb: int, timeout_s: float,
+             verifier: Verifier | None) -> tuple[str | None, float]:
+    """Recompute in one limited child the windows (per scheme: their starts) not measured yet for these weights;
+    the child's error, if any, and its CPU seconds."""
+    with _lock(digest):
+        todo = {pos: [t for t in dict.fromkeys(ts) if (digest, pos, t) not in _WINDOWS]
+                for pos, ts in starts.items() if (digest, pos) not in _UNFIT}
+        todo = {pos: ts for pos, ts in todo.items() if ts or (digest, pos) not in _FITS}
+        error = _FAILED.get((digest, memory_mb, timeout_s))
+        if error is not None or (digest in _CONFIGS and not todo):
+            return error, 0.0
+        found = _run_child(pt_bytes, {"schemes": list(todo), "starts": todo, "windows": 0, "batch": VERIFY_BATCH,
+                                      "preset": preset, "accepted": accepted, "method": "sample"},
+                           memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier)
+        _LOWERED.update(dict.fromkeys(str(n) for n in found.get("limits_lowered", [])))
+        if "error" in found or not isinstance(found.get("config"), dict):
+            error = str(found.get("error"))
+            if not found.get("infrastructure"):  # the grader's own failure is tried again next time
+                _FAILED[(digest, memory_mb, timeout_s)] = error
+        else:
+            _CONFIGS[digest] = found["config"]
+            for pos, result in found.get("schemes", {}).items():
+                if "windows" in result:
+                    _FITS.add((digest, pos))
+                    _WINDOWS.update({(digest, pos, t): v for t, v in zip(todo[pos], result["windows"], strict=True)})
+                else:
+                    _UNFIT[(digest, pos)] = result
+        return error, float(found.get("cpu_s", 0.0))
+
+
+def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: str | None,
+                    claimed_ppl: dict[str, Any], window_loss: Any, claims_error: str | None, *,
+                    schemes: Sequence[str], wanted: list[str], rules: Any, memory_mb: int, timeout_s: float,
+                    verifier: Verifier | None, rng: random.Random | None, start: float) -> dict[str, Any]:
+    """verify_checkpoint by samples (docs/milestone.md): each scheme's claimed perplexities must be the exp-mean
+    of its claimed per-window losses; sample_windows windows drawn by `rng` (secret_rng unless a test injects
+    one), and each other window with a probability proportional to how far its claim lies below the loss predicted
+    from the reference's (a + b x reference loss, fitted on the drawn windows per context; deficit_audit), are
+    recomputed and must agree within window_tol
+    (the flagged ones only when the drawn ones agree: a disagreement already settles the verdict)."""
+    accepted = sorted(rules.presets)
+    n = len(val_starts(max_windows=PRESETS[preset]["eval_windows"])) if preset in PRESETS else 0
+    all_starts = val_starts(max_windows=PRESETS[preset]["eval_windows"]).tolist() if n else []
+    claims: dict[str, tuple[dict[int, float], dict[int, list[float]]]] = {}
+    notes: dict[str, tuple[str, str]] = {}
+    for pos in wanted:
+        try:
+            ppl = _claimed_row(claimed_ppl, pos)
+            if window_loss is None:
+                notes[pos] = (OLD_FORMAT, "checkpoint_old_format")
+                continue
+            claims[pos] = ppl, _claimed_windows(window_loss, pos, n)
+        except ValueError as err:
+            notes[pos] = (str(err), "checkpoint_unreadable")
+    order = {pos: (rng or secret_rng(f"{digest}:{claims_digest}:{pos}")).sample(range(n), n) for pos in claims}
+    sample = {pos: sorted(order[pos][:rules.sample_windows]) for pos in claims}
+    common = {"preset": preset, "accepted": accepted, "memory_mb": memory_mb, "timeout_s": timeout_s,
+              "verifier": verifier}
+    first = {p: [all_starts[i] for i in ix] for p, ix in sample.items()} | dict.fromkeys(notes, [])  # fit only
+    error, cpu_s = _measure(pt_bytes, digest, first, **common)
+    flagged: dict[str, list[int]] = {}
+    if error is None and claims:
+        ref, base = reference_windows(), int(val_starts()[0])
+        for pos, ix in sample.items():
+            if (digest, pos) in _UNFIT or any(  # a disagreeing sample settles the verdict: nothing more to check
+                    not abs(_WINDOWS[(digest, pos, all_starts[i])][k] - claims[pos][1][c][i]) <= rules.window_tol
+                    for i in ix for k, c in enumerate(CONTEXTS)):
+                continue
+            # more uniform draws when the model's windows stray from the reference's line (sample_size), and window i
+            # recomputed with probability min(1, deficit_i / scale): deficit_i is how far (beyond window_tol, in
+            # the worst context) its claim lies below a + b x reference loss, fitted on the drawn windows;
+            # scale = n (log(1 + rel_tol) - 2 window_tol) / deficit_audit (docs/milestone.md)
+            delta = max(math.log1p(rules.rel_tol) - 2 * rules.window_tol, 1e-9)
+            scale = n * delta / rules.deficit_audit
+            deficit, spread = [0.0] * n, 0.0
+            for k, c in enumerate(CONTEXTS):
+                x = [ref[pos][c][all_starts[i] - base] for i in ix]
+                y = [_WINDOWS[(digest, pos, all_starts[i])][k] for i in ix]
+                a, b = _fit(x, y)
+                spread = max(spread, math.sqrt(math.fsum((v - a - b * u) ** 2 for u, v in zip(x, y, strict=True))
+                                               / max(1, len(ix) - 2)))
+                claimed = claims[pos][1][c]
+                for i in range(n):
+                    gap = a + b * ref[pos][c][all_starts[i] - base] - claimed[i] - rules.window_tol
+                    deficit[i] = max(deficit[i], gap)
+            draws = (rng or secret_rng(f"{digest}:{claims_digest}:{pos}:audit")).random
+            extra = {i for i in range(n) if draws() * scale < deficit[i]}
+            extra |= set(order[pos][len(ix):sample_size(SPREAD_UPPER * spread, n=n, k0=len(ix), delta=delta,
+                                                        audit=rules.deficit_audit)])
+            flagged[pos] = sorted(extra - set(ix))
+        if any(flagged.values()):
+            error, more = _measure(pt_bytes, digest, {p: [all_starts[i] for i in ix] for p, ix in flagged.items()},
+                                   **common)
+            cpu_s += more
+    if error is not None:
+        return _failure(f"milestone.pt could not be read as plain weights ({error}). {UPLOAD_HINT}", schemes)
+    config = _CONFIGS[digest]
+    if claims_error is not None:
+        return _failure(f"milestone.json is not a milestone table ({claims_error}). {UPLOAD_HINT}", schemes)
+    if not config["vocab_ok"]:
+        return _failure("milestone.pt uses another vocabulary; train with the milestone's VOCAB.", schemes)
+    if config["preset"] != preset:
+        return _failure(f"milestone.pt says preset {config['preset']!r} but milestone.json says "
+                        f"{preset!r}; upload the two files from the same run.", schemes)
+    if preset not in rules.presets:
+        return _failure(f"preset {preset!r} earns no points here; train with one of "
+                        f"{accepted}.", schemes, "checkpoint_preset_not_accepted")
+    rule = rules.presets[preset]
+    results = {}
+    for pos in schemes:
+        row = results[pos] = _row()
+        unfit = _UNFIT.get((digest, pos), {"missing": True} if pos not in claims and pos not in notes else {})
+        if unfit:
+            row["problem"] = "checkpoint_wrong_weights"
+            row["message"] = (f"the {pos!r} weights do not fit TinyCharLM: {unfit['unfit']}" if "unfit" in unfit
+                              else f"no weights for {pos!r} in milestone.pt: train and save all five schemes")
+            continue
+        if pos in notes:
+            row["message"], row["problem"] = notes[pos]
+            continue
+        row["claimed"], losses = claims[pos]
+        ix, checked = sample[pos], sample[pos] + flagged.get(pos, [])
+        true = {i: _WINDOWS[(digest, pos, all_starts[i])] for i in checked}
+        gaps = {c: [true[i][k] - losses[c][i] for i in checked] for k, c in enumerate(CONTEXTS)}
+        row["rel_diff"] = {c: max(abs(math.expm1(g)) for g in gaps[c]) for c in CONTEXTS}
+        # the figures these weights give, estimated from the random sample alone (no reference involved)
+        row["ppl"] = {c: row["claimed"][c] * math.exp(math.fsum(gaps[c][:len(ix)]) / len(ix)) for c in CONTEXTS}
+        row["checked"], row["flagged"] = len(checked), len(checked) - len(ix)
+        exact = ppl_from_windows(losses)
+        inconsistent = [c for c in CONTEXTS if abs(exact[c] - row["claimed"][c]) > 1e-9 * exact[c]]
+        wrong = [(c, i, g) for c in CONTEXTS for i, g in zip(checked, gaps[c], strict=True)
+                 if not abs(g) <= rules.window_tol]
+        row["agrees"] = not inconsistent and not wrong
+        row["inexact"] = bool(wrong) and not inconsistent
+        row["thresholds"] = bounds = dict(rule.thresholds.get(pos, {}))
+        row["meets_thresholds"] = all(row["claimed"][c] <= bound for c, bound in bounds.items())
+        row["passed"] = row["agrees"] and row["meets_thresholds"]
+        notes_ = [f"milestone.json gives {pos!r} the perplexity {row['claimed'][c]:.4f} at context {c} but its own "
+                  f"per-window losses give {exact[c]:.4f}: upload milestone.json exactly as save_checkpoint wrote it"
+                  for c in inconsistent[:1]]
+        if wrong:
+            c, i, g = max(wrong, key=lambda w: abs(w[2]))
+            notes_.append(f"{len({w[1] for w in wrong})} of {len(checked)} recomputed windows differ from "
+                          f"milestone.json (window {i} at context {c}: it says loss {losses[c][i]:.4f}, these weights "
+                          f"give {losses[c][i] + g:.4f}; allowed {rules.window_tol:g})")
+        notes_ += [f"perplexity {row['claimed'][c]:.2f} at context {c} is above the {preset} preset's bound "
+                   f"{bound:g}: train longer or check the scheme" for c, bound in bounds.items()
+                   if not row["claimed"][c] <= bound]
+        row["message"] = "; ".join(notes_) or "ok"
+        row["problem"] = (None if row["passed"] else
+                          "checkpoint_claims_disagree" if not row["agrees"] else "checkpoint_above_bound")
+    return {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": preset,
+            "credit": rule.credit, "seconds": time.perf_counter() - start, "cpu_s": cpu_s, "schemes": results}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: train a preset with the reference model and save, or verify a checkpoint."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -742,11 +1055,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-graph", action="store_true", help="CUDA only: train eagerly, not as a CUDA graph")
     parser.add_argument("--out", type=Path, default=Path("."), help="folder for milestone.pt/.json/.png")
     parser.add_argument("--verify", action="store_true", help="verify OUT/milestone.pt instead of training")
+    parser.add_argument("--reference-windows", action="store_true", help="write the reference checkpoint's "
+                        "loss on every validation window (the grader's predictor) next to it, and stop")
     parser.add_argument("--server", action="store_true", help=argparse.SUPPRESS)  # a Verifier process
     parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)  # 3 steps of batch 4 (tests)
     args = parser.parse_args(argv)
     if args.server:
         return _serve()
+    if args.reference_windows:
+        write_reference_windows()
+        return 0
     if args.smoke:  # this process only: a tiny run of the same code path, saved under the preset's name
         PRESETS[args.preset].update(steps=3, batch_size=4, eval_windows=20)
     pt_path, json_path = args.out / "milestone.pt", args.out / "milestone.json"

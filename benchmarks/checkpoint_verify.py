@@ -1,20 +1,21 @@
-"""Checkpoint verification before and after issue 13: CPU seconds per checkpoint, how far the figures move,
-verdicts, and a class-scale figure.
+"""Checkpoint verification before and after issue 23: CPU seconds per checkpoint and verdicts, side by side.
 
-Three graders side by side, each running the real verify_checkpoint with its memory-limited reader:
-"old" (when issue 13 was filed): a fresh Python process per checkpoint that imports torch, 300 validation
-windows and a pass per context (evaluate_ppl), on every CPU (up to 4 threads); "before" (the grader before the
-attention chunks): a child forked per checkpoint from a pre-started verifier (torch imported and the five models
-built once), one thread, the configured verify_windows (100), one 512-token pass per window read at all three
-contexts (measure_ppl, method "plain"); "new" (today's grader): as "before", with the reference model's causal
-attention computed by query chunks (CausalChunks, method "prefix"). The checkpoints are the committed reference,
-the same weights with inflated claims (the sample class's), and one checkpoint per catalogued milestone mistake:
-the reference weights of the schemes it touches loaded into the mistaken TinyCharLM, tuned a few steps with it,
-and claims measured by that class as the student's notebook would (300 windows, the quick preset's table); only
-those schemes are verified (the others are the reference row). The class-scale figure verifies N distinct
-checkpoints (the reference with its weights perturbed by 1e-4 relative noise, its claims unchanged) as
-grade_batch does, from VERIFY_SLOTS threads on verifiers started for the run, "before" and "new" interleaved in
-rounds at the same moment, and projects the CPU time of a class of 300 on 2 cores (start-up counted once).
+"before" is the grader of issue 13 as it stood: a child forked per checkpoint from a pre-started verifier (torch
+imported and the five models built once), one thread, the configured verify_windows (100) re-evaluated in one
+512-token pass each with the attention by query chunks (method "prefix"), the three figures compared with
+milestone.json's within rel_tol. "new" is today's grader (method "sample"): milestone.json's perplexities must be
+the exp-mean of its per-window losses, and a secret random sample of sample_windows windows per scheme, plus every
+window with a probability proportional to how far its claim lies below the reference-based prediction, is
+recomputed and compared window by
+window (docs/milestone.md). The checkpoints are the committed reference; the sample class's inflated claims (the
+perplexities x 0.9, the windows untouched); the same lie told consistently (every window loss + log 0.9); a
+concentrated lie (3% of the windows claimed at loss 0) and a spread one (every window 0.03 nats lower), each with
+consistent perplexities; and one checkpoint per catalogued milestone mistake: the reference weights of the schemes
+it touches loaded into the mistaken TinyCharLM, tuned a few steps with it, and its claims measured by that class
+as the student's notebook would (the quick preset's 300 windows); only those schemes are verified. The class-scale
+figure verifies N distinct checkpoints (the reference with its weights perturbed by 1e-4 relative noise, its
+claims unchanged) as grade_batch does, from VERIFY_SLOTS threads on verifiers started for the run, before and new
+in turn, and projects the CPU time of a class of 300 on 2 cores (start-up counted once).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import io
 import json
 import math
 import os
+import random
 import resource
 import tempfile
 import time
@@ -73,7 +75,7 @@ def mistake_checkpoints(folder: Path, *, schemes: Sequence[str], tune_steps: int
     """Per milestone mistake, a checkpoint of the schemes it touches (the others are the reference's) under
     folder, reused when already there, and those schemes."""
     _, states = lm.load_checkpoint(REFERENCE / "milestone.pt")
-    claims = json.loads((REFERENCE / "milestone.json").read_text())["ppl"]
+    claims = json.loads((REFERENCE / "milestone.json").read_text())
     tokens = lm.corpus_tokens()
     out = {}
     for m in MISTAKES:
@@ -84,12 +86,13 @@ def mistake_checkpoints(folder: Path, *, schemes: Sequence[str], tune_steps: int
             out[f"mistake_{m.id}"] = (pt, js, tuple(json.loads(js.read_text())["ppl"]))
             continue
         cls = reference_namespace(m)["TinyCharLM"]
-        models, table = {}, {}
+        models, table = {}, lm.Table()
+        table.windows = {}
         for pos in schemes:
             model, affected, fits = _affected(cls, pos, states[pos])
             if not affected:
                 continue
-            table[pos] = {int(c): v for c, v in claims[pos].items()}
+            table.windows[pos] = {int(c): v for c, v in claims["window_loss"][pos].items()}
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
             model.train()
             for batch in lm.batch_starts(steps=tune_steps, batch_size=16, seed=1):
@@ -100,59 +103,27 @@ def mistake_checkpoints(folder: Path, *, schemes: Sequence[str], tune_steps: int
                 opt.step()
             models[pos] = model
             if fits:  # weights the grader refuses earn nothing whatever they claim
-                table[pos] = lm.evaluate_ppl(model, max_windows=claim_windows)
+                table.windows[pos] = lm.evaluate_windows(model, max_windows=claim_windows)
+            table[pos] = lm.ppl_from_windows(table.windows[pos])
         pt.parent.mkdir(parents=True, exist_ok=True)
         lm.save_checkpoint(models, table, preset="quick", pt_path=pt, json_path=js)
         out[f"mistake_{m.id}"] = (pt, js, tuple(models))
     return out
 
 
-def timed(pt: Path | bytes, js: Path, *, schemes: Sequence[str], windows: int, mode: str,
-          started: ms.Verifier) -> tuple[dict[str, Any], float, float]:
-    """verify_checkpoint's verdict, its wall-clock seconds and the CPU seconds of its reader: for "old" a
-    verifier process started for this checkpoint (start-up included), for "before" and "new" a child forked from
-    the verifier `started` before."""
+def timed(pt: Path | bytes, js: Path | bytes, *, schemes: Sequence[str], windows: int, method: str,
+          started: ms.Verifier, rng: random.Random | None = None) -> tuple[dict[str, Any], float, float]:
+    """verify_checkpoint's verdict with `method`, its wall-clock seconds and the CPU seconds of its child (forked
+    from the verifier `started`)."""
     wall = time.perf_counter()
-    if mode in ("before", "new"):
-        result = ms.verify_checkpoint(pt, js, schemes=schemes, rules=ms.load_rules(), max_windows=windows,
-                                      method="plain" if mode == "before" else "prefix", verifier=started)
-        return result, time.perf_counter() - wall, result["cpu_s"]
-    cpu = _children_cpu()
-    with ms.Verifier(threads=ms._threads()) as verifier:
-        result = ms.verify_checkpoint(pt, js, schemes=schemes, rules=ms.load_rules(), max_windows=windows,
-                                      batch_size=OLD_BATCH, method="legacy", verifier=verifier)
-    return result, time.perf_counter() - wall, _children_cpu() - cpu
+    result = ms.verify_checkpoint(pt, js, schemes=schemes, rules=ms.load_rules(), max_windows=windows,
+                                  method=method, verifier=started, rng=rng)
+    return result, time.perf_counter() - wall, result["cpu_s"]
 
 
 def verdicts(result: dict[str, Any]) -> dict[str, str]:
     """Per scheme: pass, or the problem id."""
     return {pos: "pass" if row["passed"] else str(row["problem"]) for pos, row in result["schemes"].items()}
-
-
-def move(old: dict[str, Any], new: dict[str, Any]) -> float:
-    """Largest relative difference between the old and the new figure of any scheme and context."""
-    diffs = [abs(b[c] - a[c]) / a[c] for pos, row in old["schemes"].items()
-             if (a := row["ppl"]) and (b := new["schemes"][pos]["ppl"]) for c in a]
-    return max(diffs, default=0.0)
-
-
-def margin(result: dict[str, Any], rules: ms.MilestoneRules) -> float:
-    """How far (relative difference, or relative distance from a bound) the figures are from changing any
-    scheme's verdict: a pass must stay within rel_tol and under every bound; a disagreement needs one figure
-    to stay beyond rel_tol; a figure above a bound needs agreement and that bound to hold."""
-    gaps = []
-    for row in result["schemes"].values():
-        if not row["ppl"] or not row["claimed"]:
-            continue
-        agree = [rules.rel_tol - d for d in row["rel_diff"].values()]
-        under = [(bound - row["ppl"][c]) / bound for c, bound in row["thresholds"].items()]
-        if row["passed"]:
-            gaps.append(min(agree + under))
-        elif not row["agrees"]:
-            gaps.append(max(-g for g in agree))
-        else:
-            gaps.append(min([*agree, max(-g for g in under if g < 0)]))
-    return min(gaps, default=math.inf)
 
 
 def perturbed(n: int) -> list[bytes]:
@@ -171,7 +142,7 @@ def perturbed(n: int) -> list[bytes]:
 
 def class_scale(n: int, *, schemes: Sequence[str], windows: int, rounds: int = 2) -> tuple[list[str], list[str]]:
     """Verify n distinct checkpoints as grade_batch does (VERIFY_SLOTS at a time, one verifier each), with the
-    grader before the chunks ("plain") and today's ("prefix") in turn, `rounds` times n/rounds checkpoints each;
+    grader before issue 23 ("prefix") and today's ("sample") in turn, `rounds` times n/rounds checkpoints each;
     the summary lines and the checkpoints not passed."""
     import queue
 
@@ -180,7 +151,7 @@ def class_scale(n: int, *, schemes: Sequence[str], windows: int, rounds: int = 2
     memory_mb = load_config().submissions.checkpoint_memory_mb
     claims = (REFERENCE / "milestone.json").read_bytes()
     files, rules = perturbed(n), ms.load_rules()
-    methods = {"before": "plain", "new": "prefix"}
+    methods = {"before": "prefix", "new": "sample"}
     load = [os.getloadavg()[0]]
     cpu = {name: 0.0 for name in methods}
     wall = {name: 0.0 for name in methods}
@@ -233,10 +204,6 @@ def class_scale(n: int, *, schemes: Sequence[str], windows: int, rounds: int = 2
                  f"({per['before'] / per['new']:.2f}x less)")
     failed = [f"{name} perturbed {i}: {verdicts(r)}" for name in methods for i, r in enumerate(results[name])
               if not (r["ok"] and all(row["passed"] for row in r["schemes"].values()))]
-    drift = max(move(a, b) for a, b in zip(results["before"], results["new"]))
-    lines.append(f"  figures, new against before, over the {n} checkpoints: largest relative change {drift:.1e}")
-    if drift > 1e-5:
-        failed.append(f"class scale: new and before figures differ by {drift:.1e}")
     return lines, failed
 
 
@@ -272,15 +239,77 @@ def window_spread(*, schemes: Sequence[str], counts: Sequence[int], base: int = 
     return lines
 
 
+def escape_bound(residuals: Sequence[float], *, k: int, audit: float, delta: float) -> tuple[float, int]:
+    """The largest probability that a lie moving one figure by more than rel_tol escapes the sampled grader, for a
+    model whose true window losses lie `residuals` (nats) above the reference-based prediction, and the number of
+    lied windows that attains it. A lie on m windows escapes the k uniform draws with probability
+    C(n-m, k) / C(n, k), and the deficit audit with probability exp(-audit (1 - R/delta)) at most, R the part of
+    the lie hidden in the model's own excess (the m largest positive residuals, summed, over n): docs/milestone.md."""
+    n, top = len(residuals), sorted((max(r, 0.0) for r in residuals), reverse=True)
+    worst, hidden, miss = (0.0, 0), 0.0, 1.0
+    for m in range(1, n + 1):
+        hidden += top[m - 1] / n
+        miss = math.prod((n - m - j) / (n - j) for j in range(k)) if m <= n - k else 0.0
+        worst = max(worst, (miss * math.exp(-audit * max(0.0, 1 - hidden / delta)), m))
+    return worst
+
+
+def escape_table(files: dict[str, Path], rules: ms.MilestoneRules) -> list[str]:
+    """Per honest claims file (its claims are the truth): per scheme, the spread of its windows' residuals from the
+    reference-based prediction (fitted on all windows) and the worst escape bound over its contexts."""
+    ref, base = ms.reference_windows(), int(lm.val_starts()[0])
+    delta = math.log1p(rules.rel_tol) - 2 * rules.window_tol
+    lines = [f"escape bound: k = {rules.sample_windows}, deficit_audit = {rules.deficit_audit:g}, "
+             f"delta = log(1 + {rules.rel_tol:g}) - 2 x {rules.window_tol:g} = {delta:.4f}; exp(-audit) = "
+             f"{math.exp(-rules.deficit_audit):.2%} for a model that tracks the reference"]
+    for name, path in files.items():
+        claims = json.loads(path.read_text())
+        starts = lm.val_starts(max_windows=lm.PRESETS[claims["preset"]]["eval_windows"]).tolist()
+        for pos, row in claims["window_loss"].items():
+            cells, worst = [], (0.0, 0)
+            for c in lm.CONTEXTS:
+                y, x = row[str(c)], [ref[pos][c][t - base] for t in starts]
+                a, b = ms._fit(x, y)
+                r = [v - a - b * u for u, v in zip(x, y, strict=True)]
+                sd = math.sqrt(math.fsum(v * v for v in r) / len(r))
+                bound = escape_bound(r, k=rules.sample_windows, audit=rules.deficit_audit, delta=delta)
+                worst = max(worst, bound)
+                cells.append(f"{c}: sd {sd:.3f}, mean excess {math.fsum(max(v, 0) for v in r) / len(r):.4f}")
+            lines.append(f"  {name:<34} {pos:<10} escape <= {worst[0]:.2%} (lie on {worst[1]} windows); "
+                         + "; ".join(cells))
+    return lines
+
+
+def lies(claims: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Dishonest milestone.json files made from honest claims: the sample class's (perplexities x 0.9, windows
+    untouched), the same lie told consistently, a concentrated one and a spread one (perplexities recomputed)."""
+    def consistent(change: Any) -> dict[str, Any]:
+        windows = {p: {c: [round(change(i, v), 6) for i, v in enumerate(row)] for c, row in r.items()}
+                   for p, r in claims["window_loss"].items()}
+        ppl = {p: {c: v for c, v in lm.ppl_from_windows({int(c): row for c, row in r.items()}).items()}
+               for p, r in windows.items()}
+        return claims | {"window_loss": windows, "ppl": {p: {str(c): v for c, v in r.items()} for p, r in ppl.items()}}
+
+    n = len(next(iter(next(iter(claims["window_loss"].values())).values())))
+    few = set(random.Random(7).sample(range(n), max(1, 3 * n // 100)))
+    return {"inflated_claims": claims | {"ppl": {p: {c: v * 0.9 for c, v in row.items()}
+                                                 for p, row in claims["ppl"].items()}},
+            "inflated_windows": consistent(lambda i, v: max(0.0, v + math.log(0.9))),
+            "concentrated_lie": consistent(lambda i, v: 0.0 if i in few else v),
+            "spread_lie": consistent(lambda i, v: max(0.0, v - 0.03))}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print old, before and new CPU seconds per checkpoint side by side, how far the figures move, the verdicts
-    and the class-scale figures of before and new."""
+    """Print before and new CPU seconds per checkpoint and the verdicts side by side, and the class-scale figures."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny run (two schemes, one mistake, 20 windows)")
     parser.add_argument("--cores", type=int, default=2, help="CPUs this process and its children may use")
     parser.add_argument("--tune-steps", type=int, default=20, help="steps each mistaken model trains")
     parser.add_argument("--work", type=Path, default=None, help="folder for the mistakes' checkpoints (reused)")
     parser.add_argument("--class-n", type=int, default=None, help="distinct checkpoints at class scale (24)")
+    parser.add_argument("--escape", type=Path, nargs="*", default=None, help="only: the escape bound for honest "
+                        "claims files (default: the reference's and the mistakes' under --work)")
+    parser.add_argument("--seed", type=int, default=None, help="the new grader's window sampler (default: secret)")
     parser.add_argument("--spread", action="store_true", help="only: how far the reference's figures move at "
                         "fewer windows (every offset of 100, 75, 60, 50 of the base windows)")
     parser.add_argument("--spread-base", type=int, choices=(300, 3000), default=OLD_WINDOWS,
@@ -295,65 +324,78 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"from the reference's {args.spread_base}-window figures, {', '.join(schemes)}:")
         print("\n".join(window_spread(schemes=schemes, counts=(100, 75, 60, 50), base=args.spread_base)))
         return 0
-    old_windows, new_windows = (20, 20) if args.smoke else (OLD_WINDOWS, ms.load_rules().verify_windows)
+    rules = ms.load_rules()
+    if args.escape is not None:
+        files = {"reference": REFERENCE / "milestone.json"} | (
+            {f"{p.parent.name}": p for p in args.escape} if args.escape else
+            {f"mistake_{p.parent.name}": p for p in sorted((args.work or Path()).glob("mistakes/*/milestone.json"))})
+        print("\n".join(escape_table(files, rules)))
+        return 0
+    windows = 20 if args.smoke else rules.verify_windows
     work = args.work or Path(tempfile.mkdtemp(prefix="checkpoint_verify_"))
     claims = json.loads((REFERENCE / "milestone.json").read_text())
-    inflated = claims | {"ppl": {p: {c: v * 0.9 for c, v in row.items()} for p, row in claims["ppl"].items()}}
-    (work / "inflated").mkdir(parents=True, exist_ok=True)
-    (work / "inflated" / "milestone.json").write_text(json.dumps(inflated))
-    checkpoints = {"reference": (REFERENCE / "milestone.pt", REFERENCE / "milestone.json", schemes),
-                   "inflated_claims": (REFERENCE / "milestone.pt", work / "inflated" / "milestone.json", schemes)}
+    checkpoints = {"reference": (REFERENCE / "milestone.pt", REFERENCE / "milestone.json", schemes)}
+    for name, record in lies(claims).items():
+        (work / name).mkdir(parents=True, exist_ok=True)
+        (work / name / "milestone.json").write_text(json.dumps(record))
+        checkpoints[name] = (REFERENCE / "milestone.pt", work / name / "milestone.json", schemes)
     began = time.perf_counter()
     checkpoints |= mistake_checkpoints(work / "mistakes", schemes=schemes, tune_steps=2 if args.smoke else
-                                       args.tune_steps, claim_windows=20 if args.smoke else
-                                       lm.PRESETS["quick"]["eval_windows"],
+                                       args.tune_steps, claim_windows=lm.PRESETS["quick"]["eval_windows"],
                                        only=("lm_rotates_v",) if args.smoke else ())
-    rules = ms.load_rules()
+    rng = random.Random(args.seed) if args.seed is not None else None
     started = ms.Verifier().start()
     print(f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores, torch "
-          f"{torch.__version__}, load average {os.getloadavg()[0]:.1f}; old: a process per checkpoint, {old_windows} "
-          f"windows, a pass per context, {ms._threads()} threads; before: a child forked from a started verifier, "
-          f"one thread, {new_windows} windows, one 512-token pass each; new: as before, the attention by query "
-          f"chunks of {ms.CAUSAL_CHUNK} (the verifier's start-up, once: {started.startup['cpu_s']:.1f} CPU-s); "
+          f"{torch.__version__}, load average {os.getloadavg()[0]:.1f}; before: {windows} windows re-evaluated, one "
+          f"512-token pass each, figures compared within {rules.rel_tol:.0%}; new: {rules.sample_windows} random "
+          f"windows per scheme ({'seed ' + str(args.seed) if rng else 'secret seed'}) plus others with a probability "
+          f"proportional to their claim's deficit "
+          f"(deficit_audit {rules.deficit_audit:g}), each within {rules.window_tol:g} nats; both a child "
+          f"forked from a started verifier, one thread (its start-up, once: {started.startup['cpu_s']:.1f} CPU-s); "
           f"mistakes' checkpoints built in {time.perf_counter() - began:.0f} s under {work}")
-    print(f"{'checkpoint':<40} {'old s':>7} {'new s':>7} {'old cpu':>8} {'before cpu':>10} {'new cpu':>8} "
-          f"{'ratio':>6} {'vs before':>9} {'moved':>7} {'drift':>8} {'margin':>7}  verdicts")
-    flipped, totals = [], [0.0] * 5
-    worst = drift_worst = 0.0
+    print(f"{'checkpoint':<40} {'before s':>8} {'new s':>6} {'before cpu':>10} {'new cpu':>8} {'ratio':>6} "
+          f"{'windows':>8}  verdicts (before -> new)")
+    flipped, totals, count = [], [0.0] * 4, 0
     for name, (pt, js, touched) in checkpoints.items():
         if not touched:
             print(f"{name:<40} {'its weights and claims are the reference checkpoint:':>50} {', '.join(schemes)}")
             continue
-        old, old_s, old_cpu = timed(pt, js, schemes=touched, windows=old_windows, mode="old", started=started)
-        before, _, before_cpu = timed(pt, js, schemes=touched, windows=new_windows, mode="before", started=started)
-        new, new_s, new_cpu = timed(pt, js, schemes=touched, windows=new_windows, mode="new", started=started)
-        for i, v in enumerate((old_s, new_s, old_cpu, before_cpu, new_cpu)):
+        # from scratch each (no figure of these weights kept from an earlier row): claims that are not the
+        # checkpoint's own evaluation pay the whole re-evaluation in the new column too
+        ms._MEASURED.clear()
+        ms._WINDOWS.clear()
+        new, new_s, new_cpu = timed(pt, js, schemes=touched, windows=windows, method="sample", started=started,
+                                    rng=rng)
+        ms._MEASURED.clear()  # before from scratch
+        before, before_s, before_cpu = timed(pt, js, schemes=touched, windows=windows, method="prefix",
+                                             started=started)
+        for i, v in enumerate((before_s, new_s, before_cpu, new_cpu)):
             totals[i] += v
-        was, now = verdicts(old), verdicts(new)
-        flipped += [f"{name}/{pos}: {was[pos]} -> {now[pos]}" for pos in was if was[pos] != now[pos]]
-        flipped += [f"{name}/{pos}: before {v} -> new {now[pos]}" for pos, v in verdicts(before).items()
-                    if v != now[pos]]
-        drift_worst = max(drift_worst, drift := move(before, new))
-        if drift > 1e-5:  # the same windows and pass, the attention by chunks: only float rounding may differ
-            flipped.append(f"{name}: before and new figures differ by {drift:.2e}")
-        if old["ok"] != new["ok"]:
-            flipped.append(f"{name}: ok {old['ok']} -> {new['ok']}")
-        worst = max(worst, moved := move(old, new))
-        nothing = new_cpu <= 0.2  # nothing evaluated: cached or unfit
-        ratio = "-" if nothing else f"{old_cpu / new_cpu:5.1f}x"
-        versus = "-" if nothing else f"{before_cpu / new_cpu:5.2f}x"
-        shown = ", ".join(f"{p} {v}" for p, v in now.items()) if old["ok"] else old["message"][:60]
-        print(f"{name:<40} {old_s:7.2f} {new_s:7.2f} {old_cpu:8.2f} {before_cpu:10.2f} {new_cpu:8.2f} {ratio:>6} "
-              f"{versus:>9} {moved:7.2%} {drift:8.1e} {margin(new, rules):7.2%}  {shown}", flush=True)
-    print(f"{'all':<40} {totals[0]:7.2f} {totals[1]:7.2f} {totals[2]:8.2f} {totals[3]:10.2f} {totals[4]:8.2f} "
-          f"{totals[2] / max(totals[4], 1e-9):5.1f}x {totals[3] / max(totals[4], 1e-9):8.2f}x {worst:7.2%} "
-          f"{drift_worst:8.1e}")
-    print("ratio: old / new CPU; vs before: before / new CPU; moved: the largest relative change of a figure (scheme, "
-          "context) from old to new; drift: the same from before to new (float rounding of the chunked attention); "
-          "margin: how far the new figures are from changing a verdict (relative difference past rel_tol, or "
-          f"distance from a bound); load average now {os.getloadavg()[0]:.1f}")
+        count += new_cpu > 0.2
+        was, now = verdicts(before), verdicts(new)
+        if name in ("inflated_windows", "concentrated_lie", "spread_lie"):
+            # the old grader's verdict on these is the target: every scheme's claims are more than 2% off
+            flipped += [f"{name}/{pos}: {now[pos]} (a lie must disagree)" for pos in now
+                        if now[pos] != "checkpoint_claims_disagree"]
+        else:
+            flipped += [f"{name}/{pos}: {was[pos]} -> {now[pos]}" for pos in was if was[pos] != now[pos]]
+        if before["ok"] != new["ok"]:
+            flipped.append(f"{name}: ok {before['ok']} -> {new['ok']}")
+        nothing = new_cpu <= 0.02  # nothing evaluated: cached or unfit
+        ratio = "-" if nothing else f"{before_cpu / new_cpu:5.1f}x"
+        checked = "/".join(str(row.get("checked", 0)) for row in new["schemes"].values())
+        same = all(was[pos] == now[pos] for pos in was)
+        shown = (", ".join(f"{p} {v}" for p, v in now.items()) + (" (same)" if same else
+                 " (before: " + ", ".join(f"{p} {v}" for p, v in was.items()) + ")")
+                 if before["ok"] else before["message"][:60])
+        print(f"{name:<40} {before_s:8.2f} {new_s:6.2f} {before_cpu:10.2f} {new_cpu:8.2f} {ratio:>6} {checked:>8}  "
+              f"{shown}", flush=True)
+    print(f"{'all':<40} {totals[0]:8.2f} {totals[1]:6.2f} {totals[2]:10.2f} {totals[3]:8.2f} "
+          f"{totals[2] / max(totals[3], 1e-9):5.1f}x")
+    print("ratio: before / new CPU; windows: per scheme, the windows the new grader recomputed (random + flagged); "
+          f"load average now {os.getloadavg()[0]:.1f}")
     started.close()
-    lines, failed = class_scale(args.class_n or (2 if args.smoke else 24), schemes=schemes, windows=new_windows,
+    lines, failed = class_scale(args.class_n or (2 if args.smoke else 24), schemes=schemes, windows=windows,
                                 rounds=1 if args.smoke else 2)
     print("\n".join(lines))
     flipped += failed

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import pickle
+import random
 import re
 import resource
 import shutil
@@ -17,6 +19,7 @@ import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import pytest
@@ -27,6 +30,7 @@ from torch import nn
 from autograder import milestone as ms
 from autograder.config import ROOT, Milestone, load_config
 from reference.lesson83 import TinyCharLM, apply_rope, rope_cache, sinusoidal_pe
+from reference.lesson83_mistakes import MISTAKES
 
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"  # a quick-preset run of the reference, committed
 lm = ms.LESSON.trainer  # lesson83_milestone
@@ -211,8 +215,9 @@ def test_verify_tiny_checkpoint(tiny_checkpoint: tuple[Path, Path], tmp_path: Pa
     assert "above the quick preset's bound 1" in alibi["message"]
     json.dumps(result)  # plain data
 
-    claims = json.loads(js.read_text())
-    claims["ppl"]["rope"]["512"] *= 1.05
+    claims = json.loads(js.read_text())  # every window of rope at 512 claimed 0.05 nats lower, consistently
+    claims["window_loss"]["rope"]["512"] = [v - 0.05 for v in claims["window_loss"]["rope"]["512"]]
+    claims["ppl"]["rope"]["512"] = lm.ppl_from_windows({512: claims["window_loss"]["rope"]["512"]})[512]
     (tmp_path / "milestone.json").write_text(json.dumps(claims))
     result = ms.verify_checkpoint(pt, (tmp_path / "milestone.json").read_bytes(), schemes=("rope",),
                                   rules=rules(), max_windows=20)
@@ -343,7 +348,8 @@ def image_env(tmp_path: Path) -> dict[str, str]:
 
 def test_rules_reader_matches_the_config_schema() -> None:
     plain, typed = ms.load_rules(), load_config().milestone
-    assert (plain.points, plain.rel_tol, plain.verify_windows) == (typed.points, typed.rel_tol, typed.verify_windows)
+    keys = ("points", "rel_tol", "verify_windows", "sample_windows", "window_tol", "deficit_audit")
+    assert [getattr(plain, k) for k in keys] == [getattr(typed, k) for k in keys]
     assert set(plain.presets) == set(typed.presets)
     for name, rule in plain.presets.items():
         assert rule.credit == typed.presets[name].credit and rule.thresholds == typed.presets[name].thresholds
@@ -354,6 +360,9 @@ def test_rules_reader_matches_the_config_schema() -> None:
     ({"rel_tol": 0}, "milestone.rel_tol"),
     ({"verify_windows": 3001}, "milestone.verify_windows"),
     ({"verify_windows": True}, "milestone.verify_windows"),
+    ({"sample_windows": 0}, "milestone.sample_windows"),
+    ({"window_tol": 0}, "milestone.window_tol"),
+    ({"deficit_audit": -1}, "milestone.deficit_audit"),
     ({"presets": {"quick": {"thresholds": {"relative": {128: 1.0}}}}}, "unknown scheme 'relative'"),
     ({"presets": {"quick": {"thresholds": {"rope": {1024: 1.0}}}}}, "context 1024 is not measured"),
     ({"presets": {"quick": {"credit": 1.5}}}, "milestone.presets.quick.credit"),
@@ -548,7 +557,8 @@ def test_a_reader_that_runs_too_long_gives_a_verdict(tiny_checkpoint: tuple[Path
     monkeypatch.setattr(ms, "_MEASURED", {})
     monkeypatch.setattr(ms, "_CONFIGS", {})
     # 300 windows take seconds; the started verifier's child has 0.5 s
-    result = ms.verify_checkpoint(pt, js, schemes=("rope",), rules=rules(), max_windows=300, timeout_s=0.5)
+    result = ms.verify_checkpoint(pt, js, schemes=("rope",), rules=rules(), max_windows=300, timeout_s=0.5,
+                                  method="prefix")
     assert not result["ok"] and "longer than" in result["message"] and result["problem"] == "checkpoint_unreadable"
 
 
@@ -644,6 +654,7 @@ def test_same_weights_asked_twice_at_once_run_one_child(tiny_checkpoint: tuple[P
     pt, js = tiny_checkpoint
     monkeypatch.setattr(ms, "_MEASURED", {})
     monkeypatch.setattr(ms, "_CONFIGS", {})
+    monkeypatch.setattr(ms, "_WINDOWS", {})
     real, calls = ms._run_child, []
 
     def slow_child(*args: object, **kwargs: object) -> dict:
@@ -653,8 +664,10 @@ def test_same_weights_asked_twice_at_once_run_one_child(tiny_checkpoint: tuple[P
 
     monkeypatch.setattr(ms, "_run_child", slow_child)
     with ThreadPoolExecutor(2) as ex:
-        results = list(ex.map(lambda data: ms.verify_checkpoint(data, js, schemes=("rope",), rules=rules(),
-                                                                max_windows=4), (pt, pt.read_bytes())))
+        no_flags = rules().model_copy(update={"deficit_audit": 1e-9})  # the drawn windows only: one child
+        monkeypatch.setattr(ms, "sample_size", lambda *a, k0, **kw: k0)
+        results = list(ex.map(lambda data: ms.verify_checkpoint(data, js, schemes=("rope",), rules=no_flags),
+                              (pt, pt.read_bytes())))
     assert len(calls) == 1
     assert results[0]["schemes"]["rope"]["ppl"] == results[1]["schemes"]["rope"]["ppl"]
 
@@ -818,3 +831,159 @@ def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypat
     summary = batch.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
     assert met == [True, True], "the two checkpoints were not verified at the same time"
     assert [r["m1_checkpoint"] for r in summary.rows] == [load_config().milestone.points] * 2
+
+
+# --------------------------------------------------------------------------- verification by sampled windows (issue 23)
+
+
+def _claims() -> dict[str, Any]:
+    return json.loads((CHECKPOINT / "milestone.json").read_text())
+
+
+def _lie(claims: dict[str, Any], change: Any) -> bytes:
+    """claims with every window loss v of window i replaced by change(i, v), the perplexities recomputed."""
+    windows = {p: {c: [change(i, v) for i, v in enumerate(row)] for c, row in r.items()}
+               for p, r in claims["window_loss"].items()}
+    ppl = {p: {str(c): v for c, v in lm.ppl_from_windows({int(c): row for c, row in r.items()}).items()}
+           for p, r in windows.items()}
+    return json.dumps(claims | {"window_loss": windows, "ppl": ppl}).encode()
+
+
+def _drawn(seed: int, *, n: int, k: int) -> set[int]:
+    """The windows an rng seeded `seed` draws for the five schemes, as the grader draws them."""
+    rng = random.Random(seed)
+    return set().union(*(rng.sample(range(n), n)[:k] for _ in lm.SCHEMES))
+
+
+def test_the_reference_windows_cover_every_claimed_window() -> None:
+    ref, claims = ms.reference_windows(), _claims()
+    assert set(ref) == set(lm.SCHEMES) and all(len(row[c]) == lm.NUM_VAL for row in ref.values() for c in lm.CONTEXTS)
+    for pos in lm.SCHEMES:  # the committed run's own windows are every 10th: the same losses, rounded to 1e-3
+        got = claims["window_loss"][pos]["512"]
+        assert max(abs(v - ref[pos][512][10 * i]) for i, v in enumerate(got)) <= 5e-4 + 1e-6
+
+
+def test_claimed_perplexities_are_the_exp_mean_of_the_claimed_windows() -> None:
+    claims = _claims()
+    for pos, row in claims["window_loss"].items():
+        exact = lm.ppl_from_windows({int(c): v for c, v in row.items()})
+        assert all(claims["ppl"][pos][str(c)] == v for c, v in exact.items())
+
+
+@pytest.mark.sandbox
+def test_honest_reference_passes_with_a_few_windows() -> None:
+    config = load_config().milestone
+    result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", CHECKPOINT / "milestone.json", rules=config,
+                                  rng=random.Random(3))
+    rows = result["schemes"].values()
+    assert all(r["passed"] and r["checked"] == config.sample_windows and r["flagged"] == 0 for r in rows), result
+    assert all(max(r["rel_diff"].values()) < 1e-5 for r in rows)
+
+
+@pytest.mark.sandbox
+def test_a_concentrated_lie_is_caught_by_the_deficit_audit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """3% of the windows claimed at loss 0 (every perplexity over 5% too low): the random sample misses them (the
+    seed is chosen so), the audit of windows claimed far below the reference-based prediction catches them;
+    without the audit (and with the random sample alone) the lie would pass."""
+    config, claims = load_config().milestone, _claims()
+    n = len(claims["window_loss"]["rope"]["128"])
+    lied = sorted(set(range(0, n, 7)) - _drawn(5, n=n, k=config.sample_windows))[: 3 * n // 100]
+    data = _lie(claims, lambda i, v: 0.0 if i in lied else v)
+    lower = json.loads(data)["ppl"]
+    assert all(claims["ppl"][p][c] / lower[p][c] > 1.05 for p in lower for c in lower[p])
+    result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=config, rng=random.Random(5))
+    for row in result["schemes"].values():
+        assert row["problem"] == "checkpoint_claims_disagree" and row["flagged"] >= len(lied), row
+        assert "recomputed windows differ" in row["message"] and row["whole"]
+    no_flags = config.model_copy(update={"deficit_audit": 1e-9})
+    monkeypatch.setattr(ms, "sample_size", lambda *a, k0, **kw: k0)  # no more uniform draws either
+    escaped = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=no_flags, rng=random.Random(5))
+    assert all(r["passed"] for r in escaped["schemes"].values()), "the seed should miss the lied windows"
+
+
+@pytest.mark.sandbox
+def test_a_spread_lie_is_caught_by_the_random_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every window claimed 0.04 nats lower (every perplexity 4% too low): any drawn window shows it, and the
+    figures re-evaluated as a whole then disagree."""
+    monkeypatch.setattr(ms, "sample_size", lambda *a, k0, **kw: k0)
+    config = load_config().milestone.model_copy(update={"deficit_audit": 1e-9})
+    data = _lie(_claims(), lambda i, v: v - 0.04)
+    result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=config, rng=random.Random(1))
+    assert {r["problem"] for r in result["schemes"].values()} == {"checkpoint_claims_disagree"}
+
+
+@pytest.mark.sandbox
+def test_an_aggregate_that_disagrees_with_its_windows_is_rejected() -> None:
+    """rope at 128 claimed 1% lower than its own windows give (within the old 2% tolerance): rejected."""
+    claims = _claims()
+    claims["ppl"]["rope"]["128"] *= 0.99
+    result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", json.dumps(claims).encode(), rng=random.Random(0))
+    rope = result["schemes"]["rope"]
+    assert rope["problem"] == "checkpoint_claims_disagree" and "its own per-window losses give" in rope["message"]
+    assert all(result["schemes"][p]["passed"] for p in lm.SCHEMES if p != "rope")
+
+
+@pytest.mark.sandbox
+def test_old_format_claims_get_a_message_not_a_crash() -> None:
+    claims = {k: v for k, v in _claims().items() if k != "window_loss"}
+    result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", json.dumps(claims).encode())
+    assert result["ok"] and {r["problem"] for r in result["schemes"].values()} == {"checkpoint_old_format"}
+    assert all("Re-run the milestone cell" in r["message"] for r in result["schemes"].values())
+    assert "checkpoint_old_format" in ms.PROBLEMS
+
+
+def test_the_sample_is_secret_and_stable_within_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same files draw the same windows in one grading run (verified ahead, then judged: evaluated once);
+    another run (another secret from the operating system) draws others; nothing else decides them."""
+    first = ms.secret_rng("pt:json:rope").sample(range(300), 12)
+    assert ms.secret_rng("pt:json:rope").sample(range(300), 12) == first
+    assert ms.secret_rng("pt:json:alibi").sample(range(300), 12) != first
+    monkeypatch.setattr(ms, "_SECRET", os.urandom(32))
+    assert ms.secret_rng("pt:json:rope").sample(range(300), 12) != first
+
+
+@pytest.mark.training
+def test_an_old_format_run_is_upgraded_without_training(tiny_checkpoint: tuple[Path, Path], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    pt, js = tiny_checkpoint
+    shutil.copy(pt, tmp_path / "milestone.pt")
+    record = json.loads(js.read_text())
+    (tmp_path / "milestone.json").write_text(json.dumps({k: v for k, v in record.items() if k != "window_loss"}))
+    monkeypatch.setattr(lm, "run_milestone", lambda *a, **k: pytest.fail("trained instead of loading"))
+    _, table = lm.train_or_load(TinyCharLM, "quick", pt_path=tmp_path / "milestone.pt",
+                                json_path=tmp_path / "milestone.json")
+    assert json.loads((tmp_path / "milestone.json").read_text())["window_loss"] == record["window_loss"]
+    assert table == {pos: {int(c): v for c, v in row.items()} for pos, row in record["ppl"].items()}
+
+
+MILESTONE_MISTAKES = [m.id for m in MISTAKES if m.question == "m1_tinycharlm"]
+
+
+@pytest.mark.training
+@pytest.mark.sandbox
+@pytest.mark.parametrize("mistake", MILESTONE_MISTAKES)
+def test_each_milestone_mistake_keeps_its_verdict(mistake: str, tmp_path: Path) -> None:
+    """The benchmark's checkpoint of the mistake (reference weights in the mistaken class, tuned, claims measured by
+    it on 300 windows): the sampled grader gives each scheme the verdict of the whole re-evaluation before it."""
+    from benchmarks.checkpoint_verify import mistake_checkpoints
+
+    built = mistake_checkpoints(tmp_path, schemes=lm.SCHEMES, tune_steps=20, claim_windows=QUICK["eval_windows"],
+                                only=(mistake,))
+    pt, js, touched = built[f"mistake_{mistake}"]
+    if not touched:
+        pytest.skip("its weights and claims are the reference checkpoint's")
+    before = ms.verify_checkpoint(pt, js, schemes=touched, method="prefix")
+    after = ms.verify_checkpoint(pt, js, schemes=touched)
+    verdict = {pos: (row["passed"], row["problem"]) for pos, row in before["schemes"].items()}
+    assert {pos: (row["passed"], row["problem"]) for pos, row in after["schemes"].items()} == verdict
+
+
+def test_a_model_that_strays_from_the_reference_gets_more_draws() -> None:
+    """The uniform draws grow with the residual spread the drawn windows show, so that a lie hidden in the model's
+    own excess over the reference's line still escapes with probability <= 1% (docs/milestone.md)."""
+    sizes = [ms.sample_size(s, n=300, k0=16, delta=0.0158, audit=5.0) for s in (0.0, 0.03, 0.05, 0.1, 0.16)]
+    assert sizes[0] == sizes[1] == 16 and sizes[1] < sizes[2] < sizes[3] < sizes[4] <= 300
+    for k, spread in ((sizes[3], 0.1), (sizes[4], 0.16)):  # the worst lie fraction f meets the bound
+        hidden = [spread * NormalDist().pdf(NormalDist().inv_cdf(1 - f / 100)) for f in range(1, 100)]
+        assert all((1 - f / 100) ** k * math.exp(-5 * max(0.0, 1 - h / 0.0158)) <= 0.01 + 1e-9
+                   for f, h in zip(range(1, 100), hidden, strict=True))
