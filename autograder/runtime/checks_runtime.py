@@ -278,7 +278,7 @@ def first_mismatch(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> st
 def teaching_row(bad: np.ndarray) -> tuple[int, ...]:
     """The row to show for a mismatch: the first row that differs; but in a square (..., T, T) table of queries
     by keys (a bias or a mask), the last query row of that block that differs, whose keys are all past or
-    present (row 0 of an ALiBi bias holds only future keys, which the mask removes anyway)."""
+    present (row 0 of a causal bias holds only future keys, which the mask removes anyway)."""
     if bad.ndim < 2:
         return ()
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -390,7 +390,7 @@ class CheckFailed(AssertionError):
 
 
 def _otter_shows_message_only() -> None:
-    """Make Otter show a failed check as its message alone, without "Error at line 13 in test q7_alibi:
+    """Make Otter show a failed check as its message alone, without "Error at line 13 in test q7_x:
     run_case(env, case)" (a line of the generated test file, not of the student's code). Otter still counts
     the case as failed, and any other exception is reported as Otter reports it."""
     cls = getattr(sys.modules.get("otter.test_files.exception_test"), "ExceptionTestFile", None)
