@@ -41,8 +41,8 @@ from checks_runtime import dtype_name as _dtype_name
 from checks_runtime import error_message as _error_message
 from checks_runtime import fail as _fail
 from checks_runtime import first_mismatch as _where
-from checks_runtime import fmt as _fmt
 from checks_runtime import match_mistake as _match
+from checks_runtime import preview as _fmt
 from checks_runtime import row_text as _row
 from checks_runtime import teaching_row as _teaching_row
 

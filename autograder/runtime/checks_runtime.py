@@ -260,7 +260,7 @@ def catch(fn: Callable[[], Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- message helpers
 
 
-def fmt(a: Any, n: int = 6) -> str:
+def preview(a: Any, n: int = 6) -> str:
     """The first n values of a, flattened, to 4 decimals."""
     arr = np.asarray(a, dtype=float).ravel()
     body = ", ".join(f"{v:.4f}" for v in arr[:n])
@@ -290,7 +290,7 @@ def teaching_row(bad: np.ndarray) -> tuple[int, ...]:
 
 def row_text(arr: np.ndarray, index: tuple[int, ...]) -> str:
     """The row of arr at index (a teaching_row), formatted."""
-    return fmt(arr[index]) if arr.ndim > 1 else fmt(arr)
+    return preview(arr[index]) if arr.ndim > 1 else preview(arr)
 
 
 def error_message(got: dict[str, Any]) -> str | None:
