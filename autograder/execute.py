@@ -203,6 +203,7 @@ _GUARDED_WHOLE = ("math", "operator")  # every attribute of these modules is rec
 _GUARDED_MODULES = ("builtins", "sys", "os", "json", "json.encoder", "_json", "base64", "binascii", "math",
                     "operator", "numpy", "numpy.testing", "numpy.linalg", "torch", "torch.testing", "torch.nn",
                     "autograder.wire", "autograder.execute")
+RUNTIME_MODULE = "checks_runtime"  # the checks runtime the probe module imports (autograder/lesson.py RUNTIME_NAME)
 
 
 @dataclass(frozen=True)
@@ -1397,7 +1398,7 @@ def _zygote_main(config_text: str) -> None:
         _install_otter_stub()
         shell = _make_shell()
         unguarded = getattr(probes, "UNGUARDED", ())
-        guard = _Guard([*_GUARDED_MODULES, cfg["probe_module"]],
+        guard = _Guard([*_GUARDED_MODULES, RUNTIME_MODULE, cfg["probe_module"]],
                        unguarded=[n for n in unguarded if type(n) is str] if type(unguarded) is tuple else [])
         suspicious = getattr(probes, "SUSPICIOUS", None)
         limits = Limits(**cfg["limits"])
@@ -1714,7 +1715,8 @@ class _Guard:
         self.builtins = vars(self.modules["builtins"])
         self.builtins_snap = dict(self.builtins)
         self.globals = [(vars(self.modules[m]), m, dict(vars(self.modules[m])))
-                        for m in ("autograder.wire", "autograder.execute", modules[-1]) if m in self.modules]
+                        for m in ("autograder.wire", "autograder.execute", RUNTIME_MODULE, modules[-1])
+                        if m in self.modules]
         # the classes these modules define (the probes' helpers, the guard's own): their tables, and their methods'
         self.classes = [(c, len(vars(c)), tuple(vars(c).values()), dict(vars(c))) for _, name, snap in self.globals
                         for c in snap.values() if type(c) is type and c.__module__ == name]
