@@ -12,17 +12,17 @@ from typing import Any
 
 import yaml
 
-from autograder import batch
 from autograder.authoring.questions import ContentError
 from autograder.authoring.suite import load_suite
-from autograder.batch import MergeError, merge_scores
-from autograder.cluster import ClusterError
 from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command, runnable_command
-from autograder.gradescope import grade_gradescope
+from autograder.grading import batch
+from autograder.grading.batch import MergeError, merge_scores
+from autograder.grading.cluster import ClusterError
+from autograder.grading.gradescope import grade_gradescope
+from autograder.grading.summaries import grade_summary, not_graded
 from autograder.release import BuildError, release, stale_files
 from autograder.report import write_report
 from autograder.selfcheck import selfcheck
-from autograder.summaries import grade_summary, not_graded
 
 
 def _default(stage: Callable[..., Any], name: str) -> Any:
@@ -75,7 +75,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 def cmd_nbgrader_autograde(args: argparse.Namespace) -> int:
     """Grade an nbgrader course's submitted/ with the sandboxed grader and write the scores into its gradebook."""
-    from autograder.nbgrader_grade import NbgraderGradingError, nbgrader_autograde
+    from autograder.grading.nbgrader import NbgraderGradingError, nbgrader_autograde
 
     try:
         run = nbgrader_autograde(args.course, out=args.out, force=args.force, workers=args.workers,

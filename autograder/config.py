@@ -126,8 +126,8 @@ class Milestone(_Strict):
 
 
 class Cluster(_Strict):
-    """Grading on a Dask distributed cluster (autograder/cluster.py, docs/cluster.md); `grade --cluster` overrides
-    the address."""
+    """Grading on a Dask distributed cluster (autograder/grading/cluster.py, docs/cluster.md); `grade --cluster`
+    overrides the address."""
 
     address: str | None = Field(None, pattern=r"^[a-z][a-z0-9+]*://\S+$",
                                 description="the Dask scheduler, e.g. tcp://10.0.0.5:8786; none: grade on this "

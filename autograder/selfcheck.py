@@ -7,8 +7,8 @@ from pathlib import Path
 
 from autograder.authoring.suite import load_suite, reference_env
 from autograder.config import DEFAULT_CONFIG
-from autograder.judge import grade_namespace, notebook_env
-from autograder.summaries import text_table
+from autograder.grading.judge import grade_namespace, notebook_env
+from autograder.grading.summaries import text_table
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Grading throughput: our sandboxed engine against `otter run` on the same honest submissions, side by side.
 
 One run builds N honest submissions (copies of the reference, the blank template and every catalogued
-mistake from dist/samples/, cycled to N), grades all of them with `autograder.batch.grade_batch` and a
+mistake from dist/samples/, cycled to N), grades all of them with `autograder.grading.batch.grade_batch` and a
 subset of them one by one with the real `otter run` CLI on the release's Otter autograder zip, then
 prints the timings, the ratio, the extrapolation to 100 submissions and a score comparison.
 
@@ -118,9 +118,9 @@ def otter_subset(subs: list[Path], *, k: int) -> list[Path]:
 def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineRun, float]:
     """Grade `folder` with grade_batch (force, no progress bar); returns the run and the import time."""
     t0 = time.perf_counter()
-    from autograder.batch import grade_batch
     from autograder.config import load_config
     from autograder.execute import WorkerPool
+    from autograder.grading.batch import grade_batch
 
     import_s = time.perf_counter() - t0
     cpu_jobs: list[float] = []
@@ -342,7 +342,8 @@ def report(ours: EngineRun, import_s: float, otter: EngineRun | None, *, n: int,
                      f"{percentile(ot, 90):.3f}", f"{otter.total_s / len(ot):.3f}"])
     lines = [table(rows),
              f"ours: total includes worker start-up (grade_batch call, {ours.note}); importing "
-             f"autograder.batch took a further {import_s:.1f} s; per-submission times are results/<id>.json wall_s."]
+             f"autograder.grading.batch took a further {import_s:.1f} s; "
+             "per-submission times are results/<id>.json wall_s."]
     if ours.cpu_jobs:
         lines.append(f"ours, CPU s: sandboxed runs median {statistics.median(ours.cpu_jobs):.3f} per submission "
                      f"(sum {sum(ours.cpu_jobs):.1f}); grading process {ours.cpu_self_s:.1f} in all "

@@ -23,20 +23,20 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import batch
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
-from autograder.batch import grade_batch
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
 from autograder.execute import ExecResult, WorkerError
-from autograder.judge import notebook_env
+from autograder.grading import batch
+from autograder.grading.batch import grade_batch
+from autograder.grading.judge import notebook_env
+from autograder.grading.submissions import CHECKPOINT_FILES, Submission, submission_ids
 from autograder.lesson import default_lesson
 from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle
 from autograder.release.sample import filled_notebook
 from autograder.results import CaseResult, Status, SubmissionResult, spreadsheet_text
-from autograder.submissions import CHECKPOINT_FILES, Submission, submission_ids
 
 checks = default_lesson().checks
 

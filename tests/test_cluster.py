@@ -16,14 +16,14 @@ import pytest
 
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
-from autograder.batch import grade_batch
-from autograder.cluster import ClusterError, grade_on_cluster
 from autograder.config import ROOT, Cluster
 from autograder.execute import UID_LOCKS_ENV, _reserve_uid_block
+from autograder.grading.batch import grade_batch
+from autograder.grading.cluster import ClusterError, grade_on_cluster
+from autograder.grading.submissions import Submission
 from autograder.lesson import default_lesson
 from autograder.release.common import tool_env
 from autograder.release.sample import write_samples
-from autograder.submissions import Submission
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 
@@ -72,7 +72,7 @@ class LocalCluster:
         for i in range(workers):  # no nanny: a worker killed stays dead, as a lost machine does
             self.workers.append(self._start(f"worker{i}", "worker", "--nthreads", "1", "--no-nanny",
                                             "--memory-limit", "0", "--no-dashboard", "--name", f"w{i}",
-                                            "--preload", "autograder.cluster"))
+                                            "--preload", "autograder.grading.cluster"))
         _wait_for("both workers", lambda: (self.tmp / "scheduler.log").read_text().count("Register worker") >= workers)
         return self
 
@@ -177,7 +177,7 @@ def test_an_unreachable_scheduler_is_a_clear_error(tmp_path: Path, sample_class:
 
 
 def test_the_plain_install_never_imports_dask() -> None:
-    code = ("import sys, autograder.cli, autograder.cluster; "
+    code = ("import sys, autograder.cli, autograder.grading.cluster; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True,
                          check=True).stdout

@@ -13,9 +13,9 @@ import yaml
 
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
-from autograder.batch import grade_batch
 from autograder.config import ROOT, ConfigError, load_config
 from autograder.execute import ExecResult, Limits, WorkerPool
+from autograder.grading.batch import grade_batch
 from autograder.release.sample import filled_notebook
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"

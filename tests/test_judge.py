@@ -15,7 +15,7 @@ from torch import nn
 
 from autograder.authoring.suite import Suite, reference_env
 from autograder.config import ROOT
-from autograder.judge import grade_namespace, notebook_env
+from autograder.grading.judge import grade_namespace, notebook_env
 from autograder.lesson import default_lesson
 from reference.lesson83_mistakes import MISTAKES, reference_namespace
 from reference.variants import CORRECT_VARIANTS

@@ -10,8 +10,8 @@ import pytest
 
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
-from autograder.batch import grade_batch
 from autograder.config import ROOT
+from autograder.grading.batch import grade_batch
 from autograder.release.sample import defined_names, filled_notebook
 from reference.lesson83_mistakes import MISTAKES
 from reference.variants import CORRECT_VARIANTS

@@ -16,11 +16,11 @@ from typing import Any
 import nbformat
 import pytest
 
-from autograder import batch
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.grading import batch
+from autograder.grading.nbgrader import ALLOW_FLAG, NbgraderGradingError, cell_text, flag_note, nbgrader_autograde
 from autograder.lesson import default_lesson
-from autograder.nbgrader_grade import ALLOW_FLAG, NbgraderGradingError, cell_text, flag_note, nbgrader_autograde
 from autograder.release.common import case_json, tool_env
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.build]  # the tiers are in pyproject.toml
@@ -224,8 +224,8 @@ def test_plain_nbgrader_autograde_refuses_and_runs_nothing(fresh_build: dict[str
 def test_grading_refuses_without_a_sandbox_unless_allowed(fresh_build: dict[str, Path], tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from autograder import nbgrader_grade
     from autograder.cli import main
+    from autograder.grading import nbgrader as nbgrader_grade
 
     course = tmp_path / "course"
     shutil.copytree(fresh_build["nbgrader"], course)
@@ -243,7 +243,7 @@ def test_grading_refuses_without_a_sandbox_unless_allowed(fresh_build: dict[str,
 def test_unsandboxed_grading_says_so_on_every_row_cell_and_flag(tmp_path: Path, suite: Suite) -> None:
     """A stored result graded with isolation "none": its grades.csv row, its grade cells and its gradebook flag
     say so (the --allow-unsandboxed path)."""
-    from autograder.submissions import Submission
+    from autograder.grading.submissions import Submission
 
     out = tmp_path / "grades"
     (out / "results").mkdir(parents=True)

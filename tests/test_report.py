@@ -26,9 +26,9 @@ from autograder import report as report_module
 from autograder.authoring import suite as suite_module
 from autograder.authoring.questions import mc_answers, shuffled
 from autograder.authoring.suite import Suite, load_suite, read_suite
-from autograder.batch import grade_batch
 from autograder.cli import main as cli_main
 from autograder.config import DEFAULT_CONFIG, ROOT
+from autograder.grading.batch import grade_batch
 from autograder.lesson import default_lesson
 from autograder.release.sample import filled_notebook
 from autograder.report import (
@@ -664,7 +664,7 @@ def _random_json(rng: random.Random, depth: int = 0) -> object:
 def base_record(suite: Suite) -> dict:
     """A real result whose q2 cases failed with a zero-size 3-D array (no sandbox: the reference, patched)."""
     from autograder.authoring.suite import reference_env
-    from autograder.judge import grade_namespace
+    from autograder.grading.judge import grade_namespace
 
     env = reference_env(suite) | {"sinusoidal_pe": lambda max_len, d: np.zeros((0, 3, 2))}
     record = grade_namespace(suite, env, name="base").to_dict()

@@ -12,7 +12,7 @@ import pytest
 
 from autograder.authoring.suite import Suite, load_suite, reference_env
 from autograder.config import runnable_command
-from autograder.judge import grade_namespace
+from autograder.grading.judge import grade_namespace
 from autograder.report import write_report
 from autograder.report.model import lesson_title
 

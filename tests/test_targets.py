@@ -11,7 +11,7 @@ import pytest
 
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
-from autograder.batch import grade_batch
+from autograder.grading.batch import grade_batch
 from autograder.release.sample import filled_notebook
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml

@@ -100,8 +100,8 @@ class Suite:
 
 # The engine's files whose change changes what the grader judges (paths under autograder/).
 ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "execute.py", "wire.py", "limits.py",
-                "authoring/suite.py", "submissions.py", "judge.py", "results.py", "batch.py", "milestone.py",
-                "lesson.py")
+                "authoring/suite.py", "grading/submissions.py", "grading/judge.py", "results.py", "grading/batch.py",
+                "milestone.py", "lesson.py")
 
 
 CACHE_ENV = env_name("CACHE")  # a folder for the expected-values cache; "off" turns the cache off
@@ -134,7 +134,7 @@ def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str,
     """The suite's expected values, computed once per suite fingerprint (the config, the lesson's sources and the
     engine files) and torch/numpy version, and kept as the lesson's plain JSON. Every run uses the values as
     read back from that JSON (the form the generated test files hold), cached or not, so a cached run judges
-    exactly as a computing one. Computing them takes about 12 CPU-seconds for Lesson 83."""
+    exactly as a computing one. Computing them takes about 12 CPU-seconds for the shipped lesson."""
     checks = suite.config.lesson.checks
     path = _cache_file(suite)
     if path is not None and path.is_file() and not fresh:

@@ -152,7 +152,7 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPrep
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, GetGrades,
                                     LimitOutput, SaveAutoGrades)
 
-from autograder.nbgrader_grade import FEEDBACK_FILE, FEEDBACK_TEMPLATE, TEMPLATE_DIRS, EngineVerdicts
+from autograder.grading.nbgrader import FEEDBACK_FILE, FEEDBACK_TEMPLATE, TEMPLATE_DIRS, EngineVerdicts
 
 c = get_config()  # noqa: F821
 c.CourseDirectory.root = '.'

@@ -13,10 +13,10 @@ from typing import Any
 from autograder.authoring.questions import LETTERS, Choice, Question, shuffled
 from autograder.authoring.suite import Suite
 from autograder.config import command
+from autograder.grading.submissions import read_regular
 from autograder.report.code import STUB_WORDS, code_cells, read_notebook, stub_state, written_answers
 from autograder.report.text import _text
 from autograder.results import CaseResult, Status, SubmissionResult
-from autograder.submissions import read_regular
 
 UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"

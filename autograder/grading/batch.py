@@ -24,10 +24,10 @@ from autograder.authoring.suite import Suite, load_suite, suite_fingerprint
 from autograder.config import DEFAULT_CONFIG, GradingConfig, command, load_config
 from autograder.config import Cluster as ClusterSettings
 from autograder.execute import ExecResult, Limits, WorkerPool
-from autograder.judge import judge_checkpoint, judge_exec, judge_unreadable
+from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreadable
+from autograder.grading.submissions import CHECKPOINT_FILES, Submission, find_submissions
 from autograder.milestone import VERIFY_SLOTS, reader_limits_lowered
 from autograder.results import Status, SubmissionResult, csv_text, full_marks, spreadsheet_text
-from autograder.submissions import CHECKPOINT_FILES, Submission, find_submissions
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -132,7 +132,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     fingerprint is not run again (unless `force`); each result is written atomically as soon as it is known.
     `out` defaults to ./grades in the current folder: the course's own folder, never the installed package.
     cluster: the address of a Dask scheduler (default: the config's cluster.address; none: grade here); its
-    workers run and judge the submissions (autograder/cluster.py), this process stores the results.
+    workers run and judge the submissions (autograder/grading/cluster.py), this process stores the results.
     """
     config = load_config(config_path)
     fingerprint = suite_fingerprint(config_path)
@@ -231,7 +231,7 @@ def _grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, confi
                       failed: dict[str, str], progress: bool) -> str:
     """Grade `todo` on the Dask cluster at `address`, storing each result here as it comes back; the sandboxes
     the workers used ("bwrap", "none", or both)."""
-    from autograder.cluster import grade_on_cluster
+    from autograder.grading.cluster import grade_on_cluster
 
     start, done, sandboxes = time.monotonic(), 0, set()
     for sub, key, got in grade_on_cluster(address, todo, config_path=config_path.resolve(), fingerprint=fingerprint,

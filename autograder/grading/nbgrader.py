@@ -56,7 +56,7 @@ def isolation_here() -> str:
 def course_submissions(course: Path, assignment: str, *, config_path: Path = DEFAULT_CONFIG) -> list[Any]:
     """Each `submitted/<student>/<assignment>/` folder of the course, read under the caps as `grade` reads a
     per-student folder; its id is the nbgrader student id."""
-    from autograder.submissions import read_entry, result_file_name
+    from autograder.grading.submissions import read_entry, result_file_name
 
     limits = load_config(config_path).submissions
     submitted = course / "submitted"
@@ -76,8 +76,8 @@ def _stored_record(grades: Path, course: Path, student: str, assignment: str, co
     """The engine's stored result for this student's current submission; raises when there is none, or when it
     belongs to another version of the submission or of the tests."""
     from autograder.authoring.suite import suite_fingerprint
-    from autograder.batch import _key
-    from autograder.submissions import read_entry, result_file_name
+    from autograder.grading.batch import _key
+    from autograder.grading.submissions import read_entry, result_file_name
 
     sub = read_entry(course / "submitted" / student / assignment, limits=load_config(config_path).submissions)
     sub.name = student
@@ -209,7 +209,7 @@ def nbgrader_autograde(course: Path, *, out: Path | None = None, force: bool = F
     folder, never inside it: the results hold reference values), then run `nbgrader autograde` with EngineVerdicts
     and flag what a TA must look at. Refuses to start where student code would run unsandboxed (no bubblewrap, not
     root), unless `allow_unsandboxed`; every row then says so."""
-    from autograder.batch import grade_batch
+    from autograder.grading.batch import grade_batch
     from autograder.release.common import tool_env, tool_path
 
     assignment = load_config(config_path).assignment

@@ -9,8 +9,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.batch import grade_batch
 from autograder.config import DEFAULT_CONFIG
+from autograder.grading.batch import grade_batch
 
 
 @dataclass

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from autograder.authoring.suite import Suite, load_suite
-from autograder.batch import probe_order, sandbox_limits
 from autograder.config import Cluster
 from autograder.execute import WorkerPool
-from autograder.judge import judge_exec, judge_unreadable
+from autograder.grading.batch import probe_order, sandbox_limits
+from autograder.grading.judge import judge_exec, judge_unreadable
+from autograder.grading.submissions import Submission
 from autograder.results import SubmissionResult
-from autograder.submissions import Submission
 
 log = logging.getLogger(__name__)
 

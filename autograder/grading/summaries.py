@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autograder.batch import BatchSummary
+from autograder.grading.batch import BatchSummary
 from autograder.results import Status, full_marks
 
 
