@@ -18,7 +18,7 @@ from markupsafe import Markup
 from autograder.authoring.questions import LETTERS, Question, shuffled
 from autograder.authoring.suite import Suite
 from autograder.config import runnable_command
-from autograder.grading.batch import merged_value
+from autograder.grading.store import merged_value
 from autograder.report.code import _resolve, code_view
 from autograder.report.compare import checkpoint_rows, detail, gate_of
 from autograder.report.model import (
