@@ -33,10 +33,10 @@ from autograder.grading.batch import grade_batch
 from autograder.grading.judge import notebook_env
 from autograder.grading.submissions import CHECKPOINT_FILES, Submission, submission_ids
 from autograder.lesson import default_lesson
+from autograder.model import CaseResult, Status, SubmissionResult, spreadsheet_text
 from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle
 from autograder.release.sample import filled_notebook
-from autograder.results import CaseResult, Status, SubmissionResult, spreadsheet_text
 
 checks = default_lesson().checks
 

@@ -100,7 +100,7 @@ class Suite:
 
 # The engine's files whose change changes what the grader judges (paths under autograder/).
 ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "execute.py", "wire.py", "limits.py",
-                "authoring/suite.py", "grading/submissions.py", "grading/judge.py", "results.py", "grading/batch.py",
+                "authoring/suite.py", "grading/submissions.py", "grading/judge.py", "model.py", "grading/batch.py",
                 "grading/store.py", "milestone.py", "lesson.py")
 
 

@@ -21,7 +21,7 @@ from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreada
 from autograder.grading.store import failure_text, result_key, stored_key, write_tables
 from autograder.grading.submissions import Submission, find_submissions
 from autograder.milestone import VERIFY_SLOTS, reader_limits_lowered
-from autograder.results import SubmissionResult
+from autograder.model import SubmissionResult
 
 
 @dataclass

@@ -13,7 +13,7 @@ from autograder.authoring.suite import Suite, load_suite
 from autograder.config import DEFAULT_CONFIG, command
 from autograder.grading.store import MERGED_FILE, MergeError, merged_scores, write_atomic, write_tables
 from autograder.grading.submissions import Submission
-from autograder.results import Status, spreadsheet_text
+from autograder.model import Status, spreadsheet_text
 
 
 def merge_columns(suite: Suite) -> dict[str, float]:

@@ -24,7 +24,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
 from autograder.config import DEFAULT_CONFIG, command, load_config
-from autograder.results import STUDENT_HELP, Status
+from autograder.model import STUDENT_HELP, Status
 
 # The feedback page: nbgrader's own template with a few lines of CSS in place of Bootstrap (117 KB on every page).
 FEEDBACK_TEMPLATE, FEEDBACK_FILE = "compact_feedback", "compact.html.j2"  # it extends nbgrader's index.html.j2

@@ -16,7 +16,7 @@ from autograder.authoring.questions import Question
 from autograder.authoring.suite import Suite
 from autograder.config import command
 from autograder.grading.submissions import CHECKPOINT_FILES, Submission
-from autograder.results import Status, SubmissionResult, csv_text, full_marks
+from autograder.model import Status, SubmissionResult, csv_text, full_marks
 
 
 def write_atomic(path: Path, text: str) -> None:
