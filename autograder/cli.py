@@ -16,9 +16,10 @@ from autograder.authoring.questions import ContentError
 from autograder.authoring.suite import load_suite
 from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command, runnable_command
 from autograder.grading import batch
-from autograder.grading.batch import MergeError, merge_scores
 from autograder.grading.cluster import ClusterError
 from autograder.grading.gradescope import grade_gradescope
+from autograder.grading.merge import merge_scores
+from autograder.grading.store import MergeError
 from autograder.grading.summaries import grade_summary, not_graded
 from autograder.release import BuildError, release, stale_files
 from autograder.report import write_report

@@ -28,15 +28,15 @@ from autograder.authoring.suite import Suite
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
 from autograder.execute import ExecResult, WorkerError
-from autograder.grading import batch
+from autograder.grading import batch, store
 from autograder.grading.batch import grade_batch
 from autograder.grading.judge import notebook_env
 from autograder.grading.submissions import CHECKPOINT_FILES, Submission, submission_ids
 from autograder.lesson import default_lesson
+from autograder.model import CaseResult, Status, SubmissionResult, spreadsheet_text
 from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle
 from autograder.release.sample import filled_notebook
-from autograder.results import CaseResult, Status, SubmissionResult, spreadsheet_text
 
 checks = default_lesson().checks
 
@@ -390,14 +390,14 @@ def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks
         _mkfile(subs / name, "lesson83.ipynb", notebooks["honest"])
         shutil.copy(CHECKPOINT / "milestone.pt", subs / name / "milestone.pt")
         _mkfile(subs / name, "milestone.json", claims)
-    write = batch._write_atomic
+    write = store.write_atomic
 
     def full_disk(path: Path, text: str) -> None:  # storing one result fails
         if path.name.startswith("unstored"):
             raise OSError(28, "No space left on device")
         write(path, text)
 
-    monkeypatch.setattr(batch, "_write_atomic", full_disk)
+    monkeypatch.setattr(store, "write_atomic", full_disk)
     done = threading.Event()
     worker = threading.Thread(target=lambda: (grade_batch(subs, out=out, progress=False), done.set()), daemon=True)
     worker.start()
@@ -425,7 +425,7 @@ def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks
 
     assert write_report(out, out=tmp_path / "report").exists()
     FakePool.broken = False  # the sandbox is back: a re-run grades exactly what was left
-    monkeypatch.setattr(batch, "_write_atomic", write)
+    monkeypatch.setattr(store, "write_atomic", write)
     again = grade_batch(subs, out=out, progress=False)
     assert again.graded_now == 2 and again.reused == len(rows) - 2
     assert {r["id"]: r["status"] for r in again.rows}["infra"] == "graded"
@@ -701,7 +701,7 @@ def _fake_batch(out: Path, suite: Suite, scores: dict[str, dict[str, float]]) ->
         record = SubmissionResult(sid, Status.GRADED, cases).to_dict()
         (out / "results" / f"{sid}.json").write_text(json.dumps(record))
         subs.append(Submission(sid, Path(f"{sid}.ipynb"), None, result_name=f"{sid}.json"))
-    batch.write_tables(suite, subs, out)
+    store.write_tables(suite, subs, out)
     return subs
 
 
@@ -716,7 +716,7 @@ def test_full_marks_means_the_questions_points(tmp_path: Path, suite: Suite, mon
     points = suite.question_points()
     half = {q: p / 2 for q, p in points.items()} | {"q2_sinusoidal_pe": points["q2_sinusoidal_pe"]}
     subs = _fake_batch(tmp_path / "out", suite, {"ann": half, "bob": half})
-    rows = batch.write_tables(suite, subs, tmp_path / "out")
+    rows = store.write_tables(suite, subs, tmp_path / "out")
     summary = batch.BatchSummary(tmp_path / "out", rows, 2, 0, "fake", list(points))
     # The command line reads its option defaults from grade_batch's signature: the stand-in keeps it.
     monkeypatch.setattr(batch, "grade_batch", functools.wraps(grade_batch)(lambda *a, **k: summary))
@@ -757,7 +757,7 @@ def test_merge_brings_manual_and_platform_scores_into_the_tables(tmp_path: Path,
     assert summary["max_per_question"]["q9_written"] == 6 and summary["full_marks_per_question"]["q9_written"] == 1
     assert summary["mean_total"] == pytest.approx(round((auto + 5.5 + 1 + auto - points["m1_checkpoint"] + 10) / 3, 3))
     # re-writing the tables (as `grade` does) keeps the merged scores
-    batch.write_tables(suite, [Submission(s, Path(), None, result_name=f"{s}.json") for s in
+    store.write_tables(suite, [Submission(s, Path(), None, result_name=f"{s}.json") for s in
                                ("ann", "=bob", "cy")], out)
     assert float(_grades(out)["ann"]["q9_written"]) == 5.5
 
@@ -778,4 +778,4 @@ def test_merge_refuses_a_bad_scores_file_and_changes_nothing(tmp_path: Path, sui
     assert cli_main(["merge", str(out), str(tmp_path / "bad.csv")]) == 2
     assert words in capsys.readouterr().err
     assert ((out / "grades.csv").read_text(), (out / "summary.json").read_text()) == before
-    assert not (out / batch.MERGED_FILE).exists()
+    assert not (out / store.MERGED_FILE).exists()

@@ -18,7 +18,7 @@ import pytest
 
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.grading import batch
+from autograder.grading import store
 from autograder.grading.nbgrader import ALLOW_FLAG, NbgraderGradingError, cell_text, flag_note, nbgrader_autograde
 from autograder.lesson import default_lesson
 from autograder.release.common import case_json, tool_env
@@ -250,8 +250,8 @@ def test_unsandboxed_grading_says_so_on_every_row_cell_and_flag(tmp_path: Path, 
     record = {"submission": "alice", "status": "graded", "cases": [], "isolation": "none",
               "questions": {"q2_sinusoidal_pe": 12.0}, "gradescope": {"tests": []}}
     (out / "results" / "alice.json").write_text(json.dumps(record))
-    rows = batch.write_tables(suite, [Submission("alice", Path(), None, result_name="alice.json")], out)
-    assert rows[0]["message"].startswith(batch.UNSANDBOXED)
+    rows = store.write_tables(suite, [Submission("alice", Path(), None, result_name="alice.json")], out)
+    assert rows[0]["message"].startswith(store.UNSANDBOXED)
     assert "without a sandbox" in cell_text(record, "q2_sinusoidal_pe", 12.0)[0]
     assert "without a sandbox" in flag_note(record)
     assert flag_note(record | {"isolation": "bubblewrap"}) == ""

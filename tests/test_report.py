@@ -30,6 +30,7 @@ from autograder.cli import main as cli_main
 from autograder.config import DEFAULT_CONFIG, ROOT
 from autograder.grading.batch import grade_batch
 from autograder.lesson import default_lesson
+from autograder.model import Status, csv_text, spreadsheet_text
 from autograder.release.sample import filled_notebook
 from autograder.report import (
     MANUAL_CSV,
@@ -43,7 +44,6 @@ from autograder.report import (
 )
 from autograder.report import SCRIPT as REPORT_SCRIPT
 from autograder.report.model import lesson_title
-from autograder.results import Status, csv_text, spreadsheet_text
 from reference.lesson83_mistakes import MISTAKES
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from autograder.execute import STATUSES
-from autograder.results import STATUS_WORDS, STUDENT_HELP, CaseResult, Status, SubmissionResult
+from autograder.model import STATUS_WORDS, STUDENT_HELP, CaseResult, RecordError, Status, SubmissionResult
 
 
 def _result(status: str = Status.CRASHED) -> SubmissionResult:
@@ -21,6 +23,28 @@ def test_the_stored_record_reads_back_as_the_same_result() -> None:
     record = json.loads(json.dumps({"key": "k", "path": "/x/ann.ipynb", **result.to_dict(), "stdout": ""}))
     assert record["total"] == 2.0 and record["questions"] == {"q1": 2.0, "q2": 0.0}
     assert SubmissionResult.from_dict(record) == result
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    (lambda r: r.update(status=3), "status is not text"),
+    (lambda r: r.update(cases={"q1/a": 2}), "cases are not a list"),
+    (lambda r: r["cases"][1].update(points="2"), "case 1 has no proper points"),
+    (lambda r: r["cases"][0].update(passed="yes"), "case 0 has no proper passed"),
+    (lambda r: r["cases"][2].update(max_points=float("nan")), "case 2 has no proper points"),
+    (lambda r: r.update(notes="cell 3"), "notes are not a list of text"),
+    (lambda r: r.update(fingerprint=7), "fingerprint is not text"),
+])
+def test_a_stored_record_of_the_wrong_types_is_refused_naming_the_field(change, words: str) -> None:
+    """One check of a stored result, shared with the TA report: a damaged or forged record is refused with the field
+    named, never read into a result whose scores are text or NaN."""
+    from autograder.report import record_problem
+
+    record = json.loads(json.dumps(_result().to_dict()))
+    assert SubmissionResult.from_dict(record) == _result() and record_problem(record) == ""
+    change(record)
+    with pytest.raises(RecordError, match=words):
+        SubmissionResult.from_dict(record)
+    assert words in record_problem(record)
 
 
 def test_the_csv_row_puts_the_reason_first_and_the_report_view_finds_failures() -> None:

@@ -100,8 +100,8 @@ class Suite:
 
 # The engine's files whose change changes what the grader judges (paths under autograder/).
 ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "execute.py", "wire.py", "limits.py",
-                "authoring/suite.py", "grading/submissions.py", "grading/judge.py", "results.py", "grading/batch.py",
-                "milestone.py", "lesson.py")
+                "authoring/suite.py", "grading/submissions.py", "grading/judge.py", "model.py", "grading/batch.py",
+                "grading/store.py", "milestone.py", "lesson.py")
 
 
 CACHE_ENV = env_name("CACHE")  # a folder for the expected-values cache; "off" turns the cache off

@@ -15,7 +15,7 @@ from autograder.execute import WorkerPool
 from autograder.grading.batch import probe_order, sandbox_limits
 from autograder.grading.judge import judge_exec, judge_unreadable
 from autograder.grading.submissions import Submission
-from autograder.results import SubmissionResult
+from autograder.model import SubmissionResult
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from autograder.authoring.suite import Suite
 from autograder.execute import SKIP_TAGS, ExecResult
 from autograder.grading.submissions import Submission
 from autograder.milestone import reader_limits_lowered, verify_checkpoint
-from autograder.results import STATUS_WORDS, CaseResult, Status, SubmissionResult
+from autograder.model import STATUS_WORDS, CaseResult, Status, SubmissionResult
 
 
 def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[CaseResult]:

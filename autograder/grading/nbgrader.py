@@ -24,7 +24,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
 from autograder.config import DEFAULT_CONFIG, command, load_config
-from autograder.results import STUDENT_HELP, Status
+from autograder.model import STUDENT_HELP, Status
 
 # The feedback page: nbgrader's own template with a few lines of CSS in place of Bootstrap (117 KB on every page).
 FEEDBACK_TEMPLATE, FEEDBACK_FILE = "compact_feedback", "compact.html.j2"  # it extends nbgrader's index.html.j2
@@ -76,7 +76,7 @@ def _stored_record(grades: Path, course: Path, student: str, assignment: str, co
     """The engine's stored result for this student's current submission; raises when there is none, or when it
     belongs to another version of the submission or of the tests."""
     from autograder.authoring.suite import suite_fingerprint
-    from autograder.grading.batch import _key
+    from autograder.grading.store import result_key
     from autograder.grading.submissions import read_entry, result_file_name
 
     sub = read_entry(course / "submitted" / student / assignment, limits=load_config(config_path).submissions)
@@ -86,7 +86,7 @@ def _stored_record(grades: Path, course: Path, student: str, assignment: str, co
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         record = {}
-    if record.get("key") != _key(sub, suite_fingerprint(config_path)):
+    if record.get("key") != result_key(sub, suite_fingerprint(config_path)):
         raise NbgraderGradingError(
             f"{student}: no result of the {command()} grader for this submission in {path} (never graded, or graded "
             f"before it or the tests changed). Grade with `{command()} nbgrader-autograde .` in the course folder: "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autograder.grading.batch import BatchSummary
-from autograder.results import Status, full_marks
+from autograder.model import Status, full_marks
 
 
 def text_table(rows: list[list[str]]) -> str:

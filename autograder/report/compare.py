@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from autograder.authoring.suite import Suite
+from autograder.model import CaseResult, SubmissionResult
 from autograder.report.text import _clip, _num, _text
-from autograder.results import CaseResult, SubmissionResult
 
 GRID = 8  # at most GRID x GRID values of an array are shown
 

@@ -14,9 +14,10 @@ from autograder.authoring.questions import LETTERS, Choice, Question, shuffled
 from autograder.authoring.suite import Suite
 from autograder.config import command
 from autograder.grading.submissions import read_regular
+from autograder.model import CaseResult, Status, SubmissionResult
+from autograder.model import record_problem as stored_record_problem
 from autograder.report.code import STUB_WORDS, code_cells, read_notebook, stub_state, written_answers
 from autograder.report.text import _text
-from autograder.results import CaseResult, Status, SubmissionResult
 
 UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"
@@ -137,44 +138,10 @@ def _digest(text: str) -> str:
 
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and abs(v) < 1e300 and v == v
-
-
-_CASE_TYPES = {"id": str, "question": str, "passed": bool, "hidden": bool, "message": str,
-               "diagnosis": (str, type(None))}
-
-
 def record_problem(record: Any) -> str:
-    """Why the report cannot use a stored result ("" when it can): the fields it reads, with their types."""
-    if not isinstance(record, dict):
-        return f"the stored result is {type(record).__name__}, not an object"
-    if not isinstance(record.get("status"), str):
-        return "its status is not text"
-    if not _finite(record.get("total")):
-        return "its total is not a number"
-    questions = record.get("questions")
-    if not isinstance(questions, dict) or not all(isinstance(k, str) and _finite(v) for k, v in questions.items()):
-        return "its per-question scores are not numbers"
-    for key in ("notes", "student_notes"):
-        notes = record.get(key, [])
-        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-            return f"its {key.replace('_', ' ')} are not a list of text"
-    for key in ("path", "stdout", "fingerprint"):
-        if not isinstance(record.get(key), str | None):
-            return f"its {key} is not text"
-    cases = record.get("cases")
-    if not isinstance(cases, list):
-        return "its cases are not a list"
-    for n, c in enumerate(cases):
-        if not isinstance(c, dict):
-            return f"case {n} is not an object"
-        for key, kind in _CASE_TYPES.items():
-            if not isinstance(c.get(key), kind):
-                return f"case {n} has no proper {key}"
-        if not (_finite(c.get("points")) and _finite(c.get("max_points"))):
-            return f"case {n} has no proper points"
-    return ""
+    """Why the report cannot use a stored result ("" when it can): the model's one check of a stored result, with
+    the fields the report reads beside it (its total and per-question scores)."""
+    return stored_record_problem(record, derived=True)
 
 
 def _unusable(sid: str, why: str) -> dict[str, Any]:

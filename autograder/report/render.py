@@ -18,7 +18,8 @@ from markupsafe import Markup
 from autograder.authoring.questions import LETTERS, Question, shuffled
 from autograder.authoring.suite import Suite
 from autograder.config import runnable_command
-from autograder.grading.batch import merged_value
+from autograder.grading.store import merged_value
+from autograder.model import CaseResult, Status, csv_text, full_marks
 from autograder.report.code import _resolve, code_view
 from autograder.report.compare import checkpoint_rows, detail, gate_of
 from autograder.report.model import (
@@ -34,7 +35,6 @@ from autograder.report.model import (
     plain_math,
 )
 from autograder.report.text import _clip, _score, _text, esc
-from autograder.results import CaseResult, Status, csv_text, full_marks
 
 HERE = Path(__file__).parent
 MESSAGE_CHARS = 4_000

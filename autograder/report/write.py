@@ -10,7 +10,7 @@ from pathlib import Path
 
 from autograder.authoring.suite import load_suite
 from autograder.config import DEFAULT_CONFIG, command, runnable_command
-from autograder.grading.batch import MergeError, merged_scores
+from autograder.grading.store import MergeError, merged_scores
 from autograder.report.model import Student, catalogue, choice_catalogue, clusters, load_students
 from autograder.report.render import (
     MANUAL_CSV,

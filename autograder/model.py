@@ -1,4 +1,5 @@
-"""Grading results: the verdict on each case and on a submission, the status words, and their views."""
+"""The engine's typed data: the verdict on each case and on a submission (checked when read back), the status
+words, and their views (the stored record, Gradescope's results.json, the grades.csv row)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,54 @@ def full_marks(score: float | None, points: float) -> bool:
     return score is not None and score >= points - 1e-6
 
 
+class RecordError(ValueError):
+    """A stored result that is not one: the message names the field and what it should hold."""
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and abs(v) < 1e300 and v == v
+
+
+_CASE_TYPES = {"id": str, "question": str, "passed": bool, "hidden": bool, "message": str,
+               "diagnosis": (str, type(None))}
+
+
+def record_problem(record: Any, *, derived: bool = False) -> str:
+    """Why `record` is not a stored result ("" when it is): the one check of a results/<file>.json, each field
+    `SubmissionResult.from_dict` reads with its type. With `derived`, also the fields the TA report reads beside
+    them: the total and per-question scores `to_dict` writes, the path and the captured output."""
+    if not isinstance(record, dict):
+        return f"the stored result is {type(record).__name__}, not an object"
+    if not isinstance(record.get("status"), str):
+        return "its status is not text"
+    if not isinstance(record.get("submission", ""), str):
+        return "its submission is not text"
+    if derived and not _finite(record.get("total")):
+        return "its total is not a number"
+    questions = record.get("questions") if derived else {}
+    if not isinstance(questions, dict) or not all(isinstance(k, str) and _finite(v) for k, v in questions.items()):
+        return "its per-question scores are not numbers"
+    for key in ("notes", "student_notes"):
+        notes = record.get(key, [])
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            return f"its {key.replace('_', ' ')} are not a list of text"
+    for key in ("path", "stdout", "fingerprint") if derived else ("fingerprint",):
+        if not isinstance(record.get(key), str | None):
+            return f"its {key} is not text"
+    cases = record.get("cases") if derived else record.get("cases", [])
+    if not isinstance(cases, list):
+        return "its cases are not a list"
+    for n, c in enumerate(cases):
+        if not isinstance(c, dict):
+            return f"case {n} is not an object"
+        for key, kind in _CASE_TYPES.items():
+            if not isinstance(c.get(key), kind):
+                return f"case {n} has no proper {key}"
+        if not (_finite(c.get("points")) and _finite(c.get("max_points"))):
+            return f"case {n} has no proper points"
+    return ""
+
+
 @dataclass
 class CaseResult:
     """The verdict on one test case."""
@@ -132,11 +181,13 @@ class SubmissionResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SubmissionResult:
         """The result a record of `to_dict` holds (a stored results/<file>.json); the record's other keys (its
-        key, path, stdout, the sandbox's words) are not part of it. Raises on a record that is not one."""
-        return cls(str(data.get("submission", "")), str(data["status"]),
-                   [CaseResult.from_dict(c) for c in data.get("cases", [])],
-                   [str(n) for n in data.get("notes", [])], [str(n) for n in data.get("student_notes", [])],
-                   str(data.get("fingerprint") or ""))
+        key, path, stdout, the sandbox's words) are not part of it. Raises RecordError, naming the field, on a
+        record that is not one (record_problem)."""
+        why = record_problem(data)
+        if why:
+            raise RecordError(why)
+        return cls(data.get("submission", ""), data["status"], [CaseResult.from_dict(c) for c in data.get("cases", [])],
+                   list(data.get("notes", [])), list(data.get("student_notes", [])), data.get("fingerprint") or "")
 
     # ------------------------------------------------------------------ the student's view
 
