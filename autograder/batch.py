@@ -11,7 +11,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -21,13 +21,13 @@ from typing import Any
 
 from autograder.authoring.questions import Question
 from autograder.authoring.suite import Suite, load_suite, suite_fingerprint
+from autograder.checkpoint import VERIFY_SLOTS, reader_limits_lowered, reads_checkpoint
 from autograder.config import DEFAULT_CONFIG, GradingConfig, command, load_config
 from autograder.config import Cluster as ClusterSettings
 from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.judge import judge_checkpoint, judge_exec, judge_unreadable
-from autograder.milestone import VERIFY_SLOTS, reader_limits_lowered
 from autograder.results import Status, SubmissionResult, csv_text, full_marks, spreadsheet_text
-from autograder.submissions import CHECKPOINT_FILES, Submission, find_submissions
+from autograder.submissions import Submission, find_submissions
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -44,10 +44,10 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _key(sub: Submission, fingerprint: str) -> str:
+def _key(sub: Submission, fingerprint: str, files: Sequence[str]) -> str:
     h = hashlib.sha256(sub.source if sub.source is not None
                        else b"problem\0" + sub.problem.encode("utf-8", "backslashreplace"))
-    for name in CHECKPOINT_FILES:
+    for name in files:  # the checkpoint's (Suite.checkpoint_files)
         h.update(hashlib.sha256(sub.files.get(name, b"")).digest())
     h.update("\0".join(sub.file_problems).encode("utf-8", "backslashreplace") + fingerprint.encode())
     return h.hexdigest()
@@ -136,14 +136,16 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     """
     config = load_config(config_path)
     fingerprint = suite_fingerprint(config_path)
-    subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions)
+    files = load_suite(config_path).checkpoint_files
+    subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions,
+                                                                 files=files)
     results_dir = out / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}  # id -> why the grader could not grade it in this run
     cpu: dict[str, list[float]] = {"judge": [], "store": []}  # thread CPU of judging and storing each result
     todo, reused = [], 0
     for sub in subs:
-        key = _key(sub, fingerprint)
+        key = _key(sub, fingerprint, files)
         if not force and _stored_key(results_dir / sub.result_name) == key:
             reused += 1
         else:
@@ -189,7 +191,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     # (verify_checkpoint evaluates the same weights once and waits for a verification already under way).
     ahead = ThreadPoolExecutor(VERIFY_SLOTS)
     for sub, _ in runnable if suite.checkpoint_cases else ():
-        if "milestone.pt" in sub.files and not sub.file_problems:
+        if reads_checkpoint(suite.checkpoint_files, sub.files) and not sub.file_problems:
             ahead.submit(judge_checkpoint, suite, sub.files)
     for sub, key in todo:
         if sub.source is None:
@@ -219,7 +221,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
             if progress:
                 print(file=sys.stderr)
     ahead.shutdown(cancel_futures=True)
-    lowered += reader_limits_lowered() if any("milestone.pt" in s.files for s, _ in todo) else []
+    read = any(reads_checkpoint(suite.checkpoint_files, s.files) for s, _ in todo)
+    lowered += reader_limits_lowered() if read else []
     rows = write_tables(suite, subs, out, failed=failed, limits_lowered=lowered)
     return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()), lowered,
                         cpu)

@@ -36,9 +36,10 @@ from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle
 from autograder.release.sample import filled_notebook
 from autograder.results import CaseResult, Status, SubmissionResult, spreadsheet_text
-from autograder.submissions import CHECKPOINT_FILES, Submission, submission_ids
+from autograder.submissions import Submission, submission_ids
 
 checks = default_lesson().checks
+CHECKPOINT_FILES = ("milestone.pt", "milestone.json")  # the files Lesson 83's milestone question declares
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 SIM = ROOT.parent / "shared" / "tools" / "gradescope-sim"

@@ -100,7 +100,7 @@ class Suite:
 
 # The engine's files whose change changes what the grader judges (paths under autograder/).
 ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "execute.py", "wire.py", "limits.py",
-                "authoring/suite.py", "submissions.py", "judge.py", "results.py", "batch.py", "milestone.py",
+                "authoring/suite.py", "submissions.py", "judge.py", "results.py", "batch.py", "checkpoint.py",
                 "lesson.py")
 
 
