@@ -95,7 +95,7 @@ class Submission:
     path: Path  # the notebook or zip the source was read from (the entry itself when there is none)
     source: bytes | None
     problem: str = ""
-    files: dict[str, bytes] = field(default_factory=dict)  # milestone.pt / milestone.json, when uploaded
+    files: dict[str, bytes] = field(default_factory=dict)  # the checkpoint's files (Suite.checkpoint_files), if any
     file_problems: list[str] = field(default_factory=list)
     name: str = ""  # the entry's name in the class folder (os.fsdecode: non-UTF-8 bytes are surrogates)
     folder: bool = False
