@@ -6,6 +6,7 @@ title, files}`, autograder/authoring/questions.py) and provides a plug-in, assig
 (Lesson.plugin_file; graders only: it is never shipped to students). The engine imports it only when the lesson
 grades a checkpoint (load_plugin). A plug-in module defines:
 
+    PARTS: Sequence[str]         the graded parts, each a case of the checkpoint's question (equal shares)
     PROBLEMS: dict[str, str]     problem id -> what it means and what to do: the report's checkpoint section.
                                  It has UNREADABLE ("checkpoint_unreadable"): uploads the grader could not read.
     UNVERIFIED: str              what to do when the checkpoint could not be verified at all (a judge's message)

@@ -415,6 +415,7 @@ def _claimed_row(ppl: dict[str, Any], pos: str) -> dict[int, float]:
     return out
 
 
+PARTS = SCHEMES  # the checkpoint's graded parts (autograder/checkpoint.py): one per scheme
 VERIFY_SLOTS = checkpoint.VERIFY_SLOTS  # checkpoints verified side by side (grade_batch verifies ahead)
 PLUGIN = Path(__file__).resolve()
 _POOL = checkpoint.pool(PLUGIN)
