@@ -91,12 +91,12 @@ class Submissions(_Strict):
                                    description="largest notebook read (a file or a zip member); the sandbox refuses "
                                    f"more than {limits.UPLOAD_CAP_MB}")
     max_checkpoint_mb: float = Field(limits.UPLOAD_CAP_MB, gt=0,
-                                     description="largest milestone.pt or milestone.json read")
+                                     description="largest checkpoint file read (each file the milestone declares)")
     max_zip_mb: float = Field(256, gt=0, description="largest zip opened (only its notebook and checkpoint "
                               "members are read, each under its own cap)")
     checkpoint_memory_mb: int = Field(limits.CHECKPOINT_MEMORY_MB, gt=0,
                                       description="memory of the child process that loads and evaluates an uploaded "
-                                      "milestone.pt (sizes declared inside it can lie)")
+                                      "checkpoint (sizes declared inside it can lie)")
 
     def cap(self, what: str) -> int:
         """The cap of `what` ("notebook", "checkpoint" or "zip") in bytes."""
@@ -110,7 +110,8 @@ class PresetRule(_Strict):
 
 
 class Milestone(_Strict):
-    points: float = Field(0, ge=0, description="points of the checkpoint verification (question m1_checkpoint)")
+    points: float = Field(0, ge=0, description="points of the checkpoint verification (the question its "
+                        "`checkpoint:` names)")
     rel_tol: float = Field(0.02, gt=0, description="largest relative gap between milestone.json and re-evaluation")
     verify_windows: int = Field(100, gt=0, le=3000, description="validation windows of the whole re-evaluation "
                                 "(the grader before issue 23; benchmarks/checkpoint_verify.py)")
@@ -162,7 +163,7 @@ class GradingConfig(_Strict):
         rules = self.milestone
         try:
             lesson = self.lesson
-            if not rules.points and not rules.presets:
+            if not rules.presets:  # a plug-in of other rules (autograder/checkpoint.py) needs no trainer
                 return self
             trainer = lesson.trainer
         except LessonError as exc:

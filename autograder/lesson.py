@@ -8,6 +8,8 @@ config's own folder has no assignments/NAME/, as for a config copied elsewhere t
     assignments/NAME/NAME_checks.py       the probes and checks, shipped next to the notebook (CHECKS_API), with the
                                           engine's checks runtime (autograder/runtime/checks_runtime.py) beside it
     assignments/NAME/NAME_milestone.py    optional: the milestone trainer, shipped next to the notebook
+    assignments/NAME/NAME_checkpoint.py   optional: the milestone plug-in that verifies uploaded checkpoints
+                                          (autograder/checkpoint.py; the graders' own, never shipped)
     assignments/NAME/data/                optional: files shipped next to the notebook (its README.md is not)
     reference/NAME.py                     the reference solution (never shipped, never in the sandbox)
     reference/NAME_mistakes.py            MISTAKES: the catalogued mistakes, each a redefinition of names
@@ -117,6 +119,16 @@ class Lesson:
         return path if path.is_file() else None
 
     @property
+    def plugin_name(self) -> str:
+        return f"{self.name}_checkpoint"
+
+    @property
+    def plugin_file(self) -> Path | None:
+        """The milestone plug-in (autograder/checkpoint.py), or None: the graders' own, never shipped."""
+        path = self.assignment_dir / f"{self.plugin_name}.py"
+        return path if path.is_file() else None
+
+    @property
     def data_files(self) -> list[Path]:
         """Files shipped next to the notebook besides the modules (a README.md documents them, unshipped)."""
         folder = self.assignment_dir / "data"
@@ -169,7 +181,7 @@ class Lesson:
     def source_files(self) -> list[Path]:
         """Every file whose change changes what the grader judges (for the suite's fingerprint)."""
         return [self.reference_file, self.mistakes_file, *filter(None, [self.mistakes_data]), *self.question_files,
-                *self.sandbox_modules.values()]
+                *self.sandbox_modules.values(), *filter(None, [self.plugin_file])]
 
     # ------------------------------------------------------------------ modules
 

@@ -13,7 +13,7 @@ MIB = 2**20
 
 # The cap on anything a submission hands over in one piece: a notebook the sandbox runs (submissions.
 # max_notebook_mb may only lower it), a file it writes, the probe results it sends back (the wire's message
-# cap), an uploaded milestone.pt.
+# cap), an uploaded checkpoint file.
 UPLOAD_CAP_MB = 64
 
 # One submission's run in the sandbox: defaults of grading_config.yaml's `execution` section and of execute.Limits.
@@ -24,7 +24,7 @@ MEMORY_MB = 4096
 MAX_PROCESSES = 64
 MAX_OUTPUT_KB = 256
 
-# The child process that loads and evaluates an uploaded milestone.pt (submissions.checkpoint_memory_mb).
+# The child process that loads and evaluates an uploaded checkpoint (submissions.checkpoint_memory_mb).
 CHECKPOINT_MEMORY_MB = 1024
 
 # How an operator's hard limit (ulimit) on a resource is named in the notes: what it limits, the ulimit flag that

@@ -10,7 +10,7 @@ It needs only this repository and the GPU image's PyTorch (no pydantic, nothing 
 4. per scheme, GPU activities (kernels, copies) and host launch calls per step (torch.profiler), eager and
    graphed;
 5. the full protocol (5 schemes x 3000 steps and the evaluation) timed from a fresh process
-   (`python -m autograder.milestone --preset full --device cuda`);
+   (`python -m autograder.checkpoint --preset full --device cuda`);
 6. the grader's own CPU re-verification of that checkpoint against the full preset's bounds.
 
 Every result is appended to $OUT/gpu_check.jsonl and every printed line to $OUT/gpu_check.log as soon as it
@@ -117,7 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     mods: dict[str, Any] = {}
 
     def imports() -> None:
-        from autograder import milestone as ms
+        from autograder.checkpoint import load_plugin
+        from autograder.lesson import default_lesson
+
+        ms = load_plugin(default_lesson())
         from benchmarks import milestone_speed as speed
         from reference.lesson83 import TinyCharLM
 
@@ -257,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def protocol() -> None:
         folder = out / "full"
-        argv = [sys.executable, "-m", "autograder.milestone", "--preset", "full", "--device", device.type,
+        argv = [sys.executable, "-m", "autograder.checkpoint", "--preset", "full", "--device", device.type,
                 "--out", str(folder)] + (["--smoke"] if smoke else [])
         rec.say("fresh process: " + " ".join(argv[1:]))
         began = time.perf_counter()

@@ -31,7 +31,7 @@ from autograder.execute import ExecResult, WorkerError
 from autograder.grading import batch, store
 from autograder.grading.batch import grade_batch
 from autograder.grading.judge import notebook_env
-from autograder.grading.submissions import CHECKPOINT_FILES, Submission, submission_ids
+from autograder.grading.submissions import Submission, submission_ids
 from autograder.lesson import default_lesson
 from autograder.model import CaseResult, Status, SubmissionResult, spreadsheet_text
 from autograder.release.common import tool_env
@@ -39,6 +39,7 @@ from autograder.release.gradescope import gradescope_bundle
 from autograder.release.sample import filled_notebook
 
 checks = default_lesson().checks
+CHECKPOINT_FILES = ("milestone.pt", "milestone.json")  # the files Lesson 83's milestone question declares
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 SIM = ROOT.parent / "shared" / "tools" / "gradescope-sim"

@@ -20,12 +20,6 @@ LESSON = "lesson83"
 # Path under the repository (a file, or a folder ending in /) -> the work that removes its Lesson-83 words. The
 # coordinator removes an entry when that work is merged; an entry whose files hold no word any more fails below.
 STILL_BEING_CLEANED = {
-    "autograder/milestone.py": "the milestone as the lesson's plug-in (issue 22, Done when 2)",
-    "autograder/grading/judge.py": "the milestone plug-in: the checkpoint's file names",
-    "autograder/grading/batch.py": "the milestone plug-in: the checkpoint's file names",
-    "autograder/grading/submissions.py": "the milestone plug-in: the checkpoint's file names",
-    "autograder/config.py": "the milestone plug-in: its config section's descriptions",
-    "autograder/limits.py": "the milestone plug-in: comments on the checkpoint reader",
     "autograder/execute.py": "the sandbox package (sandbox/)",
 }
 

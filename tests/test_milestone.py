@@ -27,10 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder import milestone as ms
+from autograder.checkpoint import load_plugin
 from autograder.config import ROOT, Milestone, load_config
+from autograder.lesson import default_lesson
 from reference.lesson83 import TinyCharLM, apply_rope, rope_cache, sinusoidal_pe
 from reference.lesson83_mistakes import MISTAKES
+
+ms = load_plugin(default_lesson())  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
 
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"  # a quick-preset run of the reference, committed
 lm = ms.LESSON.trainer  # lesson83_milestone
@@ -395,7 +398,7 @@ print("trained", len(history), info["graph"])
 '''
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0 and "trained 1 False" in run.stdout, run.stderr[-2000:]
-    verify = subprocess.run([sys.executable, "-m", "autograder.milestone", "--verify", "--out", str(tmp_path)],
+    verify = subprocess.run([sys.executable, "-m", "autograder.checkpoint", "--verify", "--out", str(tmp_path)],
                             env=env, capture_output=True, text=True, cwd=tmp_path)
     assert verify.returncode == 1, verify.stderr[-2000:]  # only one scheme was trained
     result = json.loads(verify.stdout)
@@ -404,7 +407,8 @@ print("trained", len(history), info["graph"])
     assert result["schemes"]["none"]["problem"] == "checkpoint_wrong_weights"
 
 
-MILESTONE_FILES = ["assignments/lesson83/lesson83_milestone.py", "autograder/milestone.py", "autograder/lesson.py",
+MILESTONE_FILES = ["assignments/lesson83/lesson83_milestone.py", "assignments/lesson83/lesson83_checkpoint.py",
+                   "autograder/checkpoint.py", "autograder/lesson.py",
                    "assignments/lesson83/lesson83_checks.py",
                    "reference/lesson83.py", "benchmarks/gpu_check.py", "benchmarks/milestone_speed.py"]
 
@@ -710,7 +714,7 @@ class WaitingPool:
 @pytest.mark.sandbox
 def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from autograder.grading import batch, judge
+    from autograder.grading import batch
 
     verdict = {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": "quick", "credit": 1.0,
                "seconds": 0.0, "schemes": {pos: {"passed": True, "message": "ok"} for pos in lm.SCHEMES}}
@@ -720,7 +724,7 @@ def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Pa
         return verdict
 
     monkeypatch.setattr(batch, "WorkerPool", WaitingPool)
-    monkeypatch.setattr(judge, "verify_checkpoint", verify)
+    monkeypatch.setattr(ms, "verify_checkpoint", verify)
     WaitingPool.verifying.clear()
     WaitingPool.waited.clear()
     student = tmp_path / "subs" / "ada"
@@ -800,7 +804,7 @@ def test_a_verifier_killed_from_outside_is_started_again(tiny_checkpoint: tuple[
 @pytest.mark.sandbox
 def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two cores verify two checkpoints at once while the notebooks run (a class of 300 needs both)."""
-    from autograder.grading import batch, judge
+    from autograder.grading import batch
 
     verdict = {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": "quick", "credit": 1.0,
                "seconds": 0.0, "schemes": {pos: {"passed": True, "message": "ok"} for pos in lm.SCHEMES}}
@@ -817,7 +821,7 @@ def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypat
         return verdict
 
     monkeypatch.setattr(batch, "WorkerPool", WaitingPool)
-    monkeypatch.setattr(judge, "verify_checkpoint", verify)
+    monkeypatch.setattr(ms, "verify_checkpoint", verify)
     monkeypatch.setattr(batch, "VERIFY_SLOTS", 2)
     WaitingPool.verifying.clear()
     WaitingPool.waited.clear()

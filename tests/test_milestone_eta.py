@@ -13,9 +13,12 @@ import pytest
 import torch
 from torch import nn
 
-from autograder import milestone as ms
 from autograder.authoring import questions
+from autograder.checkpoint import load_plugin
 from autograder.config import ROOT, load_config
+from autograder.lesson import default_lesson
+
+ms = load_plugin(default_lesson())  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
 
 pytestmark = pytest.mark.training  # the tiers are in pyproject.toml
 

@@ -19,9 +19,11 @@ from autograder.lesson import Lesson
 
 
 def checkpoint_shares(points: float, *, lesson: Lesson) -> dict[str, float]:
-    """The milestone checkpoint's points per scheme of the lesson's trainer: equal shares, the last one taking
-    the rounding."""
-    schemes = lesson.trainer.SCHEMES
+    """The milestone checkpoint's points per part its plug-in grades (PARTS: for example one per scheme): equal
+    shares, the last one taking the rounding."""
+    from autograder.checkpoint import load_plugin  # the plug-in only when the lesson grades a checkpoint
+
+    schemes = tuple(load_plugin(lesson).PARTS)
     share = [round(points / len(schemes), 4) for _ in schemes]
     share[-1] = round(points - sum(share[:-1]), 4)
     return dict(zip(schemes, share))
@@ -101,7 +103,7 @@ class Suite:
 # The engine's files whose change changes what the grader judges (paths under autograder/).
 ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "execute.py", "wire.py", "limits.py",
                 "authoring/suite.py", "grading/submissions.py", "grading/judge.py", "model.py", "grading/batch.py",
-                "grading/store.py", "milestone.py", "lesson.py")
+                "grading/store.py", "checkpoint.py", "lesson.py")
 
 
 CACHE_ENV = env_name("CACHE")  # a folder for the expected-values cache; "off" turns the cache off

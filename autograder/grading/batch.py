@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder.authoring.suite import Suite, load_suite, suite_fingerprint
+from autograder.checkpoint import VERIFY_SLOTS, reader_limits_lowered, reads_checkpoint
 from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
 from autograder.config import Cluster as ClusterSettings
 from autograder.execute import ExecResult, Limits, WorkerPool
@@ -20,7 +21,6 @@ from autograder.grading import store
 from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreadable
 from autograder.grading.store import failure_text, result_key, stored_key, write_tables
 from autograder.grading.submissions import Submission, find_submissions
-from autograder.milestone import VERIFY_SLOTS, reader_limits_lowered
 from autograder.model import SubmissionResult
 
 
@@ -95,14 +95,16 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     """
     config = load_config(config_path)
     fingerprint = suite_fingerprint(config_path)
-    subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions)
+    files = load_suite(config_path).checkpoint_files
+    subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions,
+                                                                 files=files)
     results_dir = out / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}  # id -> why the grader could not grade it in this run
     cpu: dict[str, list[float]] = {"judge": [], "store": []}  # thread CPU of judging and storing each result
     todo, reused = [], 0
     for sub in subs:
-        key = result_key(sub, fingerprint)
+        key = result_key(sub, fingerprint, files)
         if not force and stored_key(results_dir / sub.result_name) == key:
             reused += 1
         else:
@@ -146,7 +148,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     # (verify_checkpoint evaluates the same weights once and waits for a verification already under way).
     ahead = ThreadPoolExecutor(VERIFY_SLOTS)
     for sub, _ in runnable if suite.checkpoint_cases else ():
-        if "milestone.pt" in sub.files and not sub.file_problems:
+        if reads_checkpoint(suite.checkpoint_files, sub.files) and not sub.file_problems:
             ahead.submit(judge_checkpoint, suite, sub.files)
     for sub, key in todo:
         if sub.source is None:
@@ -177,7 +179,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
             if progress:
                 print(file=sys.stderr)
     ahead.shutdown(cancel_futures=True)
-    lowered += reader_limits_lowered() if any("milestone.pt" in s.files for s, _ in todo) else []
+    read = any(reads_checkpoint(suite.checkpoint_files, s.files) for s, _ in todo)
+    lowered += reader_limits_lowered() if read else []
     rows = write_tables(suite, subs, out, failed=failed, limits_lowered=lowered)
     return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()), lowered,
                         cpu)

@@ -10,9 +10,9 @@ from typing import Any
 import nbformat
 
 from autograder.authoring.suite import Suite
+from autograder.checkpoint import UNREADABLE, PartVerdict, Verdict, load_plugin, reader_limits_lowered, reads_checkpoint
 from autograder.execute import SKIP_TAGS, ExecResult
 from autograder.grading.submissions import Submission
-from autograder.milestone import reader_limits_lowered, verify_checkpoint
 from autograder.model import STATUS_WORDS, CaseResult, Status, SubmissionResult
 
 
@@ -74,36 +74,32 @@ def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]], *
 
 
 def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] | None = None) -> list[CaseResult]:
-    """Milestone checkpoint cases: re-evaluate milestone.pt on the CPU and compare with milestone.json."""
+    """Milestone checkpoint cases: the lesson's plug-in verifies the uploaded files, one verdict per part."""
     cases = suite.checkpoint_cases
     if not cases:
         return []
-    pt, claims = files.get("milestone.pt"), files.get("milestone.json")
+    plugin = load_plugin(suite.config.lesson)
     if problems:
-        verdict = {"ok": False, "message": "; ".join(problems), "problem": "checkpoint_unreadable", "credit": 0.0,
-                   "schemes": {}}
+        verdict = Verdict(False, "; ".join(problems), UNREADABLE)
     else:
         try:
-            verdict = verify_checkpoint(pt, claims, rules=suite.config.milestone,
-                                        memory_mb=suite.config.submissions.checkpoint_memory_mb)
+            verdict = plugin.verify(files, rules=suite.config.milestone,
+                                    memory_mb=suite.config.submissions.checkpoint_memory_mb)
         except Exception as exc:  # noqa: BLE001 - hostile files (deep JSON, odd types) cost this part, not the batch
-            verdict = {"ok": False, "problem": "checkpoint_unreadable", "credit": 0.0, "schemes": {},
-                       "message": f"the checkpoint could not be verified ({type(exc).__name__}: {str(exc)[:200]}); "
-                                  "re-save it with save_checkpoint and upload milestone.pt and milestone.json of "
-                                  "the same run"}
+            verdict = Verdict(False, f"the checkpoint could not be verified ({type(exc).__name__}: "
+                                     f"{str(exc)[:200]}); {plugin.UNVERIFIED}", UNREADABLE)
     out = []
     for case in cases:
-        row = verdict["schemes"].get(case["scheme"], {})
-        passed = bool(verdict["ok"] and row.get("passed"))
-        earned = round(case["points"] * verdict["credit"], 4) if passed else 0.0
+        row = verdict.parts.get(case["scheme"], PartVerdict(False))
+        passed = bool(verdict.ok and row.passed)
+        earned = round(case["points"] * verdict.credit, 4) if passed else 0.0
         if passed:
-            message = "" if verdict["credit"] == 1 else (f"{case['id']}: the {verdict['preset']} preset earns "
-                                                         f"{verdict['credit']:.0%} of these points")
+            message = "" if verdict.credit == 1 else (f"{case['id']}: the {verdict.label} preset earns "
+                                                      f"{verdict.credit:.0%} of these points")
         else:
-            message = f"{case['id']}: {row.get('message') or verdict['message']}"
-        received = {k: {str(c): v for c, v in row[k].items()} for k in ("ppl", "claimed", "thresholds")
-                    if row.get(k)}
-        problem = None if passed else row.get("problem") or verdict.get("problem")
+            message = f"{case['id']}: {row.message or verdict.message}"
+        received = row.received
+        problem = None if passed else row.problem or verdict.problem
         out.append(CaseResult(case["id"], case["question"], earned, case["points"], passed, False, message,
                               problem, received or None))
     return out
@@ -151,7 +147,7 @@ def judge_submission(suite: Suite, sub: Submission, status: str, outputs: dict[s
     """One submission's result: its probe outputs (`status`: the executor's word for the run) and its checkpoint
     files judged against the suite."""
     cases = judge_outputs(suite, outputs) + judge_checkpoint(suite, sub.files, sub.file_problems)
-    read = suite.checkpoint_cases and "milestone.pt" in sub.files and not sub.file_problems
+    read = suite.checkpoint_cases and reads_checkpoint(suite.checkpoint_files, sub.files) and not sub.file_problems
     notes = [*notes, *(reader_limits_lowered() if read else [])]  # an operator's lower limits, if any
     return SubmissionResult(sub.id, STATUS_WORDS[status], cases, notes, list(student_notes or []),
                             suite.fingerprint)

@@ -56,16 +56,17 @@ def isolation_here() -> str:
 def course_submissions(course: Path, assignment: str, *, config_path: Path = DEFAULT_CONFIG) -> list[Any]:
     """Each `submitted/<student>/<assignment>/` folder of the course, read under the caps as `grade` reads a
     per-student folder; its id is the nbgrader student id."""
+    from autograder.authoring.suite import load_suite
     from autograder.grading.submissions import read_entry, result_file_name
 
-    limits = load_config(config_path).submissions
+    limits, files = load_config(config_path).submissions, load_suite(config_path).checkpoint_files
     submitted = course / "submitted"
     subs = []
     for student in sorted(submitted.iterdir() if submitted.is_dir() else (), key=lambda p: os.fsencode(p.name)):
         folder = student / assignment
         if student.name.startswith(".") or not folder.is_dir() or folder.is_symlink():
             continue
-        sub = read_entry(folder, limits=limits)
+        sub = read_entry(folder, limits=limits, files=files)
         sub.id, sub.name = student.name, student.name
         sub.result_name = result_file_name(student.name, sub.raw_name)
         subs.append(sub)
@@ -75,18 +76,20 @@ def course_submissions(course: Path, assignment: str, *, config_path: Path = DEF
 def _stored_record(grades: Path, course: Path, student: str, assignment: str, config_path: Path) -> dict[str, Any]:
     """The engine's stored result for this student's current submission; raises when there is none, or when it
     belongs to another version of the submission or of the tests."""
-    from autograder.authoring.suite import suite_fingerprint
+    from autograder.authoring.suite import load_suite, suite_fingerprint
     from autograder.grading.store import result_key
     from autograder.grading.submissions import read_entry, result_file_name
 
-    sub = read_entry(course / "submitted" / student / assignment, limits=load_config(config_path).submissions)
+    files = load_suite(config_path).checkpoint_files
+    sub = read_entry(course / "submitted" / student / assignment, limits=load_config(config_path).submissions,
+                     files=files)
     sub.name = student
     path = grades / "results" / result_file_name(student, sub.raw_name)
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         record = {}
-    if record.get("key") != result_key(sub, suite_fingerprint(config_path)):
+    if record.get("key") != result_key(sub, suite_fingerprint(config_path), files):
         raise NbgraderGradingError(
             f"{student}: no result of the {command()} grader for this submission in {path} (never graded, or graded "
             f"before it or the tests changed). Grade with `{command()} nbgrader-autograde .` in the course folder: "

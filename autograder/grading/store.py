@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from autograder.authoring.questions import Question
 from autograder.authoring.suite import Suite
 from autograder.config import command
-from autograder.grading.submissions import CHECKPOINT_FILES, Submission
+from autograder.grading.submissions import Submission
 from autograder.model import Status, SubmissionResult, csv_text, full_marks
 
 
@@ -33,12 +34,12 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def result_key(sub: Submission, fingerprint: str) -> str:
+def result_key(sub: Submission, fingerprint: str, files: Sequence[str]) -> str:
     """What a stored result is valid for: the submission's notebook (or why it is unreadable), its checkpoint
     files and the suite fingerprint; a stored result with another key is graded again."""
     h = hashlib.sha256(sub.source if sub.source is not None
                        else b"problem\0" + sub.problem.encode("utf-8", "backslashreplace"))
-    for name in CHECKPOINT_FILES:
+    for name in files:  # the checkpoint's (Suite.checkpoint_files)
         h.update(hashlib.sha256(sub.files.get(name, b"")).digest())
     h.update("\0".join(sub.file_problems).encode("utf-8", "backslashreplace") + fingerprint.encode())
     return h.hexdigest()

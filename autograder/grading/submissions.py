@@ -8,7 +8,7 @@ import os
 import re
 import stat
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -17,7 +17,6 @@ from typing import Any, BinaryIO
 
 from autograder.config import Submissions
 
-CHECKPOINT_FILES = ("milestone.pt", "milestone.json")
 MAX_FOLDER_ENTRIES = 10_000  # files and folders looked at inside one student's folder
 SKIP_DIRS = (".ipynb_checkpoints", "__MACOSX")
 
@@ -96,7 +95,7 @@ class Submission:
     path: Path  # the notebook or zip the source was read from (the entry itself when there is none)
     source: bytes | None
     problem: str = ""
-    files: dict[str, bytes] = field(default_factory=dict)  # milestone.pt / milestone.json, when uploaded
+    files: dict[str, bytes] = field(default_factory=dict)  # the checkpoint's files (Suite.checkpoint_files), if any
     file_problems: list[str] = field(default_factory=list)
     name: str = ""  # the entry's name in the class folder (os.fsdecode: non-UTF-8 bytes are surrogates)
     folder: bool = False
@@ -122,8 +121,8 @@ def _zip_link(info: zipfile.ZipInfo) -> bool:
     return stat.S_ISLNK(info.external_attr >> 16)
 
 
-def _read_zip(sub: Submission, path: Path, limits: Submissions, with_files: bool) -> None:
-    """The one .ipynb inside a zip (and milestone.pt/.json if present), read in memory under the caps; nothing
+def _read_zip(sub: Submission, path: Path, limits: Submissions, files: Sequence[str]) -> None:
+    """The one .ipynb inside a zip (and the checkpoint's `files` if present), read in memory under the caps; nothing
     else in the zip (a .OTTER_LOG, a link) is ever read."""
     label = display_name(path.name)
     with open_regular(path, limit=limits.cap("zip"), label=label) as f:
@@ -140,7 +139,7 @@ def _read_zip(sub: Submission, path: Path, limits: Submissions, with_files: bool
             nb = notebooks[0]
             sub.source = _read_member(zf, nb, limit=limits.cap("notebook"),
                                       label=f"{label}: {display_name(nb.filename)}")
-            for name in CHECKPOINT_FILES if with_files else ():
+            for name in files:
                 found = [i for i in members if PurePosixPath(i.filename).name == name]
                 _attach(sub, name, [partial(_read_member, zf, i, label=f"{label}: {display_name(i.filename)}")
                                     for i in found], "zip", limits.cap("checkpoint"))
@@ -158,7 +157,7 @@ def _walk(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
             seen += 1
             if seen > MAX_FOLDER_ENTRIES:
                 raise Refused(f"{display_name(folder.name)}/ holds more than {MAX_FOLDER_ENTRIES} files; upload "
-                              "the notebook (and the milestone files) alone")
+                              "the notebook (and the checkpoint files) alone")
             if e.is_dir(follow_symlinks=False):
                 if e.name not in SKIP_DIRS:
                     stack.append(Path(e.path))
@@ -169,8 +168,9 @@ def _walk(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     return sorted(files), skipped
 
 
-def _read_folder(sub: Submission, limits: Submissions, with_files: bool) -> None:
-    """A per-student folder: its one notebook (or one zip), and milestone.pt/.json found anywhere in it."""
+def _read_folder(sub: Submission, limits: Submissions, wanted: Sequence[str]) -> None:
+    """A per-student folder: its one notebook (or one zip), and the checkpoint's files (`wanted`) found anywhere in
+    it."""
     folder = sub.path
     files, skipped = _walk(folder)
 
@@ -184,7 +184,7 @@ def _read_folder(sub: Submission, limits: Submissions, with_files: bool) -> None
         sub.source = read_regular(notebooks[0], limit=limits.cap("notebook"), label=label(notebooks[0]))
     elif not notebooks and len(zips) == 1:
         sub.path = zips[0]
-        _read_zip(sub, zips[0], limits, with_files)
+        _read_zip(sub, zips[0], limits, wanted)
         if sub.files or sub.file_problems:
             return  # the zip carried the checkpoint
     else:
@@ -192,7 +192,7 @@ def _read_folder(sub: Submission, limits: Submissions, with_files: bool) -> None
         if skipped:
             why += "; not read: " + ", ".join(f"{label(p)} ({kind})" for p, kind in skipped[:5])
         raise Refused(why)
-    for name in CHECKPOINT_FILES if with_files else ():
+    for name in wanted:
         found = [p for p in files if p.name == name]
         _attach(sub, name, [partial(read_regular, p, label=label(p)) for p in found], "folder",
                 limits.cap("checkpoint"))
@@ -202,8 +202,9 @@ def _read_folder(sub: Submission, limits: Submissions, with_files: bool) -> None
                                      f"follows links: upload {name} itself")
 
 
-def read_entry(path: Path, *, limits: Submissions | None = None, with_files: bool = True) -> Submission:
-    """One input of a class folder (a notebook, a zip or a per-student folder), read under the caps.
+def read_entry(path: Path, *, limits: Submissions | None = None, files: Sequence[str] = ()) -> Submission:
+    """One input of a class folder (a notebook, a zip or a per-student folder), read under the caps, with the
+    checkpoint's `files` (Suite.checkpoint_files) beside its notebook.
 
     Never raises for anything the input is or holds: why it cannot be graded becomes the Submission's `problem`.
     """
@@ -214,12 +215,12 @@ def read_entry(path: Path, *, limits: Submissions | None = None, with_files: boo
         mode = os.lstat(path).st_mode
         if stat.S_ISDIR(mode):
             sub.folder = True
-            _read_folder(sub, limits, with_files)
+            _read_folder(sub, limits, files)
         elif not stat.S_ISREG(mode):
             raise Refused(f"{label} is {_kind(mode)}; the grader reads only regular files and folders and never "
                           "follows links: put the notebook itself in the submissions folder")
         elif path.suffix == ".zip":
-            _read_zip(sub, path, limits, with_files)
+            _read_zip(sub, path, limits, files)
         elif path.suffix == ".ipynb":
             sub.source = read_regular(path, limit=limits.cap("notebook"), label=label)
         else:
@@ -273,8 +274,10 @@ def result_file_name(sid: str, raw_name: bytes) -> str:
     return f"{slug}~{hashlib.sha256(raw_name).hexdigest()[:12]}.json"
 
 
-def find_submissions(folder: Path, *, limits: Submissions | None = None) -> list[Submission]:
-    """Every input under `folder`: notebooks, per-student folders, or zips; each becomes exactly one row.
+def find_submissions(folder: Path, *, limits: Submissions | None = None,
+                     files: Sequence[str] = ()) -> list[Submission]:
+    """Every input under `folder`: notebooks, per-student folders, or zips; each becomes exactly one row (with
+    the checkpoint's `files` when uploaded).
 
     Names starting with a dot are not inputs. Nothing is followed out of `folder` (links are refused).
     """
@@ -282,7 +285,7 @@ def find_submissions(folder: Path, *, limits: Submissions | None = None) -> list
         raise FileNotFoundError(f"{folder}: no such folder of submissions")
     with os.scandir(folder) as it:
         names = sorted((e.name for e in it if not e.name.startswith(".")), key=os.fsencode)
-    subs = [read_entry(folder / name, limits=limits) for name in names]
+    subs = [read_entry(folder / name, limits=limits, files=files) for name in names]
     for sub, sid in zip(subs, submission_ids([(s.name, s.folder) for s in subs])):
         sub.id = sid
         sub.result_name = result_file_name(sid, sub.raw_name)
@@ -292,7 +295,7 @@ def find_submissions(folder: Path, *, limits: Submissions | None = None) -> list
 def read_cells(path: Path, *, limits: Submissions | None = None) -> tuple[list[dict[str, Any]], str]:
     """The cells of the notebook an entry holds, read as data only (never run) under the caps, or why there
     are none."""
-    sub = read_entry(path, limits=limits, with_files=False)
+    sub = read_entry(path, limits=limits)
     if sub.source is None:
         return [], f"the notebook could not be read: {sub.problem}"
     try:

@@ -219,9 +219,9 @@ def catalogue(suite: Suite) -> dict[str, tuple[str, str]]:
     checkpoint: dict[str, tuple[str, str]] = {}
     graded = [c["question"] for c in suite.checkpoint_cases]  # none unless the lesson grades a milestone
     if graded:
-        from autograder.milestone import PROBLEMS
+        from autograder.checkpoint import load_plugin
 
-        checkpoint = {k: (graded[0], v) for k, v in PROBLEMS.items()}
+        checkpoint = {k: (graded[0], v) for k, v in load_plugin(suite.config.lesson).PROBLEMS.items()}
     return known | {m.id: (m.question, m.description) for m in suite.config.lesson.mistakes} | checkpoint
 
 

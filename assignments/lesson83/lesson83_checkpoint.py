@@ -1,4 +1,5 @@
-"""Milestone stage: train the reference TinyCharLM on the protocol, and verify submitted checkpoints on the CPU.
+"""Lesson 83's milestone plug-in (autograder/checkpoint.py): train the reference TinyCharLM on the protocol, and
+verify submitted checkpoints on the CPU. The graders' own file: never shipped to students.
 
 This module and everything it imports run on a bare PyTorch image (no pydantic): the milestone rules are read
 from grading_config.yaml by a small reader here, with the same validation as autograder/config.py.
@@ -10,18 +11,13 @@ limit, so a hostile file can only ever give a verdict; the child is forked from 
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import hashlib
 import hmac
 import json
 import math
-import os
 import random
 import secrets
-import select
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -35,12 +31,14 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from autograder.lesson import default_lesson
-from autograder.limits import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB, fit_hard, lowered_limits
+from autograder import checkpoint
+from autograder.lesson import Lesson
+from autograder.limits import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB
 
-# The lesson of grading_config.yaml: its milestone trainer (shipped next to the notebook) and the reference model
-# class its milestone question names (autograder/lesson.py).
-LESSON = default_lesson()
+ROOT = Path(__file__).resolve().parents[2]  # the course folder: assignments/NAME/ holds this file
+# This plug-in's lesson: its milestone trainer (shipped next to the notebook) and the reference model class its
+# milestone question names (autograder/lesson.py).
+LESSON = Lesson.load(Path(__file__).parent.name, near=ROOT)
 (ARCH, CONTEXTS, PRECISIONS, PRESETS, SCHEMES, VOCAB, corpus_tokens, evaluate_ppl, load_checkpoint, plot_table,
  run_milestone, save_checkpoint, val_starts, windows) = attrgetter(
     "ARCH", "CONTEXTS", "PRECISIONS", "PRESETS", "SCHEMES", "VOCAB", "corpus_tokens", "evaluate_ppl",
@@ -48,7 +46,6 @@ LESSON = default_lesson()
 ppl_from_windows = LESSON.trainer.ppl_from_windows
 TinyCharLM = LESSON.milestone_model
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "grading_config.yaml"
 # Verification re-evaluates on verify_windows evenly spaced validation windows (grading_config.yaml; 100 start
 # at 100,000 + 30 i), one forward pass of 512 tokens per window for all three contexts (measure_ppl; the reference
@@ -61,7 +58,7 @@ MAX_CLAIMS_KB = 2048  # milestone.json: about 30 KB (quick) or 400 KB (full) of 
 # legitimate checkpoint needs about 300 MB), and gets this much CPU and wall-clock time.
 CHILD_MEMORY_MB = CHECKPOINT_MEMORY_MB
 CHILD_TIMEOUT_S = 300
-STARTUP_TIMEOUT_S = 120  # for a verifier process to import torch and warm up (about 3 CPU-s, once)
+UNVERIFIED = "re-save it with save_checkpoint and upload milestone.pt and milestone.json of the same run"
 UPLOAD_HINT = ("Upload milestone.pt and milestone.json next to your notebook, exactly as the milestone's "
                "save cell writes them (save_checkpoint).")
 
@@ -254,7 +251,6 @@ _CONFIGS: dict[str, dict[str, Any]] = {}
 _MEASURED: dict[tuple[str, str, int, int, str], dict[str, Any]] = {}
 _FAILED: dict[tuple[str, int, float], str] = {}
 _LOCKS: dict[str, threading.Lock] = {}
-_LOWERED: dict[str, None] = {}  # the checkpoint reader's limits that an operator's lower hard limits lowered
 _LOCKS_GUARD = threading.Lock()
 # sample (today's grader, issue 23): a secret random sample of windows, and those claimed far below the
 # reference's prediction, recomputed against milestone.json's per-window losses (_verify_sampled). The whole
@@ -320,19 +316,6 @@ def _row(message: str = "", problem: str | None = None) -> dict[str, Any]:
 def _failure(message: str, schemes: Sequence[str], problem: str = "checkpoint_unreadable") -> dict[str, Any]:
     return {"ok": False, "message": message, "problem": problem, "preset": None, "credit": 0.0, "seconds": 0.0,
             "cpu_s": 0.0, "schemes": {pos: _row(message, problem) for pos in schemes}}
-
-
-def _read(data: str | Path | bytes | None, name: str, limit: int) -> bytes:
-    if data is None:
-        raise FileNotFoundError(name)
-    if isinstance(data, bytes):
-        size = len(data)
-    else:
-        path = Path(data)
-        size = path.stat().st_size
-    if size > limit:
-        raise ValueError(f"{name} is larger than {limit // 2**10:,} KB")
-    return data if isinstance(data, bytes) else path.read_bytes()
 
 
 def _reject_constant(name: str) -> float:
@@ -432,160 +415,28 @@ def _claimed_row(ppl: dict[str, Any], pos: str) -> dict[int, float]:
     return out
 
 
-def _threads() -> int:
-    """How many checkpoints are verified side by side: the CPUs this process may run on (taskset, cgroups),
-    at most 4."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(4, cpus or 1))
+PARTS = SCHEMES  # the checkpoint's graded parts (autograder/checkpoint.py): one per scheme
+VERIFY_SLOTS = checkpoint.VERIFY_SLOTS  # checkpoints verified side by side (grade_batch verifies ahead)
+PLUGIN = Path(__file__).resolve()
+_POOL = checkpoint.pool(PLUGIN)
+VerifierError = checkpoint.VerifierError
+reader_limits_lowered = checkpoint.reader_limits_lowered
 
 
-def _child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP", "PYTHONINSPECT")}
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
-               PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2", OMP_NUM_THREADS="1")
-    return env
+class Verifier(checkpoint.Verifier):
+    """A pre-started reader of this plug-in (autograder/checkpoint.py): torch imported, the corpus read and the
+    five models built once (reader_start); a child per milestone.pt, loaded with weights_only."""
 
-
-class VerifierError(RuntimeError):
-    """The verifier process itself failed (not the checkpoint): it is restarted and the request retried once."""
-
-
-def _read_line(fd: int, deadline: float) -> bytes | None:
-    """One line from a pipe, or None at end of file or when the deadline (time.monotonic) passes."""
-    buf = b""
-    while not buf.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return None
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            return None
-        buf += chunk
-    return buf
-
-
-class Verifier:
-    """A pre-started reader: a process that imports torch, reads the corpus and builds the five models once,
-    then forks a child per checkpoint (cheap: the child shares the started interpreter). Each child loads
-    milestone.pt (weights_only) under its own memory, CPU-time and wall-clock limits, evaluates it and exits,
-    so a hostile file can only ever cost that child. One request at a time; a pool of them serves threads.
-    threads: torch threads of each child (one: verifications run side by side instead)."""
-
-    def __init__(self, *, threads: int = 1, startup_s: float = STARTUP_TIMEOUT_S) -> None:
-        self.threads, self.startup_s = threads, startup_s
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.startup: dict[str, float] = {}  # seconds (wall) and cpu_s of the last start
-
-    def start(self) -> Verifier:
-        """Start the process (about 3 CPU-s) unless it runs; VerifierError when it cannot."""
-        if self.alive():
-            return self
-        self.close()
-        started = time.perf_counter()
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "autograder.milestone", "--server"],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=_child_env(),
-                                         start_new_session=True)  # its own group: close() stops its child too
-        except OSError as err:
-            raise VerifierError(f"the grader could not start its checkpoint reader ({err})") from err
-        ready = _read_line(self.proc.stdout.fileno(), time.monotonic() + self.startup_s)  # type: ignore[union-attr]
-        if ready is None:
-            self.close()
-            raise VerifierError(f"the grader's checkpoint reader did not start within {self.startup_s:g} s")
-        self.startup = {"seconds": time.perf_counter() - started, **json.loads(ready)}
-        return self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def request(self, pt_bytes: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
-        """Evaluate one checkpoint in a fresh limited child; its answer, or {"error": ...} about the file."""
-        proc = self.start().proc
-        assert proc is not None and proc.stdin is not None and proc.stdout is not None
-        header = json.dumps({**request, "timeout_s": timeout_s, "threads": self.threads,
-                             "size": len(pt_bytes)}).encode() + b"\n"
-        try:
-            proc.stdin.write(header + pt_bytes)
-            proc.stdin.flush()
-        except OSError as err:
-            self.close()
-            raise VerifierError(f"the checkpoint reader stopped ({err})") from err
-        line = _read_line(proc.stdout.fileno(), time.monotonic() + timeout_s + 60)
-        if line is None:
-            self.close()
-            raise VerifierError("the checkpoint reader stopped answering")
-        return json.loads(line)
-
-    def close(self) -> None:
-        """Stop the process and a child it may be running (a later request starts it again)."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                stream.close()
-
-    def __enter__(self) -> Verifier:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-
-class _Pool:
-    """Up to `slots` verifiers, started when first needed and kept for the process (grade_batch, the tests)."""
-
-    def __init__(self, slots: int) -> None:
-        self.slots = threading.BoundedSemaphore(slots)
-        self.idle: list[Verifier] = []
-        self.guard = threading.Lock()
-        self.owner = os.getpid()  # a forked copy of this process must not stop the owner's verifiers
-
-    def request(self, pt_bytes: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
-        with self.slots:
-            with self.guard:
-                verifier = self.idle.pop() if self.idle else Verifier()
-            try:
-                for attempt in (1, 2):  # a reader that dies for reasons of its own is started again, once
-                    try:
-                        return verifier.request(pt_bytes, request, timeout_s=timeout_s)
-                    except VerifierError as err:
-                        if attempt == 2:
-                            return {"error": str(err), "infrastructure": True}
-                raise AssertionError("unreachable")
-            finally:
-                with self.guard:
-                    self.idle.append(verifier)
-
-    def close(self) -> None:
-        if os.getpid() != self.owner:
-            return
-        with self.guard:
-            idle, self.idle = self.idle, []
-        for verifier in idle:
-            verifier.close()
-
-
-VERIFY_SLOTS = _threads()  # checkpoints verified side by side (grade_batch verifies ahead in as many threads)
-_POOL = _Pool(VERIFY_SLOTS)
-atexit.register(_POOL.close)
+    def __init__(self, *, threads: int = 1, startup_s: float = checkpoint.STARTUP_TIMEOUT_S) -> None:
+        super().__init__(plugin=PLUGIN, threads=threads, startup_s=startup_s)
 
 
 def _run_child(pt_bytes: bytes, request: dict[str, Any], *, memory_mb: int, timeout_s: float,
-               verifier: Verifier | None = None) -> dict[str, Any]:
+               verifier: checkpoint.Verifier | None = None) -> dict[str, Any]:
     """Load and evaluate milestone.pt in a limited child of a verifier (the pool's unless one is given); any
     failure comes back as {"error": ...}."""
-    request = {**request, "memory_mb": memory_mb}
-    if verifier is None:
-        return _POOL.request(pt_bytes, request, timeout_s=timeout_s)
-    try:
-        return verifier.request(pt_bytes, request, timeout_s=timeout_s)
-    except VerifierError as err:
-        return {"error": str(err), "infrastructure": True}
+    return checkpoint.run_child(pt_bytes, request, plugin=PLUGIN, memory_mb=memory_mb, timeout_s=timeout_s,
+                                verifier=verifier)
 
 
 def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
@@ -632,89 +483,39 @@ def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
     return out
 
 
-def _fork_child(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
-                models: dict[str, torch.nn.Module]) -> dict[str, Any]:
-    """In the verifier: evaluate one checkpoint in a forked child limited to memory_mb beyond the verifier's
-    size, timeout_s of CPU and of wall-clock time; the child's answer with its CPU seconds, or an error."""
-    import resource
-
-    status = Path("/proc/self/status")  # the child's size as it starts: a fork of this process
-    base = next((int(line.split()[1]) * 1024 for line in status.read_text().splitlines()
-                 if line.startswith("VmSize:")), 0) if status.exists() else 0
-    limit, cpu = base + int(request["memory_mb"]) * 2**20, int(request["timeout_s"]) + 1
-    rlimits = ((resource.RLIMIT_AS, limit), (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_CORE, 0))
-    # what an operator's lower hard limits (ulimit) lower, said with the answer
-    lowered = {"limits_lowered": lowered_limits(rlimits, who="the checkpoint reader", size=base)}
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: nothing of the verifier's protocol, its own limits, one answer, then exit
-        code = 0
-        try:
-            os.close(read_end)
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(devnull, fd)
-            for rlim, value in rlimits:  # never above the verifier's own hard limits
-                resource.setrlimit(rlim, fit_hard(rlim, value))
-            if request.get("threads", 1) != 1:
-                torch.set_num_threads(int(request["threads"]))
-            answer = json.dumps(_evaluate(request, pt_bytes, tokens, models)).encode() + b"\n"
-            view = memoryview(answer)
-            while view:
-                view = view[os.write(write_end, view):]
-        except BaseException:  # noqa: BLE001 - the verifier reports how the child ended
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    timeout_s = float(request["timeout_s"])
-    deadline = time.monotonic() + timeout_s
-    try:
-        line = _read_line(read_end, deadline)
-    finally:
-        os.close(read_end)
-    timed_out = line is None and time.monotonic() >= deadline
-    if line is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    _, status, usage = os.wait4(pid, 0)
-    cpu_s = usage.ru_utime + usage.ru_stime
-    if line is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        return {**json.loads(line), "cpu_s": cpu_s, **lowered}
-    if timed_out:
-        return {"error": f"reading and evaluating it took longer than the grader's limit of {timeout_s:g} s",
-                "cpu_s": cpu_s, **lowered}
-    why = (f"the reader stopped with signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else
-           f"the reader failed (exit status {os.WEXITSTATUS(status)})")
-    return {"error": f"{why}; loading it needs more than the grader's {request['memory_mb']} MB or crashes the "
-                     "reader", "cpu_s": cpu_s, **lowered}
 
 
-def _serve() -> int:
-    """The verifier's loop: start once (torch, the corpus, the five models warmed up on one thread), say ready,
-    then per request (a JSON line and milestone.pt's bytes on stdin) fork a limited child, answer one line."""
+def reader_start() -> tuple[torch.Tensor, dict[str, torch.nn.Module]]:
+    """In a verifier process, once: torch on one thread, the corpus, the five models warmed up (the first forward
+    pass sets up kernels once, here, not in every child)."""
     torch.set_num_threads(1)
     tokens = corpus_tokens()
     models = {pos: TinyCharLM(pos=pos, **ARCH).eval() for pos in SCHEMES}
-    for model in models.values():  # the first forward pass sets up kernels once, here, not in every child
+    for model in models.values():
         measure_ppl(model, tokens=tokens, max_windows=1)
         measure_ppl(model, tokens=tokens, max_windows=1, chunked=False)
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    times = os.times()
-    stdout.write(json.dumps({"cpu_s": times.user + times.system}).encode() + b"\n")
-    stdout.flush()
-    while header := stdin.readline():
-        request = json.loads(header)
-        pt_bytes = stdin.read(request["size"])
-        stdout.write(json.dumps(_fork_child(request, pt_bytes, tokens, models)).encode() + b"\n")
-        stdout.flush()
-    return 0
+    return tokens, models
 
 
-def reader_limits_lowered() -> list[str]:
-    """Which limits of the checkpoint reader this process's hard limits lowered (an operator's ulimit), and to
-    what, for every checkpoint read so far; [] when none."""
-    return list(_LOWERED)
+def reader_evaluate(request: dict[str, Any], data: bytes,
+                    state: tuple[torch.Tensor, dict[str, torch.nn.Module]]) -> dict[str, Any]:
+    """In the limited child: milestone.pt's bytes evaluated as the request says (_evaluate)."""
+    if request.get("threads", 1) != 1:
+        torch.set_num_threads(int(request["threads"]))
+    return _evaluate(request, data, *state)
+
+
+def verify(files: dict[str, bytes], *, rules: Any, memory_mb: int) -> checkpoint.Verdict:
+    """The plug-in's verdict (autograder/checkpoint.py): verify_checkpoint's, one part per scheme."""
+    found = verify_checkpoint(files.get("milestone.pt"), files.get("milestone.json"), rules=rules,
+                              memory_mb=memory_mb)
+    parts = {pos: checkpoint.PartVerdict(bool(row.get("passed")), row.get("message") or "", row.get("problem"),
+                                         {k: {str(c): v for c, v in row[k].items()}
+                                          for k in ("ppl", "claimed", "thresholds") if row.get(k)})
+             for pos, row in found["schemes"].items()}
+    return checkpoint.Verdict(bool(found["ok"]), found["message"], found.get("problem"), found["credit"],
+                              found.get("preset"), parts)
+
 
 
 def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes | None, *,
@@ -747,14 +548,14 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
     start = time.perf_counter()
     rules = rules or load_rules()
     try:
-        pt_bytes = _read(pt, "milestone.pt", MAX_CHECKPOINT_MB * 2**20)
+        pt_bytes = checkpoint.read_limited(pt, "milestone.pt", MAX_CHECKPOINT_MB * 2**20)
     except FileNotFoundError:
         return _failure(f"milestone.pt was not found. {UPLOAD_HINT}", schemes, "checkpoint_missing")
     except (OSError, ValueError) as err:
         return _failure(f"milestone.pt could not be read as plain weights ({type(err).__name__}: {err}). "
                         f"{UPLOAD_HINT}", schemes)
     try:
-        claims_bytes = _read(claims, "milestone.json", MAX_CLAIMS_KB * 2**10)
+        claims_bytes = checkpoint.read_limited(claims, "milestone.json", MAX_CLAIMS_KB * 2**10)
     except FileNotFoundError:
         return _failure(f"milestone.json was not found. {UPLOAD_HINT}", schemes, "checkpoint_missing")
     except (OSError, ValueError) as err:
@@ -793,7 +594,6 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
                                           "preset": preset, "accepted": accepted, "method": method},
                                memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier)
             cpu_s = float(found.get("cpu_s", 0.0))
-            _LOWERED.update(dict.fromkeys(str(n) for n in found.get("limits_lowered", [])))
             if "error" in found or not isinstance(found.get("config"), dict):
                 error = str(found.get("error"))
                 if not found.get("infrastructure"):  # the grader's own failure is tried again next time
@@ -873,7 +673,7 @@ def write_reference_windows() -> Path:
         rows = measure_windows(build_model(pos, states[pos]), tokens=tokens, starts=starts)
         loss[pos] = {str(c): [round(r[k], 3) for r in rows] for k, c in enumerate(CONTEXTS)}
     about = ("the reference checkpoint's loss (nats per token) on each of the 3,000 validation windows (starts "
-             "100,000 + i) per scheme and context, one 512-token pass each (autograder.milestone.measure_windows), "
+             "100,000 + i) per scheme and context, one 512-token pass each (measure_windows), "
              "rounded to 1e-3: the grader's predictor of a submission's per-window losses; never shipped to students")
     rows = ",\n".join(f'    "{pos}": ' + json.dumps(row, separators=(",", ":")) for pos, row in loss.items())
     path = LESSON.checkpoint_dir / "window_losses.json"
@@ -904,7 +704,6 @@ def _measure(pt_bytes: bytes, digest: str, starts: Mapping[str, Sequence[int]], 
         found = _run_child(pt_bytes, {"schemes": list(todo), "starts": todo, "windows": 0, "batch": VERIFY_BATCH,
                                       "preset": preset, "accepted": accepted, "method": "sample"},
                            memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier)
-        _LOWERED.update(dict.fromkeys(str(n) for n in found.get("limits_lowered", [])))
         if "error" in found or not isinstance(found.get("config"), dict):
             error = str(found.get("error"))
             if not found.get("infrastructure"):  # the grader's own failure is tried again next time
@@ -1057,11 +856,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--verify", action="store_true", help="verify OUT/milestone.pt instead of training")
     parser.add_argument("--reference-windows", action="store_true", help="write the reference checkpoint's "
                         "loss on every validation window (the grader's predictor) next to it, and stop")
-    parser.add_argument("--server", action="store_true", help=argparse.SUPPRESS)  # a Verifier process
     parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)  # 3 steps of batch 4 (tests)
     args = parser.parse_args(argv)
-    if args.server:
-        return _serve()
     if args.reference_windows:
         write_reference_windows()
         return 0
