@@ -23,10 +23,12 @@ from autograder.authoring.questions import Question
 from autograder.authoring.suite import Suite, load_suite, suite_fingerprint
 from autograder.config import DEFAULT_CONFIG, GradingConfig, command, load_config
 from autograder.config import Cluster as ClusterSettings
-from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.judge import judge_checkpoint, judge_exec, judge_unreadable
 from autograder.milestone import VERIFY_SLOTS, reader_limits_lowered
 from autograder.results import Status, SubmissionResult, csv_text, full_marks, spreadsheet_text
+from autograder.sandbox.limits import Limits
+from autograder.sandbox.pool import WorkerPool
+from autograder.sandbox.protocol import ExecResult
 from autograder.submissions import CHECKPOINT_FILES, Submission, find_submissions
 
 

@@ -12,9 +12,9 @@ from typing import Any
 from autograder.authoring.suite import Suite, load_suite
 from autograder.batch import probe_order, sandbox_limits
 from autograder.config import Cluster
-from autograder.execute import WorkerPool
 from autograder.judge import judge_exec, judge_unreadable
 from autograder.results import SubmissionResult
+from autograder.sandbox.pool import WorkerPool
 from autograder.submissions import Submission
 
 log = logging.getLogger(__name__)

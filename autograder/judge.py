@@ -10,9 +10,10 @@ from typing import Any
 import nbformat
 
 from autograder.authoring.suite import Suite
-from autograder.execute import SKIP_TAGS, ExecResult
 from autograder.milestone import reader_limits_lowered, verify_checkpoint
 from autograder.results import STATUS_WORDS, CaseResult, Status, SubmissionResult
+from autograder.sandbox.notebook import SKIP_TAGS
+from autograder.sandbox.protocol import ExecResult
 from autograder.submissions import Submission
 
 

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from autograder.lesson import default_lesson
-from autograder.limits import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB, fit_hard, lowered_limits
+from autograder.sandbox.limits import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB, fit_hard, lowered_limits
 
 # The lesson of grading_config.yaml: its milestone trainer (shipped next to the notebook) and the reference model
 # class its milestone question names (autograder/lesson.py).

@@ -120,7 +120,7 @@ def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineR
     t0 = time.perf_counter()
     from autograder.batch import grade_batch
     from autograder.config import load_config
-    from autograder.execute import WorkerPool
+    from autograder.sandbox.pool import WorkerPool
 
     import_s = time.perf_counter() - t0
     cpu_jobs: list[float] = []

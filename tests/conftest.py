@@ -16,9 +16,10 @@ from typing import Any, NoReturn
 
 import pytest
 
-from autograder import execute, milestone
+from autograder import milestone
 from autograder.authoring.suite import Suite, load_suite
 from autograder.release import build
+from autograder.sandbox import pool
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -40,7 +41,7 @@ def _tier_is_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         return stop
 
     if "sandbox" not in marks:
-        monkeypatch.setattr(execute.WorkerPool, "__init__", refuse("starts the grader's sandbox", "sandbox"))
+        monkeypatch.setattr(pool.WorkerPool, "__init__", refuse("starts the grader's sandbox", "sandbox"))
         monkeypatch.setattr(milestone.Verifier, "start", refuse("starts the checkpoint reader", "sandbox"))
     if "training" not in marks:
         monkeypatch.setattr(milestone.LESSON.trainer, "train", refuse("trains TinyCharLM", "training"))

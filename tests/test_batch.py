@@ -29,13 +29,13 @@ from autograder.authoring.suite import Suite
 from autograder.batch import grade_batch
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
-from autograder.execute import ExecResult, WorkerError
 from autograder.judge import notebook_env
 from autograder.lesson import default_lesson
 from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle
 from autograder.release.sample import filled_notebook
 from autograder.results import CaseResult, Status, SubmissionResult, spreadsheet_text
+from autograder.sandbox.protocol import ExecResult, WorkerError
 from autograder.submissions import CHECKPOINT_FILES, Submission, submission_ids
 
 checks = default_lesson().checks
@@ -642,7 +642,7 @@ def _bomb_folder(path: Path, kit: dict) -> None:
 def _forged_frames(suite: Suite) -> str:
     """A cell that writes the reference's own answers for every public case to the child's channel."""
     from autograder import wire
-    from autograder.execute import _JOB_FD, _LEN
+    from autograder.sandbox.protocol import _JOB_FD, _LEN
 
     frames = b"".join(_LEN.pack(len(d)) + d for d in (
         wire.encode({"t": "out", "key": c["id"], "value": suite.expected[c["id"]]["value"], "oom": False,

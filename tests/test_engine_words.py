@@ -25,8 +25,6 @@ STILL_BEING_CLEANED = {
     "autograder/batch.py": "the milestone plug-in: the checkpoint's file names",
     "autograder/submissions.py": "the milestone plug-in: the checkpoint's file names",
     "autograder/config.py": "the milestone plug-in: its config section's descriptions",
-    "autograder/limits.py": "the milestone plug-in: comments on the checkpoint reader",
-    "autograder/execute.py": "the sandbox package (sandbox/)",
 }
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from autograder.execute import STATUSES
 from autograder.results import STATUS_WORDS, STUDENT_HELP, CaseResult, Status, SubmissionResult
+from autograder.sandbox.protocol import STATUSES
 
 
 def _result(status: str = Status.CRASHED) -> SubmissionResult:

@@ -9,10 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
-from autograder import execute, milestone
+from autograder import milestone
 from autograder.config import ROOT
 from autograder.release.common import TORCH_INDEX_URL, TORCH_VERSION
 from autograder.release.gradescope import setup_sh
+from autograder.sandbox import pool
 
 TIERS = {"sandbox", "build", "browser", "training", "deploy"}
 
@@ -35,7 +36,7 @@ def test_make_check_leaves_out_every_registered_tier() -> None:
 
 
 @pytest.mark.parametrize("start, marker", [
-    (lambda: execute.WorkerPool(1), "sandbox"),
+    (lambda: pool.WorkerPool(1), "sandbox"),
     (lambda: milestone.Verifier().start(), "sandbox"),
     (lambda: milestone.LESSON.trainer.train(None, "rope", steps=1), "training"),
 ])

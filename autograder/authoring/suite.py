@@ -99,7 +99,9 @@ class Suite:
 
 
 # The engine's files whose change changes what the grader judges (paths under autograder/).
-ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "execute.py", "wire.py", "limits.py",
+ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "wire.py",
+                *(f"sandbox/{m}.py" for m in ("__init__", "limits", "notebook", "protocol", "isolation", "pool",
+                                               "zygote", "guard", "child")),
                 "authoring/suite.py", "submissions.py", "judge.py", "results.py", "batch.py", "milestone.py",
                 "lesson.py")
 
@@ -134,7 +136,7 @@ def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str,
     """The suite's expected values, computed once per suite fingerprint (the config, the lesson's sources and the
     engine files) and torch/numpy version, and kept as the lesson's plain JSON. Every run uses the values as
     read back from that JSON (the form the generated test files hold), cached or not, so a cached run judges
-    exactly as a computing one. Computing them takes about 12 CPU-seconds for Lesson 83."""
+    exactly as a computing one. Computing them takes about 12 CPU-seconds for the bundled lesson."""
     checks = suite.config.lesson.checks
     path = _cache_file(suite)
     if path is not None and path.is_file() and not fresh:
