@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable
+from typing import Any
 
-from autograder.sandbox.limits import (
-    MIB,
-    UPLOAD_CAP_MB,
-)
-
-log = logging.getLogger(__name__)
+from autograder.sandbox.limits import MIB, UPLOAD_CAP_MB
 
 SKIP_TAGS = ("long-running", "milestone-train")
 MAX_NOTEBOOK_BYTES = UPLOAD_CAP_MB * MIB
@@ -22,9 +17,9 @@ class NotebookError(ValueError):
 
 
 
-def read_notebook(source: bytes, *,
-                  skip_tags: Iterable[str] = SKIP_TAGS) -> tuple[list[tuple[int, str]], list[int]]:
-    """Code cells to run as (cell index, source), and the indices of cells skipped for their tags."""
+def notebook_cells(source: bytes) -> list[Any]:
+    """The cells of a notebook file's bytes (each as the JSON holds it), or NotebookError saying why there are none:
+    the one decoder of a submitted notebook, for grading (read_notebook) and for the report."""
     if type(source) is not bytes:
         raise NotebookError(f"expected the notebook's bytes, got {type(source).__name__}")
     if not source.strip():
@@ -41,10 +36,16 @@ def read_notebook(source: bytes, *,
         if type(nb) is dict and "worksheets" in nb:
             raise NotebookError("notebook format 3 is not supported: open and save it in Jupyter first")
         raise NotebookError("not a notebook: valid JSON, but without a list of cells")
+    return nb["cells"]
+
+
+def read_notebook(source: bytes, *,
+                  skip_tags: Iterable[str] = SKIP_TAGS) -> tuple[list[tuple[int, str]], list[int]]:
+    """Code cells to run as (cell index, source), and the indices of cells skipped for their tags."""
     skip = set(skip_tags)
     cells: list[tuple[int, str]] = []
     skipped: list[int] = []
-    for i, cell in enumerate(nb["cells"]):
+    for i, cell in enumerate(notebook_cells(source)):
         if type(cell) is not dict:
             raise NotebookError(f"not a notebook: cell {i} is not an object")
         if cell.get("cell_type") != "code":
