@@ -5,7 +5,8 @@ these files under its course folder (the folder of the grading config, or this p
 config's own folder has no assignments/NAME/, as for a config copied elsewhere to change a limit):
 
     assignments/NAME/*.md                 the question sources; each declares its `kind:` in its front matter
-    assignments/NAME/NAME_checks.py       the probes and checks, shipped next to the notebook (CHECKS_API)
+    assignments/NAME/NAME_checks.py       the probes and checks, shipped next to the notebook (CHECKS_API), with the
+                                          engine's checks runtime (autograder/runtime/checks_runtime.py) beside it
     assignments/NAME/NAME_milestone.py    optional: the milestone trainer, shipped next to the notebook
     assignments/NAME/data/                optional: files shipped next to the notebook (its README.md is not)
     reference/NAME.py                     the reference solution (never shipped, never in the sandbox)
@@ -32,10 +33,13 @@ from typing import Any
 
 ENGINE_ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("prose", "cases", "choices", "manual", "milestone")  # a question file's `kind:`
-# What the engine and the generated test cells use of a lesson's checks module.
-CHECKS_API = ("PROBES", "CHECKS", "LETTERS", "USES_EXPECTED", "STUB", "Verdict", "run_probe", "judge", "gated",
-              "to_plain", "from_plain", "dumps", "summary_line", "run_case", "check_case", "check_summary",
-              "public_summary")
+# What a lesson's checks module defines itself, besides its probes and checks (registered with the runtime's @probe
+# and @check). The rest of what the engine and the generated test cells use of it (the runtime's __all__: Verdict,
+# run_probe, judge, the codec, the local checks) comes from the shipped runtime, imported by the module's
+# `from checks_runtime import *`, and is never defined again there.
+CHECKS_API = ("LETTERS", "USES_EXPECTED")
+RUNTIME_NAME = "checks_runtime"  # the runtime's module name, next to the notebook and in the sandbox
+RUNTIME_FILE = ENGINE_ROOT / "autograder" / "runtime" / f"{RUNTIME_NAME}.py"
 # Optional in a checks module: run_probe_exact(env, name, args), run_probe's output with its floats computed in
 # float64, from which the release rounds the values it stores (autograder/authoring/content.py: expected_values).
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -121,13 +125,14 @@ class Lesson:
 
     @property
     def shipped_files(self) -> list[Path]:
-        """Everything shipped next to the notebook: the checks, the trainer and the data (nothing of reference/)."""
-        return [self.checks_file, *filter(None, [self.trainer_file]), *self.data_files]
+        """Everything shipped next to the notebook: the checks and their runtime, the trainer and the data (nothing
+        of reference/)."""
+        return [RUNTIME_FILE, self.checks_file, *filter(None, [self.trainer_file]), *self.data_files]
 
     @property
     def sandbox_modules(self) -> dict[str, Path]:
         """Module name -> file of the lesson's modules the sandboxed child imports (the shipped ones)."""
-        out = {self.checks_name: self.checks_file}
+        out = {RUNTIME_NAME: RUNTIME_FILE, self.checks_name: self.checks_file}
         if self.trainer_file:
             out[self.trainer_name] = self.trainer_file
         return out
@@ -169,11 +174,33 @@ class Lesson:
     # ------------------------------------------------------------------ modules
 
     @cached_property
+    def runtime(self) -> ModuleType:
+        """This lesson's own copy of the engine's checks runtime: its registries hold this lesson's probes and
+        checks only (two lessons, or two copies of one, in one process never mix them)."""
+        key = hashlib.sha256(str(self.checks_file.resolve()).encode()).hexdigest()[:12]
+        return load_module(f"_{RUNTIME_NAME}_{self.name}_{key}", RUNTIME_FILE)
+
+    @cached_property
     def checks(self) -> ModuleType:
-        module = load_module(self.checks_name, self.checks_file)
+        """The checks module, its `from checks_runtime import ...` bound to this lesson's copy of the engine's runtime
+        (never a checks_runtime.py of the working folder or of sys.path: a student's folder may hold one)."""
+        runtime, before = self.runtime, sys.modules.get(RUNTIME_NAME)
+        sys.modules[RUNTIME_NAME] = runtime
+        try:
+            module = load_module(self.checks_name, self.checks_file)
+        finally:
+            if before is None:
+                sys.modules.pop(RUNTIME_NAME, None)
+            else:
+                sys.modules[RUNTIME_NAME] = before
         missing = [n for n in CHECKS_API if not hasattr(module, n)]
         if missing:
             raise LessonError(f"{self.checks_file}: a checks module must define {', '.join(missing)}")
+        api = runtime.__all__
+        own = [n for n in api if getattr(module, n, None) is not getattr(runtime, n)]
+        if own:
+            raise LessonError(f"{self.checks_file}: {', '.join(own)} must come from the runtime, not be defined "
+                              f"again: start the module with `from {RUNTIME_NAME} import *`")
         return module
 
     @cached_property

@@ -347,9 +347,13 @@ def test_no_template_or_source_leftovers_reach_students(fresh_build: dict[str, P
              fresh_build["nbgrader"] / "source")
     for root in roots:  # each target: its notebook, its test files (Otter) and the shipped modules
         names = {p.name for p in files if root in p.parents}
-        assert {"lesson83.ipynb", "lesson83_checks.py", "lesson83_milestone.py"} <= names, root
+        assert {"lesson83.ipynb", "lesson83_checks.py", "checks_runtime.py", "lesson83_milestone.py"} <= names, root
     assert any(p.parent.name == "tests" for p in files)
     assert _leftovers(files) == []
+    import zipfile
+
+    otter_zip = set(zipfile.ZipFile(fresh_build["otter_zip"]).namelist())  # `otter run` imports the checks there
+    assert {"lesson83_checks.py", "checks_runtime.py"} <= {n.rsplit("/", 1)[-1] for n in otter_zip}, otter_zip
 
 
 def test_leftover_scan_finds_a_planted_leftover(fresh_build: dict[str, Path], tmp_path: Path) -> None:
@@ -500,5 +504,6 @@ def test_gradescope_bundle_carries_only_what_grading_needs(tmp_path: Path) -> No
 
     names = set(zipfile.ZipFile(gradescope_bundle(tmp_path / "autograder.zip")).namelist())
     assert {"run_autograder", "setup.sh", "lesson83/autograder/cli.py", "lesson83/reference/lesson83.py",
-            "lesson83/assignments/lesson83/lesson83_checks.py", "lesson83/grading_config.yaml"} <= names
+            "lesson83/assignments/lesson83/lesson83_checks.py", "lesson83/autograder/runtime/checks_runtime.py",
+            "lesson83/grading_config.yaml"} <= names
     assert [n for n in names if n.endswith(("README.md", "variants.py"))] == []

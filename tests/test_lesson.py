@@ -16,7 +16,7 @@ import pytest
 
 from autograder.authoring.questions import ContentError, load_questions
 from autograder.config import ROOT, load_config
-from autograder.lesson import Lesson, LessonError
+from autograder.lesson import RUNTIME_FILE, Lesson, LessonError
 from autograder.release.common import tool_env
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
@@ -70,8 +70,8 @@ def test_a_lesson_is_found_from_its_name_alone() -> None:
     assert lesson == Lesson("lesson_demo", FIXTURE)
     assert lesson.checks_file == FIXTURE / "assignments" / "lesson_demo" / "lesson_demo_checks.py"
     assert lesson.trainer_file is None and lesson.data_files == []  # no milestone: nothing else is shipped
-    assert lesson.shipped_files == [lesson.checks_file]
-    assert lesson.sandbox_modules == {"lesson_demo_checks": lesson.checks_file}
+    assert lesson.shipped_files == [RUNTIME_FILE, lesson.checks_file]  # the checks and the engine's runtime
+    assert lesson.sandbox_modules == {"checks_runtime": RUNTIME_FILE, "lesson_demo_checks": lesson.checks_file}
     assert lesson.reference_file == FIXTURE / "reference" / "lesson_demo.py"
     assert [m.id for m in lesson.mistakes] == ["center_rows"]
     assert lesson.kinds == {"00_intro": "prose", "q1_center": "cases", "q2_pick": "choices", "q3_explain": "manual"}
@@ -117,7 +117,8 @@ def test_question_kinds_come_from_the_front_matter(tmp_path: Path) -> None:
 @pytest.mark.build
 def test_release_builds_the_second_lesson_in_its_own_folder(course: Path) -> None:
     student = course / "student_templates" / "lesson_demo"
-    assert sorted(p.name for p in student.iterdir() if p.is_file()) == ["lesson_demo.ipynb", "lesson_demo_checks.py"]
+    assert sorted(p.name for p in student.iterdir() if p.is_file()) == ["checks_runtime.py", "lesson_demo.ipynb",
+                                                                       "lesson_demo_checks.py"]
     notebook = (student / "lesson_demo.ipynb").read_text()
     assert "def center(x)" in notebook and "x.mean(axis=0" not in notebook  # the stub, not the solution
     tests = "".join(p.read_text() for p in (student / "tests").glob("*.py"))
@@ -134,6 +135,7 @@ def test_release_builds_the_second_lesson_in_its_own_folder(course: Path) -> Non
     names = zipfile.ZipFile(dist / "lesson_demo-gradescope-autograder.zip").namelist()
     assert {"lesson_demo/autograder/lesson.py", "lesson_demo/grading_config.yaml",
             "lesson_demo/assignments/lesson_demo/lesson_demo_checks.py",
+            "lesson_demo/autograder/runtime/checks_runtime.py",
             "lesson_demo/reference/lesson_demo_mistakes.py"} <= set(names)
     assert not [n for n in names if "lesson83" in n]
     assert not [n for n in names if n.endswith(("README.md", "variants.py"))]  # only what grading needs (#21)

@@ -403,7 +403,7 @@ class _Worker:
                "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
                "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
                # torch backs allocations of 2 MB and more with huge pages: each job is a fresh fork, so every large
-               # tensor (a long ALiBi bias, a model's tables) is first-touched page by page otherwise
+               # tensor (a long attention bias, a model's tables) is first-touched page by page otherwise
                "THP_MEM_ALLOC_ENABLE": "1"}
         if self.pool.sandbox == "bwrap":
             prefix, path, exe = _bwrap_argv(self.stage, self.hide, limits, self.cgroups)

@@ -1,0 +1,571 @@
+"""The checks runtime: the generic half of every lesson's checks module, shipped next to it as checks_runtime.py.
+
+A lesson's checks module (assignments/NAME/NAME_checks.py) holds only its probes, its checks and a few hooks; it
+starts with `from checks_runtime import *`, which gives it the engine's API (`__all__` below: the registries and
+their decorators, Verdict, the case codec, run_probe, judge, the gate, the notebook's local checks and their
+summary), and imports the helpers it uses by name. This file needs Python and numpy alone (torch is used only
+where a lesson's probes already imported it), so a student's notebook imports it without the autograder package.
+
+A *probe* (registered with @probe) runs inside the student's process: it calls the student's code on fixed
+inputs and returns plain data (numbers, strings, numpy arrays), never a verdict. A *check* (@check) runs wherever
+judging happens (the notebook for local checks, the clean grader process for grading): it compares the probe's
+output with the reference output computed by the same probe on the reference solution, and returns a Verdict.
+
+Where this file is loaded from: next to the notebook, the student's copy (as for the checks module); in the
+grader, each lesson gets its own copy of the engine's file (autograder/lesson.py: Lesson.checks), so two lessons'
+registries never mix and no file of a student's folder is ever imported; in the sandbox, the staged copy of the
+engine's file (autograder/execute.py), which the grader's guard watches like the checks module.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+PROBES: dict[str, Callable[..., dict[str, Any]]] = {}
+CHECKS: dict[str, Callable[..., Verdict]] = {}
+STUB = "the stub is not filled in yet"
+# Probe outputs that are not plain arrays (subclasses, objects with __array__), as the sandbox reports them.
+SUSPICIOUS: list[str] = []
+
+
+@dataclass
+class Verdict:
+    """Outcome of one check: pass or fail, with the message shown to the student."""
+
+    passed: bool
+    message: str = ""
+    diagnosis: str | None = None  # id of the catalogued mistake the failure matches, if any
+    upstream: str | None = None  # "This comes from your Q2 `f`: ..." when an earlier question is the cause
+    # Why the output is not a genuine attempt ("" when it is; None: not known, as for a case that never ran): a
+    # property case that requires this one earns its points only next to a genuine attempt (`attempt_gap`).
+    not_genuine: str | None = None
+
+
+def probe(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """Register fn as the probe named like it (a case's `probe:`)."""
+    PROBES[fn.__name__] = fn
+    return fn
+
+
+def check(fn: Callable[..., Verdict]) -> Callable[..., Verdict]:
+    """Register fn as the check named like it (a case's `check:`)."""
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+# --------------------------------------------------------------------------- a lesson's hooks
+# Optional functions a lesson registers with @hook, under these names; the defaults change nothing.
+
+
+def _no_setup() -> None:
+    """before_probe(): called before every probe (a lesson seeds its random generators here)."""
+
+
+def _as_judged(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any], verdict: Verdict) -> Verdict:
+    """builds_on(case, got, expected, verdict): a failing case whose args name a `basis` (an earlier question's
+    probe), judged so that a mistake costs points where it is made."""
+    return verdict
+
+
+def _not_known(case: dict[str, Any], got: Any, expected: dict[str, Any]) -> str | None:
+    """attempt_gap(case, got, expected): why a failing value case's output is not a genuine attempt ("" when it
+    is, None when not known: then a property that requires it waits for it to pass)."""
+    return None
+
+
+@contextlib.contextmanager
+def _as_is() -> Iterator[None]:
+    """local_check(): a context manager around each of the notebook's local checks (one torch thread, say)."""
+    yield
+
+
+HOOKS: dict[str, Callable[..., Any]] = {"before_probe": _no_setup, "builds_on": _as_judged,
+                                        "attempt_gap": _not_known, "local_check": _as_is}
+
+
+def hook(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Register fn as the lesson's hook named like it (one of HOOKS' keys)."""
+    if fn.__name__ not in HOOKS:
+        raise NameError(f"{fn.__name__} is not a hook of checks_runtime: name it one of {', '.join(HOOKS)}")
+    HOOKS[fn.__name__] = fn
+    return fn
+
+
+
+
+# --------------------------------------------------------------------------- case JSON
+# The JSON form of case data (arguments, expected values, a probe's output as the local checks and the stored
+# results keep it), written by the release and read back here in the student's notebook: this module is shipped
+# alone, so it carries its own small codec. Its input is trusted; the grader reads what comes out of a student's
+# process through the engine's strict wire format instead (autograder/wire.py; the same array layout).
+
+
+def to_plain(value: Any) -> Any:
+    """JSON-ready form of case data: arrays become tagged base64 blobs, numpy scalars Python ones; any other
+    object is a TypeError."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise TypeError(f"arrays of dtype {value.dtype} are not plain data")
+        arr = np.ascontiguousarray(value)
+        return {"__ndarray__": base64.b64encode(arr.tobytes()).decode(), "dtype": arr.dtype.str,
+                "shape": list(arr.shape)}
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not plain data")
+
+
+def from_plain(value: Any) -> Any:
+    """Inverse of `to_plain`, for trusted case JSON (it does not bound sizes: never feed it a student's bytes)."""
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            dtype = np.dtype(value["dtype"])
+            if dtype.kind not in "biuf":
+                raise TypeError(f"refusing array of dtype {dtype}")
+            raw = base64.b64decode(value["__ndarray__"])
+            return np.frombuffer(raw, dtype=dtype).reshape(value["shape"]).copy()
+        return {k: from_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_plain(v) for v in value]
+    return value
+
+
+def dumps(value: Any) -> str:
+    """Case data as canonical JSON text (sorted keys, no spaces), as the release writes it into the notebook's tests."""
+    return json.dumps(to_plain(value), sort_keys=True, separators=(",", ":"))
+
+
+def loads(text: str) -> Any:
+    """Inverse of `dumps`."""
+    return from_plain(json.loads(text))
+
+
+# --------------------------------------------------------------------------- probe helpers
+
+
+def run_probe(env: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Run probe `name` on the namespace `env`; a student error becomes data, never an exception.
+
+    A case whose value builds on an earlier question names, under args["basis"], a probe of the student's own
+    earlier function ({"probe", "args", "question", "names", "own"}); its output comes back alongside, under
+    "basis", so that the check can tell a mistake made here from one made in the earlier question.
+    """
+    basis = args.get("basis") if isinstance(args, dict) else None
+    out = _run_one(env, name, {k: v for k, v in args.items() if k != "basis"})
+    if isinstance(basis, dict):
+        out["basis"] = _run_one(env, basis["probe"], basis["args"])
+    return out
+
+
+def _run_one(env: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        HOOKS["before_probe"]()  # a lesson seeds its generators here
+        out = PROBES[name](env, **args)
+        return from_plain(to_plain(out))
+    except Exception as exc:  # noqa: BLE001 - any student error is recorded, not raised
+        return {"error": error_record(exc)}
+
+
+def error_record(exc: BaseException) -> dict[str, str]:
+    """A student error as data: its type, message and the innermost line outside the checks (the student's)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = next((f"line {f.lineno} in {f.name}" for f in reversed(frames)
+                  if not f.filename.endswith(("_checks.py", "checks_runtime.py"))), "")
+    return {"type": type(exc).__name__, "message": str(exc)[:300], "where": where}
+
+
+def defined(env: dict[str, Any], name: str) -> Any:
+    """env[name], or a NameError that asks the student to run its cell."""
+    obj = env.get(name)
+    if obj is None:
+        raise NameError(f"`{name}` is not defined: run its cell first")
+    return obj
+
+
+def as_array(value: Any, what: str) -> np.ndarray:
+    """Student output as a numpy array of numbers, copied, or a TypeError that says what came back.
+
+    The copy is taken at once, so student code that keeps the returned tensor and changes it later cannot
+    change what the probe saw. Only plain tensors (an nn.Parameter too), plain ndarrays and Python
+    numbers or lists pass; a subclass or an object of its own with __array__ earns nothing and is
+    recorded in SUSPICIOUS for the grader's report.
+    """
+    if value is None or value is Ellipsis:
+        raise TypeError(f"{what} returned {value!r}: the stub is not filled in yet")
+    odd = _odd_array(value)
+    if odd:
+        SUSPICIOUS.append(f"{what} returned {odd}")
+        raise TypeError(f"{what} returned {odd}; return a plain torch.Tensor or numpy array")
+    torch = sys.modules.get("torch")  # a tensor exists only where torch is imported
+    if torch is not None and isinstance(value, torch.Tensor):
+        value = value.detach().cpu().clone()
+        if str(value.dtype) == "torch.bfloat16":
+            value = value.float()
+        arr = np.asarray(value.numpy())  # the clone is already the probe's own copy: no second one
+    else:
+        arr = np.array(value, copy=True)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{what} returned {type(value).__name__} of dtype {arr.dtype}, expected numbers")
+    return arr
+
+
+def _odd_array(value: Any) -> str:
+    """How value differs from a plain array, tensor or Python number/list ('' when it does not)."""
+    t = type(value)
+    torch = sys.modules.get("torch")  # without torch no tensor exists: numpy's and Python's types alone are plain
+    tensors = (torch.Tensor, torch.nn.Parameter, getattr(torch.nn, "Buffer", torch.Tensor)) if torch else ()
+    if t in (*tensors, np.ndarray) or t in (list, tuple, int, float, bool) or (isinstance(value, np.generic)
+                                                                            and t.__module__ == "numpy"):
+        return ""
+    name = f"{t.__module__}.{t.__qualname__}"[:80]
+    if issubclass(t, (*tensors[:1], np.ndarray)):
+        base = "torch.Tensor" if tensors and issubclass(t, tensors[0]) else "numpy.ndarray"
+        return f"a {name} (a subclass of {base})"
+    if any(hasattr(t, a) for a in ("__array__", "__array_interface__", "__array_struct__", "__torch_function__",
+                                   "detach", "numpy")):
+        return f"a {name} that poses as an array"
+    return ""
+
+
+def dtype_name(value: Any) -> str:
+    """A value's dtype as a short name (float32), or its type's name."""
+    return str(getattr(value, "dtype", type(value).__name__)).replace("torch.", "")
+
+
+def catch(fn: Callable[[], Any]) -> dict[str, Any]:
+    """What calling fn raised ({"raised": type name or None, "message"})."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001
+        return {"raised": type(exc).__name__, "message": str(exc)[:300]}
+    return {"raised": None, "message": ""}
+
+
+
+
+# --------------------------------------------------------------------------- message helpers
+
+
+def preview(a: Any, n: int = 6) -> str:
+    """The first n values of a, flattened, to 4 decimals."""
+    arr = np.asarray(a, dtype=float).ravel()
+    body = ", ".join(f"{v:.4f}" for v in arr[:n])
+    return f"[{body}{', ...' if arr.size > n else ''}]"
+
+
+def first_mismatch(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> str:
+    """Where a first differs from b, and how many values differ."""
+    bad = ~np.isclose(a, b, atol=atol, rtol=rtol, equal_nan=False)
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    return (f"first mismatch at index {list(idx)}: expected {float(b[idx]):.4f}, got {float(a[idx]):.4f} "
+            f"({int(bad.sum())} of {bad.size} values differ)")
+
+
+def teaching_row(bad: np.ndarray) -> tuple[int, ...]:
+    """The row to show for a mismatch: the first row that differs; but in a square (..., T, T) table of queries
+    by keys (a bias or a mask), the last query row of that block that differs, whose keys are all past or
+    present (row 0 of a causal bias holds only future keys, which the mask removes anyway)."""
+    if bad.ndim < 2:
+        return ()
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    if bad.shape[-1] == bad.shape[-2]:
+        rows = np.flatnonzero(bad[idx[:-2]].any(axis=-1))
+        return (*idx[:-2], int(rows[-1]))
+    return idx[:-1]
+
+
+def row_text(arr: np.ndarray, index: tuple[int, ...]) -> str:
+    """The row of arr at index (a teaching_row), formatted."""
+    return preview(arr[index]) if arr.ndim > 1 else preview(arr)
+
+
+def error_message(got: dict[str, Any]) -> str | None:
+    """What a probe's error record says to the student (None: the probe ran)."""
+    if "error" not in got:
+        return None
+    err = got["error"]
+    where = f" ({err['where']})" if err.get("where") else ""
+    return f"your code raised {err['type']}: {err['message']}{where}"
+
+
+def close_to(a: Any, b: Any, atol: float, rtol: float) -> bool:
+    """Same shape and allclose within atol and rtol."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=rtol))
+
+
+def match_mistake(got: dict[str, Any], expected: dict[str, Any], atol: float, rtol: float, key: str) -> dict | None:
+    """The catalogued mistake whose output on this case matches what the student returned, if any.
+
+    When several catalogued mistakes give this very output (two different mistakes can give the same
+    scores), this case cannot tell which one it is: the cause lists each, and names no
+    single mistake (diagnosis None); a case where their outputs differ names the one that matches."""
+    found = []
+    for variant in expected.get("variants", []):  # a local check keeps their outputs in JSON form (`_decoded`)
+        output = variant["output"]
+        if key in got and key in output and close_to(got[key], from_plain(output[key]), atol, rtol):
+            found.append(variant)
+    if len(found) > 1:
+        return {"id": None, "description": "one of these (this case cannot tell them apart): "
+                + " OR ".join(f"({n}) {v['description']}" for n, v in enumerate(found, 1))}
+    return found[0] if found else None
+
+
+def fail(case: dict[str, Any], text: str, cause: dict[str, Any] | None = None) -> Verdict:
+    """A failing verdict: the case id, what went wrong, the likely cause if known, and what to revisit."""
+    if cause:
+        text += f"\n  Likely cause: {cause['description']}"
+    revisit = case.get("revisit")
+    tail = f"\n  Revisit: {revisit}" if revisit else ""
+    return Verdict(False, f"{case['id']}: {text}{tail}", cause["id"] if cause else None)
+
+
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def judge(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
+    """Apply the case's check; a check that trips over odd student data fails the case, never crashes.
+
+    A stub that is not filled in gets one line, not a traceback and a hint. A case that builds on an earlier
+    question (args["basis"]) is judged as `builds_on` says."""
+    try:
+        err = got.get("error") if isinstance(got, dict) else None
+        if isinstance(err, dict) and STUB in str(err.get("message", "")):
+            return Verdict(False, f"{case['id']}: {err['message']}.", not_genuine="it is not filled in yet")
+        verdict = CHECKS[case["check"]](case, got, expected)
+        basis = case.get("args", {}).get("basis") if isinstance(case.get("args"), dict) else None
+        verdict = HOOKS["builds_on"](case, got, expected, verdict) if basis and not verdict.passed else verdict
+        verdict.not_genuine = "" if verdict.passed else HOOKS["attempt_gap"](case, got, expected)
+        return verdict
+    except Exception as exc:  # noqa: BLE001 - malformed student data is a failure, not a grader crash
+        return fail(case, f"the result could not be judged ({type(exc).__name__}: {exc}).")
+
+
+def gate_message(case_id: str, blocked: list[str], note: str | None = None, why: str | None = None) -> str:
+    """Why a property earns nothing yet: the value cases it requires are not a genuine attempt (`why`: how the
+    first falls short; and, if known, the earlier question they fail because of)."""
+    text = (f"{case_id}: earns its points only once {' and '.join(blocked)} computes something"
+            f"{f' ({blocked[0]}: {why})' if why else ''}: work on {blocked[0]} first. This property also holds of "
+            "code that computes nothing (zeros, a constant, an input returned as it is), so it counts only next "
+            "to a genuine attempt; a wrong value there does not stop it.")
+    return f"{text}\n  {note}" if note else text
+
+
+def attempted(verdict: Verdict) -> bool:
+    """Whether a required value case opens the gate: it passed, or its output is a genuine attempt."""
+    return verdict.passed or verdict.not_genuine == ""
+
+
+def gated(case: dict[str, Any], verdict: Verdict, blocked: list[tuple[str, Verdict]]) -> Verdict:
+    """The verdict on a case once the value cases it requires (id, verdict) are judged; one rule for the grader
+    and the local checks. While a required case fails, the case earns nothing and its message is the gate's:
+    a property that fails next to wrong values is no evidence of any particular mistake, so none is named."""
+    if not blocked:
+        return verdict
+    note = next((v.upstream for _, v in blocked if v.upstream), None)
+    why = blocked[0][1].not_genuine
+    return Verdict(False, gate_message(case["id"], [cid for cid, _ in blocked], note, why), None, note)
+
+
+class CheckFailed(AssertionError):
+    """A local check that failed: Otter shows its message alone (see `_otter_shows_message_only`)."""
+
+    checks_message = True
+
+
+def _otter_shows_message_only() -> None:
+    """Make Otter show a failed check as its message alone, without "Error at line 13 in test q7_x:
+    run_case(env, case)" (a line of the generated test file, not of the student's code). Otter still counts
+    the case as failed, and any other exception is reported as Otter reports it."""
+    cls = getattr(sys.modules.get("otter.test_files.exception_test"), "ExceptionTestFile", None)
+    original = getattr(cls, "_generate_error_message", None)
+    if original is None or getattr(original, "checks_runtime", False):
+        return
+
+    def message(self: Any, excp: BaseException, context: int = 0) -> str:
+        if getattr(excp, "checks_message", False):
+            return str(excp)
+        return original(self, excp, context)
+
+    message.checks_runtime = True  # type: ignore[attr-defined]
+    cls._generate_error_message = message  # type: ignore[union-attr]
+
+
+class VerdictMemo:
+    """Verdicts of the cases already judged in the current local check, so that a gate reuses them.
+
+    A property case re-judges the value cases it requires (its gate); within one `grader.check` those value
+    cases have usually just been judged as cases of their own, on the same code. The grader, too, judges each
+    case once and gates with that verdict (autograder/judge.py judge_outputs). A verdict is reused only while
+    the check is the same: same question, same `env` dict, every public name in env bound to the very object
+    it was bound to when the verdict was made. The memo empties when any of these changes, when a case is
+    checked a second time (the student checks again), and at the question's summary (`check_summary`).
+    """
+
+    def __init__(self) -> None:
+        self.active = False  # True while check_case runs
+        self.layouts: dict[tuple, tuple] = {}  # meta-device attention call -> its output's layout (_meta_sdpa)
+        self.clear()
+
+    def clear(self) -> None:
+        self.question: str | None = None
+        self.env: dict[str, Any] | None = None
+        self.names: dict[str, Any] = {}
+        self.verdicts: dict[str, Verdict] = {}
+        self.checked: set[str] = set()
+
+    @staticmethod
+    def key(raw: dict[str, Any]) -> str:
+        """Everything that decides a verdict: the probe, its arguments, the check and the expected values, from
+        the case as its JSON reads (arrays still as text: serialising them again would cost more than most
+        probes)."""
+        return json.dumps({k: v for k, v in raw.items() if k != "gate"}, sort_keys=True, separators=(",", ":"))
+
+    def start(self, env: dict[str, Any], case: dict[str, Any]) -> None:
+        """Called before case is checked as a case of its own: keeps the memo only if the check is the same."""
+        question = str(case["id"]).split("/")[0]
+        names = {k: v for k, v in env.items() if isinstance(k, str) and not k.startswith("_")}
+        same = (self.env is env and self.question == question and case["id"] not in self.checked
+                and names.keys() == self.names.keys() and all(names[k] is v for k, v in self.names.items()))
+        if not same:
+            self.clear()
+            self.env, self.question, self.names = env, question, names
+        self.checked.add(case["id"])
+
+    def get(self, key: str) -> Verdict | None:
+        return self.verdicts.get(key)
+
+    def put(self, key: str, verdict: Verdict) -> None:
+        self.verdicts[key] = verdict
+
+
+MEMO = VerdictMemo()  # used by check_case (the notebook's checks); run_case alone never reuses a verdict
+
+
+def _decoded(raw: dict[str, Any]) -> dict[str, Any]:
+    """from_plain of a case's JSON (its gates too), leaving each catalogued mistake's output in JSON form: `_match`
+    decodes them when a case fails; a case that passes never reads them, and they are most of a milestone case."""
+    case = from_plain({k: v for k, v in raw.items() if k not in ("expected", "gate")})
+    expected = raw.get("expected")
+    if isinstance(expected, dict) and isinstance(expected.get("variants"), list):
+        case["expected"] = from_plain({k: v for k, v in expected.items() if k != "variants"})
+        case["expected"]["variants"] = expected["variants"]
+    elif "expected" in raw:
+        case["expected"] = from_plain(expected)
+    if isinstance(raw.get("gate"), list):
+        case["gate"] = [_decoded(g) for g in raw["gate"]]
+    return case
+
+
+def run_case(env: dict[str, Any], case_json: str, *, memo: VerdictMemo | None = None) -> None:
+    """Local check used by the notebook's test files: probe, judge, and raise CheckFailed with the message.
+
+    A case carries the value cases it requires under "gate"; it passes only when they pass too, as in the
+    grader (autograder/judge.py judge_outputs). With `memo`, a case already judged in the same check (as the
+    gate of an earlier case, or as a case of its own) reuses that verdict instead of running its probe again;
+    a case checked a second time starts a new check, so its own probe always runs then."""
+    _run_raw(env, json.loads(case_json), memo=memo)
+
+
+def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | None) -> None:
+    """run_case on the case's JSON, already parsed."""
+    case = _decoded(raw)
+    if memo is not None:
+        memo.start(env, case)
+
+    def verdict_of(c: dict[str, Any], c_raw: dict[str, Any]) -> Verdict:
+        """c's verdict: from the memo when judged earlier in this check (as a gate, say), else by its probe."""
+        key = memo.key(c_raw) if memo is not None else ""
+        v = memo.get(key) if memo is not None else None
+        if v is None:
+            v = judge(c, run_probe(env, c["probe"], c["args"]), c["expected"])
+            if memo is not None:
+                memo.put(key, v)
+        return v
+
+    verdict = verdict_of(case, raw)
+    gate = [(g["id"], verdict_of(g, g_raw)) for g, g_raw in zip(case.get("gate", []), raw.get("gate", []), strict=True)]
+    verdict = gated(case, verdict, [(cid, v) for cid, v in gate if not attempted(v)])
+    if not verdict.passed:
+        _otter_shows_message_only()
+        raise CheckFailed(verdict.message)
+
+
+# --------------------------------------------------------------------------- local checks: one thread, a summary
+
+LOCAL_RESULTS: dict[str, bool] = {}  # case id -> whether its latest local check passed (read by the summary)
+# Tables that only the local checks fill and no probe reads: the grader's guard does not read a change to them as
+# tampering (an nbgrader notebook runs check_case in the student's process, and that is honest).
+UNGUARDED = ("LOCAL_RESULTS",)
+
+
+def check_case(env: dict[str, Any], case_json: str) -> None:
+    """run_case as the notebook's checks call it: inside the lesson's local_check hook (one torch thread, say),
+    and recorded for the question's summary."""
+    raw = json.loads(case_json)
+    case_id = raw["id"]
+    LOCAL_RESULTS[case_id] = False
+    with HOOKS["local_check"]():
+        MEMO.active = True
+        try:
+            _run_raw(env, raw, memo=MEMO)
+        finally:
+            MEMO.active = False
+    LOCAL_RESULTS[case_id] = True
+
+
+def summary_line(*, public: int, hidden: int, failed: int = 0, answers: bool = False) -> str:
+    """What a question's local check covered: its public tests, and how many more are graded after submission."""
+    if failed:
+        done = f"{failed} of {public} public {'test' if public == 1 else 'tests'} did not pass (see above)"
+    else:
+        done = "the 1 public test passed" if public == 1 else f"all {public} public tests passed"
+    after = (f"{hidden} more {'test is' if hidden == 1 else 'tests are'} graded after you submit" if hidden
+             else "no other test is graded")
+    note = (" Only the format of your answers is checked here: whether they are right is checked after you "
+            "submit.") if answers else ""
+    return f"{done}; {after}.{note}"
+
+
+def _failed(public: list[str]) -> int:
+    """How many of the public cases `public` (ids) did not pass their latest local check (not run: not passed)."""
+    return sum(not LOCAL_RESULTS.get(cid, False) for cid in public)
+
+
+def public_summary(public: list[str], *, hidden: int, answers: bool = False) -> str:
+    """summary_line for the public cases `public` (ids), from their latest local checks."""
+    failed = _failed(public)
+    return summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers)
+
+
+def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> None:
+    """Otter's last case of a question: passes (and Otter prints summary_line as its message) only when every
+    public case passed, else fails with the count, so a local check never reads as "all tests passed"."""
+    MEMO.clear()  # the question's check is over
+    failed = _failed(public)
+    if failed:
+        _otter_shows_message_only()
+        raise CheckFailed(summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers))
+
+
+# The engine's API: what `from checks_runtime import *` gives a lesson's checks module (autograder/lesson.py).
+__all__ = ["PROBES", "CHECKS", "HOOKS", "STUB", "SUSPICIOUS", "LOCAL_RESULTS", "UNGUARDED", "MEMO", "Verdict",
+           "CheckFailed", "VerdictMemo", "probe", "check", "hook", "to_plain", "from_plain", "dumps", "loads",
+           "run_probe", "error_record", "judge", "gate_message", "attempted", "gated", "run_case", "check_case",
+           "summary_line", "public_summary", "check_summary"]
