@@ -41,7 +41,7 @@ from types import ModuleType
 from typing import Any
 
 from autograder.lesson import ENGINE_ROOT, Lesson, LessonError, default_lesson, load_module
-from autograder.limits import fit_hard, lowered_limits
+from autograder.sandbox.limits import fit_hard, lowered_limits
 
 STARTUP_TIMEOUT_S = 120  # for a verifier process to start its plug-in (torch and models: about 3 CPU-s, once)
 UNREADABLE = "checkpoint_unreadable"  # the problem of uploads that could not be read at all

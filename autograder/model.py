@@ -24,7 +24,7 @@ class Status:
     UNUSABLE = "unusable result"  # the report's word for a stored result it cannot use
 
 
-# The executor's status of a run (autograder.execute.STATUSES) -> the status word of the result.
+# The executor's status of a run (autograder.sandbox.protocol.STATUSES) -> the status word of the result.
 STATUS_WORDS = {"ok": Status.GRADED, "timeout": Status.TIMED_OUT, "oom": Status.OUT_OF_MEMORY,
                 "unreadable": Status.UNREADABLE, "crashed": Status.CRASHED, "tampering": Status.TAMPERING}
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from autograder.limits import MIB, UPLOAD_CAP_MB
+from autograder.sandbox.limits import MIB, UPLOAD_CAP_MB
 
 MAX_BYTES = UPLOAD_CAP_MB * MIB
 MAX_DEPTH = 64
@@ -54,7 +54,7 @@ def trusted_encoder() -> Callable[[Any, int], bytes]:
     module or class that student code can patch later (json.JSONEncoder, base64, numpy's module functions): it
     holds its own references to _json's C string escaper, binascii, numpy's C functions and the methods of the
     built-in types, so a patched encoder cannot strip or rewrite what the child reports. (Its code and closure
-    can still be reached with gc: the child checks their identity before every frame, see execute._child.)
+    can still be reached with gc: the child checks their identity before every frame, see sandbox.child._child.)
     """
     escape, b2a, contiguous, tobytes = _json.encode_basestring_ascii, binascii.b2a_base64, np.ascontiguousarray, \
         np.ndarray.tobytes

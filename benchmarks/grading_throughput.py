@@ -119,8 +119,8 @@ def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineR
     """Grade `folder` with grade_batch (force, no progress bar); returns the run and the import time."""
     t0 = time.perf_counter()
     from autograder.config import load_config
-    from autograder.execute import WorkerPool
     from autograder.grading.batch import grade_batch
+    from autograder.sandbox.pool import WorkerPool
 
     import_s = time.perf_counter() - t0
     cpu_jobs: list[float] = []

@@ -16,10 +16,11 @@ from typing import Any, NoReturn
 
 import pytest
 
-from autograder import checkpoint, execute
+from autograder import checkpoint
 from autograder.authoring.suite import Suite, load_suite
 from autograder.lesson import default_lesson
 from autograder.release import build
+from autograder.sandbox import pool
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -41,7 +42,7 @@ def _tier_is_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         return stop
 
     if "sandbox" not in marks:
-        monkeypatch.setattr(execute.WorkerPool, "__init__", refuse("starts the grader's sandbox", "sandbox"))
+        monkeypatch.setattr(pool.WorkerPool, "__init__", refuse("starts the grader's sandbox", "sandbox"))
         monkeypatch.setattr(checkpoint.Verifier, "start", refuse("starts the checkpoint reader", "sandbox"))
     lesson = default_lesson()
     if "training" not in marks and lesson.trainer_file is not None:

@@ -27,7 +27,6 @@ from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
-from autograder.execute import ExecResult, WorkerError
 from autograder.grading import batch, store
 from autograder.grading.batch import grade_batch
 from autograder.grading.judge import notebook_env
@@ -37,6 +36,7 @@ from autograder.model import CaseResult, Status, SubmissionResult, spreadsheet_t
 from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle
 from autograder.release.sample import filled_notebook
+from autograder.sandbox.protocol import ExecResult, WorkerError
 
 checks = default_lesson().checks
 CHECKPOINT_FILES = ("milestone.pt", "milestone.json")  # the files Lesson 83's milestone question declares
@@ -643,7 +643,7 @@ def _bomb_folder(path: Path, kit: dict) -> None:
 def _forged_frames(suite: Suite) -> str:
     """A cell that writes the reference's own answers for every public case to the child's channel."""
     from autograder import wire
-    from autograder.execute import _JOB_FD, _LEN
+    from autograder.sandbox.protocol import _JOB_FD, _LEN
 
     frames = b"".join(_LEN.pack(len(d)) + d for d in (
         wire.encode({"t": "out", "key": c["id"], "value": suite.expected[c["id"]]["value"], "oom": False,

@@ -17,13 +17,13 @@ import pytest
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT, Cluster
-from autograder.execute import UID_LOCKS_ENV, _reserve_uid_block
 from autograder.grading.batch import grade_batch
 from autograder.grading.cluster import ClusterError, grade_on_cluster
 from autograder.grading.submissions import Submission
 from autograder.lesson import default_lesson
 from autograder.release.common import tool_env
 from autograder.release.sample import write_samples
+from autograder.sandbox.isolation import UID_LOCKS_ENV, _reserve_uid_block
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 
@@ -193,7 +193,7 @@ def test_without_dask_the_cluster_path_says_how_to_install_it(monkeypatch: pytes
 
 UID_POOL = """
 import os, sys
-from autograder.execute import WorkerPool
+from autograder.sandbox.pool import WorkerPool
 os.getpid = lambda: 4242  # both processes: the same pid modulo 2000, as two graders on a busy host can have
 with WorkerPool(1, memory_guard="watchdog") as pool:
     print(pool._workers[0].uid if pool.drops_privileges else "no uid", flush=True)
@@ -225,7 +225,8 @@ def test_a_uid_block_is_free_again_when_its_holder_closes_or_dies(tmp_path: Path
     assert again == 7
     for f in (fd2, fd3):
         os.close(f)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from autograder.execute import _reserve_uid_block; "
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import sys; from autograder.sandbox.isolation import _reserve_uid_block; "
                                "print(_reserve_uid_block(7)[0], flush=True); sys.stdin.read()"],
                               cwd=ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and int(holder.stdout.readline()) == 7

@@ -18,17 +18,11 @@ import pytest
 from conftest import importable
 
 from autograder import wire
-from autograder.execute import (
-    STATUSES,
-    ExecResult,
-    Limits,
-    WorkerError,
-    WorkerPool,
-    execute_batch,
-    execute_submission,
-    read_notebook,
-)
 from autograder.lesson import default_lesson
+from autograder.sandbox.limits import Limits
+from autograder.sandbox.notebook import read_notebook
+from autograder.sandbox.pool import WorkerPool, execute_batch, execute_submission
+from autograder.sandbox.protocol import STATUSES, ExecResult, WorkerError
 
 checks = default_lesson().checks
 

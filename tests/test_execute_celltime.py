@@ -14,9 +14,11 @@ import yaml
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT, ConfigError, load_config
-from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.grading.batch import grade_batch
 from autograder.release.sample import filled_notebook
+from autograder.sandbox.limits import Limits
+from autograder.sandbox.pool import WorkerPool
+from autograder.sandbox.protocol import ExecResult
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 CELL_S = 2  # short, so that the tests stay quick; real limits are in grading_config.yaml

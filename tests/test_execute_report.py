@@ -16,8 +16,10 @@ import pytest
 from conftest import importable
 from test_execute_celltime import FAKE_CHECKS  # a checks module whose probe calls a function by name
 
-from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.lesson import default_lesson
+from autograder.sandbox.limits import Limits
+from autograder.sandbox.pool import WorkerPool
+from autograder.sandbox.protocol import ExecResult
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 

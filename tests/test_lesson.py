@@ -55,10 +55,12 @@ def _grades(folder: Path) -> dict[str, dict[str, float | None]]:
 
 
 def test_the_engine_names_no_lesson() -> None:
-    """`lesson83` appears in autograder/ in comments only (environment variables such as LESSON83_SANDBOX are
-    the engine's own settings)."""
+    """`lesson83` appears in autograder/ in comments only, but for the one place the package's own name is spelled
+    (autograder/__init__.py: the command, from which the LESSON83_* variables follow; issue 22 lets it stay)."""
     found = []
     for path in sorted((ROOT / "autograder").rglob("*.py")):
+        if path == ROOT / "autograder" / "__init__.py":
+            continue
         for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
             if tok.type != tokenize.COMMENT and "lesson83" in tok.string:
                 found.append(f"{path.relative_to(ROOT)}:{tok.start[0]}: {tok.string[:60]!r}")

@@ -16,9 +16,9 @@ import pytest
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.limits import MIB, fit_hard, lowered_limits
 from autograder.release.common import tool_env
 from autograder.release.sample import filled_notebook
+from autograder.sandbox.limits import MIB, fit_hard, lowered_limits
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"

@@ -699,7 +699,7 @@ class WaitingPool:
         pass
 
     def run(self, source: bytes, *, probes: list) -> Any:
-        from autograder.execute import ExecResult
+        from autograder.sandbox.protocol import ExecResult
 
         WaitingPool.waited.append(WaitingPool.verifying.wait(20))
         return ExecResult("ok", sandbox="fake")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from autograder.execute import STATUSES
 from autograder.model import STATUS_WORDS, STUDENT_HELP, CaseResult, RecordError, Status, SubmissionResult
+from autograder.sandbox.protocol import STATUSES
 
 
 def _result(status: str = Status.CRASHED) -> SubmissionResult:

@@ -16,12 +16,14 @@ from autograder.authoring.suite import Suite, load_suite, suite_fingerprint
 from autograder.checkpoint import VERIFY_SLOTS, reader_limits_lowered, reads_checkpoint
 from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
 from autograder.config import Cluster as ClusterSettings
-from autograder.execute import ExecResult, Limits, WorkerPool
 from autograder.grading import store
 from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreadable
 from autograder.grading.store import failure_text, result_key, stored_key, write_tables
 from autograder.grading.submissions import Submission, find_submissions
 from autograder.model import SubmissionResult
+from autograder.sandbox.limits import Limits
+from autograder.sandbox.pool import WorkerPool
+from autograder.sandbox.protocol import ExecResult
 
 
 @dataclass

@@ -11,11 +11,11 @@ from typing import Any
 
 from autograder.authoring.suite import Suite, load_suite
 from autograder.config import Cluster
-from autograder.execute import WorkerPool
 from autograder.grading.batch import probe_order, sandbox_limits
 from autograder.grading.judge import judge_exec, judge_unreadable
 from autograder.grading.submissions import Submission
 from autograder.model import SubmissionResult
+from autograder.sandbox.pool import WorkerPool
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,10 @@ import nbformat
 
 from autograder.authoring.suite import Suite
 from autograder.checkpoint import UNREADABLE, PartVerdict, Verdict, load_plugin, reader_limits_lowered, reads_checkpoint
-from autograder.execute import SKIP_TAGS, ExecResult
 from autograder.grading.submissions import Submission
 from autograder.model import STATUS_WORDS, CaseResult, Status, SubmissionResult
+from autograder.sandbox.notebook import SKIP_TAGS
+from autograder.sandbox.protocol import ExecResult
 
 
 def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[CaseResult]:

@@ -42,7 +42,8 @@ class NbgraderGradingError(RuntimeError):
 def isolation_here() -> str:
     """The isolation the grader's workers would get on this machine: "bubblewrap", "unprivileged uid" or "none"
     (the same choice as execute.WorkerPool, made before anything starts)."""
-    from autograder.execute import SANDBOX_ENV, WorkerError, _choose_sandbox, uid_drop_problem
+    from autograder.sandbox.isolation import SANDBOX_ENV, _choose_sandbox, uid_drop_problem
+    from autograder.sandbox.protocol import WorkerError
 
     try:
         sandbox, _ = _choose_sandbox(os.environ.get(SANDBOX_ENV) or "auto")

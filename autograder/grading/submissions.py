@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import stat
@@ -16,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 from autograder.config import Submissions
+from autograder.sandbox.notebook import NotebookError, notebook_cells
 
 MAX_FOLDER_ENTRIES = 10_000  # files and folders looked at inside one student's folder
 SKIP_DIRS = (".ipynb_checkpoints", "__MACOSX")
@@ -299,8 +299,7 @@ def read_cells(path: Path, *, limits: Submissions | None = None) -> tuple[list[d
     if sub.source is None:
         return [], f"the notebook could not be read: {sub.problem}"
     try:
-        nb = json.loads(sub.source.decode("utf-8", errors="replace"))
-    except (ValueError, RecursionError) as exc:
+        cells = notebook_cells(sub.source)  # the grader's own decoder: the report reads what grading read
+    except NotebookError as exc:
         return [], f"the notebook could not be read: {exc}"
-    cells = nb.get("cells", []) if isinstance(nb, dict) else []
-    return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else [], ""
+    return [c for c in cells if isinstance(c, dict)], ""

@@ -13,9 +13,9 @@ from typing import Any
 
 from autograder.authoring.questions import Question
 from autograder.config import ROOT
-from autograder.execute import SKIP_TAGS
 from autograder.grading.submissions import read_cells
 from autograder.report.text import _clip
+from autograder.sandbox.notebook import SKIP_TAGS
 
 STUB_WORDS = "the stub is not filled in yet"  # what the probes say when a stub returned None or ...
 CODE_CHARS = 20_000  # per cell

@@ -1,13 +1,14 @@
 """Limits shared by the grader's modules, each defined once: the 64 MiB cap and the defaults of
-grading_config.yaml's limits (autograder/config.py) and of a sandboxed run (execute.Limits).
+grading_config.yaml's limits (autograder/config.py) and of a sandboxed run (Limits below).
 
-Imports only the standard library: the sandbox runs with this module (execute.py and wire.py import it there).
+Imports only the standard library: the sandbox runs with this module (the sandbox package and wire.py import it there).
 """
 
 from __future__ import annotations
 
 import resource
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 MIB = 2**20
 
@@ -16,7 +17,7 @@ MIB = 2**20
 # cap), an uploaded checkpoint file.
 UPLOAD_CAP_MB = 64
 
-# One submission's run in the sandbox: defaults of grading_config.yaml's `execution` section and of execute.Limits.
+# One submission's run in the sandbox: defaults of grading_config.yaml's `execution` section and of Limits.
 CELL_TIMEOUT_S = 20.0
 WALL_TIMEOUT_S = 60.0
 CPU_TIMEOUT_S = 60
@@ -60,3 +61,25 @@ def lowered_limits(wanted: Iterable[tuple[int, int]], *, who: str, size: int = 0
                    f" MB)" if rlim == resource.RLIMIT_AS and size else f"the configured {value // unit}{suffix}")
             notes.append(f"{who}: {name} lowered to {got // unit}{suffix} (the grader's hard limit, {flag}) from {was}")
     return notes
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-submission limits, as in grading_config.yaml's `execution` section (wall_timeout_s: wall_s...).
+
+    memory_mb and processes hold for the submission as a whole (every process it starts); scratch_mb
+    (the scratch tmpfs) and threads (torch/BLAS threads) are fixed when a pool starts. cell_s limits one
+    cell (cell_timeout_s); wall_s and cpu_s the whole notebook, cells and probes, in each run of it.
+    """
+
+    wall_s: float = WALL_TIMEOUT_S
+    cell_s: float = CELL_TIMEOUT_S
+    cpu_s: int = CPU_TIMEOUT_S
+    memory_mb: int = MEMORY_MB
+    processes: int = MAX_PROCESSES
+    file_mb: int = UPLOAD_CAP_MB
+    output_kb: int = MAX_OUTPUT_KB
+    result_mb: int = UPLOAD_CAP_MB
+    scratch_mb: int = 512
+    threads: int = 1
+

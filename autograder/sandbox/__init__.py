@@ -1,0 +1,84 @@
+"""The sandbox: run student notebooks in a sandbox, call probes inside them and return plain data.
+
+Layout. A WorkerPool starts one warm *zygote* per worker, inside bubblewrap when it works: a Python process
+with numpy, torch, IPython, the probe module and the lesson's other shipped modules imported (lesson-level
+code, nothing of any job). Per submission the grader creates the child's channels itself (a socketpair for the
+job and the result frames, a pipe for stdout/stderr) and hands only the child's ends to the zygote over a Unix
+control socket (SCM_RIGHTS). The zygote forks a child, closes its copies and only *watches* it: exit status,
+wall clock, CPU, memory of the submission as a whole; then it kills the child's process tree, wipes the
+scratch folder, /dev/shm and System V IPC objects, and replies with a small header of facts. The child drops
+to an unprivileged uid (when the grader runs as root), applies the limits, receives its cells from the grader,
+runs them in-process with IPython's InteractiveShell and answers the grader's probe requests in order, one
+framed wire message (never a pickle) per answer. The grader reads stdout (capped) and the frames itself;
+judging happens in the grader.
+
+Time. Each run of a notebook gets the whole-notebook limits (wall clock, enforced by the zygote; CPU, by
+RLIMIT_CPU). The grader times each cell from the frames (a cell starts when the previous one reports) and,
+when one runs past the per-cell limit, has the zygote kill the child: only a killed process reliably stops a
+long C call inside torch. It then runs the notebook again in a fresh child (fresh channels) without that
+cell. When a whole-notebook limit stops a cell, the cells before it run again and the probes still run.
+Probes are only ever sent to the last child. A forged cell frame can change which cell is left out, never
+what the probes find.
+
+Threat model. Student code is hostile and runs with the child's privileges.
+- Copying between submissions: the zygote never holds a job's cells, outputs, streams or results (not
+  even freed: only fds and small headers pass through it), so a child forked for the next submission
+  cannot find them in its memory. What a submission leaves behind (processes, scratch files, /dev/shm,
+  System V shared memory, semaphores and message queues, POSIX message queues) is removed before the next
+  one starts: inside bubblewrap the worker's own IPC namespace is emptied (every System V object, and the
+  sandbox's own /dev/mqueue); without it, as root, each child unshares an IPC namespace of its own before any
+  student code runs. Each job runs under its own uid (as root), so per-uid kernel state is not shared
+  either, and its scratch folder's name does not count the jobs. A re-run after the per-cell limit is a
+  new job like any other: a fresh child that sees nothing of the killed attempt.
+- Sandbox: no network (own net namespace); the system is read-only; /tmp, /root, /home, the repository
+  (so reference/ and hidden tests), every non-system top-level folder and any `hide` path are empty
+  tmpfs. Only the Python installation is bound back in at its own path, and the virtual environment's
+  site-packages at a neutral path (/tmp/site/N), never the checkout around it. cwd and $HOME are a fresh
+  scratch dir on a size-capped tmpfs; /proc shows only the sandbox. Without bubblewrap (it cannot start,
+  or env_name("SANDBOX") is none) only the limits, the scratch dir and, as root, the uid drop remain, said once
+  in the log: the job's uid reads and writes only what any other user may (so the grader's own files must
+  be closed to others: the Gradescope bundle's run_autograder runs `chmod o=` on the source and results
+  folders), and after each job whatever that uid left in the folders anyone may write to (/tmp, /var/tmp,
+  /dev/shm ...) is removed. Where the uid cannot be dropped (not root, or the interpreter is not readable
+  by others) student code runs as the grader's user. ExecResult.isolation says which held: "bubblewrap",
+  "unprivileged uid" or "none".
+- Limits: the submission as a whole is limited in memory and processes by a cgroup (v1 memory and pids
+  controllers, one group per worker, created outside the sandbox and bound writable into it; the child
+  joins it before dropping privileges) or, where cgroups are not writable, by a watchdog in the zygote
+  that sums the memory of the child's process tree every 50 ms and kills the tree when it is over;
+  ExecResult.memory_guard says which held. Per process: RLIMIT_AS (a clean MemoryError for one huge
+  allocation), RLIMIT_CPU, RLIMIT_NPROC (as root the child gets its own uid, since root ignores it),
+  RLIMIT_FSIZE, RLIMIT_CORE. Wall clock is enforced by the zygote, captured output by the grader (the
+  rest is read and discarded).
+- Forgery: the protocol is grader-driven and strict. The grader sends the cells, waits for one frame
+  per cell and the end-of-cells frame, then sends the public probe requests in one frame and the hidden
+  ones in a second frame only once every public one is answered (so no hidden argument is in the child
+  while it computes a public output), and accepts exactly one answer per request, in order, for that
+  key. Any other frame (unknown, duplicate, out of order, for another key, malformed, oversized, absurd
+  array shapes) voids the case it names and flags the submission ("tampering") without ever raising;
+  a malformed stream ends the conversation (the remaining probes return nothing). stdout/stderr go to a
+  separate pipe, so nothing printed can become a result. A forged answer is no stronger than a
+  hard-coded return value: the grader computes the expected values itself. What the zygote reports
+  (exit status, signal, timeout, CPU time, memory) comes from outside the child and cannot be forged.
+  The zygote is not dumpable, so the child cannot open its fds through /proc.
+- Tampering: identities of the comparison and core functions the probes use (numpy, torch, math,
+  operator, torch.Tensor and nn.Module methods, json's encoder), builtins, sys.modules entries and the
+  globals (and function code) of the probe, wire and execute modules are recorded before student code
+  runs; changes are reported as facts and undone after every cell and probe, so the harness keeps
+  working. A torch function or dispatch mode left active (or torch functions left disabled) is reported
+  and popped. Probe outputs that are not plain arrays (ndarray or Tensor subclasses, objects with
+  __array__) earn nothing and are reported too.
+- The child's own report. Inside one process gc and ctypes reach everything, so nothing relies on hiding:
+  frames are encoded by wire.trusted_encoder, made in the zygote from C functions and methods of built-in
+  types only (a patched json.JSONEncoder, base64 or os changes nothing), and its code and closure are
+  checked before every frame. The grader sends a nonce with each frame of probe requests; the guard must
+  report it as a changed entry of its own record after every probe, so a guard switched off or emptied
+  (found with gc) or a rewritten report voids that case and flags the submission. The probes read a
+  module's storage, parameters and structure from nn.Module's own tables with functions taken before
+  student code ran (the probe module's own), never through methods a student class or a patch of
+  nn.Module overrides. Tables the probe module names in UNGUARDED (its local checks' results, filled
+  when an nbgrader notebook runs its checks) are not read as tampering.
+- Infrastructure: a worker that fails for reasons that are not the student's (zygote killed, out of
+  fds, job not sent) is restarted and the submission retried once; a second failure is the student's
+  ("crashed"). When no worker can be started at all, run() raises WorkerError.
+"""

@@ -1,0 +1,202 @@
+"""The child: runs the student's cells in IPython and answers the grader's probe requests."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any, NoReturn
+
+from autograder import wire
+from autograder.sandbox.guard import _Guard
+from autograder.sandbox.isolation import _PR_SET_PDEATHSIG, _apply_limits, _own_ipc_namespace, _prctl, _write
+from autograder.sandbox.limits import (
+    MIB,
+    Limits,
+)
+from autograder.sandbox.protocol import _HARNESS_FAILED, _JOB_FD, _LEN, _SETUP_FAILED, _recv_exact
+
+log = logging.getLogger(__name__)
+
+_OOM_TYPES = ("MemoryError", "_ArrayMemoryError", "OutOfMemoryError")
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    try:
+        name = type(exc).__name__
+        text = str(exc)[:300]
+    except BaseException:  # noqa: BLE001 - a student exception may break its own __str__
+        return "Exception", "<unprintable>"
+    return name, text
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    name, text = _describe(exc)
+    return name == "OutOfMemoryError" or "can't allocate memory" in text or "not enough memory" in text
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+
+
+def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe: Any,
+           suspicious: list[str] | None, scratch: str, uid: int | None, cgroups: dict[str, str]) -> NoReturn:
+    """Runs in the forked child: confine, receive the cells from the grader, run them, then answer the
+    grader's probe requests (a frame of public ones, then one of hidden ones) in order; exits without
+    returning."""
+    # Everything that encodes and writes a frame was taken before student code ran (the encoder by the zygote):
+    # a patched json, base64, os or struct cannot strip or rewrite what the child reports.
+    write, exit_, getpid, encode, decode, sanitize = os.write, os._exit, os.getpid, guard.encode, wire.decode, \
+        wire.sanitize
+    pack_len, check_encoder, wire_error, view_of = _LEN.pack, guard.check_encoder, wire.WireError, memoryview
+    res_cap = limits.result_mb * MIB
+    me, parent = getpid(), os.getppid()
+    # the child's CPU per step, reported in its frames for the benchmark's split: this thread's clock, exact; the
+    # process clock advances in scheduler ticks while RLIMIT_CPU is set, and credits a step's time to whichever
+    # later step blocks first (a frame's write), so it showed the probes' time as frame traffic
+    clock = time.thread_time
+
+    def send(msg: dict[str, Any]) -> None:
+        if getpid() != me:
+            exit_(0)
+        changed = check_encoder()
+        if changed and type(msg.get("tamper")) is list:
+            msg["tamper"] += changed
+        try:
+            data = encode(msg, res_cap)
+        except wire_error as exc:
+            data = encode({**msg, "value": {"error": {"type": "WireError", "message": str(exc)[:300]}}}, res_cap)
+        view = view_of(pack_len(len(data)) + data)
+        while view:
+            view = view[write(_JOB_FD, view):]
+
+    def recv() -> dict[str, Any] | None:
+        head = _recv_exact(_JOB_FD, _LEN.size)
+        data = None if head is None else _recv_exact(_JOB_FD, _LEN.unpack(head)[0])
+        msg = None if data is None else decode(data, max_bytes=len(data))
+        return msg if type(msg) is dict else None
+
+    try:
+        job_fd, out_fd = fds
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(job_fd, _JOB_FD)  # the zygote's fds 0-2 are taken, so neither channel is 0, 1 or 2
+        os.closerange(_JOB_FD + 1, 1 << 20)  # the control socket, the zygote's other fds
+        sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
+                                                   errors="backslashreplace") for fd in (1, 2))
+        for folder in cgroups.values():  # join the worker's cgroups while still allowed to
+            _write(os.path.join(folder, "cgroup.procs"), str(me))
+        os.chdir(scratch)
+        os.environ.update(HOME=scratch, TMPDIR=scratch, PWD=scratch)
+        tempfile.tempdir = scratch
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        _own_ipc_namespace()
+        _apply_limits(limits, uid)
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            exit_(_SETUP_FAILED)  # the zygote died before the line above
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(limits.threads)
+        setup_cpu = clock()  # fork (page faults of the copy), cgroups, limits, until the cells can be received
+        job = recv()
+        if job is None or job.get("t") != "cells":
+            exit_(_SETUP_FAILED)
+    except BaseException:  # noqa: BLE001
+        with contextlib.suppress(BaseException):
+            send({"t": "fail", "text": "sandbox setup failed: " + traceback.format_exc()[-400:]})
+        exit_(_SETUP_FAILED)
+
+    try:
+        for i, src in job["cells"]:
+            began = clock()
+            try:
+                result = shell.run_cell(src, store_history=True)
+                err = result.error_before_exec or result.error_in_exec
+            except BaseException as exc:  # noqa: BLE001 - a cell that broke IPython itself
+                err = exc
+            facts = guard.sweep()
+            _flush()
+            if getpid() != me:
+                exit_(0)
+            how = None
+            if isinstance(err, SystemExit) or shell.exit_now:
+                how = f"cell {i} called " + (f"sys.exit({_describe(err)[1]})" if isinstance(err, SystemExit)
+                                             else "exit()")
+            note = None
+            if err is not None and how is None:
+                name, text = _describe(err)
+                note = f"cell {i}: {name}: {text}"
+            send({"t": "cell", "i": i, "note": note, "oom": err is not None and _is_oom(err), "tamper": facts,
+                  "exit": how, "cpu": clock() - began})
+            if how:
+                exit_(0)
+        send({"t": "cells_done", "cpu": setup_cpu})
+        while (req := recv()) is not None and req.get("t") == "probes":
+            nonce = str(req.get("nonce"))
+            for key, name, args in req["probes"]:  # answered one by one, in the order asked
+                began = clock()
+                try:
+                    value = run_probe(shell.user_ns, name, args)
+                except BaseException as exc:  # noqa: BLE001 - SystemExit and friends from student code
+                    ename, text = _describe(exc)
+                    value = {"error": {"type": ename, "message": text, "where": "probe harness"}}
+                guard.plant(nonce)
+                facts = guard.sweep()
+                if getpid() != me:
+                    exit_(0)
+                if suspicious:
+                    facts += [f"suspicious probe output in {key!r}: {s}"[:200] for s in suspicious[:5]]
+                    del suspicious[:]
+                value = sanitize(value)
+                err = value.get("error") if type(value) is dict else None
+                oom = type(err) is dict and (err.get("type") in _OOM_TYPES
+                                             or "can't allocate memory" in str(err.get("message", "")))
+                send({"t": "out", "key": key, "value": value, "oom": oom, "tamper": facts, "cpu": clock() - began})
+        _flush()
+        exit_(0)
+    except BaseException:  # noqa: BLE001 - anything escaping the harness is a crash, reported as such
+        with contextlib.suppress(BaseException):
+            send({"t": "fail", "text": "the grading harness failed: " + traceback.format_exc()[-400:]})
+        exit_(_HARNESS_FAILED)
+
+
+def _install_otter_stub() -> None:
+    """Notebooks start with `grader = otter.Notebook(...)`; in the sandbox its checks and export do nothing."""
+    import types
+
+    class Notebook:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def __getattr__(self, name: str) -> Any:
+            return lambda *args, **kwargs: None
+
+    stub = types.ModuleType("otter", "stand-in: grading never runs Otter inside the student's process")
+    stub.Notebook = Notebook  # type: ignore[attr-defined]
+    sys.modules["otter"] = stub
+
+
+def _make_shell() -> Any:
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    config.InteractiveShell.colors = "nocolor"
+    config.InteractiveShell.xmode = "Plain"
+    shell = InteractiveShell.instance(config=config)
+    shell.ask_exit = lambda: setattr(shell, "exit_now", True)  # exit() and quit() as in a kernel
+    return shell

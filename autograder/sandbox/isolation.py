@@ -1,0 +1,420 @@
+"""Isolation of a worker: bubblewrap argv, the uid fallback, cgroups, IPC and file sweeps, rlimits."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import fcntl
+import importlib
+import importlib.util
+import logging
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autograder import env_name
+from autograder.sandbox.limits import (
+    MIB,
+    Limits,
+    fit_hard,
+)
+from autograder.sandbox.protocol import WorkerError
+
+log = logging.getLogger(__name__)
+
+MEMORY_GUARD_ENV = env_name("MEMORY_GUARD")  # "watchdog" forces the watchdog where "auto" would pick a cgroup
+SANDBOX_ENV = env_name("SANDBOX")  # "none" forces the fallback (no bubblewrap) where "auto" would pick bwrap
+CGROUP_PREFIX = "grader-cgroup-"  # one memory and one pids group per worker: PREFIX<pid>-<slot>
+_VISIBLE_ROOTS = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/proc", "/sys"}
+_SANDBOX_STAGE = "/tmp/grader"
+_SANDBOX_SCRATCH = "/tmp/scratch"
+_SANDBOX_SITE = "/tmp/site"
+_UID_BASE = 1_500_000_000
+_UIDS_PER_WORKER = 1024  # each job of a worker runs under the next uid of its block
+_UID_BLOCKS = 2000 * 64  # blocks above _UID_BASE; a worker holds one, reserved by a lock no other grader can take
+UID_LOCKS_ENV = env_name("UID_LOCKS")  # folder of the uid-block locks (default /run/lock/autograder-uid-blocks)
+# Without bubblewrap, the folders where a job's uid may leave files (anyone may write there); swept after each job.
+_SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
+_SHM_MB = 64  # the sandbox's own /dev/shm
+_IPC_RMID = 0
+_CLONE_NEWIPC = 0x08000000
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _own_cgroup(controller: str) -> str:
+    """This process's cgroup folder for a v1 controller, if it is mounted and writable by us."""
+    mount = f"/sys/fs/cgroup/{controller}"
+    if not os.path.isfile(os.path.join(mount, "cgroup.procs")):
+        raise OSError(f"no cgroup v1 {controller} controller at {mount}")
+    with open("/proc/self/cgroup") as f:
+        rel = next((line.rstrip("\n").split(":", 2)[2] for line in f
+                    if controller in line.split(":", 2)[1].split(",")), None)
+    path = os.path.join(mount, (rel or "/").lstrip("/"))
+    if not os.path.isdir(path):
+        path = mount  # inside a cgroup namespace the path may not resolve; the root is still ours to use
+    if not os.access(path, os.W_OK):
+        raise OSError(f"{path} is not writable")
+    return path
+
+
+def _remove_stale_cgroups(root: str) -> None:
+    """Empty groups left by a grader that was killed (SIGKILL skips close())."""
+    for name in os.listdir(root):
+        parts = name.split("-")
+        if name.startswith(CGROUP_PREFIX) and len(parts) == 4 and parts[2].isdigit():
+            try:
+                os.kill(int(parts[2]), 0)
+            except ProcessLookupError:
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(root, name))  # fails while a process is still in it
+            except OSError:
+                pass
+
+
+def _remove_cgroup(path: str) -> None:
+    for _ in range(50):
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            return
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            os.rmdir(path)
+            return
+        except OSError:
+            time.sleep(0.02)
+    log.warning("could not remove cgroup %s", path)
+
+
+def _choose_sandbox(wanted: str) -> tuple[str, str]:
+    if wanted == "none":
+        return "none", f"sandbox: none requested (sandbox='none' or {SANDBOX_ENV}=none): resource limits only, no " \
+                       "network isolation"
+    exe = shutil.which("bwrap")
+    if exe is None:
+        msg = "bubblewrap (bwrap) is not installed"
+    else:
+        argv = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
+                "--unshare-pid", "true"]
+        probe = subprocess.run(argv, capture_output=True, text=True)
+        if probe.returncode == 0:
+            return "bwrap", ""
+        msg = f"bubblewrap does not work here: {probe.stderr.strip()[:200]}"
+    if wanted == "bwrap":
+        raise WorkerError(msg)
+    return "none", f"sandbox: {msg}; falling back to resource limits only (no network isolation)"
+
+
+def _stage_modules(stage: Path, probe_module: str, modules: Mapping[str, Path]) -> None:
+    """Copy only the package's __init__.py, wire.py, the sandbox package and the lesson's shipped modules (`modules`:
+    top-level name -> file; the probe module is one of them, or found on sys.path) into a folder the sandbox sees
+    read-only: the child imports the same files under the same names as the student's notebook does."""
+    here = Path(__file__).resolve().parent
+    package = here.parent
+    files = {"autograder/__init__.py": (package / "__init__.py").read_text(),
+             "autograder/wire.py": (package / "wire.py").read_text(),
+             **{f"autograder/sandbox/{p.name}": p.read_text() for p in sorted(here.glob("*.py"))}}
+    for name, path in modules.items():
+        if not name.isidentifier():
+            raise WorkerError(f"cannot ship {path} as module {name!r}: not a top-level module name")
+        files[f"{name}.py"] = Path(path).read_text()
+    if probe_module not in modules:
+        spec = importlib.util.find_spec(probe_module)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            raise WorkerError(f"cannot find the source of probe module {probe_module!r}")
+        parts = probe_module.split(".")
+        for n in range(1, len(parts)):
+            files.setdefault("/".join(parts[:n]) + "/__init__.py", "")
+        files["/".join(parts) + ".py"] = Path(spec.origin).read_text()
+    for rel, text in files.items():
+        path = stage / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for path in [stage, *stage.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def _world_readable(path: str) -> bool:
+    p = Path(path).resolve()
+    return all(os.stat(d).st_mode & 0o005 == 0o005 for d in [p, *p.parents])
+
+
+def _others_can_enter(path: str) -> bool:
+    p = Path(path).resolve()
+    with contextlib.suppress(OSError):
+        return all(os.stat(d).st_mode & 0o001 for d in [p, *p.parents])
+    return False
+
+
+def uid_drop_problem(*, scratch: str | Path | None = None) -> str:
+    """Why student code cannot run as an unprivileged uid without bubblewrap here, or '' when it can: the
+    grader is not root, or a folder the child reads (the interpreter, the venv, `scratch`) is closed to others."""
+    if os.geteuid() != 0:
+        return "the grader is not root, so it cannot switch student code to another uid"
+    needed = [sys.prefix, sys.base_prefix, *(p for p in sys.path if p and _under(p, sys.prefix) and os.path.isdir(p))]
+    for path in dict.fromkeys([*needed, *([str(scratch)] if scratch else [])]):
+        if not _world_readable(path):
+            return f"{path} is not readable by other users (chmod -R o+rX it, and o+rx on its parents)"
+    return ""
+
+
+def _reserve_uid_block(start: int) -> tuple[int, int]:
+    """A block of uids that no other worker on this host holds, and the descriptor that holds it: the first block
+    from `start` on whose lock file (one per block, in a folder only this user may write to) an exclusive flock
+    can take. The kernel releases the lock when the descriptor closes or the process dies, even by SIGKILL, so
+    several grading processes on one host (Dask workers, two classes at once) never share a uid."""
+    chosen = os.environ.get(UID_LOCKS_ENV)
+    for folder in [chosen] if chosen else [os.path.join(d, "autograder-uid-blocks")
+                                           for d in ("/run/lock", tempfile.gettempdir())]:
+        try:  # /run/lock may be missing or read-only (a container image): then the temporary folder
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError:
+            if chosen:
+                raise
+            continue
+        if chosen or os.access(folder, os.W_OK):
+            break
+    st = os.lstat(folder)
+    if not os.path.isdir(folder) or os.path.islink(folder) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise WorkerError(f"{folder}: the uid-block locks need a folder of this user that nobody else may write "
+                          f"to; remove it, or set {UID_LOCKS_ENV} to another folder")
+    for i in range(_UID_BLOCKS):
+        block = (start + i) % _UID_BLOCKS
+        fd = os.open(os.path.join(folder, str(block)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return block, fd
+    raise WorkerError(f"all {_UID_BLOCKS} uid blocks are held by other graders on this host (locks in {folder})")
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
+                cgroups: dict[str, str]) -> tuple[list[str], list[str], str]:
+    """bubblewrap arguments, the sys.path the zygote should use inside, and the interpreter to run.
+
+    Allow-list: only the system folders stay visible; every other top-level folder (/work, /srv, /opt,
+    other checkouts ...) is an empty tmpfs. The base Python installation is bound back in at its own
+    path; a virtual environment's site-packages folders at /tmp/site/N, so nothing of the checkout
+    around a venv (its name, its neighbours) is ever visible.
+    """
+    repo = str(Path(__file__).resolve().parents[2])
+    exe = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
+    base = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)})
+    venv = os.path.realpath(sys.prefix)
+    others = [os.path.join("/", d) for d in os.listdir("/") if os.path.join("/", d) not in _VISIBLE_ROOTS]
+    hidden = sorted({os.path.realpath(p) for p in ("/tmp", "/root", "/home", repo, *others, *hide)
+                     if os.path.isdir(p) and not os.path.islink(p)}, key=len)
+    top = [h for h in hidden if not any(h != o and _under(h, o) for o in hidden)]
+    path: list[str] = []
+    site: list[tuple[str, str]] = []
+    for p in dict.fromkeys(os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)):
+        if any(_under(p, b) for b in base) and not (venv not in base and _under(p, venv)):
+            path.append(p)
+        elif _under(p, venv) and venv not in base:
+            inside = f"{_SANDBOX_SITE}/{len(site)}"
+            site.append((p, inside))
+            path.append(inside)
+        elif not any(_under(p, h) for h in top):
+            path.append(p)
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--perms", "1777", "--size", str(_SHM_MB * MIB), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue",
+            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--new-session"]
+    for h in top:
+        argv += ["--tmpfs", h]
+        for p in base:
+            if _under(p, h) and p != h:
+                parents = [str(d) for d in reversed(Path(p).parents) if _under(str(d), h) and str(d) != h]
+                argv += [a for d in parents for a in ("--perms", "0755", "--dir", d)] + ["--ro-bind", p, p]
+        if h == "/tmp":
+            argv += ["--ro-bind", str(stage), _SANDBOX_STAGE,
+                     "--perms", "0755", "--size", str(limits.scratch_mb * MIB), "--tmpfs", _SANDBOX_SCRATCH]
+            if site:
+                argv += ["--perms", "0755", "--dir", _SANDBOX_SITE]
+            argv += [a for src, dst in site for a in ("--ro-bind", src, dst)]
+        argv += ["--remount-ro", h]
+    for folder in cgroups.values():
+        argv += ["--bind", folder, folder]
+    if os.geteuid() == 0:
+        argv += ["--cap-drop", "ALL"] + [a for c in _CAPS for a in ("--cap-add", c)]
+    return argv, path, exe
+
+
+def _zygote_host_pid(root: int, nspid: int) -> int:
+    """The pid, in our namespace, of the process below `root` whose innermost pid is `nspid`."""
+    kids: dict[int, list[int]] = collections.defaultdict(list)
+    inner: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        pid = int(name)
+        kids[int(fields.get("PPid", "0").strip() or 0)].append(pid)
+        ns = fields.get("NSpid", name).split()
+        inner[pid] = int(ns[-1]) if ns else pid
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if inner.get(pid) == nspid and (pid != root or pid == nspid):
+            return pid
+        todo += kids.get(pid, [])
+    return 0
+
+
+
+
+def _remove_ipc(uid: int | None, since: float, *, everything: bool) -> None:
+    """Remove System V shared memory, semaphores and message queues a submission left behind.
+
+    everything: the sandbox's own IPC namespace, where all that is visible is the student's; otherwise
+    those owned by the job's uid, or (without a uid of its own) by ours and created during the job.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    removers = (("shm", "shmid", lambda i: libc.shmctl(i, _IPC_RMID, None)),
+                ("sem", "semid", lambda i: libc.semctl(i, 0, _IPC_RMID)),
+                ("msg", "msqid", lambda i: libc.msgctl(i, _IPC_RMID, None)))
+    me = os.geteuid()
+    for table, id_col, remove in removers:
+        try:
+            with open(f"/proc/sysvipc/{table}") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        cols = lines[0].split() if lines else []
+        for line in lines[1:]:
+            row = dict(zip(cols, line.split()))
+            try:
+                ident, owner, creator, ctime = (int(row[k]) for k in (id_col, "uid", "cuid", "ctime"))
+            except (KeyError, ValueError):
+                continue
+            if not (everything or (uid is not None and uid in (owner, creator))
+                    or (uid is None and me in (owner, creator) and ctime >= int(since) - 1)):
+                continue
+            if remove(ident) != 0 and me == 0 and owner != 0:  # IPC_RMID needs the owner (or CAP_SYS_ADMIN)
+                try:
+                    os.seteuid(owner)
+                    remove(ident)
+                finally:
+                    os.seteuid(0)
+
+
+def _shared_writable() -> list[str]:
+    """The folders (of _SHARED_WRITABLE and TMPDIR) that exist here and that others may write to."""
+    found = [os.path.realpath(p) for p in (*_SHARED_WRITABLE, tempfile.gettempdir())]
+    return [p for p in dict.fromkeys(found) if os.path.isdir(p) and os.stat(p).st_mode & 0o003 == 0o003]
+
+
+def _remove_owned(uid: int, roots: list[str]) -> None:
+    """Remove every entry owned by `uid` in these folders and in the folders below them that others may write
+    to (outside its scratch folder a job's uid can create files nowhere else)."""
+    todo = list(roots)
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if st.st_uid == uid and is_dir:
+                _rmtree(entry.path)
+            elif st.st_uid == uid:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+            elif is_dir and st.st_mode & 0o003 == 0o003:
+                todo.append(entry.path)
+
+
+def _rmtree(path: str) -> None:
+    def fix(func: Any, p: str, _exc: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+
+    shutil.rmtree(path, onerror=fix)
+
+
+
+
+def _count_tasks(uid: int) -> int:
+    n = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    n += len(os.listdir(f"/proc/{name}/task"))
+    return n
+
+
+def _vm_size(pid: int | str = "self") -> int:
+    """The address space a process uses (VmSize, bytes); 0 when it cannot be read."""
+    with contextlib.suppress(OSError, StopIteration, ValueError, IndexError), open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    return 0
+
+
+def _rlimits(limits: Limits, *, vm: int, base: int) -> list[tuple[int, int, int]]:
+    """A child's per-process limits as (rlim, soft, hard): vm is its size, base the tasks its uid runs already."""
+    return [(resource.RLIMIT_AS, vm + limits.memory_mb * MIB, vm + limits.memory_mb * MIB),
+            (resource.RLIMIT_NPROC, base + limits.processes, base + limits.processes),
+            (resource.RLIMIT_FSIZE, limits.file_mb * MIB, limits.file_mb * MIB), (resource.RLIMIT_CORE, 0, 0),
+            (resource.RLIMIT_NOFILE, 1024, 1024), (resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 1)]
+
+
+def _apply_limits(limits: Limits, uid: int | None) -> None:
+    base = 1 if uid is not None else _count_tasks(os.getuid())
+    for rlim, soft, hard in _rlimits(limits, vm=_vm_size(), base=base):  # never above the grader's own hard limits
+        resource.setrlimit(rlim, fit_hard(rlim, soft, hard))
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _own_ipc_namespace() -> None:
+    """Give this job's child an IPC namespace of its own (System V objects and POSIX message queues), so it finds
+    nothing an earlier job made and leaves nothing for a later one. It needs CAP_SYS_ADMIN: as root without
+    bubblewrap it works; inside bubblewrap the worker's namespace is emptied after each job instead (the zygote
+    removes every System V object and everything in the sandbox's own /dev/mqueue)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.unshare(_CLONE_NEWIPC)  # EPERM without the capability: then the zygote's clean-up alone holds
+
+
+def _prctl(option: int, arg: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
