@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.config import ROOT
 from autograder.grading.submissions import read_cells
 from autograder.sandbox.notebook import NotebookError, read_notebook
 
@@ -32,3 +33,28 @@ def test_the_report_reads_what_grading_reads(tmp_path: Path, name: str, source: 
         with pytest.raises(NotebookError) as err:
             read_notebook(source)
         assert cells == [] and problem == f"the notebook could not be read: {err.value}"
+
+
+IPYTHON_SYNTAX = ["%time x = 1\ny = 2", "a = !ls\nb = 1", "def f():\n    return 1\nf?", "\n\nx = 1\ny = 2",
+                  "  x = 1\n  y = 2", "pwd", "x = 1\n%matplotlib inline", ">>> x = 1\n>>> y = 2", "%%time\nx = 1"]
+PLAIN_CELLS = ["x = 1\ny = 2", "s = '''%time\n!x'''\nt = 1", "x = 1  # why?\ny = 2", "class A:\n    pass\n"]
+
+
+def test_the_sandbox_skips_ipython_transforms_only_where_they_change_nothing() -> None:
+    """The child's fast path (sandbox/child.py) gives exactly what IPython's transform gives, on IPython syntax
+    (magics, shell escapes, help, prompts, blank or indented starts, a bare name) and on every code cell of the
+    student release; and it does skip IPython on plain multi-line cells."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from autograder.sandbox.child import _transform_cell
+
+    shell = InteractiveShell.instance()
+    template = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+    cells = [*IPYTHON_SYNTAX, *PLAIN_CELLS, *("".join(c["source"]) for c in read_cells(template)[0]
+                                              if c["cell_type"] == "code")]
+    for cell in cells:
+        assert _transform_cell(shell.transform_cell, cell) == shell.transform_cell(cell), cell
+    calls: list[str] = []
+    for cell in PLAIN_CELLS:
+        _transform_cell(calls.append, cell)
+    assert calls == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from autograder.authoring.suite import load_suite
 from autograder.config import DEFAULT_CONFIG, ROOT, load_config
 from autograder.lesson import Lesson
 from autograder.release.common import TORCH_INDEX_URL, TORCH_VERSION
@@ -107,6 +108,13 @@ def gradescope_bundle(dest: Path, *, lesson: Lesson | None = None, config_path: 
     folder, all under NAME/ (by default the lesson of `config_path`)."""
     lesson = lesson or load_config(config_path).lesson
     name = lesson.name
+    uploads = set(load_suite(config_path).checkpoint_files)  # the reference run's own files: the sample class's
+
+    def wanted(path: Path) -> bool:
+        """A lesson file the grader reads: the reference run's checkpoint files stay out (the grader's data beside
+        them, such as the reference's per-window losses, goes in)."""
+        return (path.is_file() and "__pycache__" not in path.parts and path.name not in BUNDLE_SKIP
+                and not (lesson.checkpoint_dir in path.parents and path.name in uploads))
 
     def add(zf: zipfile.ZipFile, data: Path | bytes, arcname: str, mode: int = 0o644) -> None:
         info = zipfile.ZipInfo(arcname, date_time=(2026, 1, 1, 0, 0, 0))
@@ -124,7 +132,6 @@ def gradescope_bundle(dest: Path, *, lesson: Lesson | None = None, config_path: 
         for folder in BUNDLE_DIRS:
             root = ROOT if folder == "autograder" else lesson.root
             for path in sorted((root / folder).rglob("*")):
-                if (path.is_file() and "__pycache__" not in path.parts and lesson.checkpoint_dir not in path.parents
-                        and path.name not in BUNDLE_SKIP):
+                if wanted(path):
                     add(zf, path, f"{name}/{path.relative_to(root)}")
     return dest

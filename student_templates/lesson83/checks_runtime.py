@@ -15,7 +15,7 @@ output with the reference output computed by the same probe on the reference sol
 Where this file is loaded from: next to the notebook, the student's copy (as for the checks module); in the
 grader, each lesson gets its own copy of the engine's file (autograder/lesson.py: Lesson.checks), so two lessons'
 registries never mix and no file of a student's folder is ever imported; in the sandbox, the staged copy of the
-engine's file (autograder/execute.py), which the grader's guard watches like the checks module.
+engine's file (autograder/sandbox/guard.py), which the grader's guard watches like the checks module.
 """
 
 from __future__ import annotations
