@@ -518,6 +518,26 @@ def verify(files: dict[str, bytes], *, rules: Any, memory_mb: int) -> checkpoint
 
 
 
+def _refused(error: str | None, claims_error: str | None, digest: str, preset: str | None, rules: Any,
+             schemes: Sequence[str]) -> dict[str, Any] | None:
+    """The whole checkpoint's failure before any scheme is judged (unreadable weights or table, another
+    vocabulary, files of two runs, a preset that earns nothing), or None."""
+    if error is not None:
+        return _failure(f"milestone.pt could not be read as plain weights ({error}). {UPLOAD_HINT}", schemes)
+    config = _CONFIGS[digest]
+    if claims_error is not None:
+        return _failure(f"milestone.json is not a milestone table ({claims_error}). {UPLOAD_HINT}", schemes)
+    if not config["vocab_ok"]:
+        return _failure("milestone.pt uses another vocabulary; train with the milestone's VOCAB.", schemes)
+    if config["preset"] != preset:
+        return _failure(f"milestone.pt says preset {config['preset']!r} but milestone.json says "
+                        f"{preset!r}; upload the two files from the same run.", schemes)
+    if preset not in rules.presets:
+        return _failure(f"preset {preset!r} earns no points here; train with one of "
+                        f"{sorted(rules.presets)}.", schemes, "checkpoint_preset_not_accepted")
+    return None
+
+
 def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes | None, *,
                       schemes: Sequence[str] = SCHEMES, rules: Any = None, max_windows: int | None = None,
                       batch_size: int = VERIFY_BATCH, memory_mb: int = CHILD_MEMORY_MB,
@@ -602,19 +622,9 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
                 _CONFIGS[digest] = found["config"]
                 for pos, result in found.get("schemes", {}).items():
                     _MEASURED[(digest, pos, windows, batch_size, method)] = result
-    if error is not None:
-        return _failure(f"milestone.pt could not be read as plain weights ({error}). {UPLOAD_HINT}", schemes)
-    config = _CONFIGS[digest]
-    if claims_error is not None:
-        return _failure(f"milestone.json is not a milestone table ({claims_error}). {UPLOAD_HINT}", schemes)
-    if not config["vocab_ok"]:
-        return _failure("milestone.pt uses another vocabulary; train with the milestone's VOCAB.", schemes)
-    if config["preset"] != preset:
-        return _failure(f"milestone.pt says preset {config['preset']!r} but milestone.json says "
-                        f"{preset!r}; upload the two files from the same run.", schemes)
-    if preset not in rules.presets:
-        return _failure(f"preset {preset!r} earns no points here; train with one of "
-                        f"{accepted}.", schemes, "checkpoint_preset_not_accepted")
+    refused = _refused(error, claims_error, digest, preset, rules, schemes)
+    if refused is not None:
+        return refused
     rule = rules.presets[preset]
     results = {}
     for pos in schemes:
@@ -783,19 +793,9 @@ def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: st
             error, more = _measure(pt_bytes, digest, {p: [all_starts[i] for i in ix] for p, ix in flagged.items()},
                                    **common)
             cpu_s += more
-    if error is not None:
-        return _failure(f"milestone.pt could not be read as plain weights ({error}). {UPLOAD_HINT}", schemes)
-    config = _CONFIGS[digest]
-    if claims_error is not None:
-        return _failure(f"milestone.json is not a milestone table ({claims_error}). {UPLOAD_HINT}", schemes)
-    if not config["vocab_ok"]:
-        return _failure("milestone.pt uses another vocabulary; train with the milestone's VOCAB.", schemes)
-    if config["preset"] != preset:
-        return _failure(f"milestone.pt says preset {config['preset']!r} but milestone.json says "
-                        f"{preset!r}; upload the two files from the same run.", schemes)
-    if preset not in rules.presets:
-        return _failure(f"preset {preset!r} earns no points here; train with one of "
-                        f"{accepted}.", schemes, "checkpoint_preset_not_accepted")
+    refused = _refused(error, claims_error, digest, preset, rules, schemes)
+    if refused is not None:
+        return refused
     rule = rules.presets[preset]
     results = {}
     for pos in schemes:
