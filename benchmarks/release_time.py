@@ -129,7 +129,8 @@ def _smoke_inputs(dest: Path) -> tuple[Path, Path]:
         shutil.copy(ROOT / "assignments" / "lesson83" / f"{stem}.md", assignments)
     config = yaml.safe_load((ROOT / "grading_config.yaml").read_text())
     config["questions"] = {q: p for q, p in config["questions"].items() if q in SMOKE_QUESTIONS}
-    config["total_points"] = sum(p["points"] for p in config["questions"].values()) + config["milestone"]["points"]
+    config["milestone"]["points"] = 0  # the smoke assignment has no milestone question to declare a checkpoint
+    config["total_points"] = sum(p["points"] for p in config["questions"].values())
     (dest / "grading_config.yaml").write_text(yaml.safe_dump(config))
     return dest / "grading_config.yaml", assignments
 
