@@ -969,8 +969,11 @@ MILESTONE_MISTAKES = [m.id for m in MISTAKES if m.question == "m1_tinycharlm"]
 def test_each_milestone_mistake_keeps_its_verdict(mistake: str, tmp_path: Path) -> None:
     """The benchmark's checkpoint of the mistake (reference weights in the mistaken class, tuned, claims measured by
     it on 300 windows): the sampled grader gives each scheme the verdict of the whole re-evaluation before it."""
-    from benchmarks.checkpoint_verify import mistake_checkpoints
+    from autograder.lesson import load_module
 
+    # by path: benchmarks/ is a folder of scripts, not a package an installed copy or a clean clone can import
+    mistake_checkpoints = load_module("checkpoint_verify_benchmark",
+                                      ROOT / "benchmarks" / "checkpoint_verify.py").mistake_checkpoints
     built = mistake_checkpoints(tmp_path, schemes=lm.SCHEMES, tune_steps=20, claim_windows=QUICK["eval_windows"],
                                 only=(mistake,))
     pt, js, touched = built[f"mistake_{mistake}"]
