@@ -538,6 +538,26 @@ def _refused(error: str | None, claims_error: str | None, digest: str, preset: s
     return None
 
 
+def _judge_row(row: dict[str, Any], figures: Mapping[int, float], bounds: Mapping[int, float], *, preset: str,
+               notes: list[str]) -> None:
+    """Finish a scheme's row whose `agrees` is set: the preset's bounds on `figures` (the perplexities the row is
+    judged by), whether it passed, its message (`notes` first) and its problem."""
+    row["thresholds"] = dict(bounds)
+    row["meets_thresholds"] = all(figures[c] <= bound for c, bound in bounds.items())
+    row["passed"] = row["agrees"] and row["meets_thresholds"]
+    notes = notes + [f"perplexity {figures[c]:.2f} at context {c} is above the {preset} preset's bound {bound:g}: "
+                     "train longer or check the scheme" for c, bound in bounds.items() if not figures[c] <= bound]
+    row["message"] = "; ".join(notes) or "ok"
+    row["problem"] = (None if row["passed"] else
+                      "checkpoint_claims_disagree" if not row["agrees"] else "checkpoint_above_bound")
+
+
+def _loaded(preset: str, rule: Any, *, start: float, cpu_s: float, results: dict[str, Any]) -> dict[str, Any]:
+    """The verdict on a checkpoint that loaded: the preset's credit and each scheme's row."""
+    return {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": preset,
+            "credit": rule.credit, "seconds": time.perf_counter() - start, "cpu_s": cpu_s, "schemes": results}
+
+
 def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes | None, *,
                       schemes: Sequence[str] = SCHEMES, rules: Any = None, max_windows: int | None = None,
                       batch_size: int = VERIFY_BATCH, memory_mb: int = CHILD_MEMORY_MB,
@@ -644,21 +664,12 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
             continue
         row["rel_diff"] = {c: abs(row["ppl"][c] - row["claimed"][c]) / row["claimed"][c] for c in CONTEXTS}
         row["agrees"] = all(d <= rules.rel_tol for d in row["rel_diff"].values())  # False for nan
-        row["thresholds"] = bounds = dict(rule.thresholds.get(pos, {}))
-        row["meets_thresholds"] = all(row["ppl"][c] <= bound for c, bound in bounds.items())
-        row["passed"] = row["agrees"] and row["meets_thresholds"]
         notes = [] if row["agrees"] else [
             "milestone.json says " + "/".join(f"{row['claimed'][c]:.2f}" for c in CONTEXTS) + " but these "
             "weights give " + "/".join(f"{row['ppl'][c]:.2f}" for c in CONTEXTS) + f" (more than "
             f"{rules.rel_tol:.0%} apart): upload the two files from the same run"]
-        notes += [f"perplexity {row['ppl'][c]:.2f} at context {c} is above the {preset} preset's bound "
-                  f"{bound:g}: train longer or check the scheme" for c, bound in bounds.items()
-                  if not row["ppl"][c] <= bound]
-        row["message"] = "; ".join(notes) or "ok"
-        row["problem"] = (None if row["passed"] else
-                          "checkpoint_claims_disagree" if not row["agrees"] else "checkpoint_above_bound")
-    return {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": preset,
-            "credit": rule.credit, "seconds": time.perf_counter() - start, "cpu_s": cpu_s, "schemes": results}
+        _judge_row(row, row["ppl"], rule.thresholds.get(pos, {}), preset=preset, notes=notes)
+    return _loaded(preset, rule, start=start, cpu_s=cpu_s, results=results)
 
 
 OLD_FORMAT = ("milestone.json has no per-window losses: it was written by an older milestone trainer. Re-run "
@@ -823,9 +834,6 @@ def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: st
                  if not abs(g) <= rules.window_tol]
         row["agrees"] = not inconsistent and not wrong
         row["inexact"] = bool(wrong) and not inconsistent
-        row["thresholds"] = bounds = dict(rule.thresholds.get(pos, {}))
-        row["meets_thresholds"] = all(row["claimed"][c] <= bound for c, bound in bounds.items())
-        row["passed"] = row["agrees"] and row["meets_thresholds"]
         notes_ = [f"milestone.json gives {pos!r} the perplexity {row['claimed'][c]:.4f} at context {c} but its own "
                   f"per-window losses give {exact[c]:.4f}: upload milestone.json exactly as save_checkpoint wrote it"
                   for c in inconsistent[:1]]
@@ -834,14 +842,8 @@ def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: st
             notes_.append(f"{len({w[1] for w in wrong})} of {len(checked)} recomputed windows differ from "
                           f"milestone.json (window {i} at context {c}: it says loss {losses[c][i]:.4f}, these weights "
                           f"give {losses[c][i] + g:.4f}; allowed {rules.window_tol:g})")
-        notes_ += [f"perplexity {row['claimed'][c]:.2f} at context {c} is above the {preset} preset's bound "
-                   f"{bound:g}: train longer or check the scheme" for c, bound in bounds.items()
-                   if not row["claimed"][c] <= bound]
-        row["message"] = "; ".join(notes_) or "ok"
-        row["problem"] = (None if row["passed"] else
-                          "checkpoint_claims_disagree" if not row["agrees"] else "checkpoint_above_bound")
-    return {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": preset,
-            "credit": rule.credit, "seconds": time.perf_counter() - start, "cpu_s": cpu_s, "schemes": results}
+        _judge_row(row, row["claimed"], rule.thresholds.get(pos, {}), preset=preset, notes=notes_)
+    return _loaded(preset, rule, start=start, cpu_s=cpu_s, results=results)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
