@@ -220,6 +220,9 @@ class Lesson:
         if self.trainer_file is None:
             raise LessonError(f"{self.assignment_dir}: lesson {self.name} has no milestone trainer "
                               f"({self.trainer_name}.py)")
+        # A trainer may import the lesson's checks by name (a student's folder has them side by side): load them
+        # first, bound to the runtime, or that import fails on `checks_runtime` and whatever it guards is skipped.
+        _ = self.checks
         return load_module(self.trainer_name, self.trainer_file)
 
     @cached_property
