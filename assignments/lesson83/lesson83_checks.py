@@ -522,7 +522,7 @@ def answers(env: dict[str, Any], names: list[str]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- milestone probes
 
 LM_VOCAB = 28  # <unk>, space, a-z
-LM_SMALL = {"num_hiddens": 32, "num_heads": 4, "num_blks": 2, "max_len": 512}  # cheap to run on a CPU
+LM_SMALL = {"num_hiddens": 32, "num_heads": 4, "num_blks": 2, "max_len": 256}  # cheap to run on a CPU
 
 
 def _layout(t: Any) -> tuple:
@@ -639,7 +639,7 @@ class ModelCache:
 
     The milestone probes want `TinyCharLM(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL)` as built right after
     torch.manual_seed(0), then (most of them) fill its parameters by name; one local check builds the five models
-    17 times, one graded job 20 times, and an ALiBi model builds (4, 512, 512) tables. A model built once is
+    17 times, one graded job 20 times, and an ALiBi model builds (4, 256, 256) tables. A model built once is
     handed out again only while the namespace is the same dict with every public name bound to the same object
     (a re-run cell starts afresh) and while, once model.train() has restored its training flags, everything but
     its parameter values is as it was right after the build (`_State`): a forward pass or a probe that changed a
@@ -765,7 +765,7 @@ def lm_prefix(env: dict[str, Any], pos: str, T: int, prefix: int, seed: int,
     """Logits at some positions below `prefix`, from a T-token input and from its first `prefix` tokens.
 
     One sequence, not a batch of two as elsewhere: the property is about positions, every case that waits here
-    first needs the scheme's logits on a batch of two, and at T = 512 a second sequence doubles the cost."""
+    first needs the scheme's logits on a batch of two, and at T = 256 a second sequence doubles the cost."""
     model, X = _lm(env, pos, seed), _tokens(seed, T, batch=1)
     return {"first": _logits(model, X)[:, positions], "second": _logits(model, X[:, :prefix])[:, positions]}
 
@@ -1078,7 +1078,7 @@ def _twin(model: Any) -> Any:
     objects and containers throughout, every registered parameter a new Parameter over the same values, every
     other tensor (registered buffers included: `.to` replaces them in the twin's own tables) the same object.
     Aliases keep their meaning: a parameter, buffer or module referred to from anywhere else in the model is the
-    twin's one there too. Nothing is computed or copied in bulk (building an ALiBi model computes (4, 512, 512)
+    twin's one there too. Nothing is computed or copied in bulk (building an ALiBi model computes (4, 256, 256)
     tables; copying every tensor of it would cost as much)."""
     torch = _torch()
     modules = list(_modules_of(model))  # the modules `.to` walks: the _modules tables, recursively
@@ -1130,23 +1130,21 @@ class _Layouts:
 LAYOUTS = _Layouts()
 
 
-def trace_devices_twice(model: Any, X: Any, *, layouts: dict[tuple, tuple]) -> dict[str, Any] | None:
-    """trace_devices on `meta` as it is, then on `meta` shown as cuda (`_Disguise`): the first finding, or None.
+def trace_devices_as_gpu(model: Any, X: Any, *, layouts: dict[tuple, tuple]) -> dict[str, Any] | None:
+    """trace_devices on `meta` shown as cuda (`_Disguise`), as the forward pass runs on a GPU: its finding, or None.
 
-    Code can tell `meta` apart and move its tables only there; shown as cuda, the same code leaves them behind
-    as it would on a GPU. A second pass that fails for another reason (a cuda-only API) concludes nothing."""
-    finding = trace_devices(model, X, layouts=layouts)
-    if finding is not None:
-        return finding
+    Code that treats `meta` as a special case (moves its tables only there) is traced as it runs on a GPU, and
+    a table left on the CPU still meets the `meta` tensors. Only when that pass fails for another reason (a
+    cuda-only API such as torch.cuda.current_device()) is the forward pass traced again on `meta` as it is."""
     try:
         return trace_devices(model, X, layouts=layouts, disguise="cuda")
-    except Exception:  # noqa: BLE001 - not a device mismatch: the first pass was clean, nothing to conclude
-        return None
+    except Exception:  # noqa: BLE001 - not a device mismatch: trace it as plain meta, whose errors are the caller's
+        return trace_devices(model, X, layouts=layouts)
 
 
 @probe
 def fn_device(env: dict[str, Any], fn: str, shape: list[int]) -> dict[str, Any]:
-    """The first op of fn(q, k, v) that mixes devices, with q, k, v on `meta` (also shown as cuda), or None."""
+    """The first op of fn(q, k, v) that mixes devices, with q, k, v on `meta` shown as cuda, or None."""
     torch = _torch()
     target = _get(env, fn)
 
@@ -1156,7 +1154,7 @@ def fn_device(env: dict[str, Any], fn: str, shape: list[int]) -> dict[str, Any]:
 
     x = torch.zeros(*shape, device="meta")
     try:
-        return {"finding": trace_devices_twice(Call(), x, layouts=LAYOUTS.table), "note": ""}
+        return {"finding": trace_devices_as_gpu(Call(), x, layouts=LAYOUTS.table), "note": ""}
     except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
         text = str(exc).splitlines()[0][:200] if str(exc) else ""
         if "device" in text and ("cpu" in text or "meta" in text):
@@ -1176,7 +1174,7 @@ def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]
         model = _meta_model(env, pos)
         X = torch.zeros((2, T), dtype=torch.long, device="meta")
         try:
-            out[pos] = {"finding": trace_devices_twice(model, X, layouts=layouts), "note": ""}
+            out[pos] = {"finding": trace_devices_as_gpu(model, X, layouts=layouts), "note": ""}
         except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             if "device" in text and ("cpu" in text or "meta" in text):
@@ -1669,4 +1667,4 @@ def _contract_gap(case: dict[str, Any], got: dict[str, Any], value: np.ndarray) 
 
 
 # Besides the engine's API (checks_runtime.__all__), which `from checks_runtime import *` brings.
-__all__ = ["run_probe_exact", "attempt_gap", "builds_on", "trace_devices", "trace_devices_twice", "device_message"]
+__all__ = ["run_probe_exact", "attempt_gap", "builds_on", "trace_devices", "trace_devices_as_gpu", "device_message"]

@@ -155,7 +155,7 @@ def check_devices(model_cls: Callable[..., nn.Module], pos: str) -> None:
         return
     model = model_cls(pos=pos, **ARCH).to("meta")
     try:
-        finding = checks.trace_devices_twice(model, torch.zeros((2, 32), dtype=torch.long, device="meta"), layouts={})
+        finding = checks.trace_devices_as_gpu(model, torch.zeros((2, 32), dtype=torch.long, device="meta"), layouts={})
     except Exception:  # noqa: BLE001 - nothing to conclude on meta; training will tell
         return
     if finding:
