@@ -7,8 +7,6 @@ import ast
 from pathlib import Path
 from typing import Any
 
-import nbformat
-
 from autograder.authoring.suite import Suite
 from autograder.checkpoint import UNREADABLE, PartVerdict, Verdict, load_plugin, reader_limits_lowered, reads_checkpoint
 from autograder.grading.submissions import Submission
@@ -129,6 +127,8 @@ def notebook_env(path: Path) -> tuple[dict[str, Any], list[str]]:
     sandboxed executor instead. A cell that raises is recorded and execution continues; cells tagged
     as the sandbox skips them (training) are skipped here too.
     """
+    import nbformat  # here, not at the top: importing it builds jsonschema's format grammars (seconds of CPU)
+
     nb = nbformat.read(str(path), as_version=4)
     env: dict[str, Any] = {"__name__": "__main__"}
     errors = []
