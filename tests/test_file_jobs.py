@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_execute_isolation import readable_python  # noqa: F401 - the fixture: a Python every user may read
 
 from autograder.lesson import ENGINE_ROOT
 from autograder.sandbox.files import Verifier, reader_isolation
@@ -104,3 +108,50 @@ def test_a_hostile_reader_sees_nothing_of_the_grader_under_bubblewrap(course: Pa
     assert found["scratch"] == ["ok", "scratch"]  # its own scratch folder is writable
     assert again["read"][f"{scratch}/mine.txt"][0] == "refused"  # and wiped before the next file
     assert reader_isolation() in ("bubblewrap", "unprivileged uid", "none")
+
+
+# Without bubblewrap: one request to a reader of `plugin` forced to sandbox="none", run by the stand-in venv's python
+# (test_execute_isolation.py: a Python every user may read); prints its isolation and answer.
+RUN_READER = '''
+import json, sys
+checkout, plugin, request = sys.argv[1:]
+sys.path[:0] = [checkout]
+from autograder.sandbox.files import Verifier
+with Verifier(plugin=plugin, sandbox="none") as verifier:
+    found = verifier.request(b"a checkpoint", json.loads(request), timeout_s=30)
+    print(json.dumps({"isolation": verifier.isolation, "found": found}))
+'''
+
+
+def test_without_bubblewrap_a_root_grader_reads_files_as_an_unprivileged_uid(
+        course: Path, readable_python: Path) -> None:  # noqa: F811 - the fixture imported above
+    """As root without bubblewrap, the reader's child runs as an unprivileged uid: it reads what any user may
+    (an open file) and nothing closed to others (another student's file), writes nowhere but its scratch and the
+    folders anyone may write to, and what it leaves there is removed after it. Fails on a reader that runs the
+    child as root."""
+    folder = Path(tempfile.mkdtemp(prefix="lesson83-files-", dir="/tmp"))
+    left = Path("/tmp") / f"lesson83-left-{secrets.token_hex(8)}"
+    try:
+        folder.chmod(0o755)
+        closed, open_ = folder / "bob.ipynb", folder / "open.txt"
+        closed.write_text("student secret")
+        closed.chmod(0o600)
+        open_.write_text("anyone may read this")
+        open_.chmod(0o644)
+        course.chmod(0o755)
+        request = {"read": [str(closed), str(open_)], "write": [str(folder / "new.txt"), str(left)],
+                   "memory_mb": 256}
+        proc = subprocess.run([str(readable_python), "-c", RUN_READER, str(ENGINE_ROOT),
+                               str(course / "assignments" / "hostile" / "hostile_checkpoint.py"), json.dumps(request)],
+                              capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = json.loads(proc.stdout.splitlines()[-1])
+        found = out["found"]
+        assert out["isolation"] == "unprivileged uid" and "error" not in found, out
+        assert found["read"][str(closed)][0] == "refused" and found["read"][str(open_)][0] == "ok", found["read"]
+        assert found["write"][str(folder / "new.txt")][0] == "refused" and not (folder / "new.txt").exists()
+        assert found["write"][str(left)][0] == "ok" and not left.exists()  # /tmp: allowed, and swept after it
+        assert found["scratch"] == ["ok", "scratch"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        left.unlink(missing_ok=True)

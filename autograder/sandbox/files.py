@@ -128,6 +128,8 @@ def _stage(stage: Path, plugin: Path) -> tuple[str, list[Path]]:
     for path in [stage, *stage.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     startup_only = [p for p in course.rglob("*") if p.is_file() and p.relative_to(course) not in shipped]
+    for path in startup_only:  # the reader's user alone, while they exist (a killed grader leaves them behind)
+        path.chmod(0o600)
     return f"{_SANDBOX_STAGE}/{inside}", startup_only
 
 
