@@ -171,6 +171,7 @@ class Verifier:
         self.wanted, self.memory_guard = sandbox, memory_guard
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup: dict[str, float] = {}  # seconds (wall) and cpu_s of the last start
+        self.exit_cpu_s: float | None = None  # CPU seconds of the last process and its children, said as it exited
         self.sandbox = self.isolation = ""  # chosen at each start
         self._tmp: Path | None = None
         self._cgroups: list[str] = []
@@ -191,7 +192,7 @@ class Verifier:
             raise VerifierError(f"the grader could not start its checkpoint reader ({err})") from err
         ready = _read_line(self.proc.stdout.fileno(), time.monotonic() + self.startup_s)  # type: ignore[union-attr]
         if ready is None:
-            self.close()
+            self.close(wait_s=0)
             raise VerifierError(f"the grader's checkpoint reader did not start within {self.startup_s:g} s")
         for path in startup_only:  # what only reader_start needed: gone before any file is read
             path.unlink()
@@ -261,26 +262,35 @@ class Verifier:
             proc.stdin.write(header + data)
             proc.stdin.flush()
         except OSError as err:
-            self.close()
+            self.close(wait_s=0)
             raise VerifierError(f"the checkpoint reader stopped ({err})") from err
         line = _read_line(proc.stdout.fileno(), time.monotonic() + timeout_s + 60)
         if line is None:
-            self.close()
+            self.close(wait_s=0)
             raise VerifierError("the checkpoint reader stopped answering")
         return json.loads(line)
 
-    def close(self) -> None:
-        """Stop the process and a child it may be running (a later request starts it again): inside bubblewrap the
-        reader exits as its stdin closes, its child by its parent-death signal."""
+    def close(self, *, wait_s: float = 5.0) -> None:
+        """Stop the process (a later request starts it again): its stdin closes and it exits, within wait_s or
+        killed (its child by its parent-death signal; inside bubblewrap, with the sandbox's pid namespace). As it
+        exits it says its CPU seconds and its children's (exit_cpu_s: bubblewrap does not wait for it, so they do
+        not count as this process's children's)."""
         proc, self.proc = self.proc, None
         if proc is not None:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            last = _read_line(proc.stdout.fileno(), time.monotonic() + wait_s) if proc.stdout and wait_s > 0 else None
+            self.exit_cpu_s = json.loads(last).get("exit_cpu_s") if last else None
+            if proc.stdout is not None:
+                proc.stdout.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                if wait_s > 0:
+                    proc.wait(timeout=wait_s)
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    stream.close()
+                proc.wait()
         for path in reversed(self._cgroups):
             _remove_cgroup(path)
         self._cgroups = []
@@ -402,8 +412,10 @@ def _fork_child(request: dict[str, Any], data: bytes, plugin: ModuleType, state:
                                                 who="the checkpoint reader", size=size)}
     if cfg["cgroups"]:  # the child's tree: its own allocations and the pages of this process it copies on write
         with contextlib.suppress(OSError), open("/proc/self/statm") as f:
-            set_memory_limit(cfg["cgroups"]["memory"], limits.memory_mb * MIB + int(f.read().split()[1])
-                             * os.sysconf("SC_PAGE_SIZE"))
+            limit = limits.memory_mb * MIB + int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            if abs(limit - cfg.get("memory_limit", 0)) > 16 * MIB:  # set again when it moves
+                set_memory_limit(cfg["cgroups"]["memory"], limit)
+                cfg["memory_limit"] = limit
     read_end, write_end = os.pipe()
     parent = os.getpid()
     pid = os.fork()
@@ -493,6 +505,10 @@ def _serve_main(config_text: str) -> None:
         data = stdin.read(request["size"])
         stdout.write(json.dumps(_fork_child(request, data, plugin, state, cfg, n)).encode() + b"\n")
         stdout.flush()
-    stdout.flush()
+    times = os.times()
+    with contextlib.suppress(OSError):
+        stdout.write(json.dumps({"exit_cpu_s": times.user + times.system + times.children_user
+                                 + times.children_system}).encode() + b"\n")
+        stdout.flush()
     os._exit(0)  # skip interpreter teardown (seconds with torch loaded)
 
