@@ -3,8 +3,9 @@ verify submitted checkpoints on the CPU. The graders' own file: never shipped to
 
 This module and everything it imports run on a bare PyTorch image (no pydantic): the milestone rules are read
 from grading_config.yaml by a small reader here, with the same validation as autograder/config.py.
-A submitted milestone.pt is loaded and evaluated in a child process with a memory, CPU-time and wall-clock
-limit, so a hostile file can only ever give a verdict; the child is forked from a pre-started verifier process
+A submitted milestone.pt is loaded and evaluated in a child process confined as a notebook's (the notebooks'
+sandbox, autograder/sandbox/files.py), with a memory, CPU-time and wall-clock limit, so a hostile file can only
+ever give a verdict; the child is forked from a pre-started verifier process
 (torch imported and the models built once), so a class of checkpoints pays the start-up once.
 """
 

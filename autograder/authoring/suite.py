@@ -103,7 +103,7 @@ class Suite:
 # The engine's files whose change changes what the grader judges (paths under autograder/).
 ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "wire.py",
                 *(f"sandbox/{m}.py" for m in ("__init__", "limits", "notebook", "protocol", "isolation", "pool",
-                                               "zygote", "guard", "child")),
+                                               "zygote", "guard", "child", "files")),
                 "authoring/suite.py", "grading/submissions.py", "grading/judge.py", "model.py", "grading/batch.py",
                 "grading/store.py", "checkpoint.py", "lesson.py")
 

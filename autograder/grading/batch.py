@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder.authoring.suite import Suite, load_suite, suite_fingerprint
-from autograder.checkpoint import VERIFY_SLOTS, reader_limits_lowered, reads_checkpoint
+from autograder.checkpoint import VERIFY_SLOTS, reader_isolation, reader_limits_lowered, reads_checkpoint
 from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
 from autograder.config import Cluster as ClusterSettings
 from autograder.grading import store
@@ -117,6 +117,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
             t0 = time.thread_time()
             result = judge()
             t1 = time.thread_time()
+            if reader_isolation() and reads_checkpoint(suite.checkpoint_files, sub.files):
+                extra = {**extra, "checkpoint_isolation": reader_isolation()}  # as "isolation" says the notebook's
             store.store_result(results_dir, sub, key, result, extra, revisit=suite.revisit())
             cpu["judge"].append(t1 - t0)
             cpu["store"].append(time.thread_time() - t1)

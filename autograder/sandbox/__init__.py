@@ -12,6 +12,10 @@ runs them in-process with IPython's InteractiveShell and answers the grader's pr
 framed wire message (never a pickle) per answer. The grader reads stdout (capped) and the frames itself;
 judging happens in the grader.
 
+File jobs (files.py). An uploaded file (a milestone checkpoint) is read by a long-lived reader process started in
+the same isolation (the same bubblewrap argv, or the uid fallback as root, or limits only; cgroups where writable),
+which forks a confined child per file; docs/checkpoint.md.
+
 Time. Each run of a notebook gets the whole-notebook limits (wall clock, enforced by the zygote; CPU, by
 RLIMIT_CPU). The grader times each cell from the frames (a cell starts when the previous one reports) and,
 when one runs past the per-cell limit, has the zygote kill the child: only a killed process reliably stops a

@@ -27,7 +27,7 @@ from autograder.sandbox.limits import (
     Limits,
     fit_hard,
 )
-from autograder.sandbox.protocol import WorkerError
+from autograder.sandbox.protocol import MEMORY_GUARDS, WorkerError
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,53 @@ def _remove_cgroup(path: str) -> None:
         except OSError:
             time.sleep(0.02)
     log.warning("could not remove cgroup %s", path)
+
+
+def make_cgroups(names: list[str], *, memory_bytes: int, pids: int,
+                 wanted: str) -> tuple[list[dict[str, str]], list[str], str]:
+    """One memory and one pids cgroup (v1) per name, limited to memory_bytes and pids tasks: the groups
+    (controller -> folder), the folders made (to remove at close), and '' ; or none and why (wanted: "auto",
+    "cgroup", which raises WorkerError instead, or "watchdog", which makes none; MEMORY_GUARD_ENV may choose)."""
+    if wanted == "auto" and os.environ.get(MEMORY_GUARD_ENV, "") in MEMORY_GUARDS:
+        wanted = os.environ[MEMORY_GUARD_ENV]
+    if wanted == "watchdog":
+        return [], [], ""
+    groups: list[dict[str, str]] = []
+    made_all: list[str] = []
+    try:
+        roots = {c: _own_cgroup(c) for c in ("memory", "pids")}
+        for root in roots.values():
+            _remove_stale_cgroups(root)
+        for name in names:
+            made = {}
+            for ctrl, root in roots.items():
+                path = os.path.join(root, name)
+                os.mkdir(path, 0o755)
+                made_all.append(path)
+                made[ctrl] = path
+            set_memory_limit(made["memory"], memory_bytes)
+            _write(os.path.join(made["pids"], "pids.max"), str(pids))
+            groups.append(made)
+    except OSError as exc:
+        for path in reversed(made_all):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        msg = f"memory: cgroup v1 memory/pids controllers are not usable ({exc})"
+        if wanted == "cgroup":
+            raise WorkerError(msg) from exc
+        return [], [], msg
+    return groups, made_all, ""
+
+
+def set_memory_limit(folder: str, limit: int) -> None:
+    """A memory cgroup's limit (and its memory+swap limit where swap is accounted: no memsw file otherwise);
+    OSError when the memory limit cannot be set."""
+    memsw = os.path.join(folder, "memory.memsw.limit_in_bytes")
+    with contextlib.suppress(OSError):  # raised first where memsw is below the new limit, lowered after otherwise
+        _write(memsw, str(limit))
+    _write(os.path.join(folder, "memory.limit_in_bytes"), str(limit))
+    with contextlib.suppress(OSError):
+        _write(memsw, str(limit))
 
 
 def _choose_sandbox(wanted: str) -> tuple[str, str]:

@@ -30,22 +30,19 @@ from autograder.sandbox.isolation import (
     _UID_BASE,
     _UIDS_PER_WORKER,
     CGROUP_PREFIX,
-    MEMORY_GUARD_ENV,
     SANDBOX_ENV,
     _bwrap_argv,
     _choose_sandbox,
     _count_tasks,
     _others_can_enter,
-    _own_cgroup,
     _remove_cgroup,
-    _remove_stale_cgroups,
     _reserve_uid_block,
     _rlimits,
     _shared_writable,
     _stage_modules,
     _vm_size,
-    _write,
     _zygote_host_pid,
+    make_cgroups,
     uid_drop_problem,
 )
 from autograder.sandbox.limits import (
@@ -168,38 +165,10 @@ class WorkerPool:
 
     def _make_cgroups(self, size: int, wanted: str) -> tuple[list[dict[str, str]], str]:
         """One memory and one pids cgroup (v1) per worker, or none and why (then the watchdog holds)."""
-        if wanted == "auto" and os.environ.get(MEMORY_GUARD_ENV, "") in MEMORY_GUARDS:
-            wanted = os.environ[MEMORY_GUARD_ENV]
-        if wanted == "watchdog":
-            return [], ""
-        groups: list[dict[str, str]] = []
-        try:
-            roots = {c: _own_cgroup(c) for c in ("memory", "pids")}
-            for root in roots.values():
-                _remove_stale_cgroups(root)
-            for i in range(size):
-                made = {}
-                for ctrl, root in roots.items():
-                    path = os.path.join(root, f"{CGROUP_PREFIX}{os.getpid()}-{self._slots[i]}")
-                    os.mkdir(path, 0o755)
-                    self._cgroups.append(path)
-                    made[ctrl] = path
-                limit = str(self.limits.memory_mb * MIB)
-                _write(os.path.join(made["memory"], "memory.limit_in_bytes"), limit)
-                with contextlib.suppress(OSError):  # no swap accounting: no memsw file
-                    _write(os.path.join(made["memory"], "memory.memsw.limit_in_bytes"), limit)
-                _write(os.path.join(made["pids"], "pids.max"), str(self.limits.processes + 1))
-                groups.append(made)
-        except OSError as exc:
-            for path in reversed(self._cgroups):
-                with contextlib.suppress(OSError):
-                    os.rmdir(path)
-            self._cgroups = []
-            msg = f"memory: cgroup v1 memory/pids controllers are not usable ({exc})"
-            if wanted == "cgroup":
-                raise WorkerError(msg) from exc
-            return [], msg + "; a watchdog in each worker limits the memory of each submission instead"
-        return groups, ""
+        names = [f"{CGROUP_PREFIX}{os.getpid()}-{self._slots[i]}" for i in range(size)]
+        groups, self._cgroups, msg = make_cgroups(names, memory_bytes=self.limits.memory_mb * MIB,
+                                                  pids=self.limits.processes + 1, wanted=wanted)
+        return groups, msg + "; a watchdog in each worker limits the memory of each submission instead" if msg else ""
 
     def worker_pids(self) -> list[int]:
         """Process ids (in this process's namespace) of the zygotes, for monitoring and tests."""

@@ -1,0 +1,514 @@
+"""File jobs: a long-lived reader process, confined as the notebook workers are, reads each upload in a child."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from autograder.lesson import ENGINE_ROOT, Lesson, load_module
+from autograder.sandbox.isolation import (
+    _PR_SET_CHILD_SUBREAPER,
+    _PR_SET_DUMPABLE,
+    _PR_SET_PDEATHSIG,
+    _SANDBOX_SCRATCH,
+    _SANDBOX_STAGE,
+    _UID_BASE,
+    _UIDS_PER_WORKER,
+    CGROUP_PREFIX,
+    SANDBOX_ENV,
+    _apply_limits,
+    _bwrap_argv,
+    _choose_sandbox,
+    _count_tasks,
+    _others_can_enter,
+    _own_ipc_namespace,
+    _prctl,
+    _remove_cgroup,
+    _remove_ipc,
+    _remove_owned,
+    _reserve_uid_block,
+    _rlimits,
+    _rmtree,
+    _shared_writable,
+    _vm_size,
+    _write,
+    make_cgroups,
+    set_memory_limit,
+    uid_drop_problem,
+)
+from autograder.sandbox.limits import CHECKPOINT_MEMORY_MB, MIB, Limits, lowered_limits
+from autograder.sandbox.protocol import WorkerError
+
+log = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 120  # for a reader process to start its module (torch and models: about 3 CPU-s, once)
+_LOWERED: dict[str, None] = {}  # the reader's limits that an operator's lower hard limits lowered
+_ISOLATIONS: dict[str, None] = {}  # the isolation each reader started in this process had
+_WARNED: set[str] = set()
+_SLOTS = itertools.count()  # readers started by this process: their cgroups' names and uid blocks
+_STAGED_COURSE = "course"  # the stage's copy of the lesson's folders, below the engine's
+
+
+def _threads() -> int:
+    """How many files are read side by side: the CPUs this process may run on (taskset, cgroups), at most 4."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(4, cpus or 1))
+
+
+def _child_env() -> dict[str, str]:
+    """The environment of a reader without bubblewrap: the grader's, the engine first on the path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP", "PYTHONINSPECT")}
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(ENGINE_ROOT), os.environ.get("PYTHONPATH")))),
+               PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2", OMP_NUM_THREADS="1")
+    return env
+
+
+class VerifierError(RuntimeError):
+    """The reader process itself failed (not the file): it is restarted and the request retried once."""
+
+
+def _read_line(fd: int, deadline: float) -> bytes | None:
+    """One line from a pipe, or None at end of file or when the deadline (time.monotonic) passes."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def _warn(msg: str) -> None:
+    if msg and msg not in _WARNED:
+        _WARNED.add(msg)
+        log.warning("%s", msg)
+
+
+def _stage(stage: Path, plugin: Path) -> tuple[str, list[Path]]:
+    """Copy the engine's modules, and the plug-in's assignment folder and reference/ folder (or the plug-in
+    alone, outside a course's assignments/NAME/), into `stage`, which bubblewrap shows read-only: the plug-in's
+    path inside the sandbox, and the staged files to remove once the reader has started (all but those shipped to
+    students)."""
+    engine = ENGINE_ROOT / "autograder"
+    for path in engine.rglob("*.py"):
+        if "__pycache__" not in path.parts:
+            (stage / "autograder" / path.relative_to(engine)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, stage / "autograder" / path.relative_to(engine))
+    course = stage / _STAGED_COURSE
+    if plugin.parent.parent.name == "assignments":
+        root, name = plugin.parents[2], plugin.parent.name
+        ignore = shutil.ignore_patterns("__pycache__", ".*")
+        shutil.copytree(root / "assignments" / name, course / "assignments" / name, ignore=ignore)
+        if (root / "reference").is_dir():
+            shutil.copytree(root / "reference", course / "reference", ignore=ignore)
+        shipped = {p.resolve().relative_to(root) for p in Lesson(name, root).shipped_files if p.is_relative_to(root)}
+        inside = f"{_STAGED_COURSE}/assignments/{name}/{plugin.name}"
+    else:
+        course.mkdir(parents=True)
+        shutil.copyfile(plugin, course / plugin.name)
+        shipped, inside = set(), f"{_STAGED_COURSE}/{plugin.name}"
+    for path in [stage, *stage.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    startup_only = [p for p in course.rglob("*") if p.is_file() and p.relative_to(course) not in shipped]
+    for path in startup_only:  # the reader's user alone, while they exist (a killed grader leaves them behind)
+        path.chmod(0o600)
+    return f"{_SANDBOX_STAGE}/{inside}", startup_only
+
+
+class Verifier:
+    """A pre-started reader: a process that loads the plug-in and runs its reader_start once (imports, models),
+    then forks a child per file (cheap: the child shares the started interpreter) that runs reader_evaluate on the
+    file's bytes and exits, so a hostile file can only ever cost that child. One request at a time; a pool of them
+    serves threads. plugin: the lesson's plug-in file; threads: threads of each child (one: files are read side by
+    side); sandbox: "auto", "bwrap" or "none" as WorkerPool's (default: env_name("SANDBOX")); memory_guard: "auto",
+    "cgroup" or "watchdog" (here: no cgroup, the rlimits alone).
+
+    A reader module (a lesson's checkpoint plug-in, autograder/checkpoint.py) defines reader_start() -> state, run
+    once when its process starts (imports, models, the grader's data), and reader_evaluate(request, data, state) ->
+    plain JSON data, run in a fresh child per file on the file's bytes. The process is started once per Verifier and
+    confined as the notebook workers are (sandbox/isolation.py), chosen the same way:
+
+    - bubblewrap where it works (env_name("SANDBOX") none forces the fallback): the process runs inside the notebook
+      workers' sandbox (the same _bwrap_argv: no network, the system read-only, the repository, /tmp, /root, /home
+      and every other top-level folder empty). It sees a staged copy of the engine, of the lesson's assignment folder
+      and of its reference/ folder while reader_start runs; then every staged file of the lesson that is not shipped
+      to students (the plug-in, reference/, the question files) is removed before the first file is read, so a child
+      finds on disk only what a student has anyway;
+    - otherwise, as root, the process runs unconfined and each child drops to an unprivileged uid of a block of its
+      own (it reads only what any user may: `chmod o=` the course, as for notebooks; what it leaves in the folders
+      anyone may write to is removed after it);
+    - otherwise only the limits ("none": said once in the log, as for notebooks).
+
+    Each child joins a memory and a pids cgroup of its reader where cgroups are writable (its memory: the request's
+    memory_mb plus the reader's resident size, which its copy-on-write pages may duplicate), gets an IPC namespace of
+    its own (as root without bubblewrap), a fresh scratch folder as cwd, HOME and TMPDIR, the rlimits of a notebook
+    child (address space: the reader's size plus memory_mb; CPU: the timeout; files, processes, cores) and a wall
+    clock; after it, its process tree, its scratch folder and its IPC objects are removed. Verifier.isolation says
+    which isolation held: "bubblewrap", "unprivileged uid" or "none".
+    """
+
+    def __init__(self, *, plugin: Path, threads: int = 1, startup_s: float = STARTUP_TIMEOUT_S,
+                 sandbox: str = "auto", memory_guard: str = "auto") -> None:
+        self.plugin, self.threads, self.startup_s = Path(plugin).resolve(), threads, startup_s
+        self.wanted, self.memory_guard = sandbox, memory_guard
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup: dict[str, float] = {}  # seconds (wall) and cpu_s of the last start
+        self.exit_cpu_s: float | None = None  # CPU seconds of the last process and its children, said as it exited
+        self.sandbox = self.isolation = ""  # chosen at each start
+        self._tmp: Path | None = None
+        self._cgroups: list[str] = []
+        self._uid_lock: int | None = None
+
+    def start(self) -> Verifier:
+        """Start the process (about 3 CPU-s) unless it runs; VerifierError when it cannot."""
+        if self.alive():
+            return self
+        self.close()
+        started = time.perf_counter()
+        try:
+            argv, env, cwd, startup_only = self._prepare()
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd, env=env,
+                                         start_new_session=True)  # its own group: close() stops its child too
+        except (OSError, WorkerError) as err:
+            self.close()
+            raise VerifierError(f"the grader could not start its checkpoint reader ({err})") from err
+        ready = _read_line(self.proc.stdout.fileno(), time.monotonic() + self.startup_s)  # type: ignore[union-attr]
+        if ready is None:
+            self.close(wait_s=0)
+            raise VerifierError(f"the grader's checkpoint reader did not start within {self.startup_s:g} s")
+        for path in startup_only:  # what only reader_start needed: gone before any file is read
+            path.unlink()
+        self.startup = {"seconds": time.perf_counter() - started, **json.loads(ready)}
+        _ISOLATIONS[self.isolation] = None
+        return self
+
+    def _prepare(self) -> tuple[list[str], dict[str, str], str, list[Path]]:
+        """Choose the isolation (as WorkerPool does), make the cgroups, reserve a uid block and stage the files:
+        the reader's command line, environment, working folder and the staged files only its start may read."""
+        wanted = os.environ.get(SANDBOX_ENV) or "auto" if self.wanted == "auto" else self.wanted
+        if wanted not in ("auto", "bwrap", "none"):
+            raise WorkerError(f"sandbox ({SANDBOX_ENV}) must be 'auto', 'bwrap' or 'none', got {wanted!r}")
+        self.sandbox, why = _choose_sandbox(wanted)
+        self._tmp = Path(tempfile.mkdtemp(prefix="grader-files-"))
+        self._tmp.chmod(0o755)
+        slot = next(_SLOTS)
+        groups, self._cgroups, guard_why = make_cgroups([f"{CGROUP_PREFIX}{os.getpid()}-f{slot}"],
+                                                        memory_bytes=CHECKPOINT_MEMORY_MB * MIB,
+                                                        pids=Limits().processes + 1, wanted=self.memory_guard)
+        drop = os.geteuid() == 0
+        scratch = self._tmp / "scratch"
+        if self.sandbox == "none":
+            problem = uid_drop_problem(scratch=self._tmp)
+            drop = not problem
+            course = self.plugin.parents[2] if self.plugin.parent.parent.name == "assignments" else self.plugin.parent
+            open_ = [str(h) for h in dict.fromkeys((ENGINE_ROOT, course)) if drop and _others_can_enter(str(h))]
+            why += (f"; the checkpoint reader runs as an unprivileged uid, which can read {', '.join(open_)} "
+                    "(chmod o= them)" if open_ else "; the checkpoint reader runs as an unprivileged uid" if drop
+                    else f"; the checkpoint reader runs as this process's user, with its file access: {problem}")
+        self.isolation = "bubblewrap" if self.sandbox == "bwrap" else "unprivileged uid" if drop else "none"
+        _warn(why)
+        _warn(guard_why and guard_why + "; the checkpoint reader's rlimits alone limit its memory")
+        uid = None
+        if drop:
+            block, self._uid_lock = _reserve_uid_block((os.getpid() % 2000) * 64 + 32 + slot % 32)
+            uid = _UID_BASE + block * _UIDS_PER_WORKER
+        cfg: dict[str, Any] = {"uid": uid, "uids": _UIDS_PER_WORKER, "cgroups": groups[0] if groups else {}}
+        code = ("import sys, json; sys.path[:] = json.loads(sys.argv[1])['path']; "
+                "from autograder.sandbox.files import _serve_main; _serve_main(sys.argv[1])")
+        if self.sandbox == "bwrap":
+            stage = self._tmp / "stage"
+            plugin, startup_only = _stage(stage, self.plugin)
+            prefix, path, exe = _bwrap_argv(stage, (), Limits(), cfg["cgroups"])
+            cfg.update(path=[_SANDBOX_STAGE, *path], plugin=plugin, scratch=_SANDBOX_SCRATCH, own_ipc=True,
+                       wipe=[_SANDBOX_SCRATCH, "/dev/shm", "/dev/mqueue"], sweep=[])
+            env = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+                   "PYTHONDONTWRITEBYTECODE": "1", "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1",
+                   "HOME": _SANDBOX_SCRATCH, "TMPDIR": _SANDBOX_SCRATCH}
+            return [*prefix, exe, "-I", "-c", code, json.dumps(cfg)], env, "/", startup_only
+        os.makedirs(scratch, mode=0o711)
+        cfg.update(path=[str(ENGINE_ROOT), *(p for p in sys.path if p and os.path.isdir(p))], plugin=str(self.plugin),
+                   scratch=str(scratch), own_ipc=False, wipe=[str(scratch)],
+                   sweep=_shared_writable() if uid is not None else [])
+        return [sys.executable, "-c", code, json.dumps(cfg)], _child_env(), str(ENGINE_ROOT), []
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def request(self, data: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
+        """Evaluate one file in a fresh limited child; its answer, or {"error": ...} about the file."""
+        proc = self.start().proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        header = json.dumps({**request, "timeout_s": timeout_s, "threads": self.threads,
+                             "size": len(data)}).encode() + b"\n"
+        try:
+            proc.stdin.write(header + data)
+            proc.stdin.flush()
+        except OSError as err:
+            self.close(wait_s=0)
+            raise VerifierError(f"the checkpoint reader stopped ({err})") from err
+        line = _read_line(proc.stdout.fileno(), time.monotonic() + timeout_s + 60)
+        if line is None:
+            self.close(wait_s=0)
+            raise VerifierError("the checkpoint reader stopped answering")
+        return json.loads(line)
+
+    def close(self, *, wait_s: float = 5.0) -> None:
+        """Stop the process (a later request starts it again): its stdin closes and it exits, within wait_s or
+        killed (its child by its parent-death signal; inside bubblewrap, with the sandbox's pid namespace). As it
+        exits it says its CPU seconds and its children's (exit_cpu_s: bubblewrap does not wait for it, so they do
+        not count as this process's children's)."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            last = _read_line(proc.stdout.fileno(), time.monotonic() + wait_s) if proc.stdout and wait_s > 0 else None
+            self.exit_cpu_s = json.loads(last).get("exit_cpu_s") if last else None
+            if proc.stdout is not None:
+                proc.stdout.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                if wait_s > 0:
+                    proc.wait(timeout=wait_s)
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for path in reversed(self._cgroups):
+            _remove_cgroup(path)
+        self._cgroups = []
+        if self._uid_lock is not None:
+            os.close(self._uid_lock)
+            self._uid_lock = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> Verifier:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class _Pool:
+    """Up to `slots` verifiers, started when first needed and kept for the process (grade_batch, the tests)."""
+
+    def __init__(self, slots: int, *, plugin: Path) -> None:
+        self.plugin = plugin
+        self.slots = threading.BoundedSemaphore(slots)
+        self.idle: list[Verifier] = []
+        self.guard = threading.Lock()
+        self.owner = os.getpid()  # a forked copy of this process must not stop the owner's verifiers
+
+    def request(self, data: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
+        with self.slots:
+            with self.guard:
+                verifier = self.idle.pop() if self.idle else Verifier(plugin=self.plugin)
+            try:
+                for attempt in (1, 2):  # a reader that dies for reasons of its own is started again, once
+                    try:
+                        return verifier.request(data, request, timeout_s=timeout_s)
+                    except VerifierError as err:
+                        if attempt == 2:
+                            return {"error": str(err), "infrastructure": True}
+                raise AssertionError("unreachable")
+            finally:
+                with self.guard:
+                    self.idle.append(verifier)
+
+    def close(self) -> None:
+        if os.getpid() != self.owner:
+            return
+        with self.guard:
+            idle, self.idle = self.idle, []
+        for verifier in idle:
+            verifier.close()
+
+
+VERIFY_SLOTS = _threads()  # files read side by side (grade_batch verifies checkpoints ahead in as many threads)
+_POOLS: dict[Path, _Pool] = {}
+_POOLS_GUARD = threading.Lock()
+
+
+def pool(plugin: Path) -> _Pool:
+    """The process's pool of verifiers of one plug-in file (started when first needed, stopped at exit)."""
+    plugin = Path(plugin).resolve()
+    with _POOLS_GUARD:
+        if plugin not in _POOLS:
+            _POOLS[plugin] = _Pool(VERIFY_SLOTS, plugin=plugin)
+            atexit.register(_POOLS[plugin].close)
+        return _POOLS[plugin]
+
+
+def run_child(data: bytes, request: dict[str, Any], *, plugin: Path, memory_mb: int, timeout_s: float,
+              verifier: Verifier | None = None) -> dict[str, Any]:
+    """Read and evaluate a file's bytes in a limited child of a verifier of `plugin` (the pool's unless one is
+    given); any failure comes back as {"error": ...}. The limits the operator's hard limits lowered are noted for
+    reader_limits_lowered."""
+    request = {**request, "memory_mb": memory_mb}
+    if verifier is None:
+        found = pool(plugin).request(data, request, timeout_s=timeout_s)
+    else:
+        try:
+            found = verifier.request(data, request, timeout_s=timeout_s)
+        except VerifierError as err:
+            found = {"error": str(err), "infrastructure": True}
+    _LOWERED.update(dict.fromkeys(str(n) for n in found.get("limits_lowered", [])))
+    return found
+
+
+def reader_limits_lowered() -> list[str]:
+    """Which limits of the reader this process's hard limits lowered (an operator's ulimit), and to what, for
+    every file read so far; [] when none."""
+    return list(_LOWERED)
+
+
+def reader_isolation() -> str:
+    """The weakest isolation of the readers this process started: "bubblewrap", "unprivileged uid" or "none";
+    "" when none started."""
+    return next((i for i in ("none", "unprivileged uid", "bubblewrap") if i in _ISOLATIONS), "")
+
+
+# ---------------------------------------------------------------------------------------------- the reader process
+
+
+def _fork_child(request: dict[str, Any], data: bytes, plugin: ModuleType, state: Any, cfg: dict[str, Any],
+                n: int) -> dict[str, Any]:
+    """In the reader: evaluate one file in a forked child confined as a notebook child (cgroups, own IPC, uid,
+    rlimits: memory_mb beyond the reader's size, timeout_s of CPU; a scratch folder), timeout_s of wall-clock
+    time; the child's answer with its CPU seconds, or an error. Its tree, scratch and IPC objects go after it."""
+    from autograder.sandbox.zygote import _kill_descendants, _kill_tree
+
+    uid = None if cfg["uid"] is None else cfg["uid"] + n % cfg["uids"]  # a fresh uid per file
+    since = time.time()
+    scratch = tempfile.mkdtemp(prefix="job-", dir=cfg["scratch"])  # a name that does not count the files
+    if uid is not None:
+        os.chown(scratch, uid, uid)
+    limits = Limits(memory_mb=int(request["memory_mb"]), cpu_s=int(request["timeout_s"]) + 1,
+                    threads=int(request.get("threads", 1)))
+    size = _vm_size()  # the child's size as it starts: a fork of this process
+    base = 1 if uid is not None else _count_tasks(os.getuid())
+    # what an operator's lower hard limits (ulimit) lower, said with the answer
+    lowered = {"limits_lowered": lowered_limits([(rlim, hard) for rlim, _, hard in _rlimits(limits, vm=size,
+                                                                                              base=base)],
+                                                who="the checkpoint reader", size=size)}
+    if cfg["cgroups"]:  # the child's tree: its own allocations and the pages of this process it copies on write
+        with contextlib.suppress(OSError), open("/proc/self/statm") as f:
+            limit = limits.memory_mb * MIB + int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            if abs(limit - cfg.get("memory_limit", 0)) > 16 * MIB:  # set again when it moves
+                set_memory_limit(cfg["cgroups"]["memory"], limit)
+                cfg["memory_limit"] = limit
+    read_end, write_end = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing of the reader's protocol, confined, one answer, then exit
+        code = 0
+        try:
+            os.close(read_end)
+            os.setsid()
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            for folder in cfg["cgroups"].values():  # join the reader's cgroups while still allowed to
+                _write(os.path.join(folder, "cgroup.procs"), str(os.getpid()))
+            os.chdir(scratch)
+            os.environ.update(HOME=scratch, TMPDIR=scratch, PWD=scratch)
+            tempfile.tempdir = scratch
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            _own_ipc_namespace()
+            _apply_limits(limits, uid)  # never above the reader's own hard limits; the uid last
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:
+                os._exit(1)
+            answer = json.dumps(plugin.reader_evaluate(request, data, state)).encode() + b"\n"
+            view = memoryview(answer)
+            while view:
+                view = view[os.write(write_end, view):]
+        except BaseException:  # noqa: BLE001 - the reader reports how the child ended
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    timeout_s = float(request["timeout_s"])
+    deadline = time.monotonic() + timeout_s
+    try:
+        line = _read_line(read_end, deadline)
+    finally:
+        os.close(read_end)
+    timed_out = line is None and time.monotonic() >= deadline
+    if line is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    _kill_tree(pid)  # what the child started: its session, then orphans (this process is their subreaper)
+    _kill_descendants()
+    for folder in cfg["wipe"]:  # nothing a file's child leaves behind may reach the next one
+        for name in os.listdir(folder):
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                _rmtree(path)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+    _remove_ipc(uid, since, everything=cfg["own_ipc"])
+    if uid is not None and cfg["sweep"]:
+        _remove_owned(uid, cfg["sweep"])
+    cpu_s = usage.ru_utime + usage.ru_stime
+    if line is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return {**json.loads(line), "cpu_s": cpu_s, **lowered}
+    if timed_out:
+        return {"error": f"reading and evaluating it took longer than the grader's limit of {timeout_s:g} s",
+                "cpu_s": cpu_s, **lowered}
+    why = (f"the reader stopped with signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else
+           f"the reader failed (exit status {os.WEXITSTATUS(status)})")
+    return {"error": f"{why}; loading it needs more than the grader's {request['memory_mb']} MB or crashes the "
+                     "reader", "cpu_s": cpu_s, **lowered}
+
+
+def _serve_main(config_text: str) -> None:
+    """The reader's loop (its configuration: JSON from Verifier._prepare): load the plug-in and start once (its
+    reader_start), say ready, then per request (a JSON line and the file's bytes on stdin) fork a confined child
+    and answer one line; exits when stdin closes."""
+    cfg = json.loads(config_text)
+    _prctl(_PR_SET_DUMPABLE, 0)  # a child of the same uid cannot read this process's memory or fds
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    path = Path(cfg["plugin"])
+    plugin = load_module(path.stem, path)
+    state = plugin.reader_start()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    times = os.times()
+    stdout.write(json.dumps({"cpu_s": times.user + times.system}).encode() + b"\n")
+    stdout.flush()
+    for n in itertools.count(1):
+        header = stdin.readline()
+        if not header:
+            break
+        request = json.loads(header)
+        data = stdin.read(request["size"])
+        stdout.write(json.dumps(_fork_child(request, data, plugin, state, cfg, n)).encode() + b"\n")
+        stdout.flush()
+    times = os.times()
+    with contextlib.suppress(OSError):
+        stdout.write(json.dumps({"exit_cpu_s": times.user + times.system + times.children_user
+                                 + times.children_system}).encode() + b"\n")
+        stdout.flush()
+    os._exit(0)  # skip interpreter teardown (seconds with torch loaded)
+
