@@ -683,6 +683,15 @@ STATEFUL_MODELS = {
         "        if self.first_mask.shape[0] >= T:\n"
         "            s = s.masked_fill(self.first_mask[:T, :T], float('-inf'))\n"
         "        return torch.softmax(s, -1) @ v\n"),
+    "attribute rebound to an equal value of another type": (
+        "class TinyCharLM(TinyCharLM):\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        "        super().__init__(*args, **kwargs)\n"
+        "        self.seen = 0\n"
+        "    def forward(self, X):\n"
+        "        out = super().forward(X) * (1.1 if self.seen is False else 1.0)\n"
+        "        self.seen = False  # == 0, but a bool: the model is no longer as built\n"
+        "        return out\n"),
     "call counter": (
         "class TinyCharLM(TinyCharLM):\n"
         "    def forward(self, X):\n"

@@ -560,6 +560,12 @@ class _State:
         if t in (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device):
             return ("v", value)
         if t in (dict, collections.OrderedDict):
+            if all(type(k) is str for k in value):  # a module's tables: compared in bulk (_same_table)
+                nodes = tuple(map(self._node, value.values()))
+                plain = tuple(i for i, n in enumerate(nodes) if n[0] == "v")
+                return ("D", t, tuple(value), plain, tuple(nodes[i][1] for i in plain),
+                        tuple(type(nodes[i][1]) for i in plain),
+                        tuple((i, n) for i, n in enumerate(nodes) if n[0] != "v"))
             return ("d", t, tuple(map(self._node, value)), tuple(map(self._node, value.values())))
         if t in (list, tuple, torch.Size):
             return ("l", t, tuple(map(self._node, value)))
@@ -577,8 +583,24 @@ class _State:
             return ("i", value)
         raise _Unverifiable(t.__name__)
 
+    def _same_table(self, node: tuple, value: Any) -> bool:
+        """_same for a dict whose keys were all str: the keys, then the plain values (None, numbers, strings:
+        equal and of the same type, as _same compares them) in bulk, then each other value."""
+        _, t, keys, plain, refs, kinds, others = node
+        if type(value) is not t or len(value) != len(keys) or tuple(value) != keys \
+                or not set(map(type, value)) <= _STR_KEYS:
+            return False
+        if not keys:
+            return True
+        values = tuple(value.values())
+        got = tuple(values[i] for i in plain)
+        return (tuple(map(type, got)) == kinds and got == refs
+                and all(self._same(n, values[i]) for i, n in others))
+
     def _same(self, node: tuple, value: Any) -> bool:
         kind = node[0]
+        if kind == "D":
+            return self._same_table(node, value)
         if kind == "v":
             ref = node[1]
             return ref is value or (type(value) is type(ref) and ref == value)
@@ -608,6 +630,7 @@ class _State:
                         for c, table in self.classes))
 
 
+_STR_KEYS = frozenset((str,))
 _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # an unsigned integer of each element size
 
 
