@@ -12,7 +12,8 @@ from typing import Any
 
 
 class Status:
-    """The status word of a submission's result and of its grades.csv row: the one place each is spelled."""
+    """The status word of a sandboxed run (ExecResult), of a submission's result and of its grades.csv row: the one
+    place each is spelled."""
 
     GRADED = "graded"
     TIMED_OUT = "timed out"
@@ -24,9 +25,10 @@ class Status:
     UNUSABLE = "unusable result"  # the report's word for a stored result it cannot use
 
 
-# The executor's status of a run (autograder.sandbox.protocol.STATUSES) -> the status word of the result.
-STATUS_WORDS = {"ok": Status.GRADED, "timeout": Status.TIMED_OUT, "oom": Status.OUT_OF_MEMORY,
-                "unreadable": Status.UNREADABLE, "crashed": Status.CRASHED, "tampering": Status.TAMPERING}
+# The words a sandboxed run ends with (ExecResult.status); NOT_GRADED is the batch's, UNUSABLE the report's.
+RUN_STATUSES = (Status.GRADED, Status.TIMED_OUT, Status.OUT_OF_MEMORY, Status.UNREADABLE, Status.CRASHED,
+                Status.TAMPERING)
+
 
 # What a student reads on Gradescope under a status other than "graded".
 STUDENT_HELP = {

@@ -336,9 +336,9 @@ class FakePool:
             try:
                 env, _ = notebook_env(path)
             except Exception as exc:  # noqa: BLE001 - not a notebook: nothing runs, as in the sandbox
-                return ExecResult("unreadable", notes=[str(exc)], sandbox="fake")
-            return ExecResult("ok", outputs={k: checks.run_probe(env, name, args) for k, name, args, *_ in probes},
-                              sandbox="fake")
+                return ExecResult(Status.UNREADABLE, notes=[str(exc)], sandbox="fake")
+            outputs = {k: checks.run_probe(env, name, args) for k, name, args, *_ in probes}
+            return ExecResult(Status.GRADED, outputs=outputs, sandbox="fake")
 
     def __enter__(self) -> FakePool:
         return self

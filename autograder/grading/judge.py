@@ -12,7 +12,7 @@ import nbformat
 from autograder.authoring.suite import Suite
 from autograder.checkpoint import UNREADABLE, PartVerdict, Verdict, load_plugin, reader_limits_lowered, reads_checkpoint
 from autograder.grading.submissions import Submission
-from autograder.model import STATUS_WORDS, CaseResult, Status, SubmissionResult
+from autograder.model import CaseResult, Status, SubmissionResult
 from autograder.sandbox.notebook import SKIP_TAGS
 from autograder.sandbox.protocol import ExecResult
 
@@ -145,18 +145,18 @@ def notebook_env(path: Path) -> tuple[dict[str, Any], list[str]]:
 
 def judge_submission(suite: Suite, sub: Submission, status: str, outputs: dict[str, Any],
                      notes: list[str], student_notes: list[str] | None = None) -> SubmissionResult:
-    """One submission's result: its probe outputs (`status`: the executor's word for the run) and its checkpoint
+    """One submission's result: its probe outputs (`status`: the executor's Status word for the run) and its checkpoint
     files judged against the suite."""
     cases = judge_outputs(suite, outputs) + judge_checkpoint(suite, sub.files, sub.file_problems)
     read = suite.checkpoint_cases and reads_checkpoint(suite.checkpoint_files, sub.files) and not sub.file_problems
     notes = [*notes, *(reader_limits_lowered() if read else [])]  # an operator's lower limits, if any
-    return SubmissionResult(sub.id, STATUS_WORDS[status], cases, notes, list(student_notes or []),
+    return SubmissionResult(sub.id, status, cases, notes, list(student_notes or []),
                             suite.fingerprint)
 
 
 def judge_unreadable(suite: Suite, sub: Submission) -> SubmissionResult:
     """The result of a submission that could not be read: nothing ran, its reading problem says why."""
-    return judge_submission(suite, sub, "unreadable", {}, [sub.problem], [sub.problem])
+    return judge_submission(suite, sub, Status.UNREADABLE, {}, [sub.problem], [sub.problem])
 
 
 def judge_exec(suite: Suite, sub: Submission, res: ExecResult) -> SubmissionResult:
