@@ -35,40 +35,17 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from autograder.lesson import ENGINE_ROOT, Lesson, LessonError, default_lesson, load_module
+from autograder.model import PartVerdict, Verdict  # noqa: F401 - re-exported: the plug-ins build them from here
 from autograder.sandbox.limits import fit_hard, lowered_limits
 
 STARTUP_TIMEOUT_S = 120  # for a verifier process to start its plug-in (torch and models: about 3 CPU-s, once)
 UNREADABLE = "checkpoint_unreadable"  # the problem of uploads that could not be read at all
 _LOWERED: dict[str, None] = {}  # the reader's limits that an operator's lower hard limits lowered
-
-
-@dataclass
-class PartVerdict:
-    """One graded part of a checkpoint (one grades.csv case): passed or why not, and the figures received."""
-
-    passed: bool
-    message: str = ""
-    problem: str | None = None  # an id of the plug-in's PROBLEMS when not passed
-    received: dict[str, dict[str, Any]] = field(default_factory=dict)  # e.g. measured, claimed, bounds
-
-
-@dataclass
-class Verdict:
-    """A checkpoint's verdict: ok when it could be verified at all, the share of the points a passing part earns
-    (credit, named by label when below 1), and per part its verdict."""
-
-    ok: bool
-    message: str = ""
-    problem: str | None = None
-    credit: float = 0.0
-    label: str | None = None  # what the credit depends on (e.g. the preset the checkpoint was trained with)
-    parts: dict[str, PartVerdict] = field(default_factory=dict)
 
 
 def load_plugin(lesson: Lesson) -> ModuleType:

@@ -526,8 +526,8 @@ def test_students_never_see_hidden_inputs(tmp_path: Path, suite: Suite, fake_san
     record = json.loads((tmp_path / "out" / "results" / "leaky.json").read_text())
 
     def marks(hidden: bool) -> set[str]:
-        return {"<" + ",".join(map(str, c["args"]["args"])) + ">" for c in suite.cases if c["probe"] == "call"
-                and c["args"]["fn"] in ("sinusoidal_pe", "alibi_slopes") and c["hidden"] == hidden}
+        return {"<" + ",".join(map(str, c.args["args"])) + ">" for c in suite.cases if c.probe == "call"
+                and c.args["fn"] in ("sinusoidal_pe", "alibi_slopes") and c.hidden == hidden}
 
     secret = marks(True) - marks(False)
     assert secret
@@ -647,7 +647,7 @@ def _forged_frames(suite: Suite) -> str:
 
     frames = b"".join(_LEN.pack(len(d)) + d for d in (
         wire.encode({"t": "out", "key": c["id"], "value": suite.expected[c["id"]]["value"], "oom": False,
-                     "tamper": []}) for c in suite.cases if not c["hidden"]))
+                     "tamper": []}) for c in suite.cases if not c.hidden))
     return f"import os\nos.write({_JOB_FD}, {frames!r})"
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from autograder.config import ROOT
-from autograder.model import RUN_STATUSES, STUDENT_HELP, CaseResult, RecordError, Status, SubmissionResult
+from autograder.model import RUN_STATUSES, STUDENT_HELP, Case, CaseResult, RecordError, Status, SubmissionResult
 
 
 def _result(status: str = Status.CRASHED) -> SubmissionResult:
@@ -122,3 +124,34 @@ def test_a_bare_status_is_found(tmp_path: Path) -> None:
                'judge_submission(suite, sub, "unreadable", {}, [])\nf(status="timeout")\n'
                'fine = ExecResult(Status.GRADED) and res.status == Status.TAMPERING and msg["oom"]\n')
     assert bare_statuses(planted, "x.py") == [f"x.py:{n}" for n in range(1, 8)]
+
+
+def test_a_case_is_typed_once_and_its_plain_view_is_what_the_checks_read() -> None:
+    """Cases are model.Case, built by the question reader; the lesson's shipped checks and the generated test files
+    get `plain()`: the question file's fields in their order, then id, question and points (the bytes of every
+    generated test file depend on that order), lists for the tuples, no known_cause when there is none."""
+    from autograder.authoring.questions import CaseSpec
+    from autograder.authoring.suite import load_suite
+
+    suite = load_suite(ROOT / "tests" / "fixtures" / "lesson_demo" / "grading_config.yaml")
+    assert suite.cases and all(isinstance(c, Case) for c in suite.cases)
+    case = suite.cases[0]
+    plain = case.plain()
+    assert list(plain) == [*CaseSpec.model_fields,
+                           *(["known_cause"] if case.known_cause else []), "id", "question", "points"]
+    assert isinstance(plain["requires"], list) and plain is not case.plain()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        case.points = 99.0  # type: ignore[misc]
+    diagnosed = Case(name="n", probe="p", check="c", atol=1e-6, rtol=0, revisit="r", id="q/n", question="q",
+                     points=1, requires=("a", "b"), known_cause={"id": "m", "description": "d"})
+    assert list(diagnosed.plain())[-4:] == ["known_cause", "id", "question", "points"]
+    assert diagnosed.required == ["q/a", "q/b"]
+
+
+def test_the_model_needs_no_pydantic() -> None:
+    """model.py runs where pydantic is not installed (the sandbox, the GPU machine): it imports the standard
+    library alone."""
+    tree = ast.parse((ROOT / "autograder" / "model.py").read_text(encoding="utf-8"))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported

@@ -16,6 +16,7 @@ from autograder.authoring.content import expected_values
 from autograder.authoring.questions import Question, checkpoint_of, load_questions, mc_answers
 from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
 from autograder.lesson import Lesson
+from autograder.model import Case, CheckpointCase
 
 
 def checkpoint_shares(points: float, *, lesson: Lesson) -> dict[str, float]:
@@ -36,7 +37,7 @@ class Suite:
 
     config: GradingConfig
     questions: tuple[Question, ...]  # the authored questions, then the checkpoint's when it has points
-    cases: tuple[dict[str, Any], ...]
+    cases: tuple[Case, ...]
     fingerprint: str = ""  # suite_fingerprint of the files it was read from
 
     @cached_property
@@ -73,7 +74,7 @@ class Suite:
     @property
     def notebook_points(self) -> float:
         """Points a notebook alone can earn (every probe case)."""
-        return round(sum(c["points"] for c in self.cases), 4)
+        return round(sum(c.points for c in self.cases), 4)
 
     @property
     def auto_points(self) -> float:
@@ -86,18 +87,17 @@ class Suite:
 
     def revisit(self) -> dict[str, str]:
         """Case id -> the idea a failed case sends the student back to."""
-        return {c["id"]: str(c.get("revisit") or "") for c in self.cases}
+        return {c.id: c.revisit for c in self.cases}
 
     @property
-    def checkpoint_cases(self) -> list[dict[str, Any]]:
+    def checkpoint_cases(self) -> list[CheckpointCase]:
         """One case per scheme for the milestone checkpoint (none when the config gives it no points)."""
         pts = self.config.milestone.points
         if not pts:
             return []
         shares = checkpoint_shares(pts, lesson=self.config.lesson)
         qid = self.checkpoint_question
-        return [{"id": f"{qid}/{pos}", "question": qid, "points": p,
-                 "hidden": False, "scheme": pos} for pos, p in shares.items()]
+        return [CheckpointCase(f"{qid}/{pos}", qid, p, pos) for pos, p in shares.items()]
 
 
 # The engine's files whose change changes what the grader judges (paths under autograder/).
@@ -144,7 +144,7 @@ def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str,
     if path is not None and path.is_file() and not fresh:
         try:
             data = json.loads(path.read_text())
-            if data.get("fingerprint") == suite.fingerprint and set(data["expected"]) == {c["id"] for c in suite.cases}:
+            if data.get("fingerprint") == suite.fingerprint and set(data["expected"]) == {c.id for c in suite.cases}:
                 return checks.from_plain(data["expected"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # unreadable or another suite's: computed again below and rewritten

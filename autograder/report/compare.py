@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from autograder.authoring.suite import Suite
-from autograder.model import CaseResult, SubmissionResult
+from autograder.model import Case, CaseResult, SubmissionResult
 from autograder.report.text import _clip, _num, _text
 
 GRID = 8  # at most GRID x GRID values of an array are shown
@@ -123,7 +123,7 @@ def _same(a: Any, b: Any, atol: float, rtol: float, codec: Any) -> bool:
         return False
 
 
-def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float,
+def compare(case: Case | None, expected: Any, received: Any, *, atol: float, rtol: float,
             codec: Any) -> list[dict[str, Any]]:
     """Expected versus received for one failed case: key rows and array windows, wrong ones marked (`codec`: the
     lesson's checks module, whose to_plain/from_plain/dumps stored the values)."""
@@ -137,7 +137,7 @@ def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, 
         expected, got = {"value": expected}, {"value": got}
     if set(got) == {"error"}:
         return []  # nothing came back but the exception, shown on its own below
-    labels = {"first": case.get("first"), "second": case.get("second")}
+    labels = {"first": case.first, "second": case.second} if case is not None else {}
     parts, rows = [], []
     for key in [*expected, *(k for k in got if k not in expected)]:
         want, have = expected.get(key), got.get(key, _MISSING)
@@ -172,21 +172,21 @@ def gate_of(suite: Suite, result: SubmissionResult, c: CaseResult) -> tuple[list
     """Why a failed case failed, when it is gated: the cases it requires that failed (their ids), and the
     verdict of its own check on its stored output against its stored expected value (None when that cannot be
     judged: no output, no stored expected value). ([], None) for a case that waits for nothing."""
-    case = next((x for x in suite.cases if x["id"] == c.id), None)
-    if case is None or not case.get("requires"):
+    case = next((x for x in suite.cases if x.id == c.id), None)
+    if case is None or not case.requires:
         return [], None
     failed = {x.id for x in result.failed()}
-    blocked = [rid for r in case["requires"] if (rid := f"{case['question']}/{r}") in failed]
+    blocked = [rid for rid in case.required if rid in failed]
     checks = suite.config.lesson.checks
-    if not blocked or c.received is None or (c.expected is None and case["check"] in checks.USES_EXPECTED):
+    if not blocked or c.received is None or (c.expected is None and case.check in checks.USES_EXPECTED):
         return blocked, None
     try:
         expected = {"value": None if c.expected is None else checks.from_plain(c.expected), "variants": []}
-        return blocked, checks.judge(case, checks.from_plain(c.received), expected)
+        return blocked, checks.judge(case.plain(), checks.from_plain(c.received), expected)
     except Exception:  # noqa: BLE001 - stored data of any shape: the case is shown as stored
         return blocked, None
 
-def detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, rel_tol: float,
+def detail(case: Case | None, expected: Any, received: Any, *, atol: float, rtol: float, rel_tol: float,
            codec: Any) -> list[dict[str, Any]]:
     """What the page shows under one failed case (compare.html.j2 draws each block by its kind): expected versus
     received and the traceback; a note when the stored data cannot be shown.
@@ -195,7 +195,7 @@ def detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, r
     a result stored without it (by an older grader) shows a note instead: the report never recomputes it.
     """
     try:
-        if not case:
+        if case is None:  # a checkpoint case
             shown = checkpoint_rows(received, rel_tol=rel_tol)
         elif expected is None and received is not None:
             shown = [_note("The expected value was not stored with this result (it was graded by an older version "
