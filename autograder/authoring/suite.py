@@ -17,6 +17,7 @@ from autograder.authoring.questions import Question, checkpoint_of, load_questio
 from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
 from autograder.lesson import Lesson
 from autograder.model import Case, CheckpointCase
+from autograder.runtime.checks_runtime import from_plain, to_plain
 
 
 def checkpoint_shares(points: float, *, lesson: Lesson) -> dict[str, float]:
@@ -136,19 +137,18 @@ def _cache_file(suite: Suite) -> Path | None:
 
 def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str, Any]]:
     """The suite's expected values, computed once per suite fingerprint (the config, the lesson's sources and the
-    engine files) and torch/numpy version, and kept as the lesson's plain JSON. Every run uses the values as
+    engine files) and torch/numpy version, and kept as plain JSON (the runtime's codec). Every run uses the values as
     read back from that JSON (the form the generated test files hold), cached or not, so a cached run judges
     exactly as a computing one. Computing them takes about 12 CPU-seconds for the shipped lesson."""
-    checks = suite.config.lesson.checks
     path = _cache_file(suite)
     if path is not None and path.is_file() and not fresh:
         try:
             data = json.loads(path.read_text())
             if data.get("fingerprint") == suite.fingerprint and set(data["expected"]) == {c.id for c in suite.cases}:
-                return checks.from_plain(data["expected"])
+                return from_plain(data["expected"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # unreadable or another suite's: computed again below and rewritten
-    text = json.dumps({"fingerprint": suite.fingerprint, "expected": checks.to_plain(expected_values(suite.authored))})
+    text = json.dumps({"fingerprint": suite.fingerprint, "expected": to_plain(expected_values(suite.authored))})
     if path is not None:
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -158,7 +158,7 @@ def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str,
             os.replace(tmp, path)
         except OSError:
             pass  # a read-only home: the values are computed again next time
-    return checks.from_plain(json.loads(text)["expected"])
+    return from_plain(json.loads(text)["expected"])
 
 
 def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path | None = None,

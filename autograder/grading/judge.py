@@ -13,6 +13,7 @@ from autograder.authoring.suite import Suite
 from autograder.checkpoint import UNREADABLE, load_plugin, reader_limits_lowered, reads_checkpoint
 from autograder.grading.submissions import Submission
 from autograder.model import CaseResult, PartVerdict, Status, SubmissionResult, Verdict
+from autograder.runtime.checks_runtime import to_plain
 from autograder.sandbox.notebook import SKIP_TAGS
 from autograder.sandbox.protocol import ExecResult
 
@@ -49,8 +50,8 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
         waits[case.id] = blocked
         verdict = checks.gated(plain[case.id], verdict, [(cid, verdicts[cid]) for cid in blocked])
         shown = not verdict.passed and got is not None  # a failed case that ran: the report compares the two
-        received = checks.to_plain(got) if shown else None
-        expected = checks.to_plain(suite.expected[case.id]["value"]) if shown else None
+        received = to_plain(got) if shown else None
+        expected = to_plain(suite.expected[case.id]["value"]) if shown else None
         results.append(CaseResult(case.id, case.question, case.points if verdict.passed else 0.0,
                                   case.points, verdict.passed, case.hidden, verdict.message,
                                   verdict.diagnosis, received, expected))

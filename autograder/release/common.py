@@ -19,6 +19,7 @@ from autograder.authoring.questions import LETTERS, Question, shuffled
 from autograder.config import ROOT, command
 from autograder.lesson import Lesson
 from autograder.model import Case
+from autograder.runtime.checks_runtime import dumps
 
 TRAIN_TAG = "milestone-train"  # cells that train: skipped by our grader, and by Otter through otter_ignore
 
@@ -78,7 +79,7 @@ def case_json(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str, 
         if cid not in gate:
             gate[cid] = case_data(cases[cid], expected[cid], lesson=lesson)
             todo += cases[cid].required
-    return lesson.checks.dumps(case_data(case, expected[case.id], lesson=lesson) | {"gate": list(gate.values())})
+    return dumps(case_data(case, expected[case.id], lesson=lesson) | {"gate": list(gate.values())})
 
 
 def choices_markdown(q: Question) -> str:

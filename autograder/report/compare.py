@@ -11,6 +11,7 @@ import numpy as np
 from autograder.authoring.suite import Suite
 from autograder.model import Case, CaseResult, SubmissionResult
 from autograder.report.text import _clip, _num, _text
+from autograder.runtime.checks_runtime import dumps, from_plain, to_plain
 
 GRID = 8  # at most GRID x GRID values of an array are shown
 
@@ -85,7 +86,7 @@ class _Missing:
 _MISSING = _Missing()
 
 
-def _short(value: Any, codec: Any) -> str:
+def _short(value: Any) -> str:
     if value is _MISSING:
         return repr(value)
     if isinstance(value, np.ndarray):
@@ -94,7 +95,7 @@ def _short(value: Any, codec: Any) -> str:
         where = f" ({value['where']})" if value.get("where") else ""
         return f"{value['type']}: {value['message']}{where}"
     try:
-        text = json.dumps(codec.to_plain(_arrays_named(value)))
+        text = json.dumps(to_plain(_arrays_named(value)))
     except (TypeError, ValueError, RecursionError):
         text = repr(value)
     return _clip(text, 300)
@@ -111,26 +112,25 @@ def _arrays_named(value: Any) -> Any:
     return value
 
 
-def _same(a: Any, b: Any, atol: float, rtol: float, codec: Any) -> bool:
+def _same(a: Any, b: Any, atol: float, rtol: float) -> bool:
     numbers = (float, int)
     if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
         return bool(np.isclose(float(b), float(a), atol=atol, rtol=rtol))
     if a is _MISSING or b is _MISSING:
         return False
     try:
-        return codec.dumps(a) == codec.dumps(b)
+        return dumps(a) == dumps(b)
     except TypeError:
         return False
 
 
-def compare(case: Case | None, expected: Any, received: Any, *, atol: float, rtol: float,
-            codec: Any) -> list[dict[str, Any]]:
-    """Expected versus received for one failed case: key rows and array windows, wrong ones marked (`codec`: the
-    lesson's checks module, whose to_plain/from_plain/dumps stored the values)."""
+def compare(case: Case | None, expected: Any, received: Any, *, atol: float, rtol: float) -> list[dict[str, Any]]:
+    """Expected versus received for one failed case: key rows and array windows, wrong ones marked (`received` as
+    stored: plain data of the runtime's codec)."""
     if received is None:
         return [_note("No output was recorded for this case (the submission stopped before it ran).")]
     try:
-        got = codec.from_plain(received)
+        got = from_plain(received)
     except (TypeError, ValueError, KeyError) as exc:
         return [_note(f"The stored output could not be decoded: {_text(exc)}")]
     if not isinstance(expected, dict) or not isinstance(got, dict):
@@ -146,10 +146,10 @@ def compare(case: Case | None, expected: Any, received: Any, *, atol: float, rto
             parts += _compare_arrays(name, want, have, atol, rtol)
             continue
         if key == "error" and want is None:
-            rows.append(([name, "no error", _short(have, codec)], True))
+            rows.append(([name, "no error", _short(have)], True))
             continue
-        rows.append(([name, _short(want, codec) if key in expected else "(not expected)", _short(have, codec)],
-                     not _same(want, have, atol, rtol, codec)))
+        rows.append(([name, _short(want) if key in expected else "(not expected)", _short(have)],
+                     not _same(want, have, atol, rtol)))
     return ([_kv(["key", "expected", "received"], rows)] if rows else []) + parts
 
 
@@ -181,13 +181,13 @@ def gate_of(suite: Suite, result: SubmissionResult, c: CaseResult) -> tuple[list
     if not blocked or c.received is None or (c.expected is None and case.check in checks.USES_EXPECTED):
         return blocked, None
     try:
-        expected = {"value": None if c.expected is None else checks.from_plain(c.expected), "variants": []}
-        return blocked, checks.judge(case.plain(), checks.from_plain(c.received), expected)
+        expected = {"value": None if c.expected is None else from_plain(c.expected), "variants": []}
+        return blocked, checks.judge(case.plain(), from_plain(c.received), expected)
     except Exception:  # noqa: BLE001 - stored data of any shape: the case is shown as stored
         return blocked, None
 
-def detail(case: Case | None, expected: Any, received: Any, *, atol: float, rtol: float, rel_tol: float,
-           codec: Any) -> list[dict[str, Any]]:
+def detail(case: Case | None, expected: Any, received: Any, *, atol: float, rtol: float,
+           rel_tol: float) -> list[dict[str, Any]]:
     """What the page shows under one failed case (compare.html.j2 draws each block by its kind): expected versus
     received and the traceback; a note when the stored data cannot be shown.
 
@@ -201,7 +201,7 @@ def detail(case: Case | None, expected: Any, received: Any, *, atol: float, rtol
             shown = [_note("The expected value was not stored with this result (it was graded by an older version "
                            "of the grader); grade the batch again to see it.")]
         else:
-            shown = compare(case, codec.from_plain(expected), received, atol=atol, rtol=rtol, codec=codec)
+            shown = compare(case, from_plain(expected), received, atol=atol, rtol=rtol)
         return shown + _traceback(received)
     except Exception as exc:  # noqa: BLE001 - stored data of any shape: the page is written all the same
         return [_note(f"The stored output of this case could not be shown ({type(exc).__name__}: "

@@ -272,8 +272,7 @@ def _case(ctx: _Ctx, s: Student, c: CaseResult) -> dict[str, Any]:
         out["message"] = alone.message
     tol = ctx.suite.config.tolerances
     out["detail"] = _blocks(detail(case, c.expected, c.received, atol=case.atol if case else tol.atol,
-                                   rtol=case.rtol if case else tol.rtol, rel_tol=ctx.suite.config.milestone.rel_tol,
-                                   codec=ctx.suite.config.lesson.checks))
+                                   rtol=case.rtol if case else tol.rtol, rel_tol=ctx.suite.config.milestone.rel_tol))
     return out
 
 
