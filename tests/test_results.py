@@ -116,6 +116,11 @@ def test_no_status_is_spelled_as_a_bare_string() -> None:
     found = [hit for folder in ("autograder", "tests", "benchmarks") for path in sorted((ROOT / folder).rglob("*.py"))
              for hit in bare_statuses(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
     assert found == [], "statuses spelled as bare strings (use autograder.model.Status):\n" + "\n".join(found)
+    words = {v for k, v in vars(Status).items() if k.isupper()}
+    spelled = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in sorted((ROOT / "autograder").rglob("*.py"))
+               if path != ROOT / "autograder" / "model.py" for node in ast.walk(ast.parse(path.read_text("utf-8")))
+               if isinstance(node, ast.Constant) and node.value in words]
+    assert spelled == [], "status words spelled outside autograder/model.py:\n" + "\n".join(spelled)
 
 
 def test_a_bare_status_is_found(tmp_path: Path) -> None:
