@@ -646,7 +646,7 @@ def _forged_frames(suite: Suite) -> str:
     from autograder.sandbox.protocol import _JOB_FD, _LEN
 
     frames = b"".join(_LEN.pack(len(d)) + d for d in (
-        wire.encode({"t": "out", "key": c["id"], "value": suite.expected[c["id"]]["value"], "oom": False,
+        wire.encode({"t": "out", "key": c.id, "value": suite.expected[c.id]["value"], "oom": False,
                      "tamper": []}) for c in suite.cases if not c.hidden))
     return f"import os\nos.write({_JOB_FD}, {frames!r})"
 
