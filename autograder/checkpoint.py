@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from autograder.lesson import Lesson, LessonError, default_lesson, load_module
+from autograder.model import PartVerdict, Verdict  # re-exported: the plug-ins build them from here
 from autograder.sandbox.files import (  # the reader processes, for the plug-ins: checkpoint.run_child, ...
     STARTUP_TIMEOUT_S,
     VERIFY_SLOTS,
@@ -48,29 +47,6 @@ __all__ = ["STARTUP_TIMEOUT_S", "UNREADABLE", "VERIFY_SLOTS", "PartVerdict", "Ve
            "load_plugin", "main", "pool", "read_limited", "reader_isolation", "reader_limits_lowered",
            "reads_checkpoint", "run_child"]
 UNREADABLE = "checkpoint_unreadable"  # the problem of uploads that could not be read at all
-
-
-@dataclass
-class PartVerdict:
-    """One graded part of a checkpoint (one grades.csv case): passed or why not, and the figures received."""
-
-    passed: bool
-    message: str = ""
-    problem: str | None = None  # an id of the plug-in's PROBLEMS when not passed
-    received: dict[str, dict[str, Any]] = field(default_factory=dict)  # e.g. measured, claimed, bounds
-
-
-@dataclass
-class Verdict:
-    """A checkpoint's verdict: ok when it could be verified at all, the share of the points a passing part earns
-    (credit, named by label when below 1), and per part its verdict."""
-
-    ok: bool
-    message: str = ""
-    problem: str | None = None
-    credit: float = 0.0
-    label: str | None = None  # what the credit depends on (e.g. the preset the checkpoint was trained with)
-    parts: dict[str, PartVerdict] = field(default_factory=dict)
 
 
 def load_plugin(lesson: Lesson) -> ModuleType:

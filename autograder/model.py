@@ -1,5 +1,6 @@
-"""The engine's typed data: the verdict on each case and on a submission (checked when read back), the status
-words, and their views (the stored record, Gradescope's results.json, the grades.csv row)."""
+"""The engine's typed data: the graded cases, the verdict on each case, on a checkpoint and on a submission
+(checked when read back), the status words, and their views (the stored record, Gradescope's results.json, the
+grades.csv row)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 
 
 class Status:
-    """The status word of a submission's result and of its grades.csv row: the one place each is spelled."""
+    """The status word of a sandboxed run (ExecResult), of a submission's result and of its grades.csv row: the one
+    place each is spelled."""
 
     GRADED = "graded"
     TIMED_OUT = "timed out"
@@ -24,9 +26,85 @@ class Status:
     UNUSABLE = "unusable result"  # the report's word for a stored result it cannot use
 
 
-# The executor's status of a run (autograder.sandbox.protocol.STATUSES) -> the status word of the result.
-STATUS_WORDS = {"ok": Status.GRADED, "timeout": Status.TIMED_OUT, "oom": Status.OUT_OF_MEMORY,
-                "unreadable": Status.UNREADABLE, "crashed": Status.CRASHED, "tampering": Status.TAMPERING}
+# The words a sandboxed run ends with (ExecResult.status); NOT_GRADED is the batch's, UNUSABLE the report's.
+RUN_STATUSES = (Status.GRADED, Status.TIMED_OUT, Status.OUT_OF_MEMORY, Status.UNREADABLE, Status.CRASHED,
+                Status.TAMPERING)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One graded case of a question: the probe to run and how to judge its output, built once from the question
+    file (autograder.authoring.questions). The fields are in the order of the plain view the checks read."""
+
+    name: str
+    hidden: bool = False
+    weight: float = 1
+    probe: str
+    args: dict[str, Any] = field(default_factory=dict)
+    check: str
+    what: str | None = None
+    first: str | None = None
+    second: str | None = None
+    why: str | None = None
+    words: tuple[str, ...] = ()
+    dtype: str | None = None
+    atol: float
+    rtol: float
+    diagnosis: str | None = None
+    requires: tuple[str, ...] = ()  # names of value cases of the same question that must hold first
+    revisit: str
+    known_cause: dict[str, str] | None = None  # {"id", "description"} of the catalogued mistake it diagnoses
+    id: str  # "<question>/<name>"
+    question: str
+    points: float
+
+    @property
+    def required(self) -> list[str]:
+        """The ids of the cases it requires, in the order the question file names them."""
+        return [f"{self.question}/{r}" for r in self.requires]
+
+    def plain(self) -> dict[str, Any]:
+        """The case as plain data (a fresh dict, lists for tuples, no known_cause when it has none): the form the
+        lesson's shipped checks receive and the generated test files carry."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.known_cause is None:
+            del out["known_cause"]
+        return out | {"words": list(self.words), "requires": list(self.requires)}
+
+
+@dataclass(frozen=True)
+class CheckpointCase:
+    """One graded part of the milestone checkpoint (for example one scheme), verified from uploaded files."""
+
+    id: str
+    question: str
+    points: float
+    part: str
+    hidden: bool = False
+
+
+@dataclass
+class PartVerdict:
+    """One graded part of a checkpoint (one grades.csv case): passed or why not, and the figures received."""
+
+    passed: bool
+    message: str = ""
+    problem: str | None = None  # an id of the plug-in's PROBLEMS when not passed
+    received: dict[str, dict[str, Any]] = field(default_factory=dict)  # e.g. measured, claimed, bounds
+
+
+@dataclass
+class Verdict:
+    """A milestone checkpoint's verdict (a plug-in's `verify`): ok when it could be verified at all, the share of
+    the points a passing part earns (credit, named by label when below 1), and per part its verdict."""
+
+    ok: bool
+    message: str = ""
+    problem: str | None = None
+    credit: float = 0.0
+    label: str | None = None  # what the credit depends on (e.g. the preset the checkpoint was trained with)
+    parts: dict[str, PartVerdict] = field(default_factory=dict)
+
 
 # What a student reads on Gradescope under a status other than "graded".
 STUDENT_HELP = {

@@ -1,10 +1,10 @@
 """The sandbox's message format: plain data to bytes and back without pickle, strict on every byte it reads.
 
 Messages between the grader and the sandboxed student process are JSON, numpy arrays as base64 bytes with
-dtype and shape. The reader treats its input as hostile: sizes, depth, tags and dtypes are checked before
-anything is allocated. This is not the shipped checks' case JSON (`to_plain`/`dumps` in the lesson's checks
-module), which stores trusted data built by the release and must run in a student's notebook without the
-engine; the two share the array layout, nothing else.
+dtype and shape: the layout of the package's one codec of plain data (autograder/runtime/checks_runtime.py:
+ARRAY_TAG, array_plain, to_plain), which also writes the case JSON and the stored results. The reader treats its
+input as hostile: sizes, depth, tags and dtypes are checked before anything is allocated (the codec's own
+from_plain is for trusted data only).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from autograder.runtime.checks_runtime import ARRAY_TAG, array_plain
 from autograder.sandbox.limits import MIB, UPLOAD_CAP_MB
 
 MAX_BYTES = UPLOAD_CAP_MB * MIB
 MAX_DEPTH = 64
 MAX_DIMS = 32
-ARRAY_TAG = "__ndarray__"
 _ARRAY_KEYS = {ARRAY_TAG, "dtype", "shape"}
 _DTYPE_RE = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")
 _NUMERIC_KINDS = "biufc"
@@ -101,9 +101,10 @@ def trusted_encoder() -> Callable[[Any, int], bytes]:
             dtype = obj.dtype
             if dtype.kind not in kinds or dtype.hasobject or dtype.fields is not None or obj.ndim > dims:
                 raise error(f"ndarray dtype {dtype} is not numeric or bool")
-            data = decode_ascii(b2a(tobytes(contiguous(obj)), newline=False), "ascii")
-            shape = join(",", [int_repr(n) for n in obj.shape])
-            out.append(f"{{{tag}:\"{data}\",\"dtype\":{escape(dtype.str)},\"shape\":[{shape}]}}")
+            arr = contiguous(obj)  # array_plain's layout: C order, at least one dimension (a 0-d array is [1])
+            data = decode_ascii(b2a(tobytes(arr), newline=False), "ascii")
+            shape = join(",", [int_repr(n) for n in arr.shape])
+            out.append(f"{{{tag}:\"{data}\",\"dtype\":{escape(arr.dtype.str)},\"shape\":[{shape}]}}")
         else:
             raise error(f"not plain data: {_type_name(t)}")
 
@@ -190,9 +191,7 @@ def _pack(obj: Any, depth: int) -> Any:
     if t is np.ndarray:
         if not _plain_dtype(obj.dtype):
             raise WireError(f"ndarray dtype {obj.dtype} is not numeric or bool")
-        raw = np.ascontiguousarray(obj).tobytes()
-        b64 = base64.b64encode(raw).decode("ascii")
-        return {ARRAY_TAG: b64, "dtype": obj.dtype.str, "shape": list(obj.shape)}
+        return array_plain(obj)
     raise WireError(f"not plain data: {_type_name(t)}")
 
 

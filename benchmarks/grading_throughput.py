@@ -214,6 +214,8 @@ def otter_scores(results_json: Path) -> dict[str, float]:
 def grade_otter(subs: list[Path], *, autograder: Path, work: Path, timeout_s: float,
                 verbose: bool = False) -> EngineRun:
     """Run `otter run -a ZIP -o DIR SUB` once per submission, serially, timing each call end to end."""
+    from autograder.model import Status
+
     cmd = otter_command()
     per_sub: dict[str, float] = {}
     questions: dict[str, dict[str, float]] = {}
@@ -237,7 +239,7 @@ def grade_otter(subs: list[Path], *, autograder: Path, work: Path, timeout_s: fl
         results = out_dir / "results.json"
         if rc == 0 and results.is_file():
             questions[sid] = otter_scores(results)
-            statuses[sid] = "graded"
+            statuses[sid] = Status.GRADED
         else:
             statuses[sid] = f"failed (rc {rc})"
             print(f"  otter run failed on {sub.name}: {tail.strip()}", file=sys.stderr)

@@ -336,9 +336,9 @@ class FakePool:
             try:
                 env, _ = notebook_env(path)
             except Exception as exc:  # noqa: BLE001 - not a notebook: nothing runs, as in the sandbox
-                return ExecResult("unreadable", notes=[str(exc)], sandbox="fake")
-            return ExecResult("ok", outputs={k: checks.run_probe(env, name, args) for k, name, args, *_ in probes},
-                              sandbox="fake")
+                return ExecResult(Status.UNREADABLE, notes=[str(exc)], sandbox="fake")
+            outputs = {k: checks.run_probe(env, name, args) for k, name, args, *_ in probes}
+            return ExecResult(Status.GRADED, outputs=outputs, sandbox="fake")
 
     def __enter__(self) -> FakePool:
         return self
@@ -526,8 +526,8 @@ def test_students_never_see_hidden_inputs(tmp_path: Path, suite: Suite, fake_san
     record = json.loads((tmp_path / "out" / "results" / "leaky.json").read_text())
 
     def marks(hidden: bool) -> set[str]:
-        return {"<" + ",".join(map(str, c["args"]["args"])) + ">" for c in suite.cases if c["probe"] == "call"
-                and c["args"]["fn"] in ("sinusoidal_pe", "alibi_slopes") and c["hidden"] == hidden}
+        return {"<" + ",".join(map(str, c.args["args"])) + ">" for c in suite.cases if c.probe == "call"
+                and c.args["fn"] in ("sinusoidal_pe", "alibi_slopes") and c.hidden == hidden}
 
     secret = marks(True) - marks(False)
     assert secret
@@ -646,8 +646,8 @@ def _forged_frames(suite: Suite) -> str:
     from autograder.sandbox.protocol import _JOB_FD, _LEN
 
     frames = b"".join(_LEN.pack(len(d)) + d for d in (
-        wire.encode({"t": "out", "key": c["id"], "value": suite.expected[c["id"]]["value"], "oom": False,
-                     "tamper": []}) for c in suite.cases if not c["hidden"]))
+        wire.encode({"t": "out", "key": c.id, "value": suite.expected[c.id]["value"], "oom": False,
+                     "tamper": []}) for c in suite.cases if not c.hidden))
     return f"import os\nos.write({_JOB_FD}, {frames!r})"
 
 

@@ -46,7 +46,7 @@ def test_check_speed_smoke(fresh_build: dict[str, Path], suite: Suite) -> None:
     assert re.search(r"^load: 1 busy-loop process\(es\) during the timing", out, re.M), out
     checked = [q for q in suite.questions if q.cases]
     for q in checked:
-        public = sum(not c["hidden"] for c in q.cases)
+        public = sum(not c.hidden for c in q.cases)
         row = rf"^{q.id}\s+\|\s+{public} \|(\s+[\d.]+ \|){{3}}\s+0\.30 \| (yes|NO)$"
         assert re.search(row, out, re.M), out
     assert re.search(rf"^\d+ of {len(checked)} within the goal of 0.3 s", out, re.M), out

@@ -58,7 +58,7 @@ def test_no_solution_hidden_test_or_reference_reaches_students(fresh_build: dict
                                                                suite: Suite) -> None:
     solution = _solution_lines()
     assert len(solution) > 30
-    hidden = [c for c in suite.cases if c["hidden"]]
+    hidden = [c for c in suite.cases if c.hidden]
     model_answers = [p.answer[:60] for q in suite.questions for p in q.written]
     banned = re.compile(r"BEGIN SOLUTION|END SOLUTION|BEGIN HIDDEN|from reference|import reference")
     files = _student_files(fresh_build)
@@ -69,7 +69,7 @@ def test_no_solution_hidden_test_or_reference_reaches_students(fresh_build: dict
         for line in solution:
             assert line not in text, f"{f}: contains solution line {line!r}"
         for case in hidden:
-            assert case["id"] not in text and f"test_{case['name']}" not in text, f"{f}: hidden {case['id']}"
+            assert case.id not in text and f"test_{case.name}" not in text, f"{f}: hidden {case.id}"
         for answer in model_answers:
             assert answer not in text, f"{f}: contains a model answer"
     # The public multiple-choice check carries no answers.
@@ -132,7 +132,7 @@ for name, nb in (("otter master", otter_master(questions, expected, name="lesson
                  ("nbgrader source", nbgrader_source(questions, expected))):
     parts[name] = json.dumps([[c.cell_type, c.source, c.metadata] for c in nb.cells], sort_keys=True)
 parts["nbgrader public cases"] = json.dumps(nbgrader_public_cases(questions, expected), sort_keys=True)
-cases = {c["id"]: c for q in questions for c in q.cases}
+cases = {c.id: c for q in questions for c in q.cases}
 parts |= {f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}
 print(json.dumps({k: hashlib.sha256(v.encode()).hexdigest() for k, v in parts.items()}))
 """
@@ -179,7 +179,7 @@ def test_expected_values_skip_only_mistake_runs_that_cannot_be_caught(monkeypatc
                       "SinusoidalPE.forward = lambda self, x: x * 0\n")
     monkeypatch.setitem(lesson.__dict__, "mistakes", (*MISTAKES, planted))  # Lesson.mistakes is cached there
     model_cases = ("m1_tinycharlm/logits_sinusoidal", "m1_tinycharlm/logits_rope")
-    questions = [dataclasses.replace(q, cases=[c for c in q.cases if q.id != "m1_tinycharlm" or c["id"] in model_cases])
+    questions = [dataclasses.replace(q, cases=[c for c in q.cases if q.id != "m1_tinycharlm" or c.id in model_cases])
                  for q in load_questions(load_config()) if q.id in ("q3_sinusoidal_module", "m1_tinycharlm")]
     expected = expected_values(questions)
     answers = mc_answers(questions)
@@ -187,10 +187,10 @@ def test_expected_values_skip_only_mistake_runs_that_cannot_be_caught(monkeypatc
     for case in (c for q in questions for c in q.cases):
         caught = []
         for m in (*MISTAKES, planted):
-            got = checks.run_probe(reference_namespace(m) | answers, case["probe"], case["args"])
-            if "error" not in got and not checks.judge(case, got, expected[case["id"]]).passed:
+            got = checks.run_probe(reference_namespace(m) | answers, case.probe, case.args)
+            if "error" not in got and not checks.judge(case.plain(), got, expected[case.id]).passed:
                 caught.append(m.id)
-        every[case["id"]] = caught
+        every[case.id] = caught
     assert {cid: [v["id"] for v in e["variants"]] for cid, e in expected.items()} == every
     assert "patched_after_definition" in every["q3_sinusoidal_module/forward_adds_table"]
     assert {"pe_sin_cos_swapped", "rope_interleaved"} <= {m for ids in every.values() for m in ids}  # read indirectly
@@ -247,7 +247,7 @@ def _release_numbers(questions: list[Any]) -> dict[str, str]:
     from autograder.release.otter import otter_test
 
     expected, lesson = expected_values(questions), lesson_of(questions)
-    cases = {c["id"]: c for q in questions for c in q.cases}
+    cases = {c.id: c for q in questions for c in q.cases}
     return {"expected values": lesson.checks.dumps(expected),
             "nbgrader public cases": json.dumps(nbgrader_public_cases(questions, expected), sort_keys=True),
             **{f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}}
@@ -442,7 +442,7 @@ def test_local_checks_say_public_and_hidden_counts(fresh_build: dict[str, Path],
 
     right = mc_answers(list(suite.questions))
     wrong = {var: next(x for x in "ABCD" if x != letter) for var, letter in right.items()}
-    count = {q.id: (sum(not c["hidden"] for c in q.cases), sum(c["hidden"] for c in q.cases))
+    count = {q.id: (sum(not c.hidden for c in q.cases), sum(c.hidden for c in q.cases))
              for q in suite.questions}
     (n2, m2), (n8, m8) = count["q2_sinusoidal_pe"], count["q8_checks"]
     assert n2 > 1 and m2 > 1 and n8 == 1 and m8 == 5

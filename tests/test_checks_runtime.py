@@ -17,6 +17,7 @@ import pytest
 
 from autograder.config import ROOT
 from autograder.lesson import RUNTIME_FILE, RUNTIME_NAME, Lesson, LessonError, default_lesson
+from autograder.model import Status
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 LESSONS = [default_lesson(), Lesson.load("lesson_demo", near=FIXTURE)]
@@ -156,8 +157,9 @@ def test_the_sandbox_runs_the_engine_runtime_and_guards_it(tmp_path: Path, monke
     with WorkerPool(1, limits=limits, probe_module=lesson.checks_name, modules=lesson.sandbox_modules) as pool:
         honest = pool.run(_notebook(CENTER), probes=PROBE)
         patched = pool.run(_notebook(CENTER, patch), probes=PROBE)
-    assert honest.status == "ok", honest
+    assert honest.status == Status.GRADED, honest
     assert np.allclose(honest.outputs["center"]["value"], [[-1.0, -2.0], [1.0, 2.0]])
     assert not (tmp_path / "FAKE_IMPORTED").exists()
-    assert patched.status == "tampering" and any("checks_runtime" in f for f in patched.tampering), patched.tampering
+    assert patched.status == Status.TAMPERING, patched.notes
+    assert any("checks_runtime" in f for f in patched.tampering), patched.tampering
     assert json.dumps(patched.outputs.get("center", {}), default=str) != json.dumps({"value": 0.0})

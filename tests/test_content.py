@@ -160,10 +160,10 @@ def test_every_property_case_is_gated_on_a_value_case() -> None:
                   "learned_table", "grad_rows", "shape", "lm_names", "tied_head", "lm_same_device", "fn_same_device"}
     for q in load_questions(load_config()):
         for case in q.cases:
-            if case["check"] in properties:
-                assert case["requires"], f"{case['id']} ({case['check']}) has no `requires:`"
-                assert all(f"{q.id}/{r}" != case["id"] for r in case["requires"])
-                assert {c["check"] for c in q.cases if c["name"] in case["requires"]} <= USES_EXPECTED
+            if case.check in properties:
+                assert case.requires, f"{case.id} ({case.check}) has no `requires:`"
+                assert all(f"{q.id}/{r}" != case.id for r in case.requires)
+                assert {c.check for c in q.cases if c.name in case.requires} <= USES_EXPECTED
 
 
 def test_submission_limits_are_checked(tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ def test_demo_checkpoint_is_graded_and_reported(course: Path, tmp_path: Path) ->
     config_path = course / "grading_config.yaml"
     suite = load_suite(config_path)
     assert suite.checkpoint_files == ("fit.json",) and suite.checkpoint_question == "q4_checkpoint"
-    assert [c["id"] for c in suite.checkpoint_cases] == ["q4_checkpoint/fit", "q4_checkpoint/claim"]
+    assert [c.id for c in suite.checkpoint_cases] == ["q4_checkpoint/fit", "q4_checkpoint/claim"]
     points = json.loads((course / "reference" / "lesson_demo_points.json").read_text())["points"]
     slope, intercept, mse = _line(points)
     fits = {"good": {"slope": slope, "intercept": intercept, "mse": mse},

@@ -19,10 +19,11 @@ from conftest import importable
 
 from autograder import wire
 from autograder.lesson import default_lesson
+from autograder.model import RUN_STATUSES, Status
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.notebook import read_notebook
 from autograder.sandbox.pool import WorkerPool, execute_batch, execute_submission
-from autograder.sandbox.protocol import STATUSES, ExecResult, WorkerError
+from autograder.sandbox.protocol import ExecResult, WorkerError
 
 checks = default_lesson().checks
 
@@ -174,14 +175,14 @@ def value(res: ExecResult, key: str) -> object:
 def test_every_case_gets_a_known_status(batch):
     results, _, _ = batch
     assert set(results) <= set(CASES)
-    assert all(r.status in STATUSES for r in results.values())
+    assert all(r.status in RUN_STATUSES for r in results.values())
 
 
 @pytest.mark.sandbox
 def test_honest_notebook_runs_and_pool_survives_the_rest(batch):
     results, after, _ = batch
     for res in (results["honest"], after):
-        assert res.status == "ok", res.notes
+        assert res.status == Status.GRADED, res.notes
         assert value(res, "add") == 5
         np.testing.assert_array_equal(value(res, "value"), np.arange(3.0))
         assert res.tampering == [] and res.skipped_cells == []
@@ -191,7 +192,7 @@ def test_honest_notebook_runs_and_pool_survives_the_rest(batch):
 @pytest.mark.sandbox
 def test_syntax_error_is_a_note_and_later_cells_run(batch):
     res = result(batch, "syntax_error")
-    assert res.status == "ok"
+    assert res.status == Status.GRADED
     assert any("SyntaxError" in n for n in res.notes)
     assert value(res, "add") == 5
 
@@ -202,7 +203,7 @@ def test_syntax_error_is_a_note_and_later_cells_run(batch):
 @pytest.mark.sandbox
 def test_unreadable_inputs(batch, case, words):
     res = result(batch, case)
-    assert res.status == "unreadable"
+    assert res.status == Status.UNREADABLE
     assert words in res.notes[0]
     assert res.outputs == {}
 
@@ -215,14 +216,14 @@ def test_read_notebook_reports_skipped_cells():
 @pytest.mark.sandbox
 def test_missing_function_is_a_probe_error(batch):
     res = result(batch, "missing_function")
-    assert res.status == "ok"
+    assert res.status == Status.GRADED
     assert res.outputs["add"]["error"]["type"] == "NameError"
 
 
 @pytest.mark.sandbox
 def test_nan_output_round_trips(batch):
     res = result(batch, "nan")
-    assert res.status == "ok"
+    assert res.status == Status.GRADED
     assert math.isnan(value(res, "add"))
     arr = value(res, "value")
     assert arr.dtype == np.float64 and np.isnan(arr[0]) and arr[1] == np.inf and arr[2] == -np.inf
@@ -232,7 +233,7 @@ def test_nan_output_round_trips(batch):
 @pytest.mark.sandbox
 def test_endless_cells_time_out(batch, case, limit):
     res = result(batch, case)
-    assert res.status == "timeout"
+    assert res.status == Status.TIMED_OUT
     assert any(limit in n and "cell 2" in n for n in res.notes), res.notes
     assert res.student_notes and "cell 2" in res.student_notes[0]
     # the probes still run on what the cells before it define
@@ -243,7 +244,7 @@ def test_endless_cells_time_out(batch, case, limit):
 @pytest.mark.sandbox
 def test_allocating_50_gb_is_out_of_memory(batch, case):
     res = result(batch, case)
-    assert res.status == "oom", res.notes
+    assert res.status == Status.OUT_OF_MEMORY, res.notes
     assert value(res, "add") == 5
 
 
@@ -251,7 +252,7 @@ def test_allocating_50_gb_is_out_of_memory(batch, case):
 @pytest.mark.sandbox
 def test_fork_bombs_hit_the_process_limit(batch, case):
     res = result(batch, case)
-    assert res.status == "ok", res.notes
+    assert res.status == Status.GRADED, res.notes
     assert any("BlockingIOError" in n for n in res.notes), res.notes
     assert value(res, "add") == 5
 
@@ -261,7 +262,7 @@ def test_fork_bombs_hit_the_process_limit(batch, case):
 @pytest.mark.sandbox
 def test_exiting_cells_crash_and_earn_nothing(batch, case, words):
     res = result(batch, case)
-    assert res.status == "crashed"
+    assert res.status == Status.CRASHED
     assert any(words in n and "cell 2" in n for n in res.notes), res.notes
     assert res.outputs == {}
 
@@ -269,7 +270,7 @@ def test_exiting_cells_crash_and_earn_nothing(batch, case, words):
 @pytest.mark.sandbox
 def test_printing_100_mb_is_capped(batch):
     res = result(batch, "print_100mb")
-    assert res.status == "ok"
+    assert res.status == Status.GRADED
     assert len(res.stdout.encode()) <= LIMITS.output_kb * 1024
     assert any("output truncated" in n for n in res.notes)
     assert value(res, "add") == 5
@@ -278,7 +279,7 @@ def test_printing_100_mb_is_capped(batch):
 @pytest.mark.sandbox
 def test_printed_frames_cannot_forge_results(batch):
     res = result(batch, "forged_frame")
-    assert res.status == "ok"
+    assert res.status == Status.GRADED
     assert value(res, "add") == 5
 
 
@@ -321,7 +322,7 @@ def test_reference_and_repository_are_not_visible(batch):
 @pytest.mark.sandbox
 def test_monkeypatching_is_reported_and_undone(batch, case, fact):
     res = result(batch, case)
-    assert res.status == "tampering"
+    assert res.status == Status.TAMPERING
     assert any(fact in f for f in res.tampering), res.tampering
     assert value(res, "add") == 5
 
@@ -329,7 +330,7 @@ def test_monkeypatching_is_reported_and_undone(batch, case, fact):
 @pytest.mark.sandbox
 def test_objects_with_their_own_eq_arrive_as_strings(batch):
     res = result(batch, "always_equal")
-    assert res.status == "ok"
+    assert res.status == Status.GRADED
     assert type(value(res, "add")) is str
     same, nested = value(res, "value")
     assert type(same) is str and same.startswith("<not plain data") and type(nested["x"]) is str
@@ -338,7 +339,7 @@ def test_objects_with_their_own_eq_arrive_as_strings(batch):
 @pytest.mark.sandbox
 def test_skipped_cells_are_reported(batch):
     res = result(batch, "skipped_cell")
-    assert res.status == "ok"
+    assert res.status == Status.GRADED
     assert res.skipped_cells == [2]
     assert value(res, "add") == 5
 
@@ -349,17 +350,17 @@ def test_one_off_and_batch_entry_points(fake_checks):
         return execute_submission(source, probes=PROBES, limits=LIMITS, probe_module=fake_checks)
 
     res = run(HONEST)
-    assert res.status == "ok" and value(res, "add") == 5
+    assert res.status == Status.GRADED and value(res, "add") == 5
     if res.sandbox == "bwrap":  # the same warm worker: nothing left behind reaches the next submission
         assert run(nb("import os\nopen('/dev/shm/leak', 'w').write('x')\nopen('leak', 'w').write('x')\n"
-                      "os.mkdir('dir')\nos.chmod('dir', 0)")).status == "ok"
+                      "os.mkdir('dir')\nos.chmod('dir', 0)")).status == Status.GRADED
         res = run(nb("import os\ndef value():\n"
                      "    return [os.listdir('/dev/shm'), os.listdir('..'), os.listdir()]"))
         shm, scratch_root, cwd = value(res, "value")
         assert shm == [] and len(scratch_root) == 1 and cwd == []
     items = [("a", HONEST), ("b", b"")]
     got = dict(execute_batch(items, probes=PROBES, limits=LIMITS, probe_module=fake_checks, workers=1))
-    assert got["a"].status == "ok" and got["b"].status == "unreadable"
+    assert got["a"].status == Status.GRADED and got["b"].status == Status.UNREADABLE
 
 
 @pytest.mark.sandbox
@@ -367,7 +368,7 @@ def test_fallback_without_sandbox_still_runs(fake_checks):
     with WorkerPool(1, limits=LIMITS, probe_module=fake_checks, sandbox="none") as pool:
         res = pool.run(HONEST, probes=PROBES)
         assert pool.sandbox == "none"
-    assert res.status == "ok" and value(res, "add") == 5
+    assert res.status == Status.GRADED and value(res, "add") == 5
 
 
 @pytest.mark.parametrize("obj, expected", [
@@ -385,7 +386,8 @@ def test_wire_round_trips_plain_data(obj, expected):
 ])
 def test_wire_round_trips_arrays(arr):
     back = wire.decode(wire.encode(arr))
-    assert back.dtype == arr.dtype and back.shape == arr.shape and np.array_equal(back, arr)
+    shape = arr.shape or (1,)  # a 0-d array travels as one value, as the case JSON stores it (array_plain)
+    assert back.dtype == arr.dtype and back.shape == shape and np.array_equal(back.reshape(arr.shape), arr)
     assert back.flags.writeable
 
 
@@ -446,7 +448,7 @@ def test_sanitize_makes_student_values_safe():
 @pytest.mark.sandbox
 def test_frames_out_of_protocol_earn_nothing_and_are_flagged(batch, case, silenced, kept):
     res = result(batch, case)
-    assert res.status == "tampering", res.notes
+    assert res.status == Status.TAMPERING, res.notes
     assert any("forged or out-of-order result frame" in f for f in res.tampering), res.tampering
     assert not set(silenced) & set(res.outputs), res.outputs
     for key in kept:  # the channel still works: later probes run
@@ -497,10 +499,10 @@ def test_nothing_of_one_submission_is_in_the_memory_of_the_next(one_worker):
     plant = nb(SCAN, f"SECRET = {secret!r}\nprint(SECRET)", "def add(a, b):\n    return scan()",
                "def value():\n    return SECRET")
     first = one_worker.run(plant, probes=PROBES)
-    assert first.status == "ok", first.notes
+    assert first.status == Status.GRADED, first.notes
     assert value(first, "add") > 0 and value(first, "value") == secret  # the scan finds what is there
     second = one_worker.run(nb(SCAN, "def value():\n    return scan()"), probes=PROBES)
-    assert second.status == "ok", second.notes
+    assert second.status == Status.GRADED, second.notes
     assert value(second, "value") == 0
 
 
@@ -533,7 +535,7 @@ def test_hidden_probes_reach_the_child_only_after_every_public_one(one_worker):
                 "def value():\n    LOG.append('value')\n    return list(LOG)")
     probes = [("secret", "hidden", {}, True), *PROBES]
     res = one_worker.run(source, probes=probes)
-    assert res.status == "ok", res.notes
+    assert res.status == Status.GRADED, res.notes
     assert value(res, "add") == [["add"], False]  # nothing else was sent while a probe ran
     assert value(res, "value") == ["add", "value"]
     assert value(res, "secret") == ["add", "value", "hidden"]
@@ -549,7 +551,7 @@ SEEN = ("import gc\nMARK = '-'.join(['hidden', 'argument', '4b1d'])\n"
 @pytest.mark.sandbox
 def test_no_hidden_argument_is_in_the_child_while_public_outputs_are_computed(one_worker):
     res = one_worker.run(nb(SEEN), probes=[("secret", "hidden", {"args": ["hidden-argument-4b1d"]}, True), *PROBES])
-    assert res.status == "ok", res.notes
+    assert res.status == Status.GRADED, res.notes
     assert value(res, "secret") > 0  # the scan finds the hidden argument once it has been sent
     assert value(res, "add") == 0 and value(res, "value") == 0
 
@@ -564,7 +566,7 @@ def test_a_zygote_killed_from_outside_is_restarted_and_the_submission_retried(on
     time.sleep(0.7)
     os.kill(pid, signal.SIGKILL)
     thread.join()
-    assert got[0].status == "ok", got[0].notes
+    assert got[0].status == Status.GRADED, got[0].notes
     assert value(got[0], "add") == 5
     assert one_worker.worker_pids()[0] != pid
 
@@ -581,7 +583,7 @@ def test_a_worker_failing_twice_is_a_crash_and_none_at_all_is_an_error(one_worke
         res = one_worker.run(HONEST, probes=PROBES)
     finally:
         del worker.run
-    assert res.status == "crashed" and "failed twice" in res.notes[0], res.notes
+    assert res.status == Status.CRASHED and "failed twice" in res.notes[0], res.notes
     worker.kill()
     worker.start = lambda: "no sandbox can start here"
     try:
@@ -589,7 +591,7 @@ def test_a_worker_failing_twice_is_a_crash_and_none_at_all_is_an_error(one_worke
             one_worker.run(HONEST, probes=PROBES)
     finally:
         del worker.start
-    assert one_worker.run(HONEST, probes=PROBES).status == "ok"
+    assert one_worker.run(HONEST, probes=PROBES).status == Status.GRADED
 
 
 FORK_THREE = nb("import os, time\nkids = []\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n"
@@ -609,9 +611,9 @@ def test_memory_is_limited_for_the_submission_as_a_whole(fake_checks, guard):
         res = pool.run(FORK_THREE, probes=PROBES)
         honest = pool.run(HONEST, probes=PROBES)
     assert res.memory_guard == guard
-    assert res.status == "oom", res.notes
+    assert res.status == Status.OUT_OF_MEMORY, res.notes
     assert any("as a whole" in n and guard in n for n in res.notes), res.notes
-    assert honest.status == "ok" and value(honest, "add") == 5
+    assert honest.status == Status.GRADED and value(honest, "add") == 5
 
 
 # --------------------------------------------------------------------------- the real probes
@@ -637,7 +639,7 @@ def real_probes() -> dict[str, ExecResult]:
 @pytest.mark.sandbox
 def test_plain_tensors_and_parameters_are_honest(real_probes, case):
     res = real_probes[case]
-    assert res.status == "ok" and res.tampering == [], (res.notes, res.tampering)
+    assert res.status == Status.GRADED and res.tampering == [], (res.notes, res.tampering)
     assert value(res, "table").shape == (6, 4)
 
 
@@ -645,7 +647,7 @@ def test_plain_tensors_and_parameters_are_honest(real_probes, case):
 @pytest.mark.sandbox
 def test_outputs_posing_as_arrays_earn_nothing_and_are_flagged(real_probes, case):
     res = real_probes[case]
-    assert res.status == "tampering", res.notes
+    assert res.status == Status.TAMPERING, res.notes
     assert any("suspicious probe output" in f for f in res.tampering), res.tampering
     assert "error" in res.outputs["table"]
 

@@ -15,6 +15,7 @@ from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT, ConfigError, load_config
 from autograder.grading.batch import grade_batch
+from autograder.model import Status
 from autograder.release.sample import filled_notebook
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.pool import WorkerPool
@@ -77,7 +78,7 @@ def value(res: ExecResult, key: str) -> object:
 @pytest.mark.sandbox
 def test_slow_cells_are_stopped_and_the_rest_is_graded(runs: dict[str, ExecResult]) -> None:
     res = runs["three_slow"]
-    assert res.status == "ok", res.notes
+    assert res.status == Status.GRADED, res.notes
     assert value(res, "add") == 5 and value(res, "value") == 1  # defined before and after the slow cells
     assert res.stopped_cells == [2, 4, 5]
     for cell, first in ((2, "import time"), (4, "import torch"), (5, "import ctypes")):
@@ -89,7 +90,7 @@ def test_slow_cells_are_stopped_and_the_rest_is_graded(runs: dict[str, ExecResul
 @pytest.mark.sandbox
 def test_too_many_slow_cells_end_the_notebook_there(runs: dict[str, ExecResult]) -> None:
     res = runs["four_slow"]
-    assert res.status == "timeout", res.notes
+    assert res.status == Status.TIMED_OUT, res.notes
     assert value(res, "add") == 5 and "error" in res.outputs["value"]  # value() is defined after the cut
     assert res.stopped_cells == [2, 3, 4, 5]
     assert "Cell 5 (the one that starts `import ctypes`)" in res.student_notes[-1]
@@ -99,7 +100,7 @@ def test_too_many_slow_cells_end_the_notebook_there(runs: dict[str, ExecResult])
 @pytest.mark.sandbox
 def test_a_forged_cell_frame_only_changes_which_cell_is_left_out(runs: dict[str, ExecResult]) -> None:
     res = runs["forged_start"]
-    assert res.status == "timeout" and res.outputs == {}, res.notes  # nothing after the sleeping cell runs
+    assert res.status == Status.TIMED_OUT and res.outputs == {}, res.notes  # nothing after the sleeping cell runs
     assert 1 not in res.stopped_cells
 
 

@@ -27,6 +27,7 @@ import nbformat
 import pytest
 
 from autograder.config import ROOT
+from autograder.model import Status
 from autograder.release.gradescope import gradescope_bundle, gradescope_venv, run_autograder
 from autograder.sandbox.isolation import SANDBOX_ENV
 from autograder.sandbox.limits import Limits
@@ -246,7 +247,7 @@ def test_fallback_uid_gets_nothing_from_source_or_results(readable_python: Path,
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = SimpleNamespace(**json.loads(proc.stdout.splitlines()[-1]))
     assert (res.sandbox, res.isolation) == ("none", "unprivileged uid")
-    assert res.status == "ok", res.notes
+    assert res.status == Status.GRADED, res.notes
     seen = res.outputs["report"]["value"]
     assert seen["uid"] != 0
     assert seen["got"] == {"reference": None, "hidden": None, "results": None}, "the student read a secret file"

@@ -17,6 +17,7 @@ from conftest import importable
 from test_execute_celltime import FAKE_CHECKS  # a checks module whose probe calls a function by name
 
 from autograder.lesson import default_lesson
+from autograder.model import Status
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.pool import WorkerPool
 from autograder.sandbox.protocol import ExecResult
@@ -177,14 +178,14 @@ def q3_passed(res: ExecResult) -> list[str]:
 
 def test_a_plain_attribute_fails_the_storage_cases(storage):
     res = storage["plain"]
-    assert res.status == "ok" and res.tampering == [], (res.notes, res.tampering)
+    assert res.status == Status.GRADED and res.tampering == [], (res.notes, res.tampering)
     assert res.outputs["storage"]["pe_type"] == "Tensor"  # the probe ran
     assert q3_passed(res) == []
 
 
 def test_a_patched_json_encoder_neither_hides_tampering_nor_rewrites_answers(storage):
     res = storage["encoder"]
-    assert res.status == "tampering", res.notes
+    assert res.status == Status.TAMPERING, res.notes
     assert any("numpy.allclose" in f for f in res.tampering), res.tampering
     assert any("JSONEncoder.iterencode" in f for f in res.tampering), res.tampering
     assert res.outputs["storage"]["buffers"] == [] and q3_passed(res) == []
@@ -192,7 +193,7 @@ def test_a_patched_json_encoder_neither_hides_tampering_nor_rewrites_answers(sto
 
 def test_a_patched_class_of_the_probe_module_is_flagged(storage):
     res = storage["probe_classes"]
-    assert res.status == "tampering", res.notes
+    assert res.status == Status.TAMPERING, res.notes
     assert any("ModelCache was changed" in f for f in res.tampering), res.tampering
     assert any("_State was changed" in f for f in res.tampering), res.tampering
 
@@ -207,7 +208,7 @@ def test_probes_read_module_state_from_nn_modules_own_tables(storage, case):
 @pytest.mark.parametrize("case", ["gc_off", "gc_empty"])
 def test_a_guard_switched_off_voids_the_case_and_is_flagged(storage, case):
     res = storage[case]
-    assert res.status == "tampering", res.notes
+    assert res.status == Status.TAMPERING, res.notes
     assert any("check mark" in f for f in res.tampering), res.tampering
     assert "storage" not in res.outputs and q3_passed(res) == []
 
@@ -267,7 +268,7 @@ def value(res: ExecResult) -> object:
 def test_a_torch_mode_left_active_is_flagged_and_undone(one_worker, case):
     code, words = MODES[case]
     res = one_worker.run(nb(STACKS, code), probes=PROBES)
-    assert res.status == "tampering", res.notes
+    assert res.status == Status.TAMPERING, res.notes
     assert any(words in f for f in res.tampering), res.tampering
     assert value(res) == [0, 0, True]  # the probes ran with torch as the zygote left it
 
@@ -275,7 +276,7 @@ def test_a_torch_mode_left_active_is_flagged_and_undone(one_worker, case):
 def test_an_honest_notebook_reports_no_tampering(one_worker):
     res = one_worker.run(nb(STACKS, "import json, numpy as np\nx = json.dumps({'a': np.arange(3).tolist()})"),
                          probes=PROBES)
-    assert res.status == "ok" and res.tampering == [], (res.notes, res.tampering)
+    assert res.status == Status.GRADED and res.tampering == [], (res.notes, res.tampering)
     assert value(res) == [0, 0, True]
 
 

@@ -92,8 +92,8 @@ def test_storage_mistakes_say_which(suite: Suite) -> None:
 def test_local_check_raises_with_the_message(suite: Suite) -> None:
     from autograder.release.common import case_json
 
-    case = next(c for c in suite.cases if c["id"] == "q7_alibi/bias_values")
-    payload = case_json(case, suite.expected, {c["id"]: c for c in suite.cases}, lesson=LESSON)
+    case = next(c for c in suite.cases if c.id == "q7_alibi/bias_values")
+    payload = case_json(case, suite.expected, {c.id: c for c in suite.cases}, lesson=LESSON)
     env = {**reference_env(suite)}
     checks.run_case(env, payload)  # the reference passes silently
     mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
@@ -402,18 +402,18 @@ def test_local_checks_and_exports_gate_properties_as_the_grader_does(suite: Suit
 
     env = {"np": np, "torch": torch, "nn": nn, "F": F, "math": math}
     exec(DO_NOTHING[name], env)  # noqa: S102
-    cases = {c["id"]: c for c in suite.cases}
-    gated = [c for c in suite.cases if c["requires"] and not c["hidden"]]
+    cases = {c.id: c for c in suite.cases}
+    gated = [c for c in suite.cases if c.requires and not c.hidden]
     assert gated
     result = {r.id: r for r in grade_namespace(suite, env, name=name).cases}
     for case in gated:
         payload = case_json(case, suite.expected, cases, lesson=LESSON)
         checks.run_case(reference_env(suite), payload)
-        if result[case["id"]].passed:
+        if result[case.id].passed:
             continue
         with pytest.raises(AssertionError) as info:
             checks.run_case(env, payload)
-        assert info.value.args[0] == result[case["id"]].message  # one message, both places
+        assert info.value.args[0] == result[case.id].message  # one message, both places
 
 
 @pytest.mark.parametrize("name", sorted(DO_NOTHING))
@@ -466,7 +466,7 @@ def test_a_wrong_earlier_function_costs_points_only_where_it_is_made(suite: Suit
 def test_local_checks_judge_later_questions_against_the_students_own_earlier_output(suite: Suite) -> None:
     from autograder.release.common import case_json
 
-    cases = {c["id"]: c for c in suite.cases}
+    cases = {c.id: c for c in suite.cases}
     for mistake_id, case_id in (("pe_sin_cos_swapped", "q3_sinusoidal_module/forward_adds_table"),
                                 ("rope_interleaved", "q6_rope_attention/matches_reference")):
         mistake = next(m for m in MISTAKES if m.id == mistake_id)
@@ -478,11 +478,11 @@ def test_local_checks_judge_later_questions_against_the_students_own_earlier_out
 def test_milestone_bases_mirror_public_cases_of_the_earlier_question(suite: Suite) -> None:
     """A milestone case names the earlier function by comparing its output with the expected value of a public
     case of that question, so its test file holds no value a student could not already see."""
-    public = {(c["question"], c["probe"], checks.dumps(c["args"])) for c in suite.cases if not c["hidden"]}
-    bases = [c for c in suite.cases if "basis" in c["args"]]
-    assert {c["question"] for c in bases} == {"q3_sinusoidal_module", "q6_rope_attention", "m1_tinycharlm"}
+    public = {(c.question, c.probe, checks.dumps(c.args)) for c in suite.cases if not c.hidden}
+    bases = [c for c in suite.cases if "basis" in c.args]
+    assert {c.question for c in bases} == {"q3_sinusoidal_module", "q6_rope_attention", "m1_tinycharlm"}
     for case in bases:
-        spec = case["args"]["basis"]
+        spec = case.args["basis"]
         if not spec.get("own"):
             assert (spec["question"], spec["probe"], checks.dumps(spec["args"])) in public  # hidden ones too
 
@@ -502,16 +502,16 @@ def test_a_constant_table_earns_no_q3_points_and_the_message_names_q2(suite: Sui
 def test_a_milestone_scheme_whose_logits_are_wrong_costs_at_least_its_sixth(suite: Suite) -> None:
     """Five schemes: wrong logits of one cost at least a sixth of m1 (not a fifth: its properties that still hold,
     causality or the prefix, keep their points next to a genuine attempt, #21.2)."""
-    cases = [c for c in suite.cases if c["question"] == "m1_tinycharlm"]
+    cases = [c for c in suite.cases if c.question == "m1_tinycharlm"]
     points = next(q.points for q in suite.questions if q.id == "m1_tinycharlm")
 
     def waits_for(case: dict, name: str) -> bool:
-        reqs = case.get("requires", [])
-        return name in reqs or any(waits_for(next(c for c in cases if c["name"] == r), name) for r in reqs)
+        reqs = case.requires
+        return name in reqs or any(waits_for(next(c for c in cases if c.name == r), name) for r in reqs)
 
     for pos in ("learned", "sinusoidal", "rope", "alibi", "none"):
         names = (f"logits_{pos}", f"hidden_logits_{pos}")
-        cost = sum(c["points"] for c in cases if c["name"] in names or any(waits_for(c, n) for n in names))
+        cost = sum(c.points for c in cases if c.name in names or any(waits_for(c, n) for n in names))
         assert cost >= points / 6 - 1e-6, pos
     for mistake_id in ("lm_rope_model_width", "lm_alibi_bias_scaled"):  # a whole scheme broken inside the model
         mistake = next(m for m in MISTAKES if m.id == mistake_id)
@@ -530,7 +530,7 @@ def test_otter_shows_a_failed_check_without_the_test_file_line(suite: Suite, tmp
     from autograder.release.otter import otter_test
 
     monkeypatch.setitem(sys.modules, "lesson83_checks", checks)  # as the student's folder provides it
-    cases = {c["id"]: c for c in suite.cases}
+    cases = {c.id: c for c in suite.cases}
     test = otter_test(cases["q7_alibi/bias_values"], suite.expected, cases, lesson=LESSON)
     test = test.partition("# END TEST CONFIG\n")[2]
     path = tmp_path / "q7_alibi.py"
@@ -564,13 +564,13 @@ def test_an_alibi_mismatch_shows_a_row_with_past_keys(suite: Suite) -> None:
 
 
 def test_a_learned_table_with_the_wrong_number_of_rows_is_not_read_by_its_columns(suite: Suite) -> None:
-    case = next(c for c in suite.cases if c["id"] == "q4_learned_pe/grad_only_used_rows")
+    case = next(c for c in suite.cases if c.id == "q4_learned_pe/grad_only_used_rows")
     env = reference_env(suite)
     exec("class LearnedPE(LearnedPE):\n"  # noqa: S102
          "    def __init__(self, max_len, d_model):\n"
          "        super().__init__(max_len, d_model)\n"
          "        self.table = nn.Embedding(max_len + 3, d_model)\n", env)
-    verdict = checks.judge(case, checks.run_probe(env, case["probe"], case["args"]), suite.expected[case["id"]])
+    verdict = checks.judge(case.plain(), checks.run_probe(env, case.probe, case.args), suite.expected[case.id])
     assert not verdict.passed and "has 13 rows" in verdict.message and "[0, 1, 2, 3, 4, 5, 6, 7]" not in verdict.message
 
 
@@ -584,7 +584,7 @@ def test_a_scaled_alibi_bias_is_not_blamed_on_the_slopes(suite: Suite) -> None:
     result = grade_namespace(suite, env, name="scaled_bias")
     failed = [c for c in result.cases if not c.passed]
     assert failed and {c.question for c in failed} == {"q7_alibi"}
-    revisit = {c["id"]: c["revisit"] for c in suite.cases}
+    revisit = {c.id: c.revisit for c in suite.cases}
     assert not any("slopes depend" in c.message or "slopes depend" in revisit[c.id] for c in failed)
     msg = next(c.message for c in failed if c.id == "q7_alibi/attention_matches")
     assert "Likely cause: the ALiBi bias is divided by sqrt(d)" in msg
@@ -611,7 +611,7 @@ def test_local_check_judges_a_gate_again_when_the_function_is_rebound(suite: Sui
     student rebinds the function it judged: a do-nothing table must not pass odd_d_raises on a stale verdict."""
     from autograder.release.common import case_json
 
-    cases = {c["id"]: c for c in suite.cases}
+    cases = {c.id: c for c in suite.cases}
     table, raises = (case_json(cases[f"q2_sinusoidal_pe/{n}"], suite.expected, cases, lesson=LESSON)
                      for n in ("table_d4", "odd_d_raises"))
     checks.MEMO.clear()
@@ -645,11 +645,11 @@ def test_local_device_check_agrees_with_the_grader_after_an_in_place_op_on_atten
     in-place op on it runs as it does in the grader, and the table made on the CPU after it is still found."""
     from autograder.release.common import case_json
 
-    cases = {c["id"]: c for c in suite.cases}
+    cases = {c.id: c for c in suite.cases}
     case = cases["m1_tinycharlm/same_device"]
     env = dict(reference_env(suite))
     exec(INPLACE_THEN_CPU, env)  # noqa: S102
-    graded = next(c for c in grade_namespace(suite, env, name="t").cases if c.id == case["id"])
+    graded = next(c for c in grade_namespace(suite, env, name="t").cases if c.id == case.id)
     assert not graded.passed and graded.diagnosis == "lm_tables_on_cpu", graded.message
     checks.MEMO.clear()
     with pytest.raises(AssertionError) as info:  # the learned model's trace fills the memo that none's then uses
@@ -706,11 +706,11 @@ def test_a_model_that_changes_itself_is_built_afresh_for_every_probe(suite: Suit
     buffer or an attribute gets, probe by probe, the outputs of a model built for that probe alone."""
     env = dict(reference_env(suite))
     exec(STATEFUL_MODELS[name], env)  # noqa: S102
-    m1 = [c for c in suite.cases if c["question"] == "m1_tinycharlm"]  # lm_device traces twins of kept models
-    reused = [checks.run_probe(env, c["probe"], c["args"]) for c in m1]  # one namespace: models may be reused
-    alone = [checks.run_probe(dict(env), c["probe"], c["args"]) for c in m1]  # a new namespace each: never reused
+    m1 = [c for c in suite.cases if c.question == "m1_tinycharlm"]  # lm_device traces twins of kept models
+    reused = [checks.run_probe(env, c.probe, c.args) for c in m1]  # one namespace: models may be reused
+    alone = [checks.run_probe(dict(env), c.probe, c.args) for c in m1]  # a new namespace each: never reused
     for case, a, b in zip(m1, reused, alone, strict=True):
-        assert checks.dumps(a) == checks.dumps(b), case["id"]
+        assert checks.dumps(a) == checks.dumps(b), case.id
 
 
 ALIASED_MODELS = {  # name -> (the class, the schemes whose device check finds a tensor left on the CPU)
@@ -749,11 +749,11 @@ def test_the_device_check_of_a_kept_model_finds_what_it_finds_on_a_fresh_one(sui
     source, expected = ALIASED_MODELS[name]
     env = dict(reference_env(suite))
     exec(source, env)  # noqa: S102
-    case = next(c for c in suite.cases if c["probe"] == "lm_device")
-    checks.run_probe(env, "lm_structure", {"schemes": case["args"]["schemes"]})  # builds and keeps the models
-    checks.run_probe(env, "lm_structure", {"schemes": case["args"]["schemes"]})  # hands out the kept ones
-    kept = checks.run_probe(env, case["probe"], case["args"])
-    alone = checks.run_probe(dict(env), case["probe"], case["args"])
+    case = next(c for c in suite.cases if c.probe == "lm_device")
+    checks.run_probe(env, "lm_structure", {"schemes": case.args["schemes"]})  # builds and keeps the models
+    checks.run_probe(env, "lm_structure", {"schemes": case.args["schemes"]})  # hands out the kept ones
+    kept = checks.run_probe(env, case.probe, case.args)
+    alone = checks.run_probe(dict(env), case.probe, case.args)
     assert checks.dumps(kept) == checks.dumps(alone)
     assert {pos for pos, r in kept.items() if r["finding"]} == expected, kept
 
@@ -984,14 +984,14 @@ def test_a_lookup_table_of_the_public_answers_earns_at_most_a_quarter_of_any_que
     table: dict = {}
     recording = _lookup_env(suite, table, record=True)
     for case in suite.cases:
-        if not case["hidden"]:
-            run_probe(recording, case["probe"], case["args"])
+        if not case.hidden:
+            run_probe(recording, case.probe, case.args)
     public_calls = set(table)
     hidden_table: dict = {}
     hidden_recording = _lookup_env(suite, hidden_table, record=True)
     for case in suite.cases:
-        if case["hidden"]:
-            run_probe(hidden_recording, case["probe"], {k: v for k, v in case["args"].items() if k != "basis"})
+        if case.hidden:
+            run_probe(hidden_recording, case.probe, {k: v for k, v in case.args.items() if k != "basis"})
     reused = sorted({k[0] for k in set(hidden_table) & public_calls})
     assert reused == [], f"hidden cases call these with the arguments of a public case: {reused}"
     scores = grade_namespace(suite, _lookup_env(suite, table, record=False), name="lookup").question_scores()
@@ -1003,8 +1003,8 @@ def test_a_lookup_table_of_the_public_answers_earns_at_most_a_quarter_of_any_que
 def test_public_cases_carry_at_most_a_quarter_of_each_question(suite: Suite) -> None:
     share: dict[str, float] = {}
     for case in suite.cases:
-        if not case["hidden"]:
-            share[case["question"]] = share.get(case["question"], 0.0) + case["points"]
+        if not case.hidden:
+            share[case.question] = share.get(case.question, 0.0) + case.points
     points = {q.id: q.points for q in suite.questions}
     over = {q: f"{p:g} of {points[q]:g}" for q, p in share.items() if p > 0.25 * points[q] + 1e-6}
     assert over == {}

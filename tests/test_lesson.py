@@ -104,7 +104,7 @@ def test_question_kinds_come_from_the_front_matter(tmp_path: Path) -> None:
     questions = {q.id: q for q in load_questions(config)}
     assert [q.kind for q in questions.values()] == ["prose", "cases", "choices", "manual"]
     assert questions["q3_explain"].manual and not questions["q3_explain"].cases
-    assert [c["id"] for c in questions["q2_pick"].cases] == ["q2_pick/answers_valid", "q2_pick/correct_column_sum"]
+    assert [c.id for c in questions["q2_pick"].cases] == ["q2_pick/answers_valid", "q2_pick/correct_column_sum"]
     src = tmp_path / "lesson_demo"
     shutil.copytree(config.lesson.assignment_dir, src)
     q1 = src / "q1_center.md"

@@ -30,6 +30,7 @@ from torch import nn
 from autograder.checkpoint import load_plugin
 from autograder.config import ROOT, Milestone, load_config
 from autograder.lesson import default_lesson
+from autograder.model import Status
 from reference.lesson83 import TinyCharLM, apply_rope, rope_cache, sinusoidal_pe
 from reference.lesson83_mistakes import MISTAKES
 
@@ -702,7 +703,7 @@ class WaitingPool:
         from autograder.sandbox.protocol import ExecResult
 
         WaitingPool.waited.append(WaitingPool.verifying.wait(20))
-        return ExecResult("ok", sandbox="fake")
+        return ExecResult(Status.GRADED, sandbox="fake")
 
     def __enter__(self) -> WaitingPool:
         return self

@@ -46,7 +46,7 @@ def penalty_table(rows: list[tuple[str, str, dict[str, float], set[str]]]) -> st
 
 def test_mutation_score(graded_mutants: Path, suite: Suite, capsys: pytest.CaptureFixture) -> None:
     points = {q.id: q.points for q in suite.questions}
-    notebook = {c["question"] for c in suite.cases}  # the checkpoint is graded from files these notebooks lack
+    notebook = {c.question for c in suite.cases}  # the checkpoint is graded from files these notebooks lack
     caught, missed, elsewhere, rows = 0, [], [], []
     for m in MISTAKES:
         record = json.loads((graded_mutants / f"mistake_{m.id}.json").read_text())

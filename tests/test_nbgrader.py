@@ -177,12 +177,12 @@ def test_nothing_a_student_kernel_can_read_holds_a_hidden_value(graded: dict[str
     files = [p for p in course.rglob("*") if p.is_file() and p.suffix != ".pt" and "submitted" not in p.parts
              and (p.suffix == ".ipynb" or p.read_bytes() not in uploaded)]
     assert not [p for p in files if "hidden" in p.name]
-    by_id = {c["id"]: c for c in suite.cases}
+    by_id = {c.id: c for c in suite.cases}
     public = "\n".join(c.source for c in _read(course, "release").cells)
     seen = set().union(*(_secret_forms(case_json(c, suite.expected, by_id, lesson=LESSON)) for c in suite.cases
-                         if not c["hidden"]))
-    secrets = {c["id"]: {f for f in _secret_forms(case_json(c, suite.expected, by_id, lesson=LESSON))
-                         if f not in public and f not in seen} for c in suite.cases if c["hidden"]}
+                         if not c.hidden))
+    secrets = {c.id: {f for f in _secret_forms(case_json(c, suite.expected, by_id, lesson=LESSON))
+                         if f not in public and f not in seen} for c in suite.cases if c.hidden}
     valued = [cid for cid in secrets if "value" in suite.expected[cid]]
     assert all(secrets[cid] for cid in valued), [cid for cid in valued if not secrets[cid]]
     for path in files:

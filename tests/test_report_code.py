@@ -68,18 +68,17 @@ def test_checkpoint_table_marks_disagreement_and_bounds() -> None:
 def test_compare_marks_the_wrong_value_and_a_shape_that_differs(suite: Suite) -> None:
     from autograder.report.render import _blocks
 
-    codec = suite.config.lesson.checks
+    codec = suite.config.lesson.checks  # the lesson's copy of the runtime: the same codec the report reads with
     want = np.arange(12.0).reshape(3, 4)
     got = want.copy()
     got[1, 2] += 1
-    blocks = report_module.compare({}, {"value": want}, codec.to_plain({"value": got}), atol=1e-6, rtol=0,
-                                   codec=codec)
+    blocks = report_module.compare(None, {"value": want}, codec.to_plain({"value": got}), atol=1e-6, rtol=0)
     note, grids = blocks
     assert "1 of 12 values differ" in note["text"] and "first at index [1, 2]" in note["text"]
     marked = [[(i, j) for i, row in enumerate(g["rows"]) for j, (_, bad) in enumerate(row) if bad]
               for g in grids["grids"]]
     assert marked == [[(1, 2)], [(1, 2)]]
-    html_text = str(_blocks(report_module.compare({}, {"value": want}, codec.to_plain({"value": want.T}),
-                                                  atol=1e-6, rtol=0, codec=codec)))
+    html_text = str(_blocks(report_module.compare(None, {"value": want}, codec.to_plain({"value": want.T}),
+                                                  atol=1e-6, rtol=0)))
     assert "<tr class=bad><td>shape</td><td>[3, 4]</td><td>[4, 3]</td></tr>" in html_text
     assert html_text.count('<table class="grid">') == 2

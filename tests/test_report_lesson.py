@@ -28,8 +28,8 @@ def lesson_words(suite: Suite) -> set[str]:
     words = {lesson.name, title, title.split(":")[0]}
     words |= {q.id for q in suite.questions} | {n for q in suite.questions for n in q.solution}
     words |= {c.var for q in suite.questions for c in q.choices} | {m.id for m in lesson.mistakes}
-    words |= {c["known_cause"]["id"] for c in suite.cases if c.get("known_cause")}
-    words |= {c["id"] for c in suite.checkpoint_cases}
+    words |= {c.known_cause["id"] for c in suite.cases if c.known_cause}
+    words |= {c.id for c in suite.checkpoint_cases}
     if lesson.checkpoint_dir.is_dir():
         words |= {p.name for p in lesson.checkpoint_dir.iterdir()}
     if lesson.trainer_file is not None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
-from autograder.model import STATUS_WORDS, STUDENT_HELP, CaseResult, RecordError, Status, SubmissionResult
-from autograder.sandbox.protocol import STATUSES
+from autograder.config import ROOT
+from autograder.model import RUN_STATUSES, STUDENT_HELP, Case, CaseResult, RecordError, Status, SubmissionResult
 
 
 def _result(status: str = Status.CRASHED) -> SubmissionResult:
@@ -65,6 +69,94 @@ def test_the_gradescope_view_hides_hidden_cases_and_the_ta_notes() -> None:
     assert view["output"].startswith(f"Status: crashed\n{STUDENT_HELP[Status.CRASHED]}\na note for ann")
 
 
-def test_every_executor_status_has_one_word() -> None:
-    assert set(STATUS_WORDS) == set(STATUSES)
-    assert set(STUDENT_HELP) <= set(STATUS_WORDS.values())
+def test_every_status_a_student_is_helped_with_is_one_a_run_ends_with() -> None:
+    assert set(STUDENT_HELP) <= set(RUN_STATUSES) and len(set(RUN_STATUSES)) == len(RUN_STATUSES)
+    assert set(RUN_STATUSES) <= {v for k, v in vars(Status).items() if k.isupper()}
+
+
+def _is_status(node: ast.expr) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "status" or isinstance(node, ast.Name) and \
+        node.id == "status"
+
+
+def _is_text(node: ast.expr) -> bool:
+    """A string constant, or a tuple, list or set holding one."""
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_is_text(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+# The callables that take a status, and the position of that argument.
+STATUS_ARGUMENT = {"ExecResult": 0, "SubmissionResult": 1, "judge_submission": 2}
+
+
+def bare_statuses(source: str, name: str) -> list[str]:
+    """`name:line` of every status spelled as a bare string instead of a Status word: compared with a `.status`,
+    assigned to one, or given to a callable of STATUS_ARGUMENT (or as any `status=`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        texts: list[ast.expr] = []
+        called = getattr(node.func, "id", getattr(node.func, "attr", "")) if isinstance(node, ast.Call) else ""
+        if isinstance(node, ast.Compare) and any(_is_status(x) for x in [node.left, *node.comparators]):
+            texts = [node.left, *node.comparators]
+        elif isinstance(node, ast.Assign) and any(_is_status(t) for t in node.targets):
+            texts = [node.value]
+        elif isinstance(node, ast.Call):
+            at = STATUS_ARGUMENT.get(called)
+            texts = [*(node.args[at:at + 1] if at is not None else []),
+                     *(k.value for k in node.keywords if k.arg == "status")]
+        if any(_is_text(t) for t in texts):
+            found.append(f"{name}:{node.lineno}")
+    return found
+
+
+def test_no_status_is_spelled_as_a_bare_string() -> None:
+    """One status vocabulary: the sandbox, the judge and the tests use the Status words, never "ok" or "crashed"
+    (a second vocabulary mapped onto the first, as the executor once had)."""
+    found = [hit for folder in ("autograder", "tests", "benchmarks") for path in sorted((ROOT / folder).rglob("*.py"))
+             for hit in bare_statuses(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    assert found == [], "statuses spelled as bare strings (use autograder.model.Status):\n" + "\n".join(found)
+    words = {v for k, v in vars(Status).items() if k.isupper()}
+    spelled = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in sorted((ROOT / "autograder").rglob("*.py"))
+               if path != ROOT / "autograder" / "model.py" for node in ast.walk(ast.parse(path.read_text("utf-8")))
+               if isinstance(node, ast.Constant) and node.value in words]
+    assert spelled == [], "status words spelled outside autograder/model.py:\n" + "\n".join(spelled)
+
+
+def test_a_bare_status_is_found(tmp_path: Path) -> None:
+    planted = ('res = ExecResult("ok", notes=[])\nif res.status == "timeout":\n    res.status = "crashed"\n'
+               'r = SubmissionResult("ann", "graded")\nok = res.status in ("oom", Status.CRASHED)\n'
+               'judge_submission(suite, sub, "unreadable", {}, [])\nf(status="timeout")\n'
+               'fine = ExecResult(Status.GRADED) and res.status == Status.TAMPERING and msg["oom"]\n')
+    assert bare_statuses(planted, "x.py") == [f"x.py:{n}" for n in range(1, 8)]
+
+
+def test_a_case_is_typed_once_and_its_plain_view_is_what_the_checks_read() -> None:
+    """Cases are model.Case, built by the question reader; the lesson's shipped checks and the generated test files
+    get `plain()`: the question file's fields in their order, then id, question and points (the bytes of every
+    generated test file depend on that order), lists for the tuples, no known_cause when there is none."""
+    from autograder.authoring.questions import CaseSpec
+    from autograder.authoring.suite import load_suite
+
+    suite = load_suite(ROOT / "tests" / "fixtures" / "lesson_demo" / "grading_config.yaml")
+    assert suite.cases and all(isinstance(c, Case) for c in suite.cases)
+    case = suite.cases[0]
+    plain = case.plain()
+    assert list(plain) == [*CaseSpec.model_fields,
+                           *(["known_cause"] if case.known_cause else []), "id", "question", "points"]
+    assert isinstance(plain["requires"], list) and plain is not case.plain()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        case.points = 99.0  # type: ignore[misc]
+    diagnosed = Case(name="n", probe="p", check="c", atol=1e-6, rtol=0, revisit="r", id="q/n", question="q",
+                     points=1, requires=("a", "b"), known_cause={"id": "m", "description": "d"})
+    assert list(diagnosed.plain())[-4:] == ["known_cause", "id", "question", "points"]
+    assert diagnosed.required == ["q/a", "q/b"]
+
+
+def test_the_model_needs_no_pydantic() -> None:
+    """model.py runs where pydantic is not installed (the sandbox, the GPU machine): it imports the standard
+    library alone."""
+    tree = ast.parse((ROOT / "autograder" / "model.py").read_text(encoding="utf-8"))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported

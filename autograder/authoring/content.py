@@ -13,6 +13,7 @@ import numpy as np
 
 from autograder.authoring.questions import ContentError, Question, lesson_of, mc_answers
 from autograder.lesson import Lesson
+from autograder.model import Case
 
 
 def stored_precision(*, atol: float, rtol: float) -> tuple[int, int]:
@@ -183,14 +184,14 @@ def _reference_log(lesson: Lesson, answers: dict[str, str]) -> _ReadLog:
     return ns
 
 
-def _stored(lesson: Lesson, ns: dict[str, Any], case: dict[str, Any], got: dict[str, Any], *, where: str) -> Any:
+def _stored(lesson: Lesson, ns: dict[str, Any], case: Case, got: dict[str, Any], *, where: str) -> Any:
     """A probe's output `got` on the namespace `ns` as it is stored: rounded by `canonical`, from its float64 twin
     where the lesson's checks compute one (`run_probe_exact`: see `expected_values`)."""
-    tol = {"atol": case["atol"], "rtol": case["rtol"]}
+    tol = {"atol": case.atol, "rtol": case.rtol}
     run_exact = getattr(lesson.checks, "run_probe_exact", None)
     if run_exact is None:
         return canonical(got, **tol)
-    exact = run_exact(ns, case["probe"], case["args"])
+    exact = run_exact(ns, case.probe, case.args)
     if "error" in exact:
         raise ContentError(f"{where} fails only when computed in float64 (run_probe_exact in "
                            f"{lesson.checks_file}): {exact['error']}")
@@ -215,18 +216,19 @@ def _expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
     for q in questions:
         for case in q.cases:
             ref_ns.names = set()
-            value = checks.run_probe(ref_ns, case["probe"], case["args"])
+            value = checks.run_probe(ref_ns, case.probe, case.args)
             read = ref_ns.names
             if "error" in value:
-                raise ContentError(f"{q.path}: question {q.id}: the reference fails case {case['name']}: "
+                raise ContentError(f"{q.path}: question {q.id}: the reference fails case {case.name}: "
                                    f"{value['error']}")
-            where = f"{q.path}: question {q.id}: case {case['name']}"
+            where = f"{q.path}: question {q.id}: case {case.name}"
             reference = _stored(lesson, ref_ns, case, value, where=f"{where}: the reference")
             expected: dict[str, Any] = {"value": reference, "variants": []}
-            verdict = checks.judge(case, value, expected)
+            plain = case.plain()  # the lesson's checks read a case as plain data
+            verdict = checks.judge(plain, value, expected)
             if not verdict.passed:
                 raise ContentError(f"{q.path}: question {q.id}: the reference does not pass its own case "
-                                   f"{case['name']} (its expected value rounded to the case's tolerances): "
+                                   f"{case.name} (its expected value rounded to the case's tolerances): "
                                    f"{verdict.message}")
             for m in mistakes:
                 names = redefined[m.id]
@@ -234,10 +236,10 @@ def _expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
                     continue  # the same output as the reference's, which passes
                 if m.id not in mutant_ns:
                     mutant_ns[m.id] = lesson.namespace(m) | answers
-                got = checks.run_probe(mutant_ns[m.id], case["probe"], case["args"])
-                if "error" not in got and not checks.judge(case, got, expected).passed:
+                got = checks.run_probe(mutant_ns[m.id], case.probe, case.args)
+                if "error" not in got and not checks.judge(plain, got, expected).passed:
                     expected["variants"].append({"id": m.id, "description": m.description,
                                                  "output": _stored(lesson, mutant_ns[m.id], case, got,
                                                                    where=f"{where}: mistake {m.id}")})
-            out[case["id"]] = expected
+            out[case.id] = expected
     return out

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from autograder.config import GradingConfig
 from autograder.lesson import Lesson
+from autograder.model import Case
 
 LETTERS = ("A", "B", "C", "D")  # a multiple-choice item's options, in display order
 DIRECTIVE = re.compile(r"^<!--\s*(solution|tests|choices|written|cell)\s*-->\s*$")
@@ -141,7 +142,7 @@ class Question:
     title: str
     path: Path
     solution: list[str]
-    cases: list[dict[str, Any]]
+    cases: list[Case]
     choices: list[Choice]
     written: list[WrittenPart]
     cells: list[Cell] = field(default_factory=list)
@@ -318,7 +319,7 @@ def _read(path: Path, lesson: Lesson) -> tuple[FrontMatter, str]:
         raise ContentError(f"{path}: question {qid}: invalid front matter:\n" + "\n".join(lines)) from None
 
 
-def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[dict[str, Any]]:
+def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[Case]:
     specs = list(fm.cases)
     if fm.choices:
         names = [c.var for c in fm.choices]
@@ -350,9 +351,10 @@ def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[dict[str,
                 raise ContentError(f"{path}: question {fm.id}: case {spec.name}: unknown diagnosis "
                                    f"{spec.diagnosis!r}; known: {sorted(known)}")
             case["known_cause"] = {"id": spec.diagnosis, "description": known[spec.diagnosis].description}
-        case.update(id=f"{fm.id}/{spec.name}", question=fm.id, points=pts,
-                    atol=spec.atol or config.tolerances.atol, rtol=spec.rtol or config.tolerances.rtol)
-        out.append(case)
+        case.update(id=f"{fm.id}/{spec.name}", question=fm.id, points=pts, words=tuple(spec.words),
+                    requires=tuple(spec.requires), atol=spec.atol or config.tolerances.atol,
+                    rtol=spec.rtol or config.tolerances.rtol)
+        out.append(Case(**case))
     return out
 
 

@@ -16,6 +16,8 @@ from autograder.authoring.content import expected_values
 from autograder.authoring.questions import Question, checkpoint_of, load_questions, mc_answers
 from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
 from autograder.lesson import Lesson
+from autograder.model import Case, CheckpointCase
+from autograder.runtime.checks_runtime import from_plain, to_plain
 
 
 def checkpoint_shares(points: float, *, lesson: Lesson) -> dict[str, float]:
@@ -36,7 +38,7 @@ class Suite:
 
     config: GradingConfig
     questions: tuple[Question, ...]  # the authored questions, then the checkpoint's when it has points
-    cases: tuple[dict[str, Any], ...]
+    cases: tuple[Case, ...]
     fingerprint: str = ""  # suite_fingerprint of the files it was read from
 
     @cached_property
@@ -73,7 +75,7 @@ class Suite:
     @property
     def notebook_points(self) -> float:
         """Points a notebook alone can earn (every probe case)."""
-        return round(sum(c["points"] for c in self.cases), 4)
+        return round(sum(c.points for c in self.cases), 4)
 
     @property
     def auto_points(self) -> float:
@@ -86,18 +88,17 @@ class Suite:
 
     def revisit(self) -> dict[str, str]:
         """Case id -> the idea a failed case sends the student back to."""
-        return {c["id"]: str(c.get("revisit") or "") for c in self.cases}
+        return {c.id: c.revisit for c in self.cases}
 
     @property
-    def checkpoint_cases(self) -> list[dict[str, Any]]:
+    def checkpoint_cases(self) -> list[CheckpointCase]:
         """One case per scheme for the milestone checkpoint (none when the config gives it no points)."""
         pts = self.config.milestone.points
         if not pts:
             return []
         shares = checkpoint_shares(pts, lesson=self.config.lesson)
         qid = self.checkpoint_question
-        return [{"id": f"{qid}/{pos}", "question": qid, "points": p,
-                 "hidden": False, "scheme": pos} for pos, p in shares.items()]
+        return [CheckpointCase(f"{qid}/{pos}", qid, p, pos) for pos, p in shares.items()]
 
 
 # The engine's files whose change changes what the grader judges (paths under autograder/).
@@ -136,19 +137,18 @@ def _cache_file(suite: Suite) -> Path | None:
 
 def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str, Any]]:
     """The suite's expected values, computed once per suite fingerprint (the config, the lesson's sources and the
-    engine files) and torch/numpy version, and kept as the lesson's plain JSON. Every run uses the values as
+    engine files) and torch/numpy version, and kept as plain JSON (the runtime's codec). Every run uses the values as
     read back from that JSON (the form the generated test files hold), cached or not, so a cached run judges
     exactly as a computing one. Computing them takes about 12 CPU-seconds for the shipped lesson."""
-    checks = suite.config.lesson.checks
     path = _cache_file(suite)
     if path is not None and path.is_file() and not fresh:
         try:
             data = json.loads(path.read_text())
-            if data.get("fingerprint") == suite.fingerprint and set(data["expected"]) == {c["id"] for c in suite.cases}:
-                return checks.from_plain(data["expected"])
+            if data.get("fingerprint") == suite.fingerprint and set(data["expected"]) == {c.id for c in suite.cases}:
+                return from_plain(data["expected"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # unreadable or another suite's: computed again below and rewritten
-    text = json.dumps({"fingerprint": suite.fingerprint, "expected": checks.to_plain(expected_values(suite.authored))})
+    text = json.dumps({"fingerprint": suite.fingerprint, "expected": to_plain(expected_values(suite.authored))})
     if path is not None:
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -158,7 +158,7 @@ def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str,
             os.replace(tmp, path)
         except OSError:
             pass  # a read-only home: the values are computed again next time
-    return checks.from_plain(json.loads(text)["expected"])
+    return from_plain(json.loads(text)["expected"])
 
 
 def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path | None = None,

@@ -68,8 +68,8 @@ def sandbox_limits(config: GradingConfig) -> Limits:
 def probe_order(suite: Suite) -> list[tuple[Any, ...]]:
     """The probes of a run, visible cases first: what a student sees never comes from a process that has run a
     hidden probe."""
-    return [(c["id"], c["probe"], c["args"], bool(c["hidden"]))
-            for c in sorted(suite.cases, key=lambda c: bool(c["hidden"]))]
+    return [(c.id, c.probe, c.args, c.hidden)
+            for c in sorted(suite.cases, key=lambda c: c.hidden)]
 
 
 def _progress(done: int, total: int, start: float) -> None:

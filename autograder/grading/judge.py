@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from autograder.authoring.suite import Suite
-from autograder.checkpoint import UNREADABLE, PartVerdict, Verdict, load_plugin, reader_limits_lowered, reads_checkpoint
+from autograder.checkpoint import UNREADABLE, load_plugin, reader_limits_lowered, reads_checkpoint
 from autograder.grading.submissions import Submission
-from autograder.model import STATUS_WORDS, CaseResult, Status, SubmissionResult
+from autograder.model import CaseResult, PartVerdict, Status, SubmissionResult, Verdict
+from autograder.runtime.checks_runtime import to_plain
 from autograder.sandbox.notebook import SKIP_TAGS
 from autograder.sandbox.protocol import ExecResult
 
@@ -24,33 +25,33 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
     """
     checks = suite.config.lesson.checks
     verdicts: dict[str, checks.Verdict] = {}
+    plain = {c.id: c.plain() for c in suite.cases}  # the lesson's checks read a case as plain data
     for case in suite.cases:
-        got = outputs.get(case["id"])
+        got = outputs.get(case.id)
         if got is None:
-            verdicts[case["id"]] = checks.Verdict(False, f"{case['id']}: no result: the submission stopped "
-                                                  "before this case could run.")
+            verdicts[case.id] = checks.Verdict(False, f"{case.id}: no result: the submission stopped "
+                                               "before this case could run.")
         else:
-            verdicts[case["id"]] = checks.judge(case, got, suite.expected[case["id"]])
-    by_id = {c["id"]: c for c in suite.cases}
+            verdicts[case.id] = checks.judge(plain[case.id], got, suite.expected[case.id])
+    by_id = {c.id: c for c in suite.cases}
     # A lesson's checks may say when a failed value case still opens its gates (a genuine attempt); by default
     # only a passed one does.
     attempted = getattr(checks, "attempted", lambda verdict: verdict.passed)
 
     def holds(case_id: str) -> bool:  # a genuine attempt, and so is every requirement (content.py forbids cycles)
-        case = by_id[case_id]
-        return attempted(verdicts[case_id]) and all(holds(f"{case['question']}/{r}") for r in case.get("requires", []))
+        return attempted(verdicts[case_id]) and all(holds(r) for r in by_id[case_id].required)
 
     results, waits = [], {}
     for case in suite.cases:
-        verdict, got = verdicts[case["id"]], outputs.get(case["id"])
-        blocked = [f"{case['question']}/{r}" for r in case.get("requires", []) if not holds(f"{case['question']}/{r}")]
-        waits[case["id"]] = blocked
-        verdict = checks.gated(case, verdict, [(cid, verdicts[cid]) for cid in blocked])
+        verdict, got = verdicts[case.id], outputs.get(case.id)
+        blocked = [r for r in case.required if not holds(r)]
+        waits[case.id] = blocked
+        verdict = checks.gated(plain[case.id], verdict, [(cid, verdicts[cid]) for cid in blocked])
         shown = not verdict.passed and got is not None  # a failed case that ran: the report compares the two
-        received = checks.to_plain(got) if shown else None
-        expected = checks.to_plain(suite.expected[case["id"]]["value"]) if shown else None
-        results.append(CaseResult(case["id"], case["question"], case["points"] if verdict.passed else 0.0,
-                                  case["points"], verdict.passed, case["hidden"], verdict.message,
+        received = to_plain(got) if shown else None
+        expected = to_plain(suite.expected[case.id]["value"]) if shown else None
+        results.append(CaseResult(case.id, case.question, case.points if verdict.passed else 0.0,
+                                  case.points, verdict.passed, case.hidden, verdict.message,
                                   verdict.diagnosis, received, expected))
     return _one_line_per_stub(results, waits, stub=checks.STUB)
 
@@ -89,17 +90,17 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
                                      f"{str(exc)[:200]}); {plugin.UNVERIFIED}", UNREADABLE)
     out = []
     for case in cases:
-        row = verdict.parts.get(case["scheme"], PartVerdict(False))
+        row = verdict.parts.get(case.part, PartVerdict(False))
         passed = bool(verdict.ok and row.passed)
-        earned = round(case["points"] * verdict.credit, 4) if passed else 0.0
+        earned = round(case.points * verdict.credit, 4) if passed else 0.0
         if passed:
-            message = "" if verdict.credit == 1 else (f"{case['id']}: the {verdict.label} preset earns "
+            message = "" if verdict.credit == 1 else (f"{case.id}: the {verdict.label} preset earns "
                                                       f"{verdict.credit:.0%} of these points")
         else:
-            message = f"{case['id']}: {row.message or verdict.message}"
+            message = f"{case.id}: {row.message or verdict.message}"
         received = row.received
         problem = None if passed else row.problem or verdict.problem
-        out.append(CaseResult(case["id"], case["question"], earned, case["points"], passed, False, message,
+        out.append(CaseResult(case.id, case.question, earned, case.points, passed, False, message,
                               problem, received or None))
     return out
 
@@ -107,7 +108,7 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
 def probe_namespace(suite: Suite, env: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Run every probe against a namespace in this process (for trusted code: the reference, templates)."""
     run_probe = suite.config.lesson.checks.run_probe
-    return {c["id"]: run_probe(env, c["probe"], c["args"]) for c in suite.cases}
+    return {c.id: run_probe(env, c.probe, c.args) for c in suite.cases}
 
 
 def grade_namespace(suite: Suite, env: dict[str, Any], *, name: str) -> SubmissionResult:
@@ -145,18 +146,18 @@ def notebook_env(path: Path) -> tuple[dict[str, Any], list[str]]:
 
 def judge_submission(suite: Suite, sub: Submission, status: str, outputs: dict[str, Any],
                      notes: list[str], student_notes: list[str] | None = None) -> SubmissionResult:
-    """One submission's result: its probe outputs (`status`: the executor's word for the run) and its checkpoint
+    """One submission's result: its probe outputs (`status`: the executor's Status word for the run) and its checkpoint
     files judged against the suite."""
     cases = judge_outputs(suite, outputs) + judge_checkpoint(suite, sub.files, sub.file_problems)
     read = suite.checkpoint_cases and reads_checkpoint(suite.checkpoint_files, sub.files) and not sub.file_problems
     notes = [*notes, *(reader_limits_lowered() if read else [])]  # an operator's lower limits, if any
-    return SubmissionResult(sub.id, STATUS_WORDS[status], cases, notes, list(student_notes or []),
+    return SubmissionResult(sub.id, status, cases, notes, list(student_notes or []),
                             suite.fingerprint)
 
 
 def judge_unreadable(suite: Suite, sub: Submission) -> SubmissionResult:
     """The result of a submission that could not be read: nothing ran, its reading problem says why."""
-    return judge_submission(suite, sub, "unreadable", {}, [sub.problem], [sub.problem])
+    return judge_submission(suite, sub, Status.UNREADABLE, {}, [sub.problem], [sub.problem])
 
 
 def judge_exec(suite: Suite, sub: Submission, res: ExecResult) -> SubmissionResult:

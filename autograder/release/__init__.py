@@ -59,7 +59,7 @@ def build(*, config_path: Path = DEFAULT_CONFIG, assignments: Path | None = None
     student = work / "student" / name
     normalise_student(otter_out / "student", student)
     manifest = {"questions": {q.id: q.points for q in questions if q.graded},
-                "cases": [{k: c[k] for k in ("id", "question", "points", "hidden")}
+                "cases": [{"id": c.id, "question": c.question, "points": c.points, "hidden": c.hidden}
                           for q in questions for c in q.cases]}
     (work / "manifest.json").write_text(json.dumps(manifest, indent=1))
     write_samples(student / f"{name}.ipynb", work / "samples", answers=mc_answers(questions), lesson=lesson,

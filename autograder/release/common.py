@@ -18,6 +18,8 @@ import nbformat
 from autograder.authoring.questions import LETTERS, Question, shuffled
 from autograder.config import ROOT, command
 from autograder.lesson import Lesson
+from autograder.model import Case
+from autograder.runtime.checks_runtime import dumps
 
 TRAIN_TAG = "milestone-train"  # cells that train: skipped by our grader, and by Otter through otter_ignore
 
@@ -58,27 +60,26 @@ def plain_code(cell: Any) -> nbformat.NotebookNode:
     return code_cell(cell.source, tags=tags) if tags else code_cell(cell.source)
 
 
-def case_data(case: dict[str, Any], expected: dict[str, Any], *, lesson: Lesson) -> dict[str, Any]:
-    keep = {k: v for k, v in case.items() if k not in ("name", "weight", "hidden")}
-    if case["check"] not in lesson.checks.USES_EXPECTED:
+def case_data(case: Case, expected: dict[str, Any], *, lesson: Lesson) -> dict[str, Any]:
+    keep = {k: v for k, v in case.plain().items() if k not in ("name", "weight", "hidden")}
+    if case.check not in lesson.checks.USES_EXPECTED:
         expected = {"variants": expected["variants"]}
-    elif (case["args"].get("basis") or {}).get("own") and "basis" in expected["value"]:  # judged from the
+    elif (case.args.get("basis") or {}).get("own") and "basis" in expected["value"]:  # judged from the
         # student's own earlier output: the reference's earlier output is not needed and not shipped
         expected = expected | {"value": {k: v for k, v in expected["value"].items() if k != "basis"}}
     return keep | {"expected": expected}
 
 
-def case_json(case: dict[str, Any], expected: dict[str, dict[str, Any]], cases: dict[str, dict[str, Any]], *,
-               lesson: Lesson) -> str:
+def case_json(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str, Case], *, lesson: Lesson) -> str:
     """The case as the test files carry it (the reference value only where the check compares with it), with
     the value cases it requires (all of them, recursively), which run_case checks first as the grader does."""
-    gate, todo = {}, [f"{case['question']}/{r}" for r in case.get("requires", [])]
+    gate, todo = {}, case.required
     while todo:  # in the order the question file names them, as the grader's message does
         cid = todo.pop(0)
         if cid not in gate:
             gate[cid] = case_data(cases[cid], expected[cid], lesson=lesson)
-            todo += [f"{cases[cid]['question']}/{r}" for r in cases[cid].get("requires", [])]
-    return lesson.checks.dumps(case_data(case, expected[case["id"]], lesson=lesson) | {"gate": list(gate.values())})
+            todo += cases[cid].required
+    return dumps(case_data(case, expected[case.id], lesson=lesson) | {"gate": list(gate.values())})
 
 
 def choices_markdown(q: Question) -> str:
@@ -94,13 +95,13 @@ def choices_markdown(q: Question) -> str:
 def summary_parts(q: Question) -> tuple[str, str]:
     """A summary call's arguments: the question's public case ids, then its count of hidden cases and whether
     its answers are multiple choice (checked only after submission)."""
-    public = [c["id"] for c in q.cases if not c["hidden"]]
-    return repr(public), f"hidden={sum(c['hidden'] for c in q.cases)}, answers={bool(q.choices)}"
+    public = [c.id for c in q.cases if not c.hidden]
+    return repr(public), f"hidden={sum(c.hidden for c in q.cases)}, answers={bool(q.choices)}"
 
 
 def example_question(questions: list[Question]) -> str:
     """The question the notebook's instructions show as an example of a check: the first with public cases."""
-    return next((q.id for q in questions if any(not c["hidden"] for c in q.cases)), "")
+    return next((q.id for q in questions if any(not c.hidden for c in q.cases)), "")
 
 
 def _target_cells(q: Question, note: str) -> list[Any]:
@@ -118,7 +119,7 @@ class Writing:
 
     q: Question
     expected: dict[str, dict[str, Any]]
-    cases: dict[str, dict[str, Any]]
+    cases: dict[str, Case]
     checkpoint_points: float = 0
     opened: bool = False
 
@@ -139,7 +140,7 @@ def question_cells(questions: list[Question], expected: dict[str, dict[str, Any]
     """Every question's cells in a target's form, each written by the target's writer of its kind (`writers`:
     the one place where the Otter master and the nbgrader source differ), with the target's note on checking
     and submitting."""
-    cases = {c["id"]: c for q in questions for c in q.cases}
+    cases = {c.id: c for q in questions for c in q.cases}
     cells = []
     for q in questions:
         w = Writing(q, expected, cases, checkpoint_points)

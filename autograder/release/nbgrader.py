@@ -40,8 +40,8 @@ def public_cases_file(name: str) -> str:
 
 def nbgrader_public_cases(questions: list[Question], expected: dict[str, dict[str, Any]]) -> dict[str, list[Any]]:
     """PUBLIC_CASES: question id -> its public cases as their tests carry them (with their gates), in order."""
-    cases, lesson = {c["id"]: c for q in questions for c in q.cases}, lesson_of(questions)
-    return {q.id: [json.loads(case_json(c, expected, cases, lesson=lesson)) for c in q.cases if not c["hidden"]]
+    cases, lesson = {c.id: c for q in questions for c in q.cases}, lesson_of(questions)
+    return {q.id: [json.loads(case_json(c, expected, cases, lesson=lesson)) for c in q.cases if not c.hidden]
             for q in questions if q.cases}
 
 
@@ -51,7 +51,7 @@ def _nbgrader_check(q: Question) -> str:
     runs: the `nbgrader-autograde` verb writes the sandboxed grader's verdicts and score as its output."""
     public, args = summary_parts(q)
     PUBLIC_CASES, checks = public_cases_file(q.lesson.name), q.lesson.checks_name
-    hidden = sum(c["hidden"] for c in q.cases)
+    hidden = sum(c.hidden for c in q.cases)
     return (f"# {q.id} ({q.points:g} points): the public checks (their data is in {PUBLIC_CASES}). After you submit, "
             f"the grader\n# runs them{f' and {hidden} hidden ones' if hidden else ''} on its own copy of your "
             f"notebook; this cell then shows its verdicts.\n"

@@ -14,6 +14,7 @@ from autograder.authoring.questions import Checkpoint, Question, checkpoint_of, 
 from autograder.authoring.suite import Suite
 from autograder.config import command
 from autograder.lesson import Lesson
+from autograder.model import Case
 from autograder.release.common import (
     TORCH_INDEX_URL,
     TORCH_VERSION,
@@ -42,11 +43,10 @@ from autograder.release.student import check_note, export_cell, submit_text
 OTTER_REQUIREMENTS = (f"--extra-index-url {TORCH_INDEX_URL}", f"torch=={TORCH_VERSION}", "numpy==2.4.6")
 
 
-def otter_test(case: dict[str, Any], expected: dict[str, dict[str, Any]], cases: dict[str, dict[str, Any]], *,
-                lesson: Lesson) -> str:
-    config = yaml.safe_dump({"hidden": case["hidden"], "points": case["points"]}, sort_keys=True).strip()
+def otter_test(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str, Case], *, lesson: Lesson) -> str:
+    config = yaml.safe_dump({"hidden": case.hidden, "points": case.points}, sort_keys=True).strip()
     return (f'""" # BEGIN TEST CONFIG\n{config}\n""" # END TEST CONFIG\n'
-            f"def test_{case['name']}(env):\n"
+            f"def test_{case.name}(env):\n"
             f"    from {lesson.checks_name} import check_case\n"
             f"    case = {case_json(case, expected, cases, lesson=lesson)!r}\n"
             f"    check_case(env, case)\n")
@@ -56,8 +56,8 @@ def _otter_summary_test(q: Question) -> str:
     """The question's last Otter case (0 points): it passes only when every public case passed, and then Otter
     prints its success message, which says what was checked and what is graded after submission (instead of
     a bare "All test cases passed!"); otherwise it fails with the count of public cases that did not pass."""
-    line = q.lesson.checks.summary_line(public=sum(not c["hidden"] for c in q.cases),
-                                        hidden=sum(c["hidden"] for c in q.cases), answers=bool(q.choices))
+    line = q.lesson.checks.summary_line(public=sum(not c.hidden for c in q.cases),
+                                        hidden=sum(c.hidden for c in q.cases), answers=bool(q.choices))
     config = yaml.safe_dump({"hidden": False, "points": 0, "success_message": line}, sort_keys=True, width=1000)
     public, args = summary_parts(q)
     return (f'""" # BEGIN TEST CONFIG\n{config.strip()}\n""" # END TEST CONFIG\n'
@@ -73,7 +73,7 @@ def _otter_open(w: Writing) -> list[Any]:
     if not w.q.graded or w.opened:
         return []
     w.opened = True
-    points = [c["points"] for c in w.q.cases] + [0]
+    points = [c.points for c in w.q.cases] + [0]
     return [raw_cell("# BEGIN QUESTION\n" + yaml.safe_dump({"name": w.q.id, "points": points}, sort_keys=False))]
 
 

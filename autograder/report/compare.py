@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 
 from autograder.authoring.suite import Suite
-from autograder.model import CaseResult, SubmissionResult
+from autograder.model import Case, CaseResult, SubmissionResult
 from autograder.report.text import _clip, _num, _text
+from autograder.runtime.checks_runtime import dumps, from_plain, to_plain
 
 GRID = 8  # at most GRID x GRID values of an array are shown
 
@@ -85,7 +86,7 @@ class _Missing:
 _MISSING = _Missing()
 
 
-def _short(value: Any, codec: Any) -> str:
+def _short(value: Any) -> str:
     if value is _MISSING:
         return repr(value)
     if isinstance(value, np.ndarray):
@@ -94,7 +95,7 @@ def _short(value: Any, codec: Any) -> str:
         where = f" ({value['where']})" if value.get("where") else ""
         return f"{value['type']}: {value['message']}{where}"
     try:
-        text = json.dumps(codec.to_plain(_arrays_named(value)))
+        text = json.dumps(to_plain(_arrays_named(value)))
     except (TypeError, ValueError, RecursionError):
         text = repr(value)
     return _clip(text, 300)
@@ -111,33 +112,32 @@ def _arrays_named(value: Any) -> Any:
     return value
 
 
-def _same(a: Any, b: Any, atol: float, rtol: float, codec: Any) -> bool:
+def _same(a: Any, b: Any, atol: float, rtol: float) -> bool:
     numbers = (float, int)
     if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
         return bool(np.isclose(float(b), float(a), atol=atol, rtol=rtol))
     if a is _MISSING or b is _MISSING:
         return False
     try:
-        return codec.dumps(a) == codec.dumps(b)
+        return dumps(a) == dumps(b)
     except TypeError:
         return False
 
 
-def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float,
-            codec: Any) -> list[dict[str, Any]]:
-    """Expected versus received for one failed case: key rows and array windows, wrong ones marked (`codec`: the
-    lesson's checks module, whose to_plain/from_plain/dumps stored the values)."""
+def compare(case: Case | None, expected: Any, received: Any, *, atol: float, rtol: float) -> list[dict[str, Any]]:
+    """Expected versus received for one failed case: key rows and array windows, wrong ones marked (`received` as
+    stored: plain data of the runtime's codec)."""
     if received is None:
         return [_note("No output was recorded for this case (the submission stopped before it ran).")]
     try:
-        got = codec.from_plain(received)
+        got = from_plain(received)
     except (TypeError, ValueError, KeyError) as exc:
         return [_note(f"The stored output could not be decoded: {_text(exc)}")]
     if not isinstance(expected, dict) or not isinstance(got, dict):
         expected, got = {"value": expected}, {"value": got}
     if set(got) == {"error"}:
         return []  # nothing came back but the exception, shown on its own below
-    labels = {"first": case.get("first"), "second": case.get("second")}
+    labels = {"first": case.first, "second": case.second} if case is not None else {}
     parts, rows = [], []
     for key in [*expected, *(k for k in got if k not in expected)]:
         want, have = expected.get(key), got.get(key, _MISSING)
@@ -146,10 +146,10 @@ def compare(case: dict[str, Any], expected: Any, received: Any, *, atol: float, 
             parts += _compare_arrays(name, want, have, atol, rtol)
             continue
         if key == "error" and want is None:
-            rows.append(([name, "no error", _short(have, codec)], True))
+            rows.append(([name, "no error", _short(have)], True))
             continue
-        rows.append(([name, _short(want, codec) if key in expected else "(not expected)", _short(have, codec)],
-                     not _same(want, have, atol, rtol, codec)))
+        rows.append(([name, _short(want) if key in expected else "(not expected)", _short(have)],
+                     not _same(want, have, atol, rtol)))
     return ([_kv(["key", "expected", "received"], rows)] if rows else []) + parts
 
 
@@ -172,22 +172,22 @@ def gate_of(suite: Suite, result: SubmissionResult, c: CaseResult) -> tuple[list
     """Why a failed case failed, when it is gated: the cases it requires that failed (their ids), and the
     verdict of its own check on its stored output against its stored expected value (None when that cannot be
     judged: no output, no stored expected value). ([], None) for a case that waits for nothing."""
-    case = next((x for x in suite.cases if x["id"] == c.id), None)
-    if case is None or not case.get("requires"):
+    case = next((x for x in suite.cases if x.id == c.id), None)
+    if case is None or not case.requires:
         return [], None
     failed = {x.id for x in result.failed()}
-    blocked = [rid for r in case["requires"] if (rid := f"{case['question']}/{r}") in failed]
+    blocked = [rid for rid in case.required if rid in failed]
     checks = suite.config.lesson.checks
-    if not blocked or c.received is None or (c.expected is None and case["check"] in checks.USES_EXPECTED):
+    if not blocked or c.received is None or (c.expected is None and case.check in checks.USES_EXPECTED):
         return blocked, None
     try:
-        expected = {"value": None if c.expected is None else checks.from_plain(c.expected), "variants": []}
-        return blocked, checks.judge(case, checks.from_plain(c.received), expected)
+        expected = {"value": None if c.expected is None else from_plain(c.expected), "variants": []}
+        return blocked, checks.judge(case.plain(), from_plain(c.received), expected)
     except Exception:  # noqa: BLE001 - stored data of any shape: the case is shown as stored
         return blocked, None
 
-def detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, rtol: float, rel_tol: float,
-           codec: Any) -> list[dict[str, Any]]:
+def detail(case: Case | None, expected: Any, received: Any, *, atol: float, rtol: float,
+           rel_tol: float) -> list[dict[str, Any]]:
     """What the page shows under one failed case (compare.html.j2 draws each block by its kind): expected versus
     received and the traceback; a note when the stored data cannot be shown.
 
@@ -195,13 +195,13 @@ def detail(case: dict[str, Any], expected: Any, received: Any, *, atol: float, r
     a result stored without it (by an older grader) shows a note instead: the report never recomputes it.
     """
     try:
-        if not case:
+        if case is None:  # a checkpoint case
             shown = checkpoint_rows(received, rel_tol=rel_tol)
         elif expected is None and received is not None:
             shown = [_note("The expected value was not stored with this result (it was graded by an older version "
                            "of the grader); grade the batch again to see it.")]
         else:
-            shown = compare(case, codec.from_plain(expected), received, atol=atol, rtol=rtol, codec=codec)
+            shown = compare(case, from_plain(expected), received, atol=atol, rtol=rtol)
         return shown + _traceback(received)
     except Exception as exc:  # noqa: BLE001 - stored data of any shape: the page is written all the same
         return [_note(f"The stored output of this case could not be shown ({type(exc).__name__}: "

@@ -82,8 +82,8 @@ class Student:
     def pick(self, q: Question, choice: Choice) -> str:
         """The letter this student chose for a multiple-choice item, INVALID when it is not a letter, "" when
         the item was never judged (the notebook stopped before it)."""
-        case_id = next((c["id"] for c in q.cases if c.get("check") == "choice_correct"
-                        and c.get("args", {}).get("names") == [choice.var]), None)
+        case_id = next((c.id for c in q.cases if c.check == "choice_correct"
+                        and c.args.get("names") == [choice.var]), None)
         case = next((c for c in self.result.cases if c.id == case_id), None)
         if case is None:
             return ""
@@ -214,10 +214,10 @@ def lesson_title(suite: Suite) -> str:
 
 def catalogue(suite: Suite) -> dict[str, tuple[str, str]]:
     """Every diagnosis id the judge can give: (the question it belongs to, its description with the fix)."""
-    known = {c["known_cause"]["id"]: (c["question"], c["known_cause"]["description"])
-             for c in suite.cases if c.get("known_cause")}
+    known = {c.known_cause["id"]: (c.question, c.known_cause["description"])
+             for c in suite.cases if c.known_cause}
     checkpoint: dict[str, tuple[str, str]] = {}
-    graded = [c["question"] for c in suite.checkpoint_cases]  # none unless the lesson grades a milestone
+    graded = [c.question for c in suite.checkpoint_cases]  # none unless the lesson grades a milestone
     if graded:
         from autograder.checkpoint import load_plugin
 

@@ -261,7 +261,7 @@ def _other_suite(ctx: _Ctx, s: Student) -> str:
 def _case(ctx: _Ctx, s: Student, c: CaseResult) -> dict[str, Any]:
     """One failed case of a student: its badges, whether a gate kept it from being checked, the message to show
     and its expected versus received."""
-    case = next((x for x in ctx.suite.cases if x["id"] == c.id), {})
+    case = next((x for x in ctx.suite.cases if x.id == c.id), None)
     blocked, alone = gate_of(ctx.suite, s.result, c)
     out: dict[str, Any] = {"case": c, "blocked": blocked, "gated": bool(blocked and alone is not None and alone.passed),
                            "alone": bool(blocked and alone is not None), "message": c.message, "detail": ""}
@@ -271,9 +271,8 @@ def _case(ctx: _Ctx, s: Student, c: CaseResult) -> dict[str, Any]:
     if out["alone"]:  # the stored message is the gate's: show what its own check says
         out["message"] = alone.message
     tol = ctx.suite.config.tolerances
-    out["detail"] = _blocks(detail(case, c.expected, c.received, atol=case.get("atol", tol.atol),
-                                   rtol=case.get("rtol", tol.rtol), rel_tol=ctx.suite.config.milestone.rel_tol,
-                                   codec=ctx.suite.config.lesson.checks))
+    out["detail"] = _blocks(detail(case, c.expected, c.received, atol=case.atol if case else tol.atol,
+                                   rtol=case.rtol if case else tol.rtol, rel_tol=ctx.suite.config.milestone.rel_tol))
     return out
 
 

@@ -59,7 +59,7 @@ Threat model. Student code is hostile and runs with the child's privileges.
   ones in a second frame only once every public one is answered (so no hidden argument is in the child
   while it computes a public output), and accepts exactly one answer per request, in order, for that
   key. Any other frame (unknown, duplicate, out of order, for another key, malformed, oversized, absurd
-  array shapes) voids the case it names and flags the submission ("tampering") without ever raising;
+  array shapes) voids the case it names and flags the submission (Status.TAMPERING) without ever raising;
   a malformed stream ends the conversation (the remaining probes return nothing). stdout/stderr go to a
   separate pipe, so nothing printed can become a result. A forged answer is no stronger than a
   hard-coded return value: the grader computes the expected values itself. What the zygote reports
@@ -84,5 +84,5 @@ Threat model. Student code is hostile and runs with the child's privileges.
   when an nbgrader notebook runs its checks) are not read as tampering.
 - Infrastructure: a worker that fails for reasons that are not the student's (zygote killed, out of
   fds, job not sent) is restarted and the submission retried once; a second failure is the student's
-  ("crashed"). When no worker can be started at all, run() raises WorkerError.
+  (Status.CRASHED). When no worker can be started at all, run() raises WorkerError.
 """

@@ -171,13 +171,18 @@ def _choose_sandbox(wanted: str) -> tuple[str, str]:
 
 
 def _stage_modules(stage: Path, probe_module: str, modules: Mapping[str, Path]) -> None:
-    """Copy only the package's __init__.py, wire.py, the sandbox package and the lesson's shipped modules (`modules`:
-    top-level name -> file; the probe module is one of them, or found on sys.path) into a folder the sandbox sees
-    read-only: the child imports the same files under the same names as the student's notebook does."""
+    """Copy only the package's __init__.py, wire.py, model.py (the status words), the runtime (wire's array layout),
+    the sandbox package and the
+    lesson's shipped modules (`modules`: top-level name -> file; the probe module is one of them, or found on
+    sys.path) into a folder the sandbox sees read-only: the child imports the same files under the same names as
+    the student's notebook does."""
     here = Path(__file__).resolve().parent
     package = here.parent
     files = {"autograder/__init__.py": (package / "__init__.py").read_text(),
              "autograder/wire.py": (package / "wire.py").read_text(),
+             "autograder/model.py": (package / "model.py").read_text(),
+             "autograder/runtime/__init__.py": (package / "runtime" / "__init__.py").read_text(),
+             "autograder/runtime/checks_runtime.py": (package / "runtime" / "checks_runtime.py").read_text(),
              **{f"autograder/sandbox/{p.name}": p.read_text() for p in sorted(here.glob("*.py"))}}
     for name, path in modules.items():
         if not name.isidentifier():

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder import wire
+from autograder.model import Status
 from autograder.sandbox.isolation import (
     _SANDBOX_SCRATCH,
     _SANDBOX_STAGE,
@@ -188,12 +189,12 @@ class WorkerPool:
         try:
             cells, skipped = read_notebook(source, skip_tags=self.skip_tags)
         except NotebookError as exc:
-            return ExecResult("unreadable", notes=[str(exc)], wall_s=time.monotonic() - start,
+            return ExecResult(Status.UNREADABLE, notes=[str(exc)], wall_s=time.monotonic() - start,
                               sandbox=self.sandbox, memory_guard=self.memory_guard, isolation=self.isolation)
         try:  # the cells travel as one frame straight to the child; JSON escapes may make it larger
             _cells_job(cells)
         except wire.WireError as exc:
-            return ExecResult("unreadable", notes=[f"the notebook's code cells cannot be sent: {exc}"],
+            return ExecResult(Status.UNREADABLE, notes=[f"the notebook's code cells cannot be sent: {exc}"],
                               wall_s=time.monotonic() - start, sandbox=self.sandbox,
                               memory_guard=self.memory_guard, isolation=self.isolation)
         worker = self._idle.get()
@@ -246,11 +247,11 @@ class WorkerPool:
         said = [_time_note(i, "cell", source[i], limits) for i in stopped]
         if cut is not None:
             said.append(_time_note(cut[0], cut[1], source[cut[0]], limits, cut=True, stops=len(stopped)))
-            if res.status == "ok":
-                res.status = "timeout"
+            if res.status == Status.GRADED:
+                res.status = Status.TIMED_OUT
         res.tampering = facts + [f for f in res.tampering if f not in facts]
-        if res.status == "ok" and res.tampering:
-            res.status = "tampering"
+        if res.status == Status.GRADED and res.tampering:
+            res.status = Status.TAMPERING
         if over is not None:  # the last run was stopped too: the grader gives up there
             said.append(f"{_cell_name(over, source[over], word='Cell')} was stopped by a time limit in the "
                         f"grader's last run of the notebook ({attempt + 1} runs in all): no check could run")
@@ -265,7 +266,7 @@ class WorkerPool:
 
     def _attempt(self, worker: _Worker, job: bytes, cells: list[tuple[int, str]],
                  probes: list[tuple[str, str, dict[str, Any]]], public: int) -> tuple[Any, ...] | ExecResult:
-        """One run of the cells in a fresh child: what the worker returned, or "crashed" when it failed twice.
+        """One run of the cells in a fresh child: what the worker returned, or a crashed result when it failed twice.
 
         A worker that fails (not the student's doing) is restarted and the run retried once.
         """
@@ -282,7 +283,7 @@ class WorkerPool:
                 log.warning("worker %d failed (%s); restarting it", worker.index, exc)
                 worker.kill()
                 if len(failures) == 2:
-                    return ExecResult("crashed", notes=[
+                    return ExecResult(Status.CRASHED, notes=[
                         f"the sandbox worker failed twice on this submission: {failures[0]}; then {failures[1]}"])
 
     def run_many(self, items: Iterable[tuple[str, bytes]], *,

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autograder import wire
+from autograder.model import Status
 from autograder.sandbox.limits import (
     MIB,
     Limits,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MEMORY_GUARDS = ("cgroup", "watchdog")
-STATUSES = ("ok", "timeout", "oom", "unreadable", "crashed", "tampering")
 Probe = tuple[Any, ...]  # (case key, probe name, args) or (case key, probe name, args, hidden)
 _JOB_FD = 3
 _SETUP_FAILED, _HARNESS_FAILED = 70, 71
@@ -40,9 +40,9 @@ _CANARY = "guard check mark"  # the fact the guard reports for the grader's nonc
 
 @dataclass
 class ExecResult:
-    """What happened to one submission: a status, the probe outputs (plain data) and short notes."""
+    """What happened to one submission: a status (a `Status` word), the probe outputs (plain data) and short notes."""
 
-    status: str
+    status: str  # a Status word: GRADED when the notebook and its probes ran to their end
     outputs: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     skipped_cells: list[int] = field(default_factory=list)
@@ -368,55 +368,55 @@ class _Conversation:
 def _classify(header: dict[str, Any], output: bytes, total: int, t: _Transcript,
               probes: list[tuple[str, str, dict[str, Any]]], limits: Limits, guard: str) -> ExecResult:
     """Turn the zygote's facts and the grader's transcript of the conversation into an ExecResult."""
-    res = ExecResult("ok", outputs=t.outputs, notes=list(t.notes), tampering=list(t.tampering),
+    res = ExecResult(Status.GRADED, outputs=t.outputs, notes=list(t.notes), tampering=list(t.tampering),
                      cpu_s=float(header.get("cpu_s", 0.0)))
     res.stdout = output[: limits.output_kb * 1024].decode("utf-8", errors="replace")
     if total > len(output):
         res.notes.append(f"output truncated: kept {len(output)} of {total} bytes")
     sig, code, where = header.get("signal"), header.get("exit_code"), t.where
     if t.cell_over is not None:
-        res.status = "timeout"
+        res.status = Status.TIMED_OUT
         res.notes.append(f"per-cell time limit of {limits.cell_s:g} s reached in cell {t.cell_over}")
     elif header.get("timed_out"):
-        res.status = "timeout"
+        res.status = Status.TIMED_OUT
         res.notes.append(f"wall-clock limit of {limits.wall_s:g} s reached {where}")
     elif header.get("cpu_exceeded"):
-        res.status = "timeout"
+        res.status = Status.TIMED_OUT
         res.notes.append(f"CPU-time limit of {limits.cpu_s} s reached {where}")
     elif header.get("memory") in MEMORY_GUARDS:
-        res.status = "oom"
+        res.status = Status.OUT_OF_MEMORY
         how = ("the cgroup memory limit" if header["memory"] == "cgroup"
                else "the watchdog that sums the memory of its processes")
         res.notes.append(f"out of memory: the submission as a whole (all its processes) went over "
                          f"{limits.memory_mb} MB {where}; stopped by {how}")
     elif t.oom:
-        res.status = "oom"
+        res.status = Status.OUT_OF_MEMORY
         res.notes.append(f"out of memory (limit {limits.memory_mb} MB) {t.oom}")
     elif sig == signal.SIGKILL and not header.get("killed"):
-        res.status = "oom"
+        res.status = Status.OUT_OF_MEMORY
         res.notes.append(f"killed by SIGKILL {where}: most likely out of memory ({limits.memory_mb} MB, "
                          f"{guard})")
     elif t.violated:
-        res.status = "tampering"
+        res.status = Status.TAMPERING
         res.notes.append("the result channel held forged or out-of-order frames; the cases they name "
                          "earn nothing")
     elif t.exited:
-        res.status = "crashed"
+        res.status = Status.CRASHED
         res.notes.append(f"{t.exited}; the notebook stopped there and no probe ran")
     elif t.overflow:
-        res.status = "crashed"
+        res.status = Status.CRASHED
         res.notes.append(f"the results were over the {limits.result_mb} MB cap")
     elif sig is not None:
-        res.status = "crashed"
+        res.status = Status.CRASHED
         res.notes.append(f"the process was killed by signal {_signame(sig)} {where}")
     elif code in (_SETUP_FAILED, _HARNESS_FAILED):
-        res.status = "crashed"
+        res.status = Status.CRASHED
         res.notes.append(f"the harness inside the sandbox failed {where} (were its channels broken?)")
     elif not t.finished or code != 0:
-        res.status = "crashed"
+        res.status = Status.CRASHED
         res.notes.append(f"the process exited with code {code} {where} (sys.exit or os._exit?)")
     elif res.tampering:
-        res.status = "tampering"
+        res.status = Status.TAMPERING
     missing = [k for k, _, _ in probes if k not in res.outputs]
     if missing and not t.exited:
         res.notes.append(f"{len(missing)} of {len(probes)} probes returned nothing")

@@ -106,19 +106,29 @@ def hook(fn: Callable[..., Any]) -> Callable[..., Any]:
 # --------------------------------------------------------------------------- case JSON
 # The JSON form of case data (arguments, expected values, a probe's output as the local checks and the stored
 # results keep it), written by the release and read back here in the student's notebook: this module is shipped
-# alone, so it carries its own small codec. Its input is trusted; the grader reads what comes out of a student's
-# process through the engine's strict wire format instead (autograder/wire.py; the same array layout).
+# alone, so it carries the package's one codec of plain data, which the engine imports too (the stored results,
+# the expected-values cache, the TA report). Its input is trusted; the grader reads what comes out of a student's
+# process through the strict wire format (autograder/wire.py), which takes its array layout from here.
+
+ARRAY_TAG = "__ndarray__"  # an array in plain data: {ARRAY_TAG: base64 bytes, "dtype": dtype string, "shape": list}
+
+
+def array_plain(arr: np.ndarray) -> dict[str, Any]:
+    """An array as plain data: its bytes in C order as base64, its dtype string and its shape (at least one
+    dimension, as np.ascontiguousarray gives it: a 0-d array is stored as shape [1]). The one layout of an array in
+    every JSON the package writes (case JSON, stored results, the sandbox's frames); non-finite floats are JSON's
+    NaN, Infinity and -Infinity everywhere (json's default)."""
+    arr = np.ascontiguousarray(arr)
+    return {ARRAY_TAG: base64.b64encode(arr.tobytes()).decode(), "dtype": arr.dtype.str, "shape": list(arr.shape)}
 
 
 def to_plain(value: Any) -> Any:
-    """JSON-ready form of case data: arrays become tagged base64 blobs, numpy scalars Python ones; any other
-    object is a TypeError."""
+    """JSON-ready form of case data: arrays become tagged base64 blobs (array_plain), numpy scalars Python ones;
+    any other object is a TypeError."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf":
             raise TypeError(f"arrays of dtype {value.dtype} are not plain data")
-        arr = np.ascontiguousarray(value)
-        return {"__ndarray__": base64.b64encode(arr.tobytes()).decode(), "dtype": arr.dtype.str,
-                "shape": list(arr.shape)}
+        return array_plain(value)
     if isinstance(value, dict):
         return {str(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -133,11 +143,11 @@ def to_plain(value: Any) -> Any:
 def from_plain(value: Any) -> Any:
     """Inverse of `to_plain`, for trusted case JSON (it does not bound sizes: never feed it a student's bytes)."""
     if isinstance(value, dict):
-        if "__ndarray__" in value:
+        if ARRAY_TAG in value:
             dtype = np.dtype(value["dtype"])
             if dtype.kind not in "biuf":
                 raise TypeError(f"refusing array of dtype {dtype}")
-            raw = base64.b64decode(value["__ndarray__"])
+            raw = base64.b64decode(value[ARRAY_TAG])
             return np.frombuffer(raw, dtype=dtype).reshape(value["shape"]).copy()
         return {k: from_plain(v) for k, v in value.items()}
     if isinstance(value, list):
