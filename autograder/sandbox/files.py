@@ -39,14 +39,12 @@ from autograder.sandbox.isolation import (
     _own_ipc_namespace,
     _prctl,
     _remove_cgroup,
-    _remove_ipc,
-    _remove_owned,
     _reserve_uid_block,
     _rlimits,
-    _rmtree,
     _shared_writable,
     _vm_size,
     _write,
+    clean_after_job,
     make_cgroups,
     set_memory_limit,
     uid_drop_problem,
@@ -460,17 +458,7 @@ def _fork_child(request: dict[str, Any], data: bytes, plugin: ModuleType, state:
     _, status, usage = os.wait4(pid, 0)
     _kill_tree(pid)  # what the child started: its session, then orphans (this process is their subreaper)
     _kill_descendants()
-    for folder in cfg["wipe"]:  # nothing a file's child leaves behind may reach the next one
-        for name in os.listdir(folder):
-            path = os.path.join(folder, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                _rmtree(path)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-    _remove_ipc(uid, since, everything=cfg["own_ipc"])
-    if uid is not None and cfg["sweep"]:
-        _remove_owned(uid, cfg["sweep"])
+    clean_after_job(cfg["wipe"], uid, since, own_ipc=cfg["own_ipc"], sweep=cfg["sweep"])
     cpu_s = usage.ru_utime + usage.ru_stime
     if line is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
         return {**json.loads(line), "cpu_s": cpu_s, **lowered}

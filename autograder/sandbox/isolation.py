@@ -409,6 +409,22 @@ def _remove_owned(uid: int, roots: list[str]) -> None:
                 todo.append(entry.path)
 
 
+def clean_after_job(wipe: list[str], uid: int | None, since: float, *, own_ipc: bool, sweep: list[str]) -> None:
+    """After a job's child (notebook or file) is gone: empty its writable folders, remove the IPC objects it made
+    and, under a uid of its own, what that uid left in shared writable folders; nothing reaches the next job."""
+    for folder in wipe:
+        for name in os.listdir(folder):
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                _rmtree(path)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+    _remove_ipc(uid, since, everything=own_ipc)
+    if uid is not None and sweep:
+        _remove_owned(uid, sweep)
+
+
 def _rmtree(path: str) -> None:
     def fix(func: Any, p: str, _exc: Any) -> None:
         with contextlib.suppress(OSError):

@@ -24,9 +24,7 @@ from autograder.sandbox.isolation import (
     _PR_SET_CHILD_SUBREAPER,
     _PR_SET_DUMPABLE,
     _prctl,
-    _remove_ipc,
-    _remove_owned,
-    _rmtree,
+    clean_after_job,
 )
 from autograder.sandbox.limits import (
     MIB,
@@ -121,17 +119,7 @@ def _run_job(fds: list[int], shell: Any, guard: _Guard, run_probe: Any, suspicio
     for fd in fds:  # the child's ends are not ours to keep
         os.close(fd)
     header = _watch(pid, ctl, limits, start, memory)
-    for folder in cfg["wipe"]:  # nothing a submission leaves behind may reach the next one
-        for name in os.listdir(folder):
-            path = os.path.join(folder, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                _rmtree(path)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-    _remove_ipc(uid, since, everything=cfg["own_ipc"])
-    if uid is not None and cfg.get("sweep"):
-        _remove_owned(uid, cfg["sweep"])
+    clean_after_job(cfg["wipe"], uid, since, own_ipc=cfg["own_ipc"], sweep=cfg.get("sweep") or [])
     return header
 
 
