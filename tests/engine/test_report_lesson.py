@@ -16,8 +16,8 @@ from autograder.grading.judge import grade_namespace
 from autograder.report import write_report
 from autograder.report.model import lesson_title
 
-REPORT = Path(__file__).resolve().parents[1] / "autograder" / "report"
-DEMO_CONFIG = Path(__file__).resolve().parent / "fixtures" / "lesson_demo" / "grading_config.yaml"
+REPORT = Path(__file__).resolve().parents[2] / "autograder" / "report"
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "lesson_demo" / "grading_config.yaml"
 
 
 def lesson_words(suite: Suite) -> set[str]:
