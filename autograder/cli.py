@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from autograder.authoring.questions import ContentError
-from autograder.authoring.suite import load_suite
 from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command, runnable_command
+from autograder.course import Course
 from autograder.grading import batch
 from autograder.grading.cluster import ClusterError
 from autograder.grading.gradescope import grade_gradescope
@@ -31,16 +31,16 @@ def _default(stage: Callable[..., Any], name: str) -> Any:
     return inspect.signature(stage).parameters[name].default
 
 
-def cmd_release(args: argparse.Namespace) -> int:
+def cmd_release(args: argparse.Namespace, course: Course) -> int:
     if args.check:
-        stale = stale_files(config_path=args.config)
+        stale = stale_files(course=course)
         if stale:
             print("The committed student release is stale; run `make release` and commit:")
             print("\n".join(f"  {s}" for s in stale))
             return 1
         print("student_templates/ is up to date with assignments/ and reference/.")
         return 0
-    rel = release(config_path=args.config)
+    rel = release(course=course)
 
     def shown(path: Path) -> Path:
         return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
@@ -54,38 +54,37 @@ def cmd_release(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_selfcheck(args: argparse.Namespace) -> int:
-    check = selfcheck(config_path=args.config)
+def cmd_selfcheck(args: argparse.Namespace, course: Course) -> int:
+    check = selfcheck(course=course)
     print(check.text())
     return 0 if check.passed else 1
 
 
-def cmd_grade(args: argparse.Namespace) -> int:
+def cmd_grade(args: argparse.Namespace, course: Course) -> int:
     try:
         summary = batch.grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
-                                    config_path=args.config, progress=not args.quiet, cluster=args.cluster)
+                                    course=course, progress=not args.quiet, cluster=args.cluster)
     except (FileNotFoundError, ClusterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(grade_summary(summary, points=load_suite(args.config).question_points()))
-    config = Path(args.config).resolve()
-    flag = "" if config == DEFAULT_CONFIG.resolve() else f" --config {shlex.quote(str(config))}"
+    print(grade_summary(summary, points=course.suite.question_points()))
+    flag = "" if course.is_default else f" --config {shlex.quote(str(course.path))}"
     print(f"TA report: {runnable_command()}{flag} report {shlex.quote(str(Path(args.out).resolve()))}")
     return 1 if not_graded(summary) else 0
 
 
-def cmd_nbgrader_autograde(args: argparse.Namespace) -> int:
+def cmd_nbgrader_autograde(args: argparse.Namespace, course: Course) -> int:
     """Grade an nbgrader course's submitted/ with the sandboxed grader and write the scores into its gradebook."""
     from autograder.grading.nbgrader import NbgraderGradingError, nbgrader_autograde
 
     try:
         run = nbgrader_autograde(args.course, out=args.out, force=args.force, workers=args.workers,
-                                 allow_unsandboxed=args.allow_unsandboxed, config_path=args.config,
+                                 allow_unsandboxed=args.allow_unsandboxed, course=course,
                                  progress=not args.quiet)
     except NbgraderGradingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(grade_summary(run.summary, points=load_suite(args.config).question_points()))
+    print(grade_summary(run.summary, points=course.suite.question_points()))
     print(f"isolation: {run.isolation}")
     for student, why in run.flagged.items():
         print(f"flagged in the gradebook: {student}: {why}")
@@ -95,17 +94,17 @@ def cmd_nbgrader_autograde(args: argparse.Namespace) -> int:
     return 1 if run.problem or not_graded(run.summary) else 0
 
 
-def cmd_gradescope(args: argparse.Namespace) -> int:
+def cmd_gradescope(args: argparse.Namespace, course: Course) -> int:
     """Grade one Gradescope submission folder and write its results.json (used by run_autograder)."""
-    run = grade_gradescope(args.submission, args.results, config_path=args.config)
+    run = grade_gradescope(args.submission, args.results, course=course)
     print(run.line)
     return 0 if run.graded else 1
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def cmd_report(args: argparse.Namespace, course: Course) -> int:
     """Write the TA failure report (HTML folder and report.csv) of a graded batch; print index.html's path."""
     try:
-        index = write_report(args.grades, out=args.out, config_path=args.config)
+        index = write_report(args.grades, out=args.out, course=course)
     except (FileNotFoundError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -113,11 +112,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_merge(args: argparse.Namespace) -> int:
+def cmd_merge(args: argparse.Namespace, course: Course) -> int:
     """Merge scores graded elsewhere (CSV: id and question or written-part columns) into grades.csv and
     summary.json."""
     try:
-        done = merge_scores(args.grades, args.scores, config_path=args.config)
+        done = merge_scores(args.grades, args.scores, course=course)
     except MergeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -138,7 +137,7 @@ class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-CONFIG_HELP = "grading_config.yaml to use"  # its default, DEFAULT_CONFIG, is every stage's config_path default
+CONFIG_HELP = "grading_config.yaml to use"  # read once here (a Course) and given to the verb's stage
 
 
 ASSIGNMENT_HELP = ("the assignment (lesson) to work on: the grading config whose `assignment:` is NAME, looked up "
@@ -237,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.assignment is not None:
             args.config = config_for(args.assignment, config=args.config)
-        return args.func(args)
+        course = Course.load(args.config)  # the one parse of the config; every stage takes this object
+        return args.func(args, course)
     except (ConfigError, ContentError, BuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

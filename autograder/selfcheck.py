@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.authoring.suite import load_suite, reference_env
-from autograder.config import DEFAULT_CONFIG
+from autograder.authoring.suite import reference_env
+from autograder.course import Course, default_course
 from autograder.grading.judge import grade_namespace, notebook_env
 from autograder.grading.summaries import text_table
 
@@ -25,10 +25,10 @@ class SelfCheck:
         return "\n".join([text_table(self.rows), *(f"reference fails {m}" for m in self.failures), verdict])
 
 
-def selfcheck(*, config_path: Path = DEFAULT_CONFIG, templates: Path | None = None) -> SelfCheck:
+def selfcheck(*, course: Course | None = None, templates: Path | None = None) -> SelfCheck:
     """Grade the reference solution and the committed blank student template in this process (`templates`: the
     folder of student releases, by default the lesson's student_templates/)."""
-    suite = load_suite(config_path)
+    suite = default_course(course).suite
     lesson = suite.config.lesson
     template = lesson.notebook if templates is None else templates / lesson.name / lesson.notebook.name
     ref = grade_namespace(suite, reference_env(suite), name="reference")

@@ -15,7 +15,7 @@ It needs only this repository and the GPU image's PyTorch (no pydantic, nothing 
 
 Every result is appended to $OUT/gpu_check.jsonl and every printed line to $OUT/gpu_check.log as soon as it
 is known, so a run cut off at its time limit still reports what it measured ($OUT defaults to out/gpu_check).
---smoke runs the same code on the CPU with tiny sizes in well under a minute (tests/test_gpu_check.py).
+--smoke runs the same code on the CPU with tiny sizes in well under a minute (tests/lesson83/test_gpu_check.py).
 """
 
 from __future__ import annotations

@@ -100,7 +100,14 @@ def _child(out: Path, *, config: Path | None, assignments: Path | None) -> None:
         for name in ("_run", "run_tool"):  # the external tools, under their old and new names
             if hasattr(module, name):
                 setattr(module, name, timed(None, getattr(module, name)))
-    options = {k: v for k, v in (("config_path", config), ("assignments", assignments)) if v is not None}
+    options: dict[str, Any] = {"assignments": assignments} if assignments is not None else {}
+    if config is not None:  # a Course where the tree's build takes one (after issue 22), else the config's path
+        try:
+            from autograder.course import Course
+
+            options["course"] = Course.load(config)
+        except ImportError:
+            options["config_path"] = config
     with tempfile.TemporaryDirectory(prefix="release-time-") as tmp:
         b.build(work=Path(tmp) / "out", **options)
         b.gradescope_bundle(Path(tmp) / "gradescope.zip")

@@ -7,14 +7,15 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from autograder import COMMAND, env_name
 from autograder.authoring.content import expected_values
 from autograder.authoring.questions import Question, checkpoint_of, load_questions, mc_answers
-from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
+from autograder.config import DEFAULT_CONFIG, GradingConfig
+from autograder.course import Course, course_of
 from autograder.lesson import Lesson
 from autograder.model import Case, CheckpointCase
 from autograder.runtime.checks_runtime import from_plain, to_plain
@@ -161,11 +162,10 @@ def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str,
     return from_plain(json.loads(text)["expected"])
 
 
-def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path | None = None,
-                      reference_file: Path | None = None) -> str:
+def suite_fingerprint(course: Course, *, assignments: Path | None = None, reference_file: Path | None = None) -> str:
     """Changes whenever a question, the reference, a check, the executor or the config changes (by default the
     lesson's own sources; `assignments` and `reference_file` stand in for a copy of them)."""
-    lesson = load_config(config_path).lesson
+    lesson = course.lesson
     engine = Path(__file__).resolve().parent.parent  # autograder/
     lesson_files = lesson.source_files
     if assignments is not None:
@@ -173,7 +173,7 @@ def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path |
         lesson_files += sorted(assignments.glob("*.md"))
     if reference_file is not None:
         lesson_files = [reference_file if f == lesson.reference_file else f for f in lesson_files]
-    files = [config_path, *lesson_files,
+    files = [course.path, *lesson_files,
              *(engine / m for m in ENGINE_FILES)]
     h = hashlib.sha256()
     for f in files:
@@ -181,11 +181,10 @@ def suite_fingerprint(config_path: Path = DEFAULT_CONFIG, *, assignments: Path |
     return h.hexdigest()[:16]
 
 
-def read_suite(config_path: Path = DEFAULT_CONFIG, *, assignments: Path | None = None,
-               reference_file: Path | None = None) -> Suite:
-    """The suite of a config and an assignment's sources, read afresh (load_suite keeps one per config)."""
-    config = load_config(config_path)
-    fingerprint = suite_fingerprint(config_path, assignments=assignments, reference_file=reference_file)
+def read_suite(course: Course, *, assignments: Path | None = None, reference_file: Path | None = None) -> Suite:
+    """The suite of a course and an assignment's sources, read afresh (course.suite keeps one per course)."""
+    config = course.config
+    fingerprint = suite_fingerprint(course, assignments=assignments, reference_file=reference_file)
     questions = load_questions(config, assignments, reference_file)
     cases = tuple(c for q in questions for c in q.cases)
     if config.milestone.points:  # graded from uploaded files, not from the notebook: no probe cases
@@ -197,13 +196,9 @@ def read_suite(config_path: Path = DEFAULT_CONFIG, *, assignments: Path | None =
 
 
 def load_suite(config_path: Path = DEFAULT_CONFIG) -> Suite:
-    """The suite for a config file (cached per resolved path: computing reference values takes seconds)."""
-    return _load_suite(Path(config_path).resolve())
-
-
-@cache
-def _load_suite(config_path: Path) -> Suite:
-    return read_suite(config_path)
+    """The suite for a config file (its course is kept per resolved path: computing reference values takes
+    seconds)."""
+    return course_of(config_path).suite
 
 
 def reference_env(suite: Suite) -> dict[str, Any]:

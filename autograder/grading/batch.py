@@ -12,10 +12,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from autograder.authoring.suite import Suite, load_suite, suite_fingerprint
+from autograder.authoring.suite import Suite
 from autograder.checkpoint import VERIFY_SLOTS, reader_isolation, reader_limits_lowered, reads_checkpoint
-from autograder.config import DEFAULT_CONFIG, GradingConfig, load_config
 from autograder.config import Cluster as ClusterSettings
+from autograder.config import GradingConfig
+from autograder.course import Course, default_course
 from autograder.grading import store
 from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreadable
 from autograder.grading.store import failure_text, result_key, stored_key, write_tables
@@ -80,7 +81,7 @@ def _progress(done: int, total: int, start: float) -> None:
 
 
 def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = False,
-                workers: int | None = None, config_path: Path = DEFAULT_CONFIG, progress: bool = True,
+                workers: int | None = None, course: Course | None = None, progress: bool = True,
                 entries: list[Submission] | None = None, cluster: str | None = None) -> BatchSummary:
     """Grade every submission under `submissions` into `out`: results/<file>.json, grades.csv, summary.json
     (`entries`: the submissions already read, in place of every entry of `submissions`, e.g. an nbgrader
@@ -95,9 +96,9 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     cluster: the address of a Dask scheduler (default: the config's cluster.address; none: grade here); its
     workers run and judge the submissions (autograder/grading/cluster.py), this process stores the results.
     """
-    config = load_config(config_path)
-    fingerprint = suite_fingerprint(config_path)
-    files = load_suite(config_path).checkpoint_files
+    course = default_course(course)
+    config, suite = course.config, course.suite
+    fingerprint, files = suite.fingerprint, suite.checkpoint_files
     subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions,
                                                                  files=files)
     results_dir = out / "results"
@@ -128,8 +129,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     sandbox, lowered = "not started", []
     address = cluster or config.cluster.address
     if address and todo:
-        suite = load_suite(config_path)
-        sandbox = _grade_on_cluster(address, todo, config_path=config_path, fingerprint=fingerprint,
+        sandbox = _grade_on_cluster(address, todo, course=course, fingerprint=fingerprint,
                                     settings=config.cluster, hide=(submissions.resolve(), out.resolve()),
                                     save=save, failed=failed, progress=progress)
         rows = write_tables(suite, subs, out, failed=failed)
@@ -145,7 +145,6 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
                                        modules=config.lesson.sandbox_modules,
                                        hide=(submissions.resolve(), out.resolve()))
         starter.shutdown(wait=False)
-    suite = load_suite(config_path)
     if todo:
         suite.expected  # noqa: B018 - the reference values, computed now while the sandboxed workers start
     # Checkpoints are verified ahead, beside the sandboxed runs; judging a run then finds its verdict measured
@@ -190,7 +189,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
                         cpu)
 
 
-def _grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, config_path: Path, fingerprint: str,
+def _grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, course: Course, fingerprint: str,
                       settings: ClusterSettings, hide: tuple[Path, ...],
                       save: Callable[[Submission, str, Callable[[], SubmissionResult], dict[str, Any]], None],
                       failed: dict[str, str], progress: bool) -> str:
@@ -199,7 +198,7 @@ def _grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, confi
     from autograder.grading.cluster import grade_on_cluster
 
     start, done, sandboxes = time.monotonic(), 0, set()
-    for sub, key, got in grade_on_cluster(address, todo, config_path=config_path.resolve(), fingerprint=fingerprint,
+    for sub, key, got in grade_on_cluster(address, todo, course=course, fingerprint=fingerprint,
                                           settings=settings, hide=tuple(map(str, hide))):
         done += 1
         if isinstance(got, str):

@@ -11,6 +11,7 @@ from typing import Any
 
 from autograder.authoring.suite import Suite, load_suite
 from autograder.config import Cluster
+from autograder.course import Course
 from autograder.grading.batch import probe_order, sandbox_limits
 from autograder.grading.judge import judge_exec, judge_unreadable
 from autograder.grading.submissions import Submission
@@ -34,8 +35,9 @@ _GRADERS_LOCK = threading.Lock()
 
 
 def _grader(config_path: str, hide: tuple[str, ...]) -> tuple[Suite, WorkerPool]:
-    """This worker process's suite and sandboxed pool for a config, made at its first batch and kept warm for the
-    next ones: one zygote per thread of the Dask worker (the batches it runs at once)."""
+    """This worker process's suite and sandboxed pool for a config (read here, once: the worker is another
+    process), made at its first batch and kept warm for the next ones: one zygote per thread of the Dask worker
+    (the batches it runs at once)."""
     from distributed import get_worker
 
     with _GRADERS_LOCK:
@@ -88,7 +90,7 @@ def grade_chunk(config_path: str, fingerprint: str, subs: list[Submission],
 
 # --------------------------------------------------------------------------- on the machine that runs `grade`
 
-def grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, config_path: Path, fingerprint: str,
+def grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, course: Course, fingerprint: str,
                      settings: Cluster, hide: tuple[str, ...]) -> Iterator[tuple[Submission, str, Graded | str]]:
     """Grade (submission, key) pairs on the Dask cluster at `address`; yields each with its result (or why it was
     not graded) as its batch comes back. Batches of settings.batch submissions go out as Dask tasks, two per
@@ -115,7 +117,7 @@ def grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, config
         run = uuid.uuid4().hex[:12]
 
         def submit(chunk: list[tuple[Submission, str]], attempt: int) -> Any:
-            fut = client.submit(grade_chunk, str(config_path), fingerprint, [s for s, _ in chunk], hide,
+            fut = client.submit(grade_chunk, str(course.path), fingerprint, [s for s, _ in chunk], hide,
                                 key=f"grade-{run}-{len(sent)}-{uuid.uuid4().hex[:8]}", pure=False)
             sent[fut.key] = (chunk, attempt)
             return fut

@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.config import DEFAULT_CONFIG
+from autograder.course import Course
 from autograder.grading.batch import grade_batch
 
 
@@ -21,7 +21,7 @@ class GradescopeRun:
     line: str
 
 
-def grade_gradescope(submission: Path, results: Path, *, config_path: Path = DEFAULT_CONFIG) -> GradescopeRun:
+def grade_gradescope(submission: Path, results: Path, *, course: Course | None = None) -> GradescopeRun:
     """Grade the folder `submission` (/autograder/submission) and write Gradescope's results.json to `results`.
 
     When the grader fails (not the student), results.json says so with score 0, so Gradescope shows an error.
@@ -31,7 +31,7 @@ def grade_gradescope(submission: Path, results: Path, *, config_path: Path = DEF
         # Links are copied as links and pipes or devices not at all: the grader refuses both, never follows them.
         shutil.copytree(submission, subs / "submission", symlinks=True,
                         copy_function=lambda src, dst: shutil.copy2(src, dst) if os.path.isfile(src) else None)
-        summary = grade_batch(subs, out=Path(tmp) / "out", force=True, config_path=config_path, progress=False)
+        summary = grade_batch(subs, out=Path(tmp) / "out", force=True, course=course, progress=False)
         row = json.loads((Path(tmp) / "out" / "summary.json").read_text())["rows"][0]
         if row["result"] is None:  # the grader failed (not the student): say so, and let Gradescope show an error
             out = {"score": 0, "output": f"Not graded: {row['message']} Ask your instructor to re-run the "

@@ -9,8 +9,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from autograder.authoring.suite import Suite, load_suite
-from autograder.config import DEFAULT_CONFIG, command
+from autograder.authoring.suite import Suite
+from autograder.config import command
+from autograder.course import Course, default_course
 from autograder.grading.store import MERGED_FILE, MergeError, merged_scores, write_atomic, write_tables
 from autograder.grading.submissions import Submission
 from autograder.model import Status, spreadsheet_text
@@ -70,11 +71,11 @@ def read_scores_csv(path: Path, *, suite: Suite, ids: list[str]) -> tuple[dict[s
     return out, [h for h in header if h not in limits and h != "id"]
 
 
-def merge_scores(out: Path, files: list[Path], *, config_path: Path = DEFAULT_CONFIG) -> dict[str, Any]:
+def merge_scores(out: Path, files: list[Path], *, course: Course | None = None) -> dict[str, Any]:
     """Merge scores graded elsewhere (a TA's written-answer scores, a platform's own points) into the batch in
     `out`: they are kept in merged_scores.json (a later file or run wins per student and column) and
     grades.csv and summary.json are written again with them. Returns what was merged."""
-    suite = load_suite(config_path)
+    suite = default_course(course).suite
     try:
         before = json.loads((out / "summary.json").read_text(encoding="utf-8"))
         rows, lowered = before["rows"], list(before.get("limits_lowered") or [])

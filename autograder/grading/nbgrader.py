@@ -23,7 +23,8 @@ from typing import Any
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
-from autograder.config import DEFAULT_CONFIG, command, load_config
+from autograder.config import DEFAULT_CONFIG, command
+from autograder.course import Course, course_of, default_course
 from autograder.model import STUDENT_HELP, Status
 
 # The feedback page: nbgrader's own template with a few lines of CSS in place of Bootstrap (117 KB on every page).
@@ -54,14 +55,14 @@ def isolation_here() -> str:
     return "none" if uid_drop_problem() else "unprivileged uid"
 
 
-def course_submissions(course: Path, assignment: str, *, config_path: Path = DEFAULT_CONFIG) -> list[Any]:
-    """Each `submitted/<student>/<assignment>/` folder of the course, read under the caps as `grade` reads a
-    per-student folder; its id is the nbgrader student id."""
-    from autograder.authoring.suite import load_suite
+def course_submissions(folder: Path, assignment: str, *, course: Course | None = None) -> list[Any]:
+    """Each `submitted/<student>/<assignment>/` folder of the nbgrader course `folder`, read under the caps as
+    `grade` reads a per-student folder; its id is the nbgrader student id."""
     from autograder.grading.submissions import read_entry, result_file_name
 
-    limits, files = load_config(config_path).submissions, load_suite(config_path).checkpoint_files
-    submitted = course / "submitted"
+    course = default_course(course)
+    limits, files = course.config.submissions, course.suite.checkpoint_files
+    submitted = folder / "submitted"
     subs = []
     for student in sorted(submitted.iterdir() if submitted.is_dir() else (), key=lambda p: os.fsencode(p.name)):
         folder = student / assignment
@@ -74,23 +75,21 @@ def course_submissions(course: Path, assignment: str, *, config_path: Path = DEF
     return subs
 
 
-def _stored_record(grades: Path, course: Path, student: str, assignment: str, config_path: Path) -> dict[str, Any]:
-    """The engine's stored result for this student's current submission; raises when there is none, or when it
-    belongs to another version of the submission or of the tests."""
-    from autograder.authoring.suite import load_suite, suite_fingerprint
+def _stored_record(grades: Path, folder: Path, student: str, assignment: str, course: Course) -> dict[str, Any]:
+    """The engine's stored result for this student's current submission in the nbgrader course `folder`; raises
+    when there is none, or when it belongs to another version of the submission or of the tests."""
     from autograder.grading.store import result_key
     from autograder.grading.submissions import read_entry, result_file_name
 
-    files = load_suite(config_path).checkpoint_files
-    sub = read_entry(course / "submitted" / student / assignment, limits=load_config(config_path).submissions,
-                     files=files)
+    files = course.suite.checkpoint_files
+    sub = read_entry(folder / "submitted" / student / assignment, limits=course.config.submissions, files=files)
     sub.name = student
     path = grades / "results" / result_file_name(student, sub.raw_name)
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         record = {}
-    if record.get("key") != result_key(sub, suite_fingerprint(config_path), files):
+    if record.get("key") != result_key(sub, course.suite.fingerprint, files):
         raise NbgraderGradingError(
             f"{student}: no result of the {command()} grader for this submission in {path} (never graded, or graded "
             f"before it or the tests changed). Grade with `{command()} nbgrader-autograde .` in the course folder: "
@@ -137,7 +136,7 @@ class EngineVerdicts(NbGraderPreprocessor):
                 f"{info['student']}: this course is graded by the {command()} grader: run `{command()} "
                 "nbgrader-autograde .` in the course folder (plain `nbgrader autograde` never runs student code here)")
         record = _stored_record(Path(self.grades), Path(self.course), info["student"], info["assignment"],
-                                Path(self.config_path))
+                                course_of(Path(self.config_path)))  # nbgrader's process: the config read once
         for cell in nb.cells:
             meta = cell.get("metadata", {}).get("nbgrader", {})
             grade_id = str(meta.get("grade_id", ""))
@@ -206,8 +205,8 @@ def _mark_gradebook(course: Path, assignment: str, subs: list[Any], grades: Path
     return flagged
 
 
-def nbgrader_autograde(course: Path, *, out: Path | None = None, force: bool = False, workers: int | None = None,
-                       allow_unsandboxed: bool = False, config_path: Path = DEFAULT_CONFIG,
+def nbgrader_autograde(folder: Path, *, out: Path | None = None, force: bool = False, workers: int | None = None,
+                       allow_unsandboxed: bool = False, course: Course | None = None,
                        progress: bool = True) -> NbgraderRun:
     """Grade an nbgrader course's submissions with the engine into `out` (default: COURSE-grades beside the course
     folder, never inside it: the results hold reference values), then run `nbgrader autograde` with EngineVerdicts
@@ -216,15 +215,16 @@ def nbgrader_autograde(course: Path, *, out: Path | None = None, force: bool = F
     from autograder.grading.batch import grade_batch
     from autograder.release.common import tool_env, tool_path
 
-    assignment = load_config(config_path).assignment
-    course = course.resolve()
-    if not (course / "nbgrader_config.py").is_file() or not (course / "source" / assignment).is_dir():
-        raise NbgraderGradingError(f"{course}: not an nbgrader course of {assignment} (no nbgrader_config.py or "
+    course = default_course(course)
+    assignment = course.config.assignment
+    folder = folder.resolve()
+    if not (folder / "nbgrader_config.py").is_file() or not (folder / "source" / assignment).is_dir():
+        raise NbgraderGradingError(f"{folder}: not an nbgrader course of {assignment} (no nbgrader_config.py or "
                                    f"source/{assignment}/); pass the folder `{command()} release` wrote "
                                    "(dist/nbgrader)")
-    out = (out or course.with_name(f"{course.name}-grades")).resolve()
-    if out == course or out.is_relative_to(course):
-        raise NbgraderGradingError(f"{out}: keep the grades outside the course folder {course}: they hold the "
+    out = (out or folder.with_name(f"{folder.name}-grades")).resolve()
+    if out == folder or out.is_relative_to(folder):
+        raise NbgraderGradingError(f"{out}: keep the grades outside the course folder {folder}: they hold the "
                                    "reference's values of hidden cases, and students' kernels may read the course")
     isolation = isolation_here()
     if isolation == "none" and not allow_unsandboxed:
@@ -232,19 +232,19 @@ def nbgrader_autograde(course: Path, *, out: Path | None = None, force: bool = F
             "refusing to grade: this machine offers neither bubblewrap nor root (for the unprivileged-uid fallback), "
             "so student code would run as your user and could read and change your files. Install bubblewrap or "
             f"run as root; or pass {ALLOW_FLAG} to grade anyway (every row of grades.csv then says so)")
-    subs = course_submissions(course, assignment, config_path=config_path)
+    subs = course_submissions(folder, assignment, course=course)
     if not subs:
-        raise NbgraderGradingError(f"{course / 'submitted'}: no submitted/<student>/{assignment}/ folder to grade")
+        raise NbgraderGradingError(f"{folder / 'submitted'}: no submitted/<student>/{assignment}/ folder to grade")
     out.mkdir(parents=True, exist_ok=True)
     out.chmod(0o700)
-    summary = grade_batch(course / "submitted", out=out, force=force, workers=workers, config_path=config_path,
+    summary = grade_batch(folder / "submitted", out=out, force=force, workers=workers, course=course,
                           progress=progress, entries=subs)
     proc = subprocess.run([tool_path("nbgrader"), "autograde", assignment, "--force", f"--EngineVerdicts.grades={out}",
-                           f"--EngineVerdicts.course={course}", f"--EngineVerdicts.config_path={config_path}"],
-                          cwd=course, env=tool_env(), capture_output=True, text=True)
+                           f"--EngineVerdicts.course={folder}", f"--EngineVerdicts.config_path={course.path}"],
+                          cwd=folder, env=tool_env(), capture_output=True, text=True)
     problem = ""
     if proc.returncode != 0:
         errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "ERROR" in line or "Error" in line]
         problem = f"nbgrader autograde failed (exit {proc.returncode}):\n" + "\n".join(errors[-20:])
-    return NbgraderRun(summary, isolation, _mark_gradebook(course, assignment, subs, out), problem,
+    return NbgraderRun(summary, isolation, _mark_gradebook(folder, assignment, subs, out), problem,
                        proc.stdout + proc.stderr)

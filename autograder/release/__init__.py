@@ -19,8 +19,8 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 import json  # noqa: E402
 
 from autograder.authoring.questions import mc_answers  # noqa: E402
-from autograder.authoring.suite import load_suite, read_suite  # noqa: E402
-from autograder.config import DEFAULT_CONFIG, load_config  # noqa: E402
+from autograder.authoring.suite import read_suite  # noqa: E402
+from autograder.course import Course, default_course  # noqa: E402
 from autograder.release.common import BuildError, diff_trees, replace_dir, tool_env  # noqa: E402
 from autograder.release.gradescope import gradescope_bundle, gradescope_zip  # noqa: E402
 from autograder.release.nbgrader import build_nbgrader  # noqa: E402
@@ -43,18 +43,18 @@ class Release:
     nbgrader_dir: Path
 
 
-def build(*, config_path: Path = DEFAULT_CONFIG, assignments: Path | None = None,
+def build(*, course: Course | None = None, assignments: Path | None = None,
           reference_file: Path | None = None, work: Path) -> dict[str, Path]:
     """Build everything under `work` (a fresh folder); returns the paths of the parts (by default from the
-    config's lesson's sources; `assignments` and `reference_file` stand in for a copy of them)."""
+    course's lesson's sources; `assignments` and `reference_file` stand in for a copy of them)."""
+    course = default_course(course)
     own = assignments is not None or reference_file is not None  # a copy of the sources: read afresh
-    suite = read_suite(config_path, assignments=assignments, reference_file=reference_file) if own \
-        else load_suite(config_path)
+    suite = read_suite(course, assignments=assignments, reference_file=reference_file) if own else course.suite
     config, questions = suite.config, suite.authored
     suite.computed_expected()  # a release never builds from cached values (and it refreshes the cache)
     name, lesson = config.assignment, config.lesson
     otter_out, otter_zip = build_otter(suite, work)
-    course = build_nbgrader(suite, work)
+    nbgrader_course = build_nbgrader(suite, work)
 
     student = work / "student" / name
     normalise_student(otter_out / "student", student)
@@ -64,29 +64,29 @@ def build(*, config_path: Path = DEFAULT_CONFIG, assignments: Path | None = None
     (work / "manifest.json").write_text(json.dumps(manifest, indent=1))
     write_samples(student / f"{name}.ipynb", work / "samples", answers=mc_answers(questions), lesson=lesson,
                   checkpoint_files=suite.checkpoint_files)
-    return {"student": student, "otter": otter_out, "otter_zip": otter_zip, "nbgrader": course,
+    return {"student": student, "otter": otter_out, "otter_zip": otter_zip, "nbgrader": nbgrader_course,
             "manifest": work / "manifest.json", "samples": work / "samples"}
 
 
-def release(*, config_path: Path = DEFAULT_CONFIG, assignments: Path | None = None,
+def release(*, course: Course | None = None, assignments: Path | None = None,
             reference_file: Path | None = None, dist: Path | None = None,
             templates: Path | None = None) -> Release:
     """Build the release in a temporary folder, then move it into dist/ and student_templates/ (by default
     those of the lesson's course folder)."""
-    lesson = load_config(config_path).lesson
+    course = default_course(course)
+    lesson = course.lesson
     dist, templates = dist or lesson.root / "dist", templates or lesson.student_dir.parent
     dist.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dist.parent, prefix=".build-") as tmp:
         work = Path(tmp)
-        parts = build(config_path=config_path, assignments=assignments, reference_file=reference_file,
-                      work=work / "out")
+        parts = build(course=course, assignments=assignments, reference_file=reference_file, work=work / "out")
         staged = work / "dist"
         staged.mkdir()
         os.replace(parts["otter"], staged / "otter")
         os.replace(parts["nbgrader"], staged / "nbgrader")
         zip_name = f"{lesson.name}-otter-autograder.zip"
         shutil.copy(staged / "otter" / "autograder" / parts["otter_zip"].name, staged / zip_name)
-        gradescope_bundle(staged / gradescope_zip(lesson.name), lesson=lesson, config_path=config_path)
+        gradescope_bundle(staged / gradescope_zip(lesson.name), course=course)
         os.replace(parts["manifest"], staged / "manifest.json")
         os.replace(parts["samples"], staged / "samples")
         name = parts["student"].name
@@ -96,9 +96,10 @@ def release(*, config_path: Path = DEFAULT_CONFIG, assignments: Path | None = No
                    dist / "nbgrader")
 
 
-def stale_files(*, config_path: Path = DEFAULT_CONFIG, templates: Path | None = None) -> list[str]:
+def stale_files(*, course: Course | None = None, templates: Path | None = None) -> list[str]:
     """Files of the committed student release that differ from a fresh build (empty when up to date)."""
-    templates = templates or load_config(config_path).lesson.student_dir.parent
+    course = default_course(course)
+    templates = templates or course.lesson.student_dir.parent
     with tempfile.TemporaryDirectory(prefix="release-check-") as tmp:
-        parts = build(config_path=config_path, work=Path(tmp))
+        parts = build(course=course, work=Path(tmp))
         return diff_trees(parts["student"], templates / parts["student"].name)

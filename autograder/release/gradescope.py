@@ -6,9 +6,8 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from autograder.authoring.suite import load_suite
-from autograder.config import DEFAULT_CONFIG, ROOT, load_config
-from autograder.lesson import Lesson
+from autograder.config import ROOT
+from autograder.course import Course, default_course
 from autograder.release.common import TORCH_INDEX_URL, TORCH_VERSION
 
 
@@ -102,13 +101,14 @@ echo "{name}: installed in $venv ($("$venv/bin/python" --version)):"
 """
 
 
-def gradescope_bundle(dest: Path, *, lesson: Lesson | None = None, config_path: Path = DEFAULT_CONFIG) -> Path:
+def gradescope_bundle(dest: Path, *, course: Course | None = None) -> Path:
     """A Gradescope autograder zip that grades with this package's own engine (not `otter run`): the engine
-    from this package's folder, the lesson's sources and its config (as grading_config.yaml) from its course
-    folder, all under NAME/ (by default the lesson of `config_path`)."""
-    lesson = lesson or load_config(config_path).lesson
+    from this package's folder, the course's lesson's sources and its config (as grading_config.yaml) from its
+    course folder, all under NAME/."""
+    course = default_course(course)
+    lesson = course.lesson
     name = lesson.name
-    uploads = set(load_suite(config_path).checkpoint_files)  # the reference run's own files: the sample class's
+    uploads = set(course.suite.checkpoint_files)  # the reference run's own files: the sample class's
 
     def wanted(path: Path) -> bool:
         """A lesson file the grader reads: the reference run's checkpoint files stay out (the grader's data beside
@@ -128,7 +128,7 @@ def gradescope_bundle(dest: Path, *, lesson: Lesson | None = None, config_path: 
         add(zf, setup_sh(name).encode(), "setup.sh", 0o755)
         add(zf, GRADESCOPE_REQUIREMENTS.encode(), "requirements.txt")
         for file in BUNDLE_FILES:
-            add(zf, Path(config_path) if file == "grading_config.yaml" else ROOT / file, f"{name}/{file}")
+            add(zf, course.path if file == "grading_config.yaml" else ROOT / file, f"{name}/{file}")
         for folder in BUNDLE_DIRS:
             root = ROOT if folder == "autograder" else lesson.root
             for path in sorted((root / folder).rglob("*")):

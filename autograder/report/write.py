@@ -8,8 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from autograder.authoring.suite import load_suite
-from autograder.config import DEFAULT_CONFIG, command, runnable_command
+from autograder.config import command, runnable_command
+from autograder.course import Course, default_course
 from autograder.grading.store import MergeError, merged_scores
 from autograder.report.model import Student, catalogue, choice_catalogue, clusters, load_students
 from autograder.report.render import (
@@ -38,25 +38,25 @@ def _swap_in(new: Path, dest: Path) -> None:
     replace_dir(new, dest)
 
 
-def regrade_command(students: list[Student], *, grades: Path, out: Path, config_path: Path) -> str:
+def regrade_command(students: list[Student], *, grades: Path, out: Path, course: Course) -> str:
     """The commands that grade this batch again (from the folder most submissions came from) and rewrite
     the report."""
     folders = [str(Path(p).parent) for s in students if isinstance(p := s.record.get("path"), str) and p]
     subs = max(set(folders), key=folders.count) if folders else "SUBMISSIONS"
-    default = Path(config_path).resolve() == DEFAULT_CONFIG.resolve()
-    config = "" if default else f" --config {shlex.quote(str(Path(config_path).resolve()))}"
+    config = "" if course.is_default else f" --config {shlex.quote(str(course.path))}"
     run = runnable_command()
     return (f"{run}{config} grade {shlex.quote(subs)} --out {shlex.quote(str(grades))}\n"
             f"{run}{config} report {shlex.quote(str(grades))} --out {shlex.quote(str(out))}")
 
 
-def write_report(grades: Path, *, out: Path = Path("report"), config_path: Path = DEFAULT_CONFIG) -> Path:
+def write_report(grades: Path, *, out: Path = Path("report"), course: Course | None = None) -> Path:
     """Write the report of the batch graded into `grades` to the folder `out`; returns out/index.html.
 
     Built in a temporary folder beside `out` and renamed into place, so `out` is never half-written. `out`
     defaults to ./report in the current folder (like `grade`'s ./grades), never inside the installed package.
     """
-    suite = load_suite(config_path)
+    course = default_course(course)
+    suite = course.suite
     questions = [q for q in suite.questions if q.graded and not q.manual]
     manual = [q for q in suite.questions if q.graded and q.manual]
     parts = [p.part for q in manual for p in q.written]
@@ -67,7 +67,7 @@ def write_report(grades: Path, *, out: Path = Path("report"), config_path: Path 
         merged = {}  # the grade table says why; the report is written all the same
     out = out.resolve()
     ctx = _Ctx(suite, questions, catalogue(suite) | choice_catalogue(questions), grades.resolve(), merged,
-               regrade_command(students, grades=grades.resolve(), out=out, config_path=config_path))
+               regrade_command(students, grades=grades.resolve(), out=out, course=course))
     pages = {s.page: _student_page_or_note(ctx, s) for s in students}  # first: a page that fails marks its student
     groups = clusters(students, questions)
     try:

@@ -1,55 +1,56 @@
 """The report's code analysis (autograder/report/code.py) and expected-versus-received blocks (compare.py), on
-the default lesson's questions, without grading anything."""
+the demo lesson's questions (tests/fixtures/lesson_demo), without grading anything."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from autograder import report as report_module
-from autograder.authoring.suite import Suite, load_suite
-from autograder.config import DEFAULT_CONFIG
+from autograder.authoring.suite import Suite
+from autograder.course import Course
 from autograder.report import checkpoint_table
 
 
 @pytest.fixture(scope="module")
 def suite() -> Suite:
-    return load_suite(DEFAULT_CONFIG)
+    return Course.load(Path(__file__).resolve().parents[1] / "fixtures" / "lesson_demo" / "grading_config.yaml").suite
 
 
 @pytest.mark.parametrize(("code", "shown", "warning"), [
-    ("sinusoidal_pe = np.zeros", "<mark>sinusoidal_pe = np.zeros</mark>", "is bound 2 times"),
-    ("def sinusoidal_pe(max_len, d):\n    return 0", "<mark>def sinusoidal_pe(max_len, d):</mark>", "is bound 2"),
-    ("from numpy import zeros as sinusoidal_pe", "<mark>from numpy import zeros as sinusoidal_pe</mark>", "import"),
-    ("for sinusoidal_pe in [len]:\n    pass", "<mark>for sinusoidal_pe in [len]:</mark>", "for loop"),
-    ("if (sinusoidal_pe := len):\n    pass", "<mark>if (sinusoidal_pe := len):</mark>", "assignment expression"),
-    ("globals()['sinusoidal_pe'] = len", "<mark>globals()[&#x27;sinusoidal_pe&#x27;] = len</mark>", "globals()"),
-    ("def f():\n    global sinusoidal_pe\n    sinusoidal_pe = len\nf()", "<mark>    sinusoidal_pe = len</mark>",
+    ("center = np.zeros", "<mark>center = np.zeros</mark>", "is bound 2 times"),
+    ("def center(max_len, d):\n    return 0", "<mark>def center(max_len, d):</mark>", "is bound 2"),
+    ("from numpy import zeros as center", "<mark>from numpy import zeros as center</mark>", "import"),
+    ("for center in [len]:\n    pass", "<mark>for center in [len]:</mark>", "for loop"),
+    ("if (center := len):\n    pass", "<mark>if (center := len):</mark>", "assignment expression"),
+    ("globals()['center'] = len", "<mark>globals()[&#x27;center&#x27;] = len</mark>", "globals()"),
+    ("def f():\n    global center\n    center = len\nf()", "<mark>    center = len</mark>",
      "bound when it runs"),
-    ("%time x = 1\nsinusoidal_pe = len", "<mark>sinusoidal_pe = len</mark>", "is bound 2 times"),
-    ("exec('sinusoidal_pe = len')", "<mark>exec(&#x27;sinusoidal_pe = len&#x27;)</mark>", "may rebind"),
+    ("%time x = 1\ncenter = len", "<mark>center = len</mark>", "is bound 2 times"),
+    ("exec('center = len')", "<mark>exec(&#x27;center = len&#x27;)</mark>", "may rebind"),
 ])
 def test_question_code_follows_every_kind_of_rebinding(suite: Suite, code: str, shown: str, warning: str) -> None:
-    q2 = next(q for q in suite.questions if q.id == "q2_sinusoidal_pe")
-    clean = "def sinusoidal_pe(max_len, d):\n    return clean_table(max_len, d)"
-    html_text = report_module.question_code([(10, clean), (11, "grader.check('q2')"), (40, code)], q2)
+    q1 = next(q for q in suite.questions if q.id == "q1_center")
+    clean = "def center(max_len, d):\n    return clean_table(max_len, d)"
+    html_text = report_module.question_code([(10, clean), (11, "grader.check('q1')"), (40, code)], q1)
     graded = html_text.split("<details open>")[1].split("</details>")[0]
     assert shown in graded and warning in html_text, html_text
     assert ("clean_table" in graded) == (warning == "may rebind")  # exec: the def stays, the exec is marked too
 
 
 def test_question_code_says_when_a_name_is_gone(suite: Suite) -> None:
-    q2 = next(q for q in suite.questions if q.id == "q2_sinusoidal_pe")
-    html_text = report_module.question_code([(3, "def sinusoidal_pe(m, d):\n    pass"), (4, "del sinusoidal_pe")], q2)
-    assert "binds sinusoidal_pe (deleted in cell 4, line 1)" in html_text
-    training = [(3, "def sinusoidal_pe(m, d):\n    pass")]
-    assert report_module.stub_state(training, {"sinusoidal_pe"}) == {"sinusoidal_pe": True}
-    cells = report_module.code_cells([{"cell_type": "code", "source": "sinusoidal_pe = len"},
-                                      {"cell_type": "code", "source": "sinusoidal_pe = max",
+    q1 = next(q for q in suite.questions if q.id == "q1_center")
+    html_text = report_module.question_code([(3, "def center(m, d):\n    pass"), (4, "del center")], q1)
+    assert "binds center (deleted in cell 4, line 1)" in html_text
+    training = [(3, "def center(m, d):\n    pass")]
+    assert report_module.stub_state(training, {"center"}) == {"center": True}
+    cells = report_module.code_cells([{"cell_type": "code", "source": "center = len"},
+                                      {"cell_type": "code", "source": "center = max",
                                        "metadata": {"tags": ["milestone-train"]}}])
-    assert cells == [(0, "sinusoidal_pe = len")]  # the grader skips that cell: it binds nothing
+    assert cells == [(0, "center = len")]  # the grader skips that cell: it binds nothing
 
 
 

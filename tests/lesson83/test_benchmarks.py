@@ -110,6 +110,7 @@ def test_release_time_table_prints_the_ratio_of_our_part() -> None:
     assert "ours is 17% of the build's 36.00 s" in out, out
 
 
+@pytest.mark.training  # trains TinyCharLM (in a child process, beside a busy loop), as milestone_speed's smoke
 def test_milestone_time_smoke(tmp_path: Path) -> None:
     """Two steps of one scheme, quiet and beside one busy loop, for both attentions: the table, the ratios, the
     projected range and the figures file the notebook is rendered from."""

@@ -291,7 +291,7 @@ def _readme_block(section: str) -> str:
 
 
 def test_readme_commands_are_the_ones_the_tests_run() -> None:
-    from test_nbgrader import NBGRADER_STEPS  # nbgrader's, graded by the sandboxed engine (tests/test_nbgrader.py)
+    from test_nbgrader import NBGRADER_STEPS  # nbgrader graded by the sandboxed engine (test_nbgrader.py)
 
     assert _readme_block("For students") == STUDENT_SETUP
     assert _readme_block("Deploying") == NBGRADER_STEPS

@@ -22,12 +22,12 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import report as report_module
 from autograder.authoring import suite as suite_module
 from autograder.authoring.questions import mc_answers, shuffled
-from autograder.authoring.suite import Suite, load_suite, read_suite
+from autograder.authoring.suite import Suite, load_suite
 from autograder.cli import main as cli_main
 from autograder.config import DEFAULT_CONFIG, ROOT
+from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.lesson import default_lesson
 from autograder.model import Status, csv_text, spreadsheet_text
@@ -621,10 +621,9 @@ def test_report_shows_the_stored_expected_values_and_says_when_the_suite_changed
     for c in dave["cases"]:
         c.pop("expected")
     (grades / "results" / "dave.json").write_text(json.dumps(dave))
-    fresh = read_suite(DEFAULT_CONFIG)  # nothing computed yet: the report must not ask for the reference values
-    monkeypatch.setattr(report_module.write, "load_suite", lambda config_path: fresh)
+    fresh = Course.load(DEFAULT_CONFIG)  # nothing computed yet: the report must not ask for the reference values
     monkeypatch.setattr(suite_module, "expected_values", lambda questions: pytest.fail("recomputed expected values"))
-    write_report(grades, out=tmp_path / "report")
+    write_report(grades, out=tmp_path / "report", course=fresh)
     index = (tmp_path / "report" / "index.html").read_text()
     assert "2 results were judged against another version of the tests" in index
     page = _page(tmp_path / "report", "carol")

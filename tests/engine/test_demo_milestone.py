@@ -13,6 +13,7 @@ import pytest
 
 from autograder.authoring.suite import load_suite
 from autograder.config import ROOT
+from autograder.course import Course
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 PLUGIN = "lesson_demo_checkpoint"
@@ -75,8 +76,8 @@ def test_demo_checkpoint_is_graded_and_reported(course: Path, tmp_path: Path) ->
     from autograder.report.model import catalogue
     from autograder.report.write import write_report
 
-    config_path = course / "grading_config.yaml"
-    suite = load_suite(config_path)
+    demo = Course.load(course / "grading_config.yaml")
+    suite = demo.suite
     assert suite.checkpoint_files == ("fit.json",) and suite.checkpoint_question == "q4_checkpoint"
     assert [c.id for c in suite.checkpoint_cases] == ["q4_checkpoint/fit", "q4_checkpoint/claim"]
     points = json.loads((course / "reference" / "lesson_demo_points.json").read_text())["points"]
@@ -87,7 +88,7 @@ def test_demo_checkpoint_is_graded_and_reported(course: Path, tmp_path: Path) ->
         (tmp_path / "subs" / name).mkdir(parents=True)
         (tmp_path / "subs" / name / "lesson_demo.ipynb").write_text(NOTEBOOK)
         (tmp_path / "subs" / name / "fit.json").write_text(json.dumps(fit))
-    summary = grade_batch(tmp_path / "subs", out=tmp_path / "grades", config_path=config_path, progress=False)
+    summary = grade_batch(tmp_path / "subs", out=tmp_path / "grades", course=demo, progress=False)
     rows = {r["id"]: r for r in summary.rows}
     assert rows["good"]["q4_checkpoint"] == 2 and rows["bad"]["q4_checkpoint"] == 0, rows
     cases = {c["id"]: c for c in json.loads((tmp_path / "grades" / "results" / "bad.json").read_text())["cases"]}
@@ -95,6 +96,6 @@ def test_demo_checkpoint_is_graded_and_reported(course: Path, tmp_path: Path) ->
     assert cases["q4_checkpoint/claim"]["diagnosis"] == "fit_claim_disagrees"
     assert "above 0.5" in cases["q4_checkpoint/fit"]["message"]
     assert catalogue(suite)["fit_too_far"][0] == "q4_checkpoint"  # the report's section: the plug-in's problems
-    report = write_report(tmp_path / "grades", out=tmp_path / "report", config_path=config_path)
+    report = write_report(tmp_path / "grades", out=tmp_path / "report", course=demo)
     text = "".join(p.read_text(errors="replace") for p in Path(report).parent.rglob("*.html"))
     assert "fit_too_far" in text or "above the bound" in text

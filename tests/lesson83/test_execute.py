@@ -27,7 +27,7 @@ from autograder.sandbox.protocol import ExecResult, WorkerError
 
 checks = default_lesson().checks
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # Another checkout beside this one (made by the batch fixture): the sandbox must hide it wherever REPO lives.
 OTHER_CHECKOUT = REPO.parent / f".lesson83-other-checkout-{os.getpid()}"
 LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.build]  # the tiers are in pyproj
 LESSON = default_lesson()
 checks = LESSON.checks
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
-# The README's nbgrader commands (tests/test_deploy.py checks the README shows exactly these), from dist/nbgrader.
+# The README's nbgrader commands (test_deploy.py checks the README shows exactly these), from dist/nbgrader.
 NBGRADER_STEPS = """\
 nbgrader db student add alice
 ../../.venv/bin/lesson83 nbgrader-autograde .

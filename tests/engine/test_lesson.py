@@ -16,6 +16,7 @@ import pytest
 
 from autograder.authoring.questions import ContentError, load_questions
 from autograder.config import ROOT, load_config
+from autograder.course import Course
 from autograder.lesson import RUNTIME_FILE, Lesson, LessonError
 from autograder.release.common import tool_env
 
@@ -93,10 +94,10 @@ def test_editing_the_catalogue_data_changes_the_fingerprint(tmp_path: Path) -> N
     for path in (lesson.reference_file, lesson.mistakes_file, lesson.mistakes_file.with_suffix(".yaml")):
         shutil.copy(path, course / "reference")
     shutil.copy(ROOT / "grading_config.yaml", course)
-    before = suite_fingerprint(course / "grading_config.yaml")
+    before = suite_fingerprint(Course.load(course / "grading_config.yaml"))
     data = course / "reference" / f"{lesson.name}_mistakes.yaml"
     data.write_text(data.read_text().replace("description: ", "description: (edited) ", 1))
-    assert suite_fingerprint(course / "grading_config.yaml") != before
+    assert suite_fingerprint(Course.load(course / "grading_config.yaml")) != before
 
 
 def test_question_kinds_come_from_the_front_matter(tmp_path: Path) -> None:

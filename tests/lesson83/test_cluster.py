@@ -17,6 +17,7 @@ import pytest
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT, Cluster
+from autograder.course import Course, course_of
 from autograder.grading.batch import grade_batch
 from autograder.grading.cluster import ClusterError, grade_on_cluster
 from autograder.grading.submissions import Submission
@@ -122,7 +123,7 @@ def sample_class(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tupl
             entry.rename(subs / entry.name)
     config = tmp / "grading_config.yaml"
     config.write_text((ROOT / "grading_config.yaml").read_text() + "\ncluster:\n  batch: 1\n  connect_timeout_s: 20\n")
-    grade_batch(subs, out=tmp / "local", config_path=config, progress=False)
+    grade_batch(subs, out=tmp / "local", course=Course.load(config), progress=False)
     return subs, config, (tmp / "local" / "grades.csv").read_bytes()
 
 
@@ -187,7 +188,7 @@ def test_the_plain_install_never_imports_dask() -> None:
 def test_without_dask_the_cluster_path_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if the cluster extra were not installed
     with pytest.raises(ClusterError, match=r"pip install '\.\[cluster\]'"):
-        next(grade_on_cluster("tcp://127.0.0.1:1", [(Submission("x", Path("x"), b""), "k")], config_path=ROOT,
+        next(grade_on_cluster("tcp://127.0.0.1:1", [(Submission("x", Path("x"), b""), "k")], course=course_of(),
                               fingerprint="", settings=Cluster(), hide=()))
 
 

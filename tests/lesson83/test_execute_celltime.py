@@ -14,6 +14,7 @@ import yaml
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT, ConfigError, load_config
+from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.model import Status
 from autograder.release.sample import filled_notebook
@@ -136,7 +137,7 @@ def test_a_correct_notebook_with_a_slow_cell_keeps_every_point(tmp_path: Path, s
         notebook.cells.insert(at, nbformat.v4.new_code_cell(code))
         nbformat.write(notebook, str(subs / f"{name}.ipynb"))
         placed[name] = (at, code.splitlines()[0])
-    summary = grade_batch(subs, out=tmp_path / "out", config_path=_config(tmp_path), progress=False, workers=2)
+    summary = grade_batch(subs, out=tmp_path / "out", course=Course.load(_config(tmp_path)), progress=False, workers=2)
     rows = {r["id"]: r for r in summary.rows}
     for name, (at, first) in placed.items():
         assert rows[name]["status"] == "graded" and rows[name]["total"] == suite.notebook_points, rows[name]

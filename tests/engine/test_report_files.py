@@ -12,7 +12,7 @@ from pathlib import Path
 
 from autograder.report import SCRIPT, SCRIPT_HASH, write_report  # noqa: F401 - the import path the CLI uses
 
-PACKAGE = Path(__file__).resolve().parents[1] / "autograder"
+PACKAGE = Path(__file__).resolve().parents[2] / "autograder"
 REPORT = PACKAGE / "report"
 
 

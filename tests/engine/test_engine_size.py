@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ENGINE = Path(__file__).resolve().parent.parent / "autograder"
+ENGINE = Path(__file__).resolve().parents[2] / "autograder"
 MAX_LINES = 600
 
 # Path under autograder/ -> the work that splits it. The coordinator removes an entry when that work is merged; an

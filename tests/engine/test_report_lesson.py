@@ -12,12 +12,13 @@ import pytest
 
 from autograder.authoring.suite import Suite, load_suite, reference_env
 from autograder.config import runnable_command
+from autograder.course import Course
 from autograder.grading.judge import grade_namespace
 from autograder.report import write_report
 from autograder.report.model import lesson_title
 
-REPORT = Path(__file__).resolve().parents[1] / "autograder" / "report"
-DEMO_CONFIG = Path(__file__).resolve().parent / "fixtures" / "lesson_demo" / "grading_config.yaml"
+REPORT = Path(__file__).resolve().parents[2] / "autograder" / "report"
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "lesson_demo" / "grading_config.yaml"
 
 
 def lesson_words(suite: Suite) -> set[str]:
@@ -60,7 +61,7 @@ def demo_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, env in (("reference", reference_env(suite)), ("blank", {})):
         record = grade_namespace(suite, env, name=name).to_dict()
         (grades / "results" / f"{name}.json").write_text(json.dumps(record))
-    write_report(grades, out=grades.parent / "report", config_path=DEMO_CONFIG)
+    write_report(grades, out=grades.parent / "report", course=Course.load(DEMO_CONFIG))
     return grades.parent / "report"
 
 
@@ -96,7 +97,7 @@ def test_a_page_that_cannot_be_built_becomes_a_note_and_the_rest_is_written(
     (grades / "results").mkdir(parents=True)
     (grades / "results" / "reference.json").write_text(
         json.dumps(grade_namespace(suite, reference_env(suite), name="reference").to_dict()))
-    index = write_report(grades, out=tmp_path / "report", config_path=DEMO_CONFIG).read_text()
+    index = write_report(grades, out=tmp_path / "report", course=Course.load(DEMO_CONFIG)).read_text()
     title = lesson_title(suite)
     assert f"<h1>{title} · failure report</h1>" in index
     assert "The summary could not be built (ValueError: &lt;script&gt;alert(1)&lt;/script&gt;)" in index

@@ -27,6 +27,7 @@ from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
+from autograder.course import Course
 from autograder.grading import batch, store
 from autograder.grading.batch import grade_batch
 from autograder.grading.judge import notebook_env
@@ -122,7 +123,7 @@ def adversarial_class(tmp_path_factory: pytest.TempPathFactory, suite: Suite) ->
         zf.writestr("lesson83.ipynb", nbformat.writes(blank))
         zf.writestr(".OTTER_LOG", pickle.dumps(Boom()))
     out = tmp / "out"
-    summary = grade_batch(subs, out=out, config_path=_config(tmp), progress=False)
+    summary = grade_batch(subs, out=out, course=Course.load(_config(tmp)), progress=False)
     rows = {r["id"]: r for r in summary.rows}
     return out, rows
 
@@ -673,7 +674,7 @@ def test_hostile_class_grades_to_completion(tmp_path: Path, suite: Suite, notebo
                                                   for n in entries])))
     config = _config(tmp_path)
     config.write_text(config.read_text().replace("checkpoint_memory_mb: 1024", "checkpoint_memory_mb: 256"))
-    summary = grade_batch(subs, out=out, config_path=config, progress=False)
+    summary = grade_batch(subs, out=out, course=Course.load(config), progress=False)
     rows = {r["id"]: r for r in _rows(out)}
     assert len(rows) == len(entries) == len(honest) + 1 + len(HOSTILE)  # one row each, all ids distinct
     assert summary.counts().get("not graded", 0) == 0

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from autograder.config import ROOT
-from autograder.lesson import Lesson
+from autograder.course import Course
 from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle
 
@@ -41,8 +41,7 @@ def _run(course: Path, args: list[str], *, timeout: int = 900) -> subprocess.Com
 def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo lesson's Gradescope bundle, unpacked: a course folder whose only lesson is lesson_demo."""
     tmp = tmp_path_factory.mktemp("demo-course")
-    lesson = Lesson.load("lesson_demo", near=FIXTURE)
-    bundle = gradescope_bundle(tmp / "bundle.zip", lesson=lesson, config_path=FIXTURE / "grading_config.yaml")
+    bundle = gradescope_bundle(tmp / "bundle.zip", course=Course.load(FIXTURE / "grading_config.yaml"))
     zipfile.ZipFile(bundle).extractall(tmp / "source")
     root = tmp / "source" / "lesson_demo"
     assert not [p for p in root.rglob("*") if "lesson83" in p.name]
