@@ -201,22 +201,52 @@ def _make_shell() -> Any:
     config.InteractiveShell.xmode = "Plain"
     shell = InteractiveShell.instance(config=config)
     shell.ask_exit = lambda: setattr(shell, "exit_now", True)  # exit() and quit() as in a kernel
-    shell.transform_cell = partial(_transform_cell, shell.transform_cell)
+    parsed: dict[str, Any] = {}  # the fast path's parse of the cell being run, for IPython's own parse of it
+    shell.transform_cell = partial(_transform_cell, shell.transform_cell, parsed=parsed, compiler=shell.compile)
+    shell.compile.ast_parse = partial(_ast_parse, shell.compile.ast_parse, parsed=parsed, compiler=shell.compile)
+    shell.should_run_async = partial(_should_run_async, shell.should_run_async)
     return shell
 
 
-def _transform_cell(ipython_transform: Any, raw_cell: str) -> str:
+def _transform_cell(ipython_transform: Any, raw_cell: str, *, parsed: dict[str, Any] | None = None,
+                    compiler: Any = None) -> str:
     """IPython's input transformation, skipped where it returns the cell unchanged: a cell of several lines that
     starts with neither a blank line nor indentation and parses as Python holds no magic, shell escape, help
     request or prompt (each is a syntax error in Python), and single-line cells, where IPython may turn a bare
     name into a magic, always take IPython's path. Tokenizing every cell was about a third of a notebook's
-    cell time."""
+    cell time. The parse (with the shell's compiler flags, as IPython parses) is kept in `parsed` for
+    `_ast_parse`, which IPython calls next on the same text."""
     cell = raw_cell if raw_cell.endswith("\n") else raw_cell + "\n"
+    if parsed is not None:
+        parsed.clear()
     if cell.count("\n") > 1 and not cell[:1].isspace():
+        flags = getattr(compiler, "flags", 0)
         try:
-            compile(cell, "<cell>", "exec", ast.PyCF_ONLY_AST)
+            tree = compile(cell, "<cell>", "exec", flags | ast.PyCF_ONLY_AST, True)
         except (SyntaxError, ValueError):
             pass
         else:
+            if parsed is not None:
+                parsed.update(cell=cell, flags=flags, tree=tree)
             return cell
     return ipython_transform(raw_cell)
+
+
+def _ast_parse(ipython_parse: Any, source: str, filename: str = "<unknown>", symbol: str = "exec", *,
+               parsed: dict[str, Any], compiler: Any) -> Any:
+    """IPython's CachingCompiler.ast_parse, answered once from the fast path's parse of the very same text under
+    the same flags (a syntax tree does not hold a file name): each cell is parsed once, not twice."""
+    if (symbol == "exec" and parsed.get("cell") is source and parsed.get("flags") == getattr(compiler, "flags", 0)):
+        tree = parsed["tree"]
+        parsed.clear()
+        return tree
+    return ipython_parse(source, filename, symbol)
+
+
+def _should_run_async(ipython_check: Any, raw_cell: str, *, transformed_cell: str | None = None,
+                      preprocessing_exc_tuple: Any = None) -> bool:
+    """IPython's check for top-level await, which compiles the whole cell to find out: a cell without the words
+    `await` and `async` cannot hold a top-level await, async for or async with, so the answer is False without it."""
+    if type(transformed_cell) is str and "await" not in transformed_cell and "async" not in transformed_cell:
+        return False
+    return ipython_check(raw_cell, transformed_cell=transformed_cell, preprocessing_exc_tuple=preprocessing_exc_tuple)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,50 @@ def test_the_sandbox_skips_ipython_transforms_only_where_they_change_nothing() -
     for cell in PLAIN_CELLS:
         _transform_cell(calls.append, cell)
     assert calls == []
+
+
+ASYNC_CELLS = ["import asyncio\nawait asyncio.sleep(0)\nx = 1", "async def f():\n    return 1\ny = await f()",
+               "s = 'await'\nt = 2", "async_total = 3\nu = async_total"]
+
+
+def test_the_sandbox_parses_each_cell_once_and_asks_ipython_about_await_only_where_it_may_be(tmp_path: Path) -> None:
+    """The child's shell answers IPython's parse of a cell from its own fast-path parse (the same syntax tree) and
+    its top-level-await check without compiling where the words await and async are absent; on every cell of the
+    student releases, IPython syntax and cells with top-level await, the answers and the resulting namespaces are
+    IPython's own."""
+    import ast
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from autograder.sandbox.child import _make_shell
+
+    templates = sorted(ROOT.glob("student_templates/*/*.ipynb"))
+    cells = [*IPYTHON_SYNTAX, *PLAIN_CELLS, *ASYNC_CELLS,
+             *("".join(c["source"]) for t in templates for c in read_cells(t)[0] if c["cell_type"] == "code")]
+    ours = _make_shell()
+    stock = InteractiveShell()
+    for cell in cells:
+        transformed = ours.transform_cell(cell)
+        assert transformed == stock.transform_cell(cell), cell
+        assert ours.should_run_async(cell, transformed_cell=transformed) == \
+            stock.should_run_async(cell, transformed_cell=transformed), cell
+        try:
+            expected = ast.dump(stock.compile.ast_parse(transformed))
+        except SyntaxError:
+            continue
+        assert ast.dump(ours.compile.ast_parse(transformed)) == expected, cell
+    parse, check = ours.compile.ast_parse, ours.should_run_async
+    asked: list[str] = []  # the cells handed on to IPython's own parse or await check
+    ours.compile.ast_parse = partial(parse.func, lambda s, *a: asked.append(s) or parse.args[0](s, *a),
+                                     **parse.keywords)
+    ours.should_run_async = partial(check.func, lambda s, **k: asked.append(s) or check.args[0](s, **k))
+    for cell in PLAIN_CELLS:
+        transformed = ours.transform_cell(cell)
+        ours.should_run_async(cell, transformed_cell=transformed)
+        ours.compile.ast_parse(transformed)
+    assert asked == []
+    ours.compile.ast_parse, ours.should_run_async = parse, check
+    for shell in (ours, stock):
+        for cell in ASYNC_CELLS + PLAIN_CELLS:
+            assert shell.run_cell(cell).success, cell
+    assert {k: ours.user_ns[k] for k in ("x", "y", "t", "u")} == {k: stock.user_ns[k] for k in ("x", "y", "t", "u")}
