@@ -1008,3 +1008,14 @@ def test_public_cases_carry_at_most_a_quarter_of_each_question(suite: Suite) -> 
     points = {q.id: q.points for q in suite.questions}
     over = {q: f"{p:g} of {points[q]:g}" for q, p in share.items() if p > 0.25 * points[q] + 1e-6}
     assert over == {}
+
+
+def test_an_alibi_bias_cut_from_a_table_of_1024_positions_fails_both_long_cases(suite: Suite) -> None:
+    """Q7's long cases call alibi_bias with more than 1024 positions (the usual max_len), public and hidden, so a
+    bias sliced from a precomputed 1024-long table fails both; it passes every shorter case."""
+    result = _graded_with(suite, "_ab = alibi_bias\n"
+                                 "_TABLE = {h: _ab(h, 1024) for h in range(1, 9)}\n"
+                                 "def alibi_bias(num_heads, seq_len):\n"
+                                 "    return _TABLE[num_heads][:, :seq_len, :seq_len]\n")
+    failed = {c.id for c in result.cases if c.question == "q7_alibi" and not c.passed}
+    assert failed == {"q7_alibi/long_sequence", "q7_alibi/hidden_long_sequence"}, failed
