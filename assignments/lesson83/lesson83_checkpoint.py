@@ -635,12 +635,8 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
                                           "preset": preset, "accepted": accepted, "method": method},
                                memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier)
             cpu_s = float(found.get("cpu_s", 0.0))
-            if "error" in found or not isinstance(found.get("config"), dict):
-                error = str(found.get("error"))
-                if not found.get("infrastructure"):  # the grader's own failure is tried again next time
-                    _FAILED[(digest, memory_mb, timeout_s)] = error
-            else:
-                _CONFIGS[digest] = found["config"]
+            error = _kept(found, digest, memory_mb, timeout_s)
+            if error is None:
                 for pos, result in found.get("schemes", {}).items():
                     _MEASURED[(digest, pos, windows, batch_size, method)] = result
     refused = _refused(error, claims_error, digest, preset, rules, schemes)
@@ -711,6 +707,18 @@ def secret_rng(key: str) -> random.Random:
     return random.Random(hmac.new(_SECRET, key.encode(), "sha256").digest())
 
 
+def _kept(found: dict[str, Any], digest: str, memory_mb: int, timeout_s: float) -> str | None:
+    """What a reader child answered for these weights, kept: its error (remembered for these limits unless it was
+    the grader's own failure, which is tried again next time), or None with the checkpoint's config remembered."""
+    if "error" in found or not isinstance(found.get("config"), dict):
+        error = str(found.get("error"))
+        if not found.get("infrastructure"):
+            _FAILED[(digest, memory_mb, timeout_s)] = error
+        return error
+    _CONFIGS[digest] = found["config"]
+    return None
+
+
 def _measure(pt_bytes: bytes, digest: str, starts: Mapping[str, Sequence[int]], *, preset: str | None,
              accepted: list[str], memory_mb: int, timeout_s: float,
              verifier: Verifier | None) -> tuple[str | None, float]:
@@ -726,12 +734,8 @@ def _measure(pt_bytes: bytes, digest: str, starts: Mapping[str, Sequence[int]], 
         found = _run_child(pt_bytes, {"schemes": list(todo), "starts": todo, "windows": 0, "batch": VERIFY_BATCH,
                                       "preset": preset, "accepted": accepted, "method": "sample"},
                            memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier)
-        if "error" in found or not isinstance(found.get("config"), dict):
-            error = str(found.get("error"))
-            if not found.get("infrastructure"):  # the grader's own failure is tried again next time
-                _FAILED[(digest, memory_mb, timeout_s)] = error
-        else:
-            _CONFIGS[digest] = found["config"]
+        error = _kept(found, digest, memory_mb, timeout_s)
+        if error is None:
             for pos, result in found.get("schemes", {}).items():
                 if "windows" in result:
                     _FITS.add((digest, pos))
@@ -752,8 +756,8 @@ def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: st
     recomputed and must agree within window_tol
     (the flagged ones only when the drawn ones agree: a disagreement already settles the verdict)."""
     accepted = sorted(rules.presets)
-    n = len(val_starts(max_windows=PRESETS[preset]["eval_windows"])) if preset in PRESETS else 0
-    all_starts = val_starts(max_windows=PRESETS[preset]["eval_windows"]).tolist() if n else []
+    all_starts = val_starts(max_windows=PRESETS[preset]["eval_windows"]).tolist() if preset in PRESETS else []
+    n = len(all_starts)
     claims: dict[str, tuple[dict[int, float], dict[int, list[float]]]] = {}
     notes: dict[str, tuple[str, str]] = {}
     for pos in wanted:
