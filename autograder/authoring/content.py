@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -14,6 +13,7 @@ import numpy as np
 from autograder.authoring.questions import ContentError, Question, lesson_of, mc_answers
 from autograder.lesson import Lesson
 from autograder.model import Case
+from autograder.runtime.checks_runtime import one_torch_thread
 
 
 def stored_precision(*, atol: float, rtol: float) -> tuple[int, int]:
@@ -87,19 +87,6 @@ def _shape_of(value: Any) -> str:
     return type(value).__name__
 
 
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """Run torch on one thread: a reduction split across threads can change the last bit of a result."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
     """Reference output of every case, plus the outputs of the catalogued mistakes that this case catches.
 
@@ -113,7 +100,7 @@ def expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
     float32 output of run_probe must still pass against them, as a student's does. Without the hook they are
     rounded from run_probe's output.
     """
-    with _one_thread():
+    with one_torch_thread():
         return _expected_values(questions)
 
 

@@ -83,6 +83,20 @@ def _not_known(case: dict[str, Any], got: Any, expected: dict[str, Any]) -> str 
 
 
 @contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread for the block, the caller's setting restored after: a check is small (on a busy machine
+    more threads only wait for each other), and a reduction split across threads can change a result's last bit."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
 def _as_is() -> Iterator[None]:
     """local_check(): a context manager around each of the notebook's local checks (one torch thread, say)."""
     yield

@@ -18,7 +18,7 @@ import collections
 import contextlib
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,6 +32,7 @@ from checks_runtime import (
     check,
     error_record,
     hook,
+    one_torch_thread,
     probe,
     run_probe,
 )
@@ -126,17 +127,10 @@ def before_probe() -> None:
 
 
 @hook
-@contextlib.contextmanager
-def local_check() -> Iterator[None]:
+def local_check() -> contextlib.AbstractContextManager[None]:
     """Each local check runs on one torch thread (a check is small, and on a busy machine more threads only wait
     for each other), restoring the student's setting after."""
-    torch = _torch()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    return one_torch_thread()
 
 
 def _seed(seed: int) -> None:
