@@ -8,6 +8,7 @@ fails and names the marker to add, so the quick tier stays quick.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,8 +19,10 @@ import pytest
 
 from autograder import checkpoint
 from autograder.authoring.suite import Suite, load_suite
+from autograder.config import ROOT
+from autograder.course import Course
 from autograder.lesson import default_lesson
-from autograder.release import build
+from autograder.release import build, release
 from autograder.sandbox import pool
 
 
@@ -70,3 +73,18 @@ def suite() -> Suite:
 def fresh_build(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The whole release, built from the sources with the real otter assign and nbgrader."""
     return build(work=tmp_path_factory.mktemp("release"))
+
+
+DEMO = ROOT / "tests" / "fixtures" / "lesson_demo"
+
+
+@pytest.fixture(scope="session")
+def demo_course(tmp_path_factory: pytest.TempPathFactory) -> Course:
+    """A copy of the demo lesson's course folder (tests/fixtures/lesson_demo), released once per session with the
+    real otter assign and nbgrader: its student notebook is `course.lesson.student_dir / "lesson_demo.ipynb"`, its
+    sample class `course.lesson.root / "dist" / "samples"`. The engine's tests grade and attack this lesson."""
+    root = tmp_path_factory.mktemp("demo-release") / "lesson_demo"
+    shutil.copytree(DEMO, root, ignore=shutil.ignore_patterns("__pycache__"))
+    course = Course.load(root / "grading_config.yaml")
+    release(course=course)
+    return course

@@ -30,13 +30,9 @@ def _cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the demo course folder, released once (otter assign and nbgrader) for the whole module."""
-    root = tmp_path_factory.mktemp("course") / "lesson_demo"
-    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
-    done = _cli(root / "grading_config.yaml", "release")
-    assert done.returncode == 0, done.stdout + done.stderr
-    return root
+def course(demo_course: Course) -> Path:
+    """The demo course folder, released once per session (otter assign and nbgrader; tests/conftest.py)."""
+    return demo_course.lesson.root
 
 
 @pytest.fixture(scope="module")
