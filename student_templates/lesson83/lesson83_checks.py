@@ -902,7 +902,9 @@ def _meta_memo(func: Callable[..., Any], args: Any, kwargs: dict[str, Any], layo
         return func(*args, **kwargs)
     layout = layouts.get(key)
     if layout is None:
-        out = func(*args, **kwargs)
+        out = _attention_on_meta(args, kwargs) if getattr(func, "__name__", "") == _SDPA else None
+        if out is None:
+            out = func(*args, **kwargs)
         given = [v for a in (*args, *kwargs.values()) for v in (a if type(a) in (list, tuple) else (a,))]
         if (type(out) is torch.Tensor and out.device.type == "meta" and out.layout == torch.strided
                 and not out._is_view() and all(out is not v for v in given) and out.storage_offset() == 0
@@ -910,6 +912,53 @@ def _meta_memo(func: Callable[..., Any], args: Any, kwargs: dict[str, Any], layo
             layouts[key] = (tuple(out.shape), out.stride(), out.dtype, out.requires_grad)
         return out
     return _fresh_meta(*layout)
+
+
+_SDPA = "scaled_dot_product_attention"
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def _attention_on_meta(args: tuple, kwargs: dict[str, Any]) -> Any:
+    """scaled_dot_product_attention's output on `meta` for a call whose inputs are all small, or None to run torch's
+    own `meta` kernel. That kernel is torch's math path in Python reference ops, one to four milliseconds a call;
+    the same call on CPU zeros takes tens of microseconds and gives the output's shape and dtype, and the output
+    on `meta` is a fresh contiguous tensor of them that needs grad when grad is on and an input needs it
+    (tests/lesson83/test_meta_attention.py compares both on hundreds of calls). Where the two devices' checks differ (a mask
+    with is_causal, which `meta` refuses; a mask of more dimensions than the query, which only `meta` broadcasts),
+    or the CPU call raises, torch's own kernel runs, so a call fails exactly as it does on `meta`."""
+    torch = _torch()
+    if len(args) > len(_SDPA_ARGS) or any(k not in _SDPA_ARGS for k in kwargs):
+        return None
+    bound = dict(zip(_SDPA_ARGS, args)) | kwargs
+    inputs = [bound.get(k) for k in ("query", "key", "value", "attn_mask")]
+    if any(t is not None and (type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device.type != "meta"
+                              or t.layout != torch.strided or t.numel() > 1 << 16) for t in inputs):
+        return None
+    if any(type(bound.get(k)) not in (type(None), bool, int, float) for k in _SDPA_ARGS[4:]):
+        return None
+    q, mask = inputs[0], inputs[3]
+    if q is None or inputs[1] is None or inputs[2] is None or (mask is not None and (
+            bound.get("is_causal") or mask.dim() > q.dim())):
+        return None
+    try:
+        with torch.no_grad():
+            zeros = [None if t is None else torch.zeros(t.shape, dtype=t.dtype) for t in inputs]
+            out = torch.nn.functional.scaled_dot_product_attention(
+                *zeros[:3], attn_mask=zeros[3], dropout_p=0.0, is_causal=bound.get("is_causal") or False,
+                scale=bound.get("scale"), enable_gqa=bound.get("enable_gqa") or False)
+    except Exception:  # noqa: BLE001 - torch's own kernel decides, and raises as it does on `meta`
+        return None
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
+    return _fresh_meta(tuple(out.shape), _contiguous(out.shape), out.dtype, grad)
+
+
+def _contiguous(shape: Any) -> tuple:
+    """The strides of a contiguous tensor of this shape."""
+    strides, step = [], 1
+    for n in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def _fresh_meta(shape: tuple, stride: tuple, dtype: Any, grad: bool) -> Any:
