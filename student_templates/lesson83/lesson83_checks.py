@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import sys
 import types
 from collections.abc import Callable
@@ -902,7 +903,9 @@ def _meta_memo(func: Callable[..., Any], args: Any, kwargs: dict[str, Any], layo
         return func(*args, **kwargs)
     layout = layouts.get(key)
     if layout is None:
-        out = _attention_on_meta(args, kwargs) if getattr(func, "__name__", "") == _SDPA else None
+        name = getattr(func, "__name__", "")
+        out = (_attention_on_meta(args, kwargs) if name == _SDPA else
+               _shaped_on_cpu(func, name, args, kwargs) if name in _CPU_SHAPED else None)
         if out is None:
             out = func(*args, **kwargs)
         given = [v for a in (*args, *kwargs.values()) for v in (a if type(a) in (list, tuple) else (a,))]
@@ -914,6 +917,62 @@ def _meta_memo(func: Callable[..., Any], args: Any, kwargs: dict[str, Any], layo
     return _fresh_meta(*layout)
 
 
+_ELEMENTWISE = frozenset({
+    "add", "sub", "mul", "div", "true_divide", "pow", "where", "masked_fill", "neg", "exp", "sin", "cos", "sqrt",
+    "rsqrt", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+    "__pow__", "__neg__"})  # not __rpow__: number ** tensor on the CPU is contiguous, on `meta` it keeps the order
+_CPU_SHAPED = _ELEMENTWISE | {"triu", "tril", "softmax", "log_softmax", "cat", "stack"}
+_SMALL = 1 << 16  # elements: inputs and outputs up to this size are shaped on the CPU (256 KB of float32)
+
+
+def _shaped_on_cpu(func: Callable[..., Any], name: str, args: Any, kwargs: dict[str, Any]) -> Any:
+    """The output on `meta` of an op of _CPU_SHAPED whose tensors are all small and on `meta`, taken from the same
+    call on CPU zeros of the same layouts, or None to run torch's own `meta` kernel. Those kernels are Python
+    reference ops (a hundred microseconds to a millisecond a call); the CPU's take microseconds, and both derive
+    the output's shape, dtype and strides by the same rules (tests/lesson83/test_meta_shortcuts.py compares them on
+    thousands of calls; only the strides of dimensions of size 1, which address nothing, may differ). A call the
+    CPU refuses runs torch's own kernel, so it fails as it does on `meta`."""
+    torch = _torch()
+    tensors: list[Any] = []
+
+    def find(value: Any) -> None:
+        t = type(value)
+        if t in (torch.Tensor, torch.nn.Parameter):
+            if value.device.type != "meta" or value.layout != torch.strided:
+                raise TypeError(t.__name__)
+            tensors.append(value)
+        elif t in (list, tuple):
+            for v in value:
+                find(v)
+
+    def on_cpu(value: Any) -> Any:
+        t = type(value)
+        if t in (torch.Tensor, torch.nn.Parameter):
+            span = 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride(), strict=True)) \
+                if value.numel() else 1
+            return torch.zeros(span, dtype=value.dtype).as_strided(value.shape, value.stride())
+        if t in (list, tuple):
+            return t(on_cpu(v) for v in value)
+        return value
+
+    try:
+        find((args, tuple(kwargs.values())))
+        shapes = [tuple(t.shape) for t in tensors]
+        if not tensors or sum(map(math.prod, shapes)) > _SMALL or (
+                name in _ELEMENTWISE and math.prod(torch.broadcast_shapes(*shapes)) > _SMALL):
+            return None
+        cpu_args, cpu_kwargs = on_cpu(args), {k: on_cpu(v) for k, v in kwargs.items()}
+        with torch.no_grad():
+            out = func(*cpu_args, **cpu_kwargs)
+    except Exception:  # noqa: BLE001 - torch's own kernel decides, and raises as it does on `meta`
+        return None
+    if type(out) is not torch.Tensor:
+        return None
+    grad = (torch.is_grad_enabled() and (out.dtype.is_floating_point or out.dtype.is_complex)
+            and any(t.requires_grad for t in tensors))
+    return _fresh_meta(tuple(out.shape), out.stride(), out.dtype, grad)
+
+
 _SDPA = "scaled_dot_product_attention"
 _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
@@ -923,9 +982,9 @@ def _attention_on_meta(args: tuple, kwargs: dict[str, Any]) -> Any:
     own `meta` kernel. That kernel is torch's math path in Python reference ops, one to four milliseconds a call;
     the same call on CPU zeros takes tens of microseconds and gives the output's shape and dtype, and the output
     on `meta` is a fresh contiguous tensor of them that needs grad when grad is on and an input needs it
-    (tests/lesson83/test_meta_attention.py compares both on hundreds of calls). Where the two devices' checks differ (a mask
-    with is_causal, which `meta` refuses; a mask of more dimensions than the query, which only `meta` broadcasts),
-    or the CPU call raises, torch's own kernel runs, so a call fails exactly as it does on `meta`."""
+    (tests/lesson83/test_meta_shortcuts.py compares both on hundreds of calls). Where the two devices' checks
+    differ (a mask with is_causal, which `meta` refuses; a mask of more dimensions than the query, which only `meta`
+    broadcasts), or the CPU call raises, torch's own kernel runs, so a call fails exactly as it does on `meta`."""
     torch = _torch()
     if len(args) > len(_SDPA_ARGS) or any(k not in _SDPA_ARGS for k in kwargs):
         return None
