@@ -1,27 +1,29 @@
 """An operator's lower hard limits (a shared server's `ulimit -v`, a container's `ulimit -n`): the grader gives each
-submission the lower value, says so, and grades honest work normally."""
+submission the lower value, says so, and grades honest work normally (on the demo lesson with its milestone plug-in;
+Lesson 83's torch checkpoint reader under the same limits: tests/lesson83/test_execute_lesson83.py)."""
 
 from __future__ import annotations
 
 import json
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from test_demo_milestone import MILESTONE, _line  # the demo's milestone question, a fitted line
 
 from autograder.authoring.questions import mc_answers
-from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.course import Course
 from autograder.release.common import tool_env
 from autograder.release.sample import filled_notebook
 from autograder.sandbox.limits import MIB, fit_hard, lowered_limits
 
-TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
-CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
+FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 VM_KB = 3_000_000  # a shared server's address-space cap: enough for torch, below what the grader asks for
 OPEN_FILES = 256
 
@@ -38,19 +40,35 @@ def test_limits_above_the_hard_limit_are_lowered_to_it() -> None:
     assert lowered_limits([(resource.RLIMIT_NOFILE, soft)], who="the sandbox") == []
 
 
+@pytest.fixture
+def course(tmp_path: Path) -> Path:
+    """A copy of the demo course whose lesson grades a checkpoint (its milestone plug-in, in the engine's reader
+    child), the reader asking for more memory than the ulimit leaves: its grading config."""
+    root = tmp_path / "lesson_demo"
+    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "assignments" / "lesson_demo" / "q4_line.md").write_text(MILESTONE)
+    config = (root / "grading_config.yaml").read_text().replace("total_points: 10", "total_points: 13")
+    config = config.replace("questions:\n", "questions:\n  q4_line: {points: 1}\n")
+    (root / "grading_config.yaml").write_text(config + "\nmilestone: {points: 2}\n"
+                                              "submissions: {checkpoint_memory_mb: 4096}\n")
+    return root / "grading_config.yaml"
+
+
+@pytest.mark.build
 @pytest.mark.sandbox
-def test_grade_under_an_operators_lower_ulimits_gives_full_marks_and_says_so(tmp_path: Path, suite: Suite) -> None:
+def test_grade_under_an_operators_lower_ulimits_gives_full_marks_and_says_so(tmp_path: Path, course: Path,
+                                                                            demo_course: Course) -> None:
     subs, out = tmp_path / "subs", tmp_path / "out"
-    nb = filled_notebook(TEMPLATE, answers=mc_answers(list(suite.questions)))
+    suite = Course.load(course).suite
+    assert suite.checkpoint_files == ("fit.json",)  # the reader starts
+    nb = filled_notebook(demo_course.lesson.notebook, answers=mc_answers(list(suite.questions)),
+                         lesson=demo_course.lesson)
     (subs / "honest").mkdir(parents=True)
-    nbformat.write(nb, str(subs / "honest" / "lesson83.ipynb"))
-    for f in ("milestone.pt", "milestone.json"):
-        (subs / "honest" / f).write_bytes((CHECKPOINT / f).read_bytes())
-    config = tmp_path / "grading_config.yaml"  # the checkpoint reader asks for more than the ulimit leaves too
-    text = (ROOT / "grading_config.yaml").read_text()
-    assert "checkpoint_memory_mb: 1024" in text
-    config.write_text(text.replace("checkpoint_memory_mb: 1024", "checkpoint_memory_mb: 4096"))
-    grade = [sys.executable, "-m", "autograder.cli", "--config", str(config), "grade", str(subs), "--out", str(out),
+    nbformat.write(nb, str(subs / "honest" / "lesson_demo.ipynb"))
+    points = json.loads((FIXTURE / "reference" / "lesson_demo_points.json").read_text())["points"]
+    slope, intercept, mse = _line(points)
+    (subs / "honest" / "fit.json").write_text(json.dumps({"slope": slope, "intercept": intercept, "mse": mse}))
+    grade = [sys.executable, "-m", "autograder.cli", "--config", str(course), "grade", str(subs), "--out", str(out),
              "--quiet", "--workers", "1"]
     script = f"ulimit -v {VM_KB} && ulimit -n {OPEN_FILES} && exec {shlex.join(grade)}"
     proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=tool_env(), capture_output=True, text=True,

@@ -6,6 +6,8 @@ The grader runs from a stand-in for setup.sh's venv: a venv of a Python that eve
 pyenv Pythons live under /root, which others cannot enter; on Gradescope the system Python is in /usr), whose
 packages are this environment's (a .pth line; its editable install of this checkout is not carried over). Both
 tests skip (never pass) where student code cannot be dropped to an unprivileged uid: not root, or no such Python.
+The secrets are the demo lesson's (tests/fixtures/lesson_demo): its reference, the question file with its hidden case,
+and the bundle and student notebook of its release (the session's demo_course, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import nbformat
 import pytest
 
 from autograder.config import ROOT
+from autograder.course import Course
 from autograder.model import Status
 from autograder.release.gradescope import gradescope_bundle, gradescope_venv, run_autograder
 from autograder.sandbox.isolation import SANDBOX_ENV
@@ -34,8 +37,8 @@ from autograder.sandbox.limits import Limits
 
 pytestmark = pytest.mark.sandbox  # every test here runs notebooks in the grader's sandbox
 
-TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
-RUN_AUTOGRADER, GRADESCOPE_VENV = run_autograder("lesson83"), gradescope_venv("lesson83")
+LESSON = "lesson_demo"
+RUN_AUTOGRADER, GRADESCOPE_VENV = run_autograder(LESSON), gradescope_venv(LESSON)
 LIMITS = Limits(wall_s=30, cpu_s=10, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
 FAKE_CHECKS = '''
 def run_probe(env, name, args):
@@ -63,7 +66,7 @@ def make_venv(dest: Path, python: str) -> Path:
     site = subprocess.run([str(exe), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           capture_output=True, text=True, check=True).stdout.strip()
     here = next(p for p in sys.path if p.endswith("site-packages") and (Path(p) / "torch").is_dir())
-    (Path(site) / "lesson83-test.pth").write_text(here + "\n")
+    (Path(site) / "grader-test.pth").write_text(here + "\n")
     return exe
 
 
@@ -75,7 +78,7 @@ def readable_python() -> Iterator[Path]:
                     "isolation is not tested (it is skipped, not passed)")
     candidates = [os.path.realpath(getattr(sys, "_base_executable", sys.executable)), f"/usr/bin/python{VERSION}",
                   f"/usr/local/bin/python{VERSION}"]
-    folder = Path(tempfile.mkdtemp(prefix="lesson83-venv-", dir="/tmp"))
+    folder = Path(tempfile.mkdtemp(prefix="grader-venv-", dir="/tmp"))
     folder.chmod(0o755)
     problems = []
     try:
@@ -98,7 +101,7 @@ def readable_python() -> Iterator[Path]:
 
 @pytest.fixture
 def token() -> Iterator[str]:
-    token = f"lesson83-secret-{secrets.token_hex(8)}"
+    token = f"grader-secret-{secrets.token_hex(8)}"
     yield token
     for folder in ("/tmp", "/var/tmp", "/dev/shm"):  # what a failed run left behind
         for path in Path(folder).glob(f"{leftover(token)}*"):
@@ -117,7 +120,7 @@ def leftover(token: str) -> str:
 @pytest.fixture
 def autograder_root() -> Iterator[Path]:
     """A folder laid out like Gradescope's /autograder, where every user may enter (as /autograder is)."""
-    root = Path(tempfile.mkdtemp(prefix="lesson83-ag-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="grader-ag-", dir="/tmp"))
     root.chmod(0o755)
     for sub in ("source", "submission", "results"):
         (root / sub).mkdir(mode=0o755)
@@ -127,8 +130,8 @@ def autograder_root() -> Iterator[Path]:
 
 def secret_files(root: Path, token: str) -> dict[str, Path]:
     """reference/, a hidden-cases file and a results.json of a former run, each holding the token."""
-    files = {"reference": root / "source/lesson83/reference/lesson83.py",
-             "hidden": root / "source/lesson83/assignments/lesson83/q2_sinusoidal_pe.md",
+    files = {"reference": root / f"source/{LESSON}/reference/{LESSON}.py",
+             "hidden": root / f"source/{LESSON}/assignments/{LESSON}/q1_center.md",
              "results": root / "results/results.json"}
     for path in files.values():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -263,16 +266,18 @@ def test_fallback_uid_gets_nothing_from_source_or_results(readable_python: Path,
     assert shared_dir.is_dir() and list(shared_dir.iterdir()) == []
 
 
+@pytest.mark.build
 def test_run_autograder_without_bubblewrap_gives_a_cheat_nothing(readable_python: Path, autograder_root: Path,
-                                                                  token: str, shared_dir: Path, tmp_path: Path) -> None:
+                                                                  token: str, shared_dir: Path, tmp_path: Path,
+                                                                  demo_course: Course) -> None:
     """The Gradescope bundle, unpacked into the root, graded by its own run_autograder (paths moved to the root)."""
-    bundle = gradescope_bundle(tmp_path / "autograder.zip")
+    bundle = gradescope_bundle(tmp_path / "autograder.zip", course=demo_course)
     zipfile.ZipFile(bundle).extractall(autograder_root / "source")
     files = secret_files(autograder_root, token)
     assert readable_by(NOBODY, files["reference"]), "the unpacked bundle is closed before run_autograder's chmod"
-    cheat = nbformat.read(str(TEMPLATE), as_version=4)
+    cheat = nbformat.read(str(demo_course.lesson.notebook), as_version=4)
     cheat.cells.append(nbformat.v4.new_code_cell(hostile_cell(files, token, shared_dir)))
-    nbformat.write(cheat, str(autograder_root / "submission" / "lesson83.ipynb"))
+    nbformat.write(cheat, str(autograder_root / "submission" / f"{LESSON}.ipynb"))
     script = autograder_root / "run_autograder"
     script.write_text(RUN_AUTOGRADER.replace("/autograder", str(autograder_root)))
     base = subprocess.run([str(readable_python), "-c", "import sys, os; print(os.path.realpath(sys._base_executable))"],

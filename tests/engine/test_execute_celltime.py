@@ -1,8 +1,10 @@
-"""A slow cell costs only itself: it is stopped at the per-cell limit, the rest of the notebook is graded."""
+"""A slow cell costs only itself: it is stopped at the per-cell limit, the rest of the notebook is graded (a probe
+module of the tests' own, then the grade command on the demo lesson's student notebook)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +14,6 @@ import pytest
 import yaml
 
 from autograder.authoring.questions import mc_answers
-from autograder.authoring.suite import Suite
 from autograder.config import ROOT, ConfigError, load_config
 from autograder.course import Course
 from autograder.grading.batch import grade_batch
@@ -22,8 +23,8 @@ from autograder.sandbox.limits import Limits
 from autograder.sandbox.pool import WorkerPool
 from autograder.sandbox.protocol import ExecResult
 
-TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
-CELL_S = 2  # short, so that the tests stay quick; real limits are in grading_config.yaml
+FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
+CELL_S = 2  # short, so that the tests stay quick; real limits are in a course's grading_config.yaml
 LIMITS = Limits(wall_s=8, cell_s=CELL_S, cpu_s=6, memory_mb=2048, processes=32, file_mb=8, output_kb=64,
                 scratch_mb=64)
 PROBES = [("add", "add", {"args": [2, 3]}), ("value", "value", {})]
@@ -43,7 +44,7 @@ def run_probe(env, name, args):
 
 def nb(*cells: str) -> bytes:
     notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_markdown_cell("# Lesson 83"), *map(nbformat.v4.new_code_cell, cells)]
+    notebook.cells = [nbformat.v4.new_markdown_cell("# A notebook"), *map(nbformat.v4.new_code_cell, cells)]
     return nbformat.writes(notebook).encode()
 
 
@@ -108,36 +109,41 @@ def test_a_forged_cell_frame_only_changes_which_cell_is_left_out(runs: dict[str,
 # --------------------------------------------------------------------------- the grade command, real notebooks
 
 
-def _config(tmp: Path) -> Path:
-    raw = yaml.safe_load((ROOT / "grading_config.yaml").read_text())
-    raw["execution"] |= {"cell_timeout_s": CELL_S, "wall_timeout_s": 30, "cpu_timeout_s": 30, "memory_mb": 3072}
-    path = tmp / "grading_config.yaml"
+def _course(tmp: Path, **execution: float) -> Path:
+    """A copy of the demo course (tests/fixtures/lesson_demo) with these execution limits; its config's path."""
+    root = tmp / "lesson_demo"
+    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    raw = yaml.safe_load((root / "grading_config.yaml").read_text())
+    raw["execution"] |= execution
+    path = root / "grading_config.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
 
 
 def test_config_keeps_the_cell_limit_below_the_notebook_limits(tmp_path: Path) -> None:
-    raw = yaml.safe_load((ROOT / "grading_config.yaml").read_text())
-    raw["execution"]["cell_timeout_s"] = raw["execution"]["wall_timeout_s"]
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    wall = yaml.safe_load((FIXTURE / "grading_config.yaml").read_text())["execution"]["wall_timeout_s"]
     with pytest.raises(ConfigError, match="cell_timeout_s"):
-        load_config(tmp_path / "c.yaml")
+        load_config(_course(tmp_path, cell_timeout_s=wall))
 
 
+@pytest.mark.build
 @pytest.mark.sandbox
-def test_a_correct_notebook_with_a_slow_cell_keeps_every_point(tmp_path: Path, suite: Suite) -> None:
+def test_a_correct_notebook_with_a_slow_cell_keeps_every_point(tmp_path: Path, demo_course: Course) -> None:
+    course = Course.load(_course(tmp_path, cell_timeout_s=CELL_S, wall_timeout_s=30, cpu_timeout_s=30,
+                                 memory_mb=3072))
+    suite = course.suite
     answers = mc_answers(list(suite.questions))
     subs = tmp_path / "subs"
     subs.mkdir()
     placed = {}
-    for name, code, where in (("after_milestone", "import time; time.sleep(35)", -3),
+    for name, code, where in (("near_the_end", "import time; time.sleep(35)", -1),  # above the notebook's limits
                               ("c_call_early", C_SLEEP, 3)):
-        notebook = filled_notebook(TEMPLATE, answers=answers)
+        notebook = filled_notebook(demo_course.lesson.notebook, answers=answers, lesson=course.lesson)
         at = where % len(notebook.cells)
         notebook.cells.insert(at, nbformat.v4.new_code_cell(code))
         nbformat.write(notebook, str(subs / f"{name}.ipynb"))
         placed[name] = (at, code.splitlines()[0])
-    summary = grade_batch(subs, out=tmp_path / "out", course=Course.load(_config(tmp_path)), progress=False, workers=2)
+    summary = grade_batch(subs, out=tmp_path / "out", course=course, progress=False, workers=2)
     rows = {r["id"]: r for r in summary.rows}
     for name, (at, first) in placed.items():
         assert rows[name]["status"] == "graded" and rows[name]["total"] == suite.notebook_points, rows[name]

@@ -1,4 +1,5 @@
-"""Execution stage under attack: each hostile notebook gets a clear status and none breaks the pool."""
+"""Execution stage under attack: each hostile notebook gets a clear status and none breaks the pool. Probe modules
+of the tests' own (no lesson); the file the sandbox must hide is the demo lesson's reference, inside this checkout."""
 
 from __future__ import annotations
 
@@ -18,18 +19,18 @@ import pytest
 from conftest import importable
 
 from autograder import wire
-from autograder.lesson import default_lesson
+from autograder.config import ROOT
+from autograder.lesson import RUNTIME_FILE, RUNTIME_NAME
 from autograder.model import RUN_STATUSES, Status
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.notebook import read_notebook
 from autograder.sandbox.pool import WorkerPool, execute_batch, execute_submission
 from autograder.sandbox.protocol import ExecResult, WorkerError
 
-checks = default_lesson().checks
-
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
+REFERENCE = REPO / "tests" / "fixtures" / "lesson_demo" / "reference" / "lesson_demo.py"
 # Another checkout beside this one (made by the batch fixture): the sandbox must hide it wherever REPO lives.
-OTHER_CHECKOUT = REPO.parent / f".lesson83-other-checkout-{os.getpid()}"
+OTHER_CHECKOUT = REPO.parent / f".grader-other-checkout-{os.getpid()}"
 LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
 PROBES = [("add", "add", {"args": [2, 3]}), ("value", "value", {})]
 ADD = "def add(a, b):\n    return a + b"
@@ -47,7 +48,7 @@ def run_probe(env, name, args):
 
 def nb(*cells: str, tags: dict[int, list[str]] | None = None) -> bytes:
     notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_markdown_cell("# Lesson 83")]
+    notebook.cells = [nbformat.v4.new_markdown_cell("# A notebook")]
     for i, src in enumerate(cells):
         cell = nbformat.v4.new_code_cell(src)
         cell.metadata["tags"] = (tags or {}).get(i, [])
@@ -106,12 +107,12 @@ CASES = {
                         "    open('scratch.txt', 'w').write('x')\n"
                         "    return {'outside': ok, 'cwd': os.getcwd(),\n"
                         "            'scratch': os.path.exists('scratch.txt')}"),
-    "read_reference": nb(f"import os\nREF = {str(REPO / 'reference' / 'lesson83.py')!r}\n"
+    "read_reference": nb(f"import os\nREF = {str(REFERENCE)!r}\n"
                          "try:\n    print(open(REF).read())\nexcept OSError as exc:\n    print('no', exc)",
                          f"def value():\n    repo, other = {str(REPO)!r}, {str(OTHER_CHECKOUT)!r}\n"
                          "    ls = lambda p: os.listdir(p) if os.path.isdir(p) else []\n"
                          "    return [os.path.exists(REF), ls(repo), ls(os.path.dirname(repo)),\n"
-                         "            os.path.exists(os.path.join(other, 'reference', 'lesson83.py')), ls(other)]"),
+                         "            os.path.exists(os.path.join(other, 'reference', 'lesson_demo.py')), ls(other)]"),
     "patch_np_allclose": nb("import numpy as np\nnp.allclose = lambda *a, **k: True", ADD),
     "patch_np_testing": nb("import numpy as np\nnp.testing.assert_allclose = lambda *a, **k: None", ADD),
     "patch_torch_allclose": nb("import torch\ntorch.allclose = lambda *a, **k: True", ADD),
@@ -140,7 +141,7 @@ def fake_checks(tmp_path_factory: pytest.TempPathFactory) -> str:
 def batch(fake_checks: str) -> Iterator[tuple[dict[str, ExecResult], ExecResult, str]]:
     """Every case through one two-worker pool at once, then an honest notebook on the same pool."""
     (OTHER_CHECKOUT / "reference").mkdir(parents=True, exist_ok=True)
-    (OTHER_CHECKOUT / "reference" / "lesson83.py").write_text("# another checkout\n")
+    (OTHER_CHECKOUT / "reference" / "lesson_demo.py").write_text("# another checkout\n")
     try:
         with WorkerPool(2, limits=LIMITS, probe_module=fake_checks) as pool:
             cases = dict(CASES)
@@ -308,7 +309,7 @@ def test_reference_and_repository_are_not_visible(batch):
     # wherever the checkout and its virtual environment live.
     assert REPO.name not in around and OTHER_CHECKOUT.name not in around
     assert other_exists is False and other_listing == []
-    source = (REPO / "reference" / "lesson83.py").read_text()
+    source = REFERENCE.read_text()
     assert source.splitlines()[0] not in res.stdout
 
 
@@ -463,7 +464,7 @@ def one_worker(fake_checks: str) -> Iterator[WorkerPool]:
 
 # Marker halves: the marker itself is written only by submission A; B searches for the halves one after
 # the other in its own memory (process_vm_readv on itself), so B never holds the marker.
-MARK_1, MARK_2 = "lesson83-leak-", "7f3a9c51e2d4b608"
+MARK_1, MARK_2 = "grader-leak-", "7f3a9c51e2d4b608"
 SCAN = f'''
 import ctypes, os, re
 H1, H2 = {MARK_1.encode()!r}, {MARK_2.encode()!r}
@@ -616,73 +617,55 @@ def test_memory_is_limited_for_the_submission_as_a_whole(fake_checks, guard):
     assert honest.status == Status.GRADED and value(honest, "add") == 5
 
 
-# --------------------------------------------------------------------------- the real probes
+# --------------------------------------------------------------------------- a probe on the engine's runtime
 
-SINUSOIDAL = {
-    "plain_tensor": "import torch\ndef sinusoidal_pe(n, d):\n    return torch.zeros(n, d)",
-    "parameter": "import torch\ndef sinusoidal_pe(n, d):\n    return torch.nn.Parameter(torch.zeros(n, d))",
+# A lesson's probe as a checks module writes one: it returns the student's output through the runtime's as_array,
+# which refuses anything but plain arrays, tensors and numbers and records the rest in SUSPICIOUS for the child.
+ARRAY_CHECKS = f"""
+from {RUNTIME_NAME} import *  # noqa: F403
+from {RUNTIME_NAME} import as_array, defined, probe
+
+
+@probe
+def call(env, fn, args):
+    return {{"value": as_array(defined(env, fn)(*args), fn)}}
+"""
+TABLES = {
+    "plain_tensor": "import torch\ndef table(n, d):\n    return torch.zeros(n, d)",
+    "parameter": "import torch\ndef table(n, d):\n    return torch.nn.Parameter(torch.zeros(n, d))",
     "tensor_subclass": "import torch\nclass T(torch.Tensor):\n    def numpy(self):\n        return None\n"
-                       "def sinusoidal_pe(n, d):\n    return torch.zeros(n, d).as_subclass(T)",
+                       "def table(n, d):\n    return torch.zeros(n, d).as_subclass(T)",
     "array_like": "import numpy as np\nclass A:\n    def __array__(self, dtype=None, copy=None):\n"
-                  "        return np.zeros((6, 4))\ndef sinusoidal_pe(n, d):\n    return A()",
+                  "        return np.zeros((6, 4))\ndef table(n, d):\n    return A()",
 }
 
 
 @pytest.fixture(scope="module")
-def real_probes() -> dict[str, ExecResult]:
-    probes = [("table", "call", {"fn": "sinusoidal_pe", "args": [6, 4]})]
-    with WorkerPool(1, limits=LIMITS) as pool:
-        return dict(pool.run_many(((k, nb(src)) for k, src in SINUSOIDAL.items()), probes=probes))
+def runtime_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExecResult]:
+    """Each table notebook probed by a checks module on the runtime, shipped as a lesson's modules are."""
+    path = tmp_path_factory.mktemp("array_checks") / "array_checks.py"
+    path.write_text(ARRAY_CHECKS)
+    modules = {RUNTIME_NAME: RUNTIME_FILE, "array_checks": path}
+    probes = [("table", "call", {"fn": "table", "args": [6, 4]})]
+    with WorkerPool(1, limits=LIMITS, probe_module="array_checks", modules=modules) as pool:
+        return dict(pool.run_many(((k, nb(src)) for k, src in TABLES.items()), probes=probes))
 
 
 @pytest.mark.parametrize("case", ["plain_tensor", "parameter"])
 @pytest.mark.sandbox
-def test_plain_tensors_and_parameters_are_honest(real_probes, case):
-    res = real_probes[case]
+def test_plain_tensors_and_parameters_are_honest(runtime_probes, case):
+    res = runtime_probes[case]
     assert res.status == Status.GRADED and res.tampering == [], (res.notes, res.tampering)
     assert value(res, "table").shape == (6, 4)
 
 
 @pytest.mark.parametrize("case", ["tensor_subclass", "array_like"])
 @pytest.mark.sandbox
-def test_outputs_posing_as_arrays_earn_nothing_and_are_flagged(real_probes, case):
-    res = real_probes[case]
+def test_outputs_posing_as_arrays_earn_nothing_and_are_flagged(runtime_probes, case):
+    res = runtime_probes[case]
     assert res.status == Status.TAMPERING, res.notes
     assert any("suspicious probe output" in f for f in res.tampering), res.tampering
     assert "error" in res.outputs["table"]
-
-
-ALIASING_LM = '''
-import torch
-from torch import nn
-
-class TinyCharLM(nn.Module):
-    """Not causal (every position sees the mean of all), and it rewrites its previous answer in place."""
-
-    def __init__(self, vocab_size, pos, num_hiddens, num_heads, num_blks, max_len):
-        super().__init__()
-        self.token_emb = nn.Embedding(vocab_size, num_hiddens)
-        self.head = nn.Linear(num_hiddens, vocab_size)
-        self.last = None
-
-    def forward(self, X):
-        h = self.token_emb(X)
-        out = self.head(h + h.mean(dim=1, keepdim=True))
-        if self.last is not None and self.last.shape == out.shape:
-            self.last.copy_(out)
-        self.last = out
-        return out
-'''
-
-
-def test_a_returned_tensor_changed_later_does_not_change_what_the_probe_saw():
-    env: dict[str, object] = {}
-    exec(ALIASING_LM, env)  # noqa: S102 - test code
-    got = checks.run_probe(env, "lm_causal", {"pos": "rope", "T": 20, "t": 9, "seed": 6})
-    case = {"id": "m1_tinycharlm/causal_rope", "check": "pair_equal", "atol": 1e-6, "rtol": 1e-6,
-            "first": "logits after tokens 9.. change", "second": "logits of the original input"}
-    assert "first" in got, got
-    assert not checks.judge(case, got, {}).passed
 
 
 @pytest.mark.parametrize("data", [
