@@ -136,6 +136,7 @@ def _grade(subs: Path, out: Path, config: Path, address: str) -> subprocess.Pope
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.build  # the demo release's sample class (demo_course)
 def test_a_class_graded_on_the_cluster_equals_a_local_run_and_resumes(
         tmp_path: Path, cluster: LocalCluster, sample_class: tuple[Path, Path, bytes]) -> None:
     subs, config, local = sample_class
@@ -150,6 +151,7 @@ def test_a_class_graded_on_the_cluster_equals_a_local_run_and_resumes(
     assert (out / "grades.csv").read_bytes() == local
 
 
+@pytest.mark.build  # the demo release's sample class (demo_course)
 def test_a_worker_killed_mid_class_loses_no_submission(
         tmp_path: Path, cluster: LocalCluster, sample_class: tuple[Path, Path, bytes]) -> None:
     subs, config, local = sample_class
@@ -169,6 +171,7 @@ def test_a_worker_killed_mid_class_loses_no_submission(
     assert (out / "grades.csv").read_bytes() == local
 
 
+@pytest.mark.build  # the demo release's sample class (demo_course)
 def test_an_unreachable_scheduler_is_a_clear_error(tmp_path: Path, sample_class: tuple[Path, Path, bytes]) -> None:
     pytest.importorskip("distributed")
     subs, config, _ = sample_class

@@ -49,7 +49,6 @@ CONTROL_ANSWER = f'=HYPERLINK("http://x.test")\x1b[2J\x1b[31mred\x1b[0m\rhidden\
 REBIND = "def _table(max_len, d):\n    return np.zeros((max_len, d))\n\n\nif True:\n    sinusoidal_pe = _table"
 
 
-
 def _answer(nb: nbformat.NotebookNode, part: str, text: str) -> nbformat.NotebookNode:
     """Type `text` into the answer cell of a written part, as a student would (the cell after its prompt)."""
     at = next(n for n, c in enumerate(nb.cells) if f"**`{part}`.**" in c.source)
@@ -147,15 +146,6 @@ def test_report_csv_rows_and_diagnoses(report: dict[str, Path], suite: Suite) ->
     assert float(rows["erin"]["q2_sinusoidal_pe"]) < points["q2_sinusoidal_pe"]
 
 
-
-
-
-
-
-
-
-
-
 @pytest.mark.sandbox
 def test_lesson83_pages_show_its_code_its_facts_and_its_milestone_columns(report: dict[str, Path]) -> None:
     """Lesson 83's class on its pages (the escaping, the regrade commands and the written answers are the
@@ -208,14 +198,7 @@ def test_multiple_choice_counts_each_option_and_names_its_misconception(report: 
     assert UNRECOGNISED not in section  # a wrong answer is no longer "unrecognised"
 
 
-
-
-
-
-
-
-
-
+@pytest.mark.sandbox  # the class graded by the report fixture
 def test_gate_only_failures_say_so_instead_of_an_error_diff(report: dict[str, Path]) -> None:
     """grace's zeros fail q2's value cases; the relative-position identity holds of zeros, so it failed only by
     its gate: the page says it was not checked, with no message or expected-versus-received table. The odd-d
@@ -278,6 +261,8 @@ LAYOUT = """(() => {
 })()"""
 
 
+@pytest.mark.sandbox
+@pytest.mark.browser
 def test_first_screen_has_the_search_and_nothing_overflows_at_1280x800(report: dict[str, Path]) -> None:
     """In a 1280 x 800 window: the index's student search is on the first screen, and on every page of the
     report no element is wider inside than its box (scrollWidth > clientWidth: a cut-off column, a table or
@@ -296,8 +281,6 @@ def test_first_screen_has_the_search_and_nothing_overflows_at_1280x800(report: d
                 assert 0 <= top < bottom <= 800 and 0 <= left < right <= 1280, seen
     finally:
         browser.close()
-
-
 
 
 def _chromium() -> str:
@@ -441,22 +424,6 @@ def test_index_renders_in_headless_chromium(report: dict[str, Path], suite: Suit
 
 def _student_url(out: Path, sid: str) -> str:
     return next(p for p in (out / "students").glob("*.html") if p.stem == sid).as_uri()
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def test_misconceptions_stay_out_of_the_student_release(suite: Suite) -> None:
