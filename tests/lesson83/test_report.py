@@ -1,48 +1,35 @@
-"""The report command: a small graded class, report.csv, escaping of hostile input, and headless Chromium."""
+"""The report of a graded Lesson 83 class: its diagnoses in report.csv, its code, facts and milestone columns on
+the pages, its multiple-choice misconceptions, gate-only failures, and the report in headless Chromium. The report's
+engine behaviour (escaping, written answers, merged scores, regrade commands, stored expected values, any result
+held) is tested on the demo lesson: tests/engine/test_report_engine.py."""
 
 from __future__ import annotations
 
-import base64
-import copy
 import csv
 import html as html_module
 import json
 import os
-import random
 import re
-import shlex
 import shutil
 import struct
 import subprocess
-import unicodedata
 import zipfile
 from pathlib import Path
 
 import nbformat
-import numpy as np
 import pytest
 
-from autograder.authoring import suite as suite_module
 from autograder.authoring.questions import mc_answers, shuffled
 from autograder.authoring.suite import Suite, load_suite
-from autograder.cli import main as cli_main
 from autograder.config import DEFAULT_CONFIG, ROOT
-from autograder.course import Course
 from autograder.grading.batch import grade_batch
-from autograder.lesson import default_lesson
-from autograder.model import Status, csv_text, spreadsheet_text
 from autograder.release.sample import filled_notebook
 from autograder.report import (
-    MANUAL_CSV,
-    MARKER,
-    SCRIPT_HASH,
     UNFINISHED,
     UNRECOGNISED,
     plain_math,
-    record_problem,
     write_report,
 )
-from autograder.report import SCRIPT as REPORT_SCRIPT
 from autograder.report.model import lesson_title
 from reference.lesson83_mistakes import MISTAKES
 
@@ -60,8 +47,6 @@ HOSTILE_ANSWER = "A buffer moves with .to() but is not trained. </div><script>al
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
 CONTROL_ANSWER = f'=HYPERLINK("http://x.test")\x1b[2J\x1b[31mred\x1b[0m\rhidden\x07\x00\x7f\x85 {BIDI} exe.txt'
 REBIND = "def _table(max_len, d):\n    return np.zeros((max_len, d))\n\n\nif True:\n    sinusoidal_pe = _table"
-
-checks = default_lesson().checks
 
 
 def _answer(nb: nbformat.NotebookNode, part: str, text: str) -> nbformat.NotebookNode:
@@ -162,68 +147,22 @@ def test_report_csv_rows_and_diagnoses(report: dict[str, Path], suite: Suite) ->
 
 
 @pytest.mark.sandbox
-def test_student_pages_escape_hostile_input(report: dict[str, Path]) -> None:
+def test_lesson83_pages_show_its_code_its_facts_and_its_milestone_columns(report: dict[str, Path]) -> None:
+    """Lesson 83's class on its pages (the escaping, the regrade commands and the written answers are the
+    engine's: tests/engine/test_report_engine.py): the RoPE code of a student, the expected-versus-received grid
+    of a RoPE case, the facts of a blank notebook as key rows, and the milestone's two columns named apart."""
     out = report["out"]
-    pages = [out / "index.html", *sorted((out / "students").glob("*.html")), *sorted((out / "written").glob("*"))]
-    assert len(pages) == 1 + 9 + 3 and (out / MARKER).exists()
-    for page in pages:  # one script, the report's own, allowed by its hash: nothing a student wrote can run
-        text = page.read_text()
-        assert text.lower().count("<script") == 1 and f"<script>{REPORT_SCRIPT}</script>" in text, page.name
-        assert f"script-src 'sha256-{SCRIPT_HASH}'" in text and "script-src 'unsafe-inline'" not in text, page.name
-        assert "No cell of the notebook defines ." not in text, page.name  # no empty names in messages
     mallory = _page(out, HOSTILE_ID)
-    assert "# &lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in mallory  # their code cell, escaped
-    assert "def apply_rope(x, cos, sin):" in mallory and f"<h1>{html_escape(HOSTILE_ID)}</h1>" in mallory
-    erin = _page(out, "erin")  # an exception message the student wrote, escaped too
-    assert "ValueError: &lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in erin
+    assert "def apply_rope(x, cos, sin):" in mallory
     alice = _page(out, "alice")  # code read from inside the zip, expected-versus-received with wrong cells
     assert "x1, x2 = x[..., 0::2], x[..., 1::2]" in alice
     assert 'class="grid"' in alice and "<td class=bad>" in alice and "q5_rope/scores_seed42" in alice
     blank = _page(out, "blank")  # facts as key rows, the wrong ones marked
     assert "<tr class=bad><td>buffers</td>" in blank
-
-
-
-ESCAPED_ANSWER = "&lt;/div&gt;&lt;script&gt;alert(2)&lt;/script&gt; &amp; =1+1"
-
-
-@pytest.mark.sandbox
-def test_written_answers_have_pages_a_sheet_and_a_place_on_the_student_page(report: dict[str, Path],
-                                                                             suite: Suite) -> None:
-    out = report["out"]
-    q9 = next(q for q in suite.questions if q.manual)
     index = (out / "index.html").read_text()
-    for part in q9.written:
-        assert f'href="written/{part.part}.html"' in index
-    page = (out / "written" / "q9_buffer.html").read_text()
-    model = q9.written[0].answer
-    assert html_escape(model) in page and html_escape(q9.written[0].prompt) in page
-    # frank's answer, escaped, in the row that links to his page; the others say they left the template as it was
-    row = re.search(r'<tr><td><a href="../students/frank.html">frank</a></td>.*?</tr>', page, re.S)
-    assert row and ESCAPED_ANSWER in row.group(0), page[-3000:]
-    assert re.search(r'<a href="../students/carol.html">carol</a></td>.*?left as the template had it', page, re.S)
-    frank = _page(out, "frank")
-    assert ESCAPED_ANSWER in frank and "No table: the bias is a formula for every distance." in frank
-    assert html_escape(q9.written[2].answer) in frank  # the model answer beside it
-    with (out / MANUAL_CSV).open(newline="") as f:
-        sheet = {r["id"]: r for r in csv.DictReader(f)}
-    assert list(next(iter(sheet.values())))[:5] == ["id", "q9_buffer", "q9_rope_v", "q9_alibi", "comment"]
-    assert sheet["frank"]["q9_buffer answer"] == HOSTILE_ANSWER and sheet["frank"]["q9_buffer"] == ""
-    assert HOSTILE_ID in sheet and sheet["blank"]["q9_alibi answer"] == ""
-
-
-@pytest.mark.sandbox
-def test_merged_written_scores_show_in_the_report(report: dict[str, Path], tmp_path: Path) -> None:
-    grades = tmp_path / "grades"
-    shutil.copytree(report["grades"], grades)
-    sheet = (report["out"] / MANUAL_CSV).read_text()
-    filled = re.sub(r"^frank,,,,", "frank,2,1,1.5", sheet, flags=re.M)
-    (tmp_path / "scores.csv").write_text(filled)
-    assert cli_main(["merge", str(grades), str(tmp_path / "scores.csv")]) == 0
-    index = write_report(grades, out=tmp_path / "report")
-    row = re.search(r'<tr><td><a href="students/frank.html">frank</a>.*?</tr>', index.read_text(), re.S).group(0)
-    assert '<td class="num">4.5</td>' in row
-    assert "4.5 / 6" in _page(tmp_path / "report", "frank")
+    head = re.search(r'<table class="sortable scores" id="students"><thead><tr>(.*?)</tr>', index).group(1)
+    labels = re.findall(r">([^<]+)</th>", head)
+    assert len(labels) == len(set(labels)) and "m1_tinycharlm" in labels and "m1_checkpoint" in labels, labels
 
 
 def html_escape(text: str) -> str:
@@ -259,70 +198,7 @@ def test_multiple_choice_counts_each_option_and_names_its_misconception(report: 
     assert UNRECOGNISED not in section  # a wrong answer is no longer "unrecognised"
 
 
-@pytest.mark.sandbox
-def test_index_links_files_prints_the_regrade_command_and_names_columns(report: dict[str, Path]) -> None:
-    out, grades = report["out"], report["grades"]
-    index = (out / "index.html").read_text()
-    # runnable as printed, the virtual environment active or not: the console script by its full path
-    commands = html_module.unescape(re.search(r'id="regrade">.*?<pre>(.*?)</pre>', index, re.S).group(1))
-    grade, again = [shlex.split(line) for line in commands.splitlines()]
-    assert grade[1:] == ["grade", str(report["tmp"] / "submissions"), "--out", str(grades)]
-    assert again[1:] == ["report", str(grades), "--out", str(out)]
-    assert grade[0] == again[0] and Path(grade[0]).is_absolute() and os.access(grade[0], os.X_OK), grade[0]
-    head = re.search(r'<table class="sortable scores" id="students"><thead><tr>(.*?)</tr>', index).group(1)
-    labels = re.findall(r">([^<]+)</th>", head)
-    assert len(labels) == len(set(labels)) and "m1_tinycharlm" in labels and "m1_checkpoint" in labels, labels
-    alice = _page(out, "alice")
-    assert f'href="{(report["tmp"] / "submissions" / "alice.zip").as_uri()}"' in alice
-    assert f"{shlex.quote(grade[0])} grade" in alice
-
-
-def test_every_csv_escapes_control_and_bidirectional_characters_and_formulas(report: dict[str, Path]) -> None:
-    """report.csv, manual_scores.csv and grades.csv: no raw control (but newline and tab) or bidirectional
-    character anywhere, no cell that a spreadsheet would read as a formula; frank's hostile answer is there,
-    escaped, and the sheet still merges back."""
-    files = [report["out"] / "report.csv", report["out"] / MANUAL_CSV, report["grades"] / "grades.csv"]
-    for path in files:
-        text = path.read_text(encoding="utf-8")
-        raw = sorted({hex(ord(c)) for c in text if c in BIDI or (unicodedata.category(c) == "Cc" and c not in "\n\t")})
-        assert not raw, (path.name, raw)
-        with path.open(newline="", encoding="utf-8") as f:
-            cells = [c for row in csv.reader(f) for c in row]
-        assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")], path.name
-    with (report["out"] / MANUAL_CSV).open(newline="", encoding="utf-8") as f:
-        sheet = {r["id"]: r for r in csv.DictReader(f)}
-    shown = sheet["frank"]["q9_rope_v answer"]
-    assert shown == spreadsheet_text(CONTROL_ANSWER) and shown.startswith("'=HYPERLINK(")
-    assert "\\x1b[2J\\x1b[31mred\\x1b[0m\\x0dhidden\\x07\\x00\\x7f\\x85" in shown
-    assert "\\u202a\\u202b\\u202c\\u202d\\u202e\\u2066\\u2067\\u2068\\u2069\\u200e\\u200f\\u061c" in shown
-
-
-def test_spreadsheet_text_keeps_plain_text_and_escapes_the_rest() -> None:
-    plain = "two\nlines\tand a tab, ünïcödé, 名前, עברית"
-    assert spreadsheet_text(plain) == plain
-    assert spreadsheet_text("-1") == "'-1" and spreadsheet_text("\r=1") == "\\x0d=1"  # escaped: no longer a formula
-    for c in BIDI:
-        assert spreadsheet_text(f"a{c}b") == f"a\\u{ord(c):04x}b"
-    assert csv_text([["id", "x"], ["=1+1", 2.5]]) == "id,x\n'=1+1,2.5\n"
-
-
-def test_student_page_shows_what_each_name_was_bound_to_when_the_notebook_ended(report: dict[str, Path]) -> None:
-    """grace's notebook has the reference's clean `def sinusoidal_pe`; a later cell binds the name to a function
-    that returns zeros. Her page shows that cell, the lines marked, says the name was rebound, and folds the clean
-    def away as replaced."""
-    page = _page(report["out"], "grace")
-    q2 = re.search(r'<h3 id="q2_sinusoidal_pe">.*?</section>', page, re.S).group(0)
-    assert re.search(r"sinusoidal_pe is bound 2 times \(cell \d+, lines 1–\d+: def; cell (\d+), line 6: assignment\)"
-                     r": the grader probed the last one, in cell \1, line 6; it is `sinusoidal_pe = _table`, so the "
-                     r"code is that of _table, bound in cell \1, lines 1–2", q2), q2
-    graded, replaced = re.search(r"<details open>(.*?)</details><details>(.*?)</details>", q2, re.S).groups()
-    assert "<mark>    sinusoidal_pe = _table</mark>" in graded and "<mark>def _table(max_len, d):</mark>" in graded
-    assert "def sinusoidal_pe" not in graded
-    assert "earlier bindings, replaced before the notebook ended" in replaced and "def sinusoidal_pe" in replaced
-    frank = _page(report["out"], "frank")  # q8: each answer bound once, nothing to warn about
-    assert "student code for q8_checks" in frank and "is bound" not in frank
-
-
+@pytest.mark.sandbox  # the class graded by the report fixture
 def test_gate_only_failures_say_so_instead_of_an_error_diff(report: dict[str, Path]) -> None:
     """grace's zeros fail q2's value cases; the relative-position identity holds of zeros, so it failed only by
     its gate: the page says it was not checked, with no message or expected-versus-received table. The odd-d
@@ -341,7 +217,6 @@ def _rows(html: str, table: str) -> list[tuple[str, bool]]:
     """(student id, hidden) of each row of a sortable table in a dumped DOM, in order."""
     body = re.search(rf'<table class="sortable[^"]*" id="{table}"[^>]*>.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
     rows = re.findall(r"<tr( hidden=\"\")?[^>]*><td[^>]*><a [^>]*>([^<]*)</a>", body)
-    import html as html_module
 
     return [(html_module.unescape(sid), bool(hidden)) for hidden, sid in rows]
 
@@ -386,6 +261,8 @@ LAYOUT = """(() => {
 })()"""
 
 
+@pytest.mark.sandbox
+@pytest.mark.browser
 def test_first_screen_has_the_search_and_nothing_overflows_at_1280x800(report: dict[str, Path]) -> None:
     """In a 1280 x 800 window: the index's student search is on the first screen, and on every page of the
     report no element is wider inside than its box (scrollWidth > clientWidth: a cut-off column, a table or
@@ -404,26 +281,6 @@ def test_first_screen_has_the_search_and_nothing_overflows_at_1280x800(report: d
                 assert 0 <= top < bottom <= 800 and 0 <= left < right <= 1280, seen
     finally:
         browser.close()
-
-
-def test_grade_and_report_write_here_and_print_a_command_that_runs_as_printed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """`grade` without --out writes ./grades in the current folder (never into the package), and prints the
-    report command with the full path of the executable: it runs as printed from another folder, without the
-    virtual environment on PATH, and writes ./report there."""
-    subs, course, elsewhere = tmp_path / "subs", tmp_path / "course", tmp_path / "elsewhere"
-    for folder in (subs, course, elsewhere):
-        folder.mkdir()
-    monkeypatch.chdir(course)
-    assert cli_main(["grade", str(subs), "--quiet"]) == 0
-    assert (course / "grades" / "grades.csv").is_file() and (course / "grades" / "summary.json").is_file()
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("TA report: "))
-    argv = shlex.split(line.removeprefix("TA report: "))
-    assert argv[1:] == ["report", str(course / "grades")] and Path(argv[0]).is_absolute(), argv
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {"PATH": "/usr/bin:/bin"}
-    done = subprocess.run(argv, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip() == str(elsewhere / "report" / "index.html")
 
 
 def _chromium() -> str:
@@ -567,162 +424,6 @@ def test_index_renders_in_headless_chromium(report: dict[str, Path], suite: Suit
 
 def _student_url(out: Path, sid: str) -> str:
     return next(p for p in (out / "students").glob("*.html") if p.stem == sid).as_uri()
-
-
-@pytest.mark.sandbox
-def test_report_replaces_itself_but_nothing_else(report: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["report", str(report["grades"]), "--out", str(report["out"])]) == 0
-    assert capsys.readouterr().out.strip() == str(report["index"])
-    other = report["tmp"] / "not-a-report"
-    other.mkdir()
-    (other / "keep.txt").write_text("mine")
-    assert cli_main(["report", str(report["grades"]), "--out", str(other)]) == 2
-    assert (other / "keep.txt").read_text() == "mine" and sorted(p.name for p in other.iterdir()) == ["keep.txt"]
-    assert not [p for p in report["tmp"].iterdir() if ".tmp-" in p.name]  # no temporary folder left behind
-
-
-@pytest.mark.sandbox
-def test_results_store_what_they_were_judged_against(report: dict[str, Path], suite: Suite) -> None:
-    """Each result keeps the suite's fingerprint, and each failed case that ran the reference value it was
-    judged against (the report shows those, never values recomputed at report time)."""
-    record = json.loads((report["grades"] / "results" / "carol.json").read_text())
-    assert record["fingerprint"] == suite.fingerprint
-    shown = [c for c in record["cases"] if not c["passed"] and c["received"] is not None]
-    assert shown and all(c["expected"] == checks.to_plain(suite.expected[c["id"]]["value"]) for c in shown)
-    assert all(c["expected"] is None for c in record["cases"] if c["passed"])
-
-
-def _fill_arrays(plain: object, value: float) -> object:
-    """Plain probe data with every array's values replaced by `value` (same shape and dtype)."""
-    if isinstance(plain, dict) and "__ndarray__" in plain:
-        return checks.to_plain(np.full_like(checks.from_plain(plain), value))
-    if isinstance(plain, dict):
-        return {k: _fill_arrays(v, value) for k, v in plain.items()}
-    if isinstance(plain, list):
-        return [_fill_arrays(v, value) for v in plain]
-    return plain
-
-
-@pytest.mark.sandbox
-def test_report_shows_the_stored_expected_values_and_says_when_the_suite_changed(
-        report: dict[str, Path], suite: Suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A result judged against another version of the tests: its page shows the expected values stored with
-    it (here made up, 4242.5 everywhere) and says so; a result of an older grader, stored without them, says
-    that instead; the report never computes the reference values."""
-    grades = tmp_path / "grades"
-    shutil.copytree(report["grades"], grades)
-    carol = json.loads((grades / "results" / "carol.json").read_text())
-    carol["fingerprint"] = "0123456789abcdef"
-    for c in carol["cases"]:
-        c["expected"] = _fill_arrays(c["expected"], 4242.5)
-    (grades / "results" / "carol.json").write_text(json.dumps(carol))
-    dave = json.loads((grades / "results" / "dave.json").read_text())
-    dave.pop("fingerprint")
-    for c in dave["cases"]:
-        c.pop("expected")
-    (grades / "results" / "dave.json").write_text(json.dumps(dave))
-    fresh = Course.load(DEFAULT_CONFIG)  # nothing computed yet: the report must not ask for the reference values
-    monkeypatch.setattr(suite_module, "expected_values", lambda questions: pytest.fail("recomputed expected values"))
-    write_report(grades, out=tmp_path / "report", course=fresh)
-    index = (tmp_path / "report" / "index.html").read_text()
-    assert "2 results were judged against another version of the tests" in index
-    page = _page(tmp_path / "report", "carol")
-    assert "Judged against another version of the tests (suite 0123456789abcdef" in page
-    assert "4242.5000" in page and "4242.5000" not in _page(report["out"], "carol")
-    page = _page(tmp_path / "report", "dave")
-    assert "a version of the suite that stored no fingerprint" in page
-    assert "The expected value was not stored with this result" in page
-    assert "Judged against another version" not in _page(tmp_path / "report", "erin")
-
-
-def _random_json(rng: random.Random, depth: int = 0) -> object:
-    """A seeded random JSON value, hostile on purpose: lone surrogates, NaN, huge numbers, odd arrays."""
-    kind = rng.choice(["none", "bool", "int", "float", "str", "str", "array"] + (["list", "dict"] if depth < 3 else []))
-    if kind == "none":
-        return None
-    if kind == "bool":
-        return rng.random() < 0.5
-    if kind == "int":
-        return rng.choice([0, -1, 10**400, rng.randint(-10**9, 10**9)])
-    if kind == "float":
-        return rng.choice([0.0, float("nan"), float("inf"), -float("inf"), 1e308, rng.random()])
-    if kind == "str":
-        return rng.choice(["", "\ud800", "<script>alert(1)</script>", "=1+1", "x" * rng.randint(0, 20_000),
-                           "".join(chr(rng.randint(1, 0x10FFFF)) for _ in range(20))])
-    if kind == "array":
-        return {"__ndarray__": rng.choice([base64.b64encode(rng.randbytes(rng.choice([0, 8, 48]))).decode(), "!!", 7]),
-                "dtype": rng.choice(["<f8", "<i4", "|b1", "<U3", "O", "zz", 5]),
-                "shape": rng.choice([[0, 3, 2], [1] * 70, [2, -1], [], "x", [10**12, 0], [6], [2, 3]])}
-    if kind == "list":
-        return [_random_json(rng, depth + 1) for _ in range(rng.randint(0, 4))]
-    return {rng.choice(["value", "error", "type", "message", "ppl", "claimed", "128"]): _random_json(rng, depth + 1)
-            for _ in range(rng.randint(0, 4))}
-
-
-@pytest.fixture(scope="module")
-def base_record(suite: Suite) -> dict:
-    """A real result whose q2 cases failed with a zero-size 3-D array (no sandbox: the reference, patched)."""
-    from autograder.authoring.suite import reference_env
-    from autograder.grading.judge import grade_namespace
-
-    env = reference_env(suite) | {"sinusoidal_pe": lambda max_len, d: np.zeros((0, 3, 2))}
-    record = grade_namespace(suite, env, name="base").to_dict()
-    assert any(not c["passed"] and c["received"] for c in record["cases"])
-    return json.loads(json.dumps(record))
-
-
-def _mutant(rng: random.Random, base: dict) -> object:
-    record = copy.deepcopy(base)
-    for _ in range(rng.randint(1, 3)):
-        failed = [c for c in record.get("cases", []) if isinstance(c, dict) and not c.get("passed")] \
-            if isinstance(record.get("cases"), list) else []
-        where = rng.choice(["top", "case", "received"] if failed else ["top"])
-        if where == "top":
-            record[rng.choice([*base, "extra"])] = _random_json(rng)
-        elif where == "case":
-            rng.choice(failed)[rng.choice(["id", "question", "passed", "hidden", "message", "diagnosis", "received",
-                                           "points", "max_points"])] = _random_json(rng)
-        else:
-            case = rng.choice(failed)
-            if isinstance(case.get("received"), dict) and case["received"]:
-                case["received"][rng.choice(list(case["received"]))] = _random_json(rng)
-            else:
-                case["received"] = _random_json(rng)
-    return record
-
-
-def test_report_is_written_whatever_the_results_hold(tmp_path: Path, suite: Suite, base_record: dict) -> None:
-    rng = random.Random(83)
-    lone = copy.deepcopy(base_record)
-    next(c for c in lone["cases"] if not c["passed"])["message"] = "half a character: \ud800"
-    many = copy.deepcopy(base_record)
-    next(c for c in many["cases"] if not c["passed"])["received"] = {
-        "value": {"__ndarray__": "", "dtype": "<f8", "shape": [1] * 40 + [0]}}
-    records: list[object] = [base_record, lone, many, [], None, "text", {"status": 5},
-                             *(_mutant(rng, base_record) for _ in range(80))]
-    grades = tmp_path / "grades"
-    (grades / "results").mkdir(parents=True)
-    rows = []
-    for n, record in enumerate(records):
-        name = f"s{n:03d}.json"
-        (grades / "results" / name).write_text(json.dumps(record))
-        rows.append({"id": f"s{n:03d}", "result": name, "status": "graded", "message": ""})
-    (grades / "results" / "broken.json").write_bytes(b'{"status": "graded", "cases": [' * 50_000)
-    rows += [{"id": "broken", "result": "broken.json"},
-             {"id": "left", "result": None, "status": "not graded", "message": "the sandbox failed; run it again"}]
-    (grades / "summary.json").write_text(json.dumps({"rows": rows}))
-    index = write_report(grades, out=tmp_path / "report")
-    text = index.read_text()
-    assert len(list((tmp_path / "report" / "students").glob("*.html"))) == len(rows)
-    unusable = [n for n, r in enumerate(records) if record_problem(r)]
-    assert 10 < len(unusable) < len(records) - 3  # the fuzz reaches both kinds
-    for n in [*unusable, "broken"]:
-        sid = f"s{n:03d}" if isinstance(n, int) else n
-        shown = rf'<span class="status bad">{Status.UNUSABLE}</span></td><td><a href="[^"]+">{sid}</a>'
-        assert re.search(shown, text), sid
-    assert re.search(r'<span class="status bad">not graded</span></td><td><a href="[^"]+">left</a>', text)
-    assert "empty, shape [0, 3, 2]" in _page(tmp_path / "report", "s000")  # the zero-size array, shown as such
-    assert "half a character: \\ud800" in _page(tmp_path / "report", "s001")
 
 
 def test_misconceptions_stay_out_of_the_student_release(suite: Suite) -> None:

@@ -1,9 +1,11 @@
-"""Grading on a Dask cluster for real (a scheduler and two worker processes on the loopback address), and uid
-blocks that stay unique when several graders run on one host."""
+"""Grading on a Dask cluster for real (a scheduler and two worker processes on the loopback address), on the demo
+lesson's released sample class (tests/conftest.py: demo_course), and uid blocks that stay unique when several graders
+run on one host."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,25 +16,23 @@ from pathlib import Path
 
 import pytest
 
-from autograder.authoring.questions import mc_answers
-from autograder.authoring.suite import Suite
 from autograder.config import ROOT, Cluster
-from autograder.course import Course, course_of
+from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.grading.cluster import ClusterError, grade_on_cluster
 from autograder.grading.submissions import Submission
-from autograder.lesson import default_lesson
 from autograder.release.common import tool_env
-from autograder.release.sample import write_samples
 from autograder.sandbox.isolation import UID_LOCKS_ENV, _reserve_uid_block
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 
-TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
-# The sample class of the release, cut to keep the test short: the reference with its checkpoint, the blank
-# template, two catalogued mistakes and the cheats (tampering, an unreadable file, a crash, a peek at reference/).
-SUBSET = ("reference", "blank", "mistake_pe_sin_cos_swapped", "mistake_rope_rotates_v", "adversarial_cheat_allclose",
-          "adversarial_not_json", "adversarial_sys_exit", "adversarial_read_reference")
+# The demo release's sample class but its infinite loop (a wall timeout each time): the reference, the blank
+# template, the catalogued mistake and the cheats (tampering, an unreadable file, a crash, a peek at reference/),
+# each COPIES times over (copy0_reference, ...), so that a worker can be lost while most of the class still waits.
+SAMPLES = ("reference", "blank", "mistake_center_rows", "adversarial_cheat_allclose", "adversarial_not_json",
+           "adversarial_sys_exit", "adversarial_read_reference")
+COPIES = 4
+SUBSET = tuple(f"copy{n}_{name}" for n in range(COPIES) for name in SAMPLES)
 # On this shared 2-core machine a worker's event loop can stall for tens of seconds while it imports torch and
 # computes the reference values; Dask's default 30 s would drop it from the scheduler.
 DASK_ENV = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": "600s", "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "120s",
@@ -109,20 +109,23 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 @pytest.fixture(scope="module")
-def sample_class(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tuple[Path, Path, bytes]:
-    """A subset of the release's sample class, its grading config (one submission per Dask task, so that
-    batches are small enough to lose one mid-class; a short wait for a scheduler) and the grades.csv of a
-    local run."""
+def sample_class(tmp_path_factory: pytest.TempPathFactory, demo_course: Course) -> tuple[Path, Path, bytes]:
+    """The demo lesson's sample class (SUBSET), a copy of its course whose grading config asks for one submission
+    per Dask task (batches small enough to lose one mid-class) and a short wait for a scheduler, and the
+    grades.csv of a local run."""
     tmp = tmp_path_factory.mktemp("class")
-    write_samples(TEMPLATE, tmp / "all", answers=mc_answers(list(suite.questions)), lesson=default_lesson(),
-                  checkpoint_files=suite.checkpoint_files)
+    root = tmp / "lesson_demo"
+    shutil.copytree(demo_course.lesson.root, root, ignore=shutil.ignore_patterns("__pycache__"))
+    samples = root / "dist" / "samples"
     subs = tmp / "samples"
     subs.mkdir()
-    for entry in (tmp / "all").iterdir():
-        if entry.name.removesuffix(".ipynb") in SUBSET:
-            entry.rename(subs / entry.name)
-    config = tmp / "grading_config.yaml"
-    config.write_text((ROOT / "grading_config.yaml").read_text() + "\ncluster:\n  batch: 1\n  connect_timeout_s: 20\n")
+    for name in SAMPLES:
+        found = [p for p in samples.iterdir() if p.name.removesuffix(".ipynb") == name]
+        assert len(found) == 1, f"the demo release has no sample {name}: {sorted(p.name for p in samples.iterdir())}"
+        for n in range(COPIES):
+            shutil.copy(found[0], subs / f"copy{n}_{found[0].name}")
+    config = root / "grading_config.yaml"
+    config.write_text(config.read_text() + "\ncluster:\n  batch: 1\n  connect_timeout_s: 20\n")
     grade_batch(subs, out=tmp / "local", course=Course.load(config), progress=False)
     return subs, config, (tmp / "local" / "grades.csv").read_bytes()
 
@@ -133,6 +136,7 @@ def _grade(subs: Path, out: Path, config: Path, address: str) -> subprocess.Pope
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.build  # the demo release's sample class (demo_course)
 def test_a_class_graded_on_the_cluster_equals_a_local_run_and_resumes(
         tmp_path: Path, cluster: LocalCluster, sample_class: tuple[Path, Path, bytes]) -> None:
     subs, config, local = sample_class
@@ -147,6 +151,7 @@ def test_a_class_graded_on_the_cluster_equals_a_local_run_and_resumes(
     assert (out / "grades.csv").read_bytes() == local
 
 
+@pytest.mark.build  # the demo release's sample class (demo_course)
 def test_a_worker_killed_mid_class_loses_no_submission(
         tmp_path: Path, cluster: LocalCluster, sample_class: tuple[Path, Path, bytes]) -> None:
     subs, config, local = sample_class
@@ -166,6 +171,7 @@ def test_a_worker_killed_mid_class_loses_no_submission(
     assert (out / "grades.csv").read_bytes() == local
 
 
+@pytest.mark.build  # the demo release's sample class (demo_course)
 def test_an_unreachable_scheduler_is_a_clear_error(tmp_path: Path, sample_class: tuple[Path, Path, bytes]) -> None:
     pytest.importorskip("distributed")
     subs, config, _ = sample_class
@@ -186,9 +192,10 @@ def test_the_plain_install_never_imports_dask() -> None:
 
 
 def test_without_dask_the_cluster_path_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    demo = Course.load(ROOT / "tests" / "fixtures" / "lesson_demo" / "grading_config.yaml")
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if the cluster extra were not installed
     with pytest.raises(ClusterError, match=r"pip install '\.\[cluster\]'"):
-        next(grade_on_cluster("tcp://127.0.0.1:1", [(Submission("x", Path("x"), b""), "k")], course=course_of(),
+        next(grade_on_cluster("tcp://127.0.0.1:1", [(Submission("x", Path("x"), b""), "k")], course=demo,
                               fingerprint="", settings=Cluster(), hide=()))
 
 

@@ -1,7 +1,8 @@
-"""File jobs (a checkpoint's reader) run in the notebooks' sandbox: a hostile reader evaluation, standing for a
-file that takes over the plug-in's loader, reads nothing of the grader's (the repository's reference/, another
-student's submission, the plug-in's own staged files) and writes nowhere but its scratch folder; the plug-in's
-start-up still reads the reference data it needs."""
+"""File jobs (a checkpoint's reader) run in the notebooks' sandbox: a hostile reader evaluation in the demo lesson's
+assignment folder (a copy of tests/fixtures/lesson_demo), standing for a file that takes over the plug-in's loader,
+reads nothing of the grader's (the lesson's reference/ in the repository and in the course, another student's
+submission, the plug-in's own staged files) and writes nowhere but its scratch folder; the plug-in's start-up still
+reads the reference data it needs (the demo lesson's hidden points)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from pathlib import Path
 import pytest
 from test_execute_isolation import readable_python  # noqa: F401 - the fixture: a Python every user may read
 
+from autograder.config import ROOT
 from autograder.lesson import ENGINE_ROOT
 from autograder.sandbox.files import Verifier, reader_isolation
 from autograder.sandbox.isolation import _choose_sandbox
 from autograder.sandbox.protocol import WorkerError
 
 pytestmark = pytest.mark.sandbox  # every test here starts a reader process
+
+FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 
 # A plug-in's reader part whose evaluation tries what a file that took over the loader could: read the paths the
 # request names, write outside its scratch folder, list the course; reader_start reads its hidden data as the
@@ -30,7 +34,7 @@ HOSTILE = '''
 import json, os
 from pathlib import Path
 
-SECRET = Path(__file__).resolve().parents[2] / "reference" / "hostile_points.json"
+SECRET = Path(__file__).resolve().parents[2] / "reference" / "lesson_demo_points.json"
 
 
 def reader_start():
@@ -63,18 +67,21 @@ def _bwrap_problem() -> str:
 
 @pytest.fixture
 def course(tmp_path: Path) -> Iterator[Path]:
-    """A course with the hostile plug-in and its hidden data (reference/hostile_points.json)."""
-    folder = tmp_path / "course" / "assignments" / "hostile"
-    folder.mkdir(parents=True)
-    (folder / "hostile_checkpoint.py").write_text(HOSTILE)
-    (tmp_path / "course" / "reference").mkdir()
-    (tmp_path / "course" / "reference" / "hostile_points.json").write_text(json.dumps({"points": [[1, 2]]}))
+    """A copy of the demo course with the hostile plug-in beside its own (assignments/lesson_demo/) and the
+    lesson's hidden data (reference/lesson_demo_points.json) and reference solution."""
+    shutil.copytree(FIXTURE, tmp_path / "course", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "course" / "assignments" / "lesson_demo" / "hostile_checkpoint.py").write_text(HOSTILE)
     yield tmp_path / "course"
 
 
+def _plugin(course: Path) -> Path:
+    return course / "assignments" / "lesson_demo" / "hostile_checkpoint.py"
+
+
 def test_a_hostile_reader_sees_nothing_of_the_grader_under_bubblewrap(course: Path, tmp_path: Path) -> None:
-    """Under bubblewrap the reader's child can read neither the repository's reference solution, nor another
-    student's submission, nor the plug-in and reference data it was started from, nor the expected-values cache;
+    """Under bubblewrap the reader's child can read neither the lesson's reference solution (in the repository or
+    in the course), nor another student's submission, nor the plug-in and reference data it was started from, nor
+    the expected-values cache;
     it writes only into its scratch folder, which is gone after it. Fails on a reader with rlimits alone."""
     problem = _bwrap_problem()
     if problem:
@@ -83,15 +90,15 @@ def test_a_hostile_reader_sees_nothing_of_the_grader_under_bubblewrap(course: Pa
     other = tmp_path / "class" / "bob" / "notebook.ipynb"
     other.parent.mkdir(parents=True)
     other.write_text(token)
-    reference = ENGINE_ROOT / "reference" / "lesson83.py"
-    cache = Path.home() / ".cache" / "lesson83-file-jobs-test.json"
+    references = [str(FIXTURE / "reference" / "lesson_demo.py"), str(course / "reference" / "lesson_demo.py")]
+    cache = Path.home() / ".cache" / "lesson_demo-file-jobs-test.json"
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(token)
     outside = tmp_path / "written-by-the-reader.txt"
-    plugin = course / "assignments" / "hostile" / "hostile_checkpoint.py"
+    plugin = _plugin(course)
     try:
         with Verifier(plugin=plugin) as verifier:
-            found = verifier.request(b"a checkpoint", {"read": [str(other), str(reference), str(cache)],
+            found = verifier.request(b"a checkpoint", {"read": [str(other), *references, str(cache)],
                                                        "write": [str(outside), str(plugin.with_name("new.py"))],
                                                        "memory_mb": 256}, timeout_s=30)
             assert (verifier.sandbox, verifier.isolation) == ("bwrap", "bubblewrap")
@@ -101,7 +108,8 @@ def test_a_hostile_reader_sees_nothing_of_the_grader_under_bubblewrap(course: Pa
     finally:
         cache.unlink(missing_ok=True)
     assert "error" not in found, found
-    assert found["state"] == json.dumps({"points": [[1, 2]]}) and found["data"] == "a checkpoint"  # start-up read it
+    points = (FIXTURE / "reference" / "lesson_demo_points.json").read_text()
+    assert found["state"] == points and found["data"] == "a checkpoint"  # its start-up read it
     assert {p: r[0] for p, r in found["read"].items()} == dict.fromkeys(found["read"], "refused"), found["read"]
     assert {p: r[0] for p, r in found["write"].items()} == dict.fromkeys(found["write"], "refused"), found["write"]
     assert not outside.exists() and not plugin.with_name("new.py").exists()
@@ -129,8 +137,8 @@ def test_without_bubblewrap_a_root_grader_reads_files_as_an_unprivileged_uid(
     (an open file) and nothing closed to others (another student's file), writes nowhere but its scratch and the
     folders anyone may write to, and what it leaves there is removed after it. Fails on a reader that runs the
     child as root."""
-    folder = Path(tempfile.mkdtemp(prefix="lesson83-files-", dir="/tmp"))
-    left = Path("/tmp") / f"lesson83-left-{secrets.token_hex(8)}"
+    folder = Path(tempfile.mkdtemp(prefix="file-jobs-", dir="/tmp"))
+    left = Path("/tmp") / f"file-jobs-left-{secrets.token_hex(8)}"
     try:
         folder.chmod(0o755)
         closed, open_ = folder / "bob.ipynb", folder / "open.txt"
@@ -142,7 +150,7 @@ def test_without_bubblewrap_a_root_grader_reads_files_as_an_unprivileged_uid(
         request = {"read": [str(closed), str(open_)], "write": [str(folder / "new.txt"), str(left)],
                    "memory_mb": 256}
         proc = subprocess.run([str(readable_python), "-c", RUN_READER, str(ENGINE_ROOT),
-                               str(course / "assignments" / "hostile" / "hostile_checkpoint.py"), json.dumps(request)],
+                               str(_plugin(course)), json.dumps(request)],
                               capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = json.loads(proc.stdout.splitlines()[-1])
