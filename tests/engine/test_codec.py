@@ -39,3 +39,39 @@ def test_the_array_layout_is_defined_once() -> None:
     spelled = [str(p.relative_to(ROOT)) for p in sorted(Path(ROOT / "autograder").rglob("*.py"))
                if codec.ARRAY_TAG in p.read_text(encoding="utf-8")]
     assert spelled == ["autograder/runtime/checks_runtime.py"], spelled
+
+
+def _walked(data: bytes):
+    """wire.decode's general path: parse, then one walk that checks the depth and reads the arrays."""
+    return wire._unpack(json.loads(data.decode(), object_pairs_hook=wire._object_pairs,
+                                   parse_constant=wire._constant), 0)
+
+
+def _nested(depth: int, inner: str) -> bytes:
+    return ("[" * depth + inner + "]" * depth).encode()
+
+
+ARRAY = wire.encode(np.arange(3.0)).decode()
+FRAMES = [wire.encode(v) for v in VALUES] + [
+    _nested(wire.MAX_DEPTH, "1"), _nested(wire.MAX_DEPTH - 1, ARRAY), _nested(30, ARRAY),
+    _nested(wire.MAX_DEPTH + 1, "1"), _nested(wire.MAX_DEPTH + 1, ""), _nested(200, ARRAY),
+    b'{"a": 1, "a": 2}', b'{"__evil__": 1}', b'{"__ndarray__": "AAAA", "dtype": "<f8", "shape": [9]}',
+    b'{"__ndarray__": "AA==", "dtype": "|b1", "shape": [1], "x": 1}', b'{"s": "[[[[{{{{"}',
+    ('{"s": "' + "[" * 100 + '", "v": ' + ARRAY + "}").encode(),
+]
+
+
+@pytest.mark.parametrize("data", FRAMES, ids=range(len(FRAMES)))
+def test_shallow_frames_read_their_arrays_as_parsed_and_decode_as_the_walk_does(data: bytes) -> None:
+    """decode reads the arrays of data with at most MAX_DEPTH brackets while parsing; the result, or the error,
+    is the general path's (parse, then walk) for shallow and deep data, hostile or not."""
+    try:
+        want = ("ok", codec.dumps(_walked(data)))
+    except wire.WireError as exc:
+        want = ("error", str(exc))
+    try:
+        got = ("ok", codec.dumps(wire.decode(data)))
+    except wire.WireError as exc:
+        got = ("error", str(exc))
+    assert got == want
+    assert ("nested too deeply" in got[1]) == (data in (_nested(wire.MAX_DEPTH + 1, "1"), _nested(200, ARRAY)))
