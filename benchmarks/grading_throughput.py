@@ -2,8 +2,9 @@
 
 One run builds N honest submissions (copies of the reference, the blank template and every catalogued
 mistake from dist/samples/, cycled to N), grades all of them with `autograder.grading.batch.grade_batch` and a
-subset of them one by one with the real `otter run` CLI on the release's Otter autograder zip, then
-prints the timings, the ratio, the extrapolation to 100 submissions and a score comparison.
+subset of them one by one with the real `otter run` CLI on the release's Otter autograder zip (half of them
+before ours and half after, so that a drift of the machine's speed weighs on both engines alike), then prints the
+timings, the ratio, the extrapolation to 100 submissions and a score comparison.
 
     python benchmarks/grading_throughput.py                  # N=40, otter run on 8 of them
     python benchmarks/grading_throughput.py --n 100 --otter-n 4
@@ -249,6 +250,15 @@ def grade_otter(subs: list[Path], *, autograder: Path, work: Path, timeout_s: fl
     return EngineRun("otter run", total, per_sub, {}, questions, statuses, note="serial, one process per call")
 
 
+def joined(runs: list[EngineRun]) -> EngineRun:
+    """One engine's runs over disjoint submissions as one run (times, scores and statuses together)."""
+    first = runs[0]
+    return EngineRun(first.engine, sum(r.total_s for r in runs), {k: v for r in runs for k, v in r.per_sub.items()},
+                     {k: v for r in runs for k, v in r.totals.items()},
+                     {k: v for r in runs for k, v in r.questions.items()},
+                     {k: v for r in runs for k, v in r.statuses.items()}, note=first.note)
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -412,16 +422,25 @@ def main(argv: list[str] | None = None) -> int:
         distinct = len({sample_of(p) for p in subs})
         print(f"{len(subs)} honest submissions ({distinct} distinct samples: reference, blank, "
               f"{distinct - 2} catalogued mistakes, cycled) in {tmp / 'submissions'}")
+        subset = otter_subset(subs, k=min(args.otter_n, len(subs))) if args.otter_n > 0 else []
+        # otter's calls straddle ours (half before, half after), so a drift of the machine's speed during the run
+        # (it moves by a third within minutes on the shared machines) weighs on both engines alike
+        first, second = subset[:len(subset) // 2], subset[len(subset) // 2:]
+        otter_runs = []
+        if first:
+            print(f"grading {len(first)} with otter run, one by one, before ours: "
+                  f"{', '.join(p.stem for p in first)} ...", flush=True)
+            otter_runs.append(grade_otter(first, autograder=args.autograder.resolve(), work=tmp / "otter",
+                                          timeout_s=args.otter_timeout, verbose=True))
         print("grading with ours ...", flush=True)
         ours, import_s = grade_ours(tmp / "submissions", out=tmp / "ours", workers=args.workers)
         print(f"  ours: {len(ours.per_sub)} graded in {ours.total_s:.1f} s", flush=True)
-        otter = None
-        if args.otter_n > 0:
-            subset = otter_subset(subs, k=min(args.otter_n, len(subs)))
-            print(f"grading {len(subset)} with otter run, one by one: {', '.join(p.stem for p in subset)} ...",
-                  flush=True)
-            otter = grade_otter(subset, autograder=args.autograder.resolve(), work=tmp / "otter",
-                                timeout_s=args.otter_timeout, verbose=True)
+        if second:
+            print(f"grading {len(second)} with otter run, one by one, after ours: "
+                  f"{', '.join(p.stem for p in second)} ...", flush=True)
+            otter_runs.append(grade_otter(second, autograder=args.autograder.resolve(), work=tmp / "otter",
+                                          timeout_s=args.otter_timeout, verbose=True))
+        otter = joined(otter_runs) if otter_runs else None
         print()
         print("\n".join(report(ours, import_s, otter, n=args.n, cores=cores)))
         if otter:
