@@ -43,6 +43,37 @@ _WATCH_S = 0.05
 
 
 
+_MADV_COLLAPSE = 25  # Linux 6.1+
+_HUGE = 1 << 21
+
+
+def collapse_memory() -> int:
+    """Back the zygote's private memory with 2 MB pages where the kernel can (MADV_COLLAPSE); the number of
+    regions collapsed. A fork copies, and an exit frees, one page-table entry per resident 4 KB page: with torch
+    imported, about 57,000 of them, 10-20 ms per job on the grading machines, against about a hundred for 2 MB
+    pages (a child's first write to one still copies 4 KB). A hint only: where the kernel is older or huge pages
+    are off, nothing changes."""
+    import ctypes
+
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+        madvise.argtypes, madvise.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+        with open("/proc/self/maps") as maps:
+            regions = [line.split() for line in maps]
+    except (OSError, AttributeError):
+        return 0
+    done = 0
+    for fields in regions:
+        if len(fields) < 5 or not fields[1].startswith("rw") or fields[1][3] != "p" or fields[4] != "0" or (
+                len(fields) > 5 and fields[5] != "[heap]"):
+            continue  # private, writable and anonymous (or the heap) only
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        lo, hi = (start + _HUGE - 1) & ~(_HUGE - 1), end & ~(_HUGE - 1)
+        if hi - lo >= _HUGE and madvise(lo, hi - lo, _MADV_COLLAPSE) == 0:
+            done += 1
+    return done
+
+
 def _zygote_main(config_text: str) -> None:
     """Entry point inside the sandbox: import everything once, then fork and watch one child per job.
 
@@ -71,6 +102,7 @@ def _zygote_main(config_text: str) -> None:
         suspicious = getattr(probes, "SUSPICIOUS", None)
         limits = Limits(**cfg["limits"])
         memory = _MemoryWatch(cfg, limits)
+        collapse_memory()
     except BaseException:  # noqa: BLE001 - report any start-up failure to the grader
         ctl.send(wire.encode({"ready": False, "error": traceback.format_exc()[-3000:]}))
         return
