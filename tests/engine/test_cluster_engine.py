@@ -32,7 +32,10 @@ pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 SAMPLES = ("reference", "blank", "mistake_center_rows", "adversarial_cheat_allclose", "adversarial_not_json",
            "adversarial_sys_exit", "adversarial_read_reference")
 COPIES = 4
-SUBSET = tuple(f"copy{n}_{name}" for n in range(COPIES) for name in SAMPLES)
+# and two inputs that cannot be read at all (judged unreadable on the worker, as locally): a text file, an empty zip
+UNREADABLE = {"copy0_notes.txt": b"my answers are in the notebook", "copy0_empty.zip": b"PK\x05\x06" + bytes(18)}
+SUBSET = (*(f"copy{n}_{name}" for n in range(COPIES) for name in SAMPLES),
+          *(name.rsplit(".", 1)[0] for name in UNREADABLE))
 # On this shared 2-core machine a worker's event loop can stall for tens of seconds while it imports torch and
 # computes the reference values; Dask's default 30 s would drop it from the scheduler.
 DASK_ENV = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": "600s", "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "120s",
@@ -124,6 +127,8 @@ def sample_class(tmp_path_factory: pytest.TempPathFactory, demo_course: Course) 
         assert len(found) == 1, f"the demo release has no sample {name}: {sorted(p.name for p in samples.iterdir())}"
         for n in range(COPIES):
             shutil.copy(found[0], subs / f"copy{n}_{found[0].name}")
+    for name, data in UNREADABLE.items():
+        (subs / name).write_bytes(data)
     config = root / "grading_config.yaml"
     config.write_text(config.read_text() + "\ncluster:\n  batch: 1\n  connect_timeout_s: 20\n")
     grade_batch(subs, out=tmp / "local", course=Course.load(config), progress=False)
