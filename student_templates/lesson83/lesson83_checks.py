@@ -904,7 +904,7 @@ def _meta_memo(func: Callable[..., Any], args: Any, kwargs: dict[str, Any], layo
     layout = layouts.get(key)
     if layout is None:
         name = getattr(func, "__name__", "")
-        out = (_attention_on_meta(args, kwargs) if name == _SDPA else
+        out = (_attention_on_meta(func, args, kwargs) if name == _SDPA else
                _shaped_on_cpu(func, name, args, kwargs) if name in _CPU_SHAPED else None)
         if out is None:
             out = func(*args, **kwargs)
@@ -925,13 +925,15 @@ _CPU_SHAPED = _ELEMENTWISE | {"triu", "tril", "softmax", "log_softmax", "cat", "
 _SMALL = 1 << 16  # elements: inputs and outputs up to this size are shaped on the CPU (256 KB of float32)
 
 
-def _shaped_on_cpu(func: Callable[..., Any], name: str, args: Any, kwargs: dict[str, Any]) -> Any:
+def _shaped_on_cpu(func: Callable[..., Any], name: str, args: Any, kwargs: dict[str, Any], *,
+                   contiguous: bool = False) -> Any:
     """The output on `meta` of an op of _CPU_SHAPED whose tensors are all small and on `meta`, taken from the same
     call on CPU zeros of the same layouts, or None to run torch's own `meta` kernel. Those kernels are Python
     reference ops (a hundred microseconds to a millisecond a call); the CPU's take microseconds, and both derive
     the output's shape, dtype and strides by the same rules (tests/lesson83/test_meta_shortcuts.py compares them on
     thousands of calls; only the strides of dimensions of size 1, which address nothing, may differ). A call the
-    CPU refuses runs torch's own kernel, so it fails as it does on `meta`."""
+    CPU refuses runs torch's own kernel, so it fails as it does on `meta`. `contiguous`: the output's strides are
+    those of a contiguous tensor, as `meta` gives them where the CPU's kernel may choose others (attention)."""
     torch = _torch()
     tensors: list[Any] = []
 
@@ -970,54 +972,32 @@ def _shaped_on_cpu(func: Callable[..., Any], name: str, args: Any, kwargs: dict[
         return None
     grad = (torch.is_grad_enabled() and (out.dtype.is_floating_point or out.dtype.is_complex)
             and any(t.requires_grad for t in tensors))
-    return _fresh_meta(tuple(out.shape), out.stride(), out.dtype, grad)
+    return _fresh_meta(tuple(out.shape), (out.contiguous() if contiguous else out).stride(), out.dtype, grad)
 
 
 _SDPA = "scaled_dot_product_attention"
 _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
 
-def _attention_on_meta(args: tuple, kwargs: dict[str, Any]) -> Any:
-    """scaled_dot_product_attention's output on `meta` for a call whose inputs are all small, or None to run torch's
-    own `meta` kernel. That kernel is torch's math path in Python reference ops, one to four milliseconds a call;
-    the same call on CPU zeros takes tens of microseconds and gives the output's shape and dtype, and the output
-    on `meta` is a fresh contiguous tensor of them that needs grad when grad is on and an input needs it
-    (tests/lesson83/test_meta_shortcuts.py compares both on hundreds of calls). Where the two devices' checks
-    differ (a mask with is_causal, which `meta` refuses; a mask of more dimensions than the query, which only `meta`
-    broadcasts), or the CPU call raises, torch's own kernel runs, so a call fails exactly as it does on `meta`."""
-    torch = _torch()
+def _attention_on_meta(func: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+    """scaled_dot_product_attention's output on `meta` from the same call on CPU zeros (`_shaped_on_cpu`, with no
+    dropout, which would draw random numbers, and a contiguous output, as `meta` gives it), or None to run torch's
+    own `meta` kernel: torch's math path in Python reference ops, one to four milliseconds a call. Where the two
+    devices' checks differ (a mask with is_causal, which `meta` refuses; a mask of more dimensions than the query,
+    which only `meta` broadcasts), or the scores would not be small, torch's own kernel runs."""
     if len(args) > len(_SDPA_ARGS) or any(k not in _SDPA_ARGS for k in kwargs):
         return None
     bound = dict(zip(_SDPA_ARGS, args)) | kwargs
-    inputs = [bound.get(k) for k in ("query", "key", "value", "attn_mask")]
-    if any(t is not None and (type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device.type != "meta"
-                              or t.layout != torch.strided or t.numel() > 1 << 16) for t in inputs):
+    q, k, v, mask = (bound.get(name) for name in _SDPA_ARGS[:4])
+    torch = _torch()
+    tensors = (torch.Tensor, torch.nn.Parameter)
+    if (not all(type(t) in tensors for t in (q, k, v)) or (mask is not None and type(mask) not in tensors)
+            or any(type(bound.get(name)) not in (type(None), bool, int, float) for name in _SDPA_ARGS[4:])):
         return None
-    if any(type(bound.get(k)) not in (type(None), bool, int, float) for k in _SDPA_ARGS[4:]):
+    if (mask is not None and (bound.get("is_causal") or mask.dim() > q.dim())) or q.dim() < 2 or k.dim() < 2 \
+            or math.prod(q.shape[:-1]) * k.shape[-2] > _SMALL:
         return None
-    q, mask = inputs[0], inputs[3]
-    if q is None or inputs[1] is None or inputs[2] is None or (mask is not None and (
-            bound.get("is_causal") or mask.dim() > q.dim())):
-        return None
-    try:
-        with torch.no_grad():
-            zeros = [None if t is None else torch.zeros(t.shape, dtype=t.dtype) for t in inputs]
-            out = torch.nn.functional.scaled_dot_product_attention(
-                *zeros[:3], attn_mask=zeros[3], dropout_p=0.0, is_causal=bound.get("is_causal") or False,
-                scale=bound.get("scale"), enable_gqa=bound.get("enable_gqa") or False)
-    except Exception:  # noqa: BLE001 - torch's own kernel decides, and raises as it does on `meta`
-        return None
-    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
-    return _fresh_meta(tuple(out.shape), _contiguous(out.shape), out.dtype, grad)
-
-
-def _contiguous(shape: Any) -> tuple:
-    """The strides of a contiguous tensor of this shape."""
-    strides, step = [], 1
-    for n in reversed(tuple(shape)):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
+    return _shaped_on_cpu(func, _SDPA, (), bound | {"dropout_p": 0.0}, contiguous=True)
 
 
 def _fresh_meta(shape: tuple, stride: tuple, dtype: Any, grad: bool) -> Any:

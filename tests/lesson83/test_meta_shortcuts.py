@@ -70,11 +70,12 @@ def test_the_shortcut_gives_what_torch_gives_on_meta() -> None:
 def test_the_probes_usual_calls_take_the_shortcut() -> None:
     q = _tensor((B, H, T, D), transposed=True, grad=True)
     for kwargs in ({"is_causal": True}, {"attn_mask": _tensor((1, H, T, T))}, {"attn_mask": _tensor((T, T))}):
-        out = checks._attention_on_meta((q, q, q), kwargs)
+        out = checks._attention_on_meta(F.scaled_dot_product_attention, (q, q, q), kwargs)
         assert out is not None and (tuple(out.shape), out.requires_grad) == ((B, H, T, D), True), kwargs
     big = _tensor((B, H, 4096, D))  # large inputs: torch's own kernel, never CPU zeros of that size
-    assert checks._attention_on_meta((big, big, big), {}) is None
-    assert checks._attention_on_meta((q, q, q), {"attn_mask": _tensor((T, T)), "is_causal": True}) is None
+    assert checks._attention_on_meta(F.scaled_dot_product_attention, (big, big, big), {}) is None
+    causal_mask = {"attn_mask": _tensor((T, T)), "is_causal": True}
+    assert checks._attention_on_meta(F.scaled_dot_product_attention, (q, q, q), causal_mask) is None
 
 
 def _strided(shape: tuple[int, ...], kind: str, dtype: torch.dtype, grad: bool) -> torch.Tensor:
