@@ -68,7 +68,14 @@ def test_grade_under_an_operators_lower_ulimits_gives_full_marks_and_says_so(tmp
     points = json.loads((FIXTURE / "reference" / "lesson_demo_points.json").read_text())["points"]
     slope, intercept, mse = _line(points)
     (subs / "honest" / "fit.json").write_text(json.dumps({"slope": slope, "intercept": intercept, "mse": mse}))
-    grade = [sys.executable, "-m", "autograder.cli", "--config", str(course), "grade", str(subs), "--out", str(out),
+    grade_under_lower_ulimits(course, subs, out, auto_points=suite.auto_points)
+
+
+def grade_under_lower_ulimits(config: Path, subs: Path, out: Path, *, auto_points: float) -> None:
+    """Grade the class folder `subs` (one submission, `honest`) under `ulimit -v VM_KB` and `ulimit -n OPEN_FILES`:
+    full marks, and the sandbox's and the checkpoint reader's lowered limits said in the summary, the record and
+    the command's output (also Lesson 83's test, tests/lesson83/test_execute_lesson83.py)."""
+    grade = [sys.executable, "-m", "autograder.cli", "--config", str(config), "grade", str(subs), "--out", str(out),
              "--quiet", "--workers", "1"]
     script = f"ulimit -v {VM_KB} && ulimit -n {OPEN_FILES} && exec {shlex.join(grade)}"
     proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=tool_env(), capture_output=True, text=True,
@@ -77,7 +84,7 @@ def test_grade_under_an_operators_lower_ulimits_gives_full_marks_and_says_so(tmp
     summary = json.loads((out / "summary.json").read_text())
     record = json.loads((out / "results" / "honest.json").read_text())
     assert record["status"] == "graded", record["notes"]
-    assert record["total"] == suite.auto_points, [c["message"] for c in record["cases"] if not c["passed"]]
+    assert record["total"] == auto_points, [c["message"] for c in record["cases"] if not c["passed"]]
     vm_mb = VM_KB * 1024 // MIB
     address = f"the sandbox: address space lowered to {vm_mb} MB (the grader's hard limit, ulimit -v)"
     files = f"the sandbox: open files lowered to {OPEN_FILES} (the grader's hard limit, ulimit -n)"

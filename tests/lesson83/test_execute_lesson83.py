@@ -13,23 +13,19 @@ tests/engine/test_execute*.py, on probe modules of the tests' own and the demo l
 
 from __future__ import annotations
 
-import json
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from test_limits import grade_under_lower_ulimits  # the run under lowered ulimits, and its checks
 
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
 from autograder.lesson import default_lesson
 from autograder.model import Status
-from autograder.release.common import tool_env
 from autograder.release.sample import filled_notebook
-from autograder.sandbox.limits import MIB, Limits
+from autograder.sandbox.limits import Limits
 from autograder.sandbox.pool import WorkerPool
 from autograder.sandbox.protocol import ExecResult
 
@@ -38,8 +34,6 @@ checks = default_lesson().checks
 LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
-VM_KB = 3_000_000  # a shared server's address-space cap: enough for torch, below what the grader asks for
-OPEN_FILES = 256
 
 
 def nb(*cells: str) -> bytes:
@@ -325,21 +319,4 @@ def test_grade_under_an_operators_lower_ulimits_gives_full_marks_and_says_so(tmp
     text = (ROOT / "grading_config.yaml").read_text()
     assert "checkpoint_memory_mb: 1024" in text
     config.write_text(text.replace("checkpoint_memory_mb: 1024", "checkpoint_memory_mb: 4096"))
-    grade = [sys.executable, "-m", "autograder.cli", "--config", str(config), "grade", str(subs), "--out", str(out),
-             "--quiet", "--workers", "1"]
-    script = f"ulimit -v {VM_KB} && ulimit -n {OPEN_FILES} && exec {shlex.join(grade)}"
-    proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=tool_env(), capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
-    record = json.loads((out / "results" / "honest.json").read_text())
-    assert record["status"] == "graded", record["notes"]
-    assert record["total"] == suite.auto_points, [c["message"] for c in record["cases"] if not c["passed"]]
-    vm_mb = VM_KB * 1024 // MIB
-    address = f"the sandbox: address space lowered to {vm_mb} MB (the grader's hard limit, ulimit -v)"
-    files = f"the sandbox: open files lowered to {OPEN_FILES} (the grader's hard limit, ulimit -n)"
-    reader = f"the checkpoint reader: address space lowered to {vm_mb} MB (the grader's hard limit, ulimit -v)"
-    for notes in (summary["limits_lowered"], record["notes"]):
-        for words in (address, files, reader):
-            assert any(n.startswith(words) for n in notes), (words, notes)
-    assert f"limits lowered: {address}" in proc.stdout
+    grade_under_lower_ulimits(config, subs, out, auto_points=suite.auto_points)
