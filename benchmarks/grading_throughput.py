@@ -426,20 +426,20 @@ def main(argv: list[str] | None = None) -> int:
         # otter's calls straddle ours (half before, half after), so a drift of the machine's speed during the run
         # (it moves by a third within minutes on the shared machines) weighs on both engines alike
         first, second = subset[:len(subset) // 2], subset[len(subset) // 2:]
-        otter_runs = []
-        if first:
-            print(f"grading {len(first)} with otter run, one by one, before ours: "
-                  f"{', '.join(p.stem for p in first)} ...", flush=True)
-            otter_runs.append(grade_otter(first, autograder=args.autograder.resolve(), work=tmp / "otter",
-                                          timeout_s=args.otter_timeout, verbose=True))
+        otter_runs: list[EngineRun] = []
+
+        def otter_part(part: list[Path], when: str) -> None:
+            if part:
+                print(f"grading {len(part)} with otter run, one by one, {when} ours: "
+                      f"{', '.join(p.stem for p in part)} ...", flush=True)
+                otter_runs.append(grade_otter(part, autograder=args.autograder.resolve(), work=tmp / "otter",
+                                              timeout_s=args.otter_timeout, verbose=True))
+
+        otter_part(first, "before")
         print("grading with ours ...", flush=True)
         ours, import_s = grade_ours(tmp / "submissions", out=tmp / "ours", workers=args.workers)
         print(f"  ours: {len(ours.per_sub)} graded in {ours.total_s:.1f} s", flush=True)
-        if second:
-            print(f"grading {len(second)} with otter run, one by one, after ours: "
-                  f"{', '.join(p.stem for p in second)} ...", flush=True)
-            otter_runs.append(grade_otter(second, autograder=args.autograder.resolve(), work=tmp / "otter",
-                                          timeout_s=args.otter_timeout, verbose=True))
+        otter_part(second, "after")
         otter = joined(otter_runs) if otter_runs else None
         print()
         print("\n".join(report(ours, import_s, otter, n=args.n, cores=cores)))
