@@ -47,8 +47,10 @@ Threat model. Student code is hostile and runs with the child's privileges.
   by others) student code runs as the grader's user. ExecResult.isolation says which held: "bubblewrap",
   "unprivileged uid" or "none".
 - Limits: the submission as a whole is limited in memory and processes by a cgroup (v1 memory and pids
-  controllers, one group per worker, created outside the sandbox and bound writable into it; the child
-  joins it before dropping privileges) or, where cgroups are not writable, by a watchdog in the zygote
+  controllers, one group per worker, created outside the sandbox and bound writable into it; the grader
+  places the zygote there once, so every child is born in it, its oom_score_adj raised to 1000 so that the
+  kernel frees memory from the submission first, and a zygote killed for memory all the same is the
+  submission's memory limit, not a crash) or, where cgroups are not writable, by a watchdog in the zygote
   that sums the memory of the child's process tree every 50 ms and kills the tree when it is over;
   ExecResult.memory_guard says which held. Per process: RLIMIT_AS (a clean MemoryError for one huge
   allocation), RLIMIT_CPU, RLIMIT_NPROC (as root the child gets its own uid, since root ignores it),

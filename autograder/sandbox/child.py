@@ -52,7 +52,7 @@ def _flush() -> None:
 
 
 def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe: Any,
-           suspicious: list[str] | None, scratch: str, uid: int | None, cgroups: dict[str, str]) -> NoReturn:
+           suspicious: list[str] | None, scratch: str, uid: int | None) -> NoReturn:
     """Runs in the forked child: confine, receive the cells from the grader, run them, then answer the
     grader's probe requests (a frame of public ones, then one of hidden ones) in order; exits without
     returning."""
@@ -99,8 +99,9 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
         os.closerange(_JOB_FD + 1, 1 << 20)  # the control socket, the zygote's other fds
         sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
                                                    errors="backslashreplace") for fd in (1, 2))
-        for folder in cgroups.values():  # join the worker's cgroups while still allowed to
-            _write(os.path.join(folder, "cgroup.procs"), str(me))
+        # born in the worker's cgroups (the zygote lives there); first in line when memory runs out, before the zygote
+        with contextlib.suppress(OSError):
+            _write("/proc/self/oom_score_adj", "1000")
         os.chdir(scratch)
         os.environ.update(HOME=scratch, TMPDIR=scratch, PWD=scratch)
         tempfile.tempdir = scratch
@@ -112,7 +113,7 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
             exit_(_SETUP_FAILED)  # the zygote died before the line above
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(limits.threads)
-        setup_cpu = clock()  # fork (page faults of the copy), cgroups, limits, until the cells can be received
+        setup_cpu = clock()  # fork (page faults of the copy), limits, until the cells can be received
         job = recv()
         if job is None or job.get("t") != "cells":
             exit_(_SETUP_FAILED)

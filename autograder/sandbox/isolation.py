@@ -86,16 +86,23 @@ def _remove_stale_cgroups(root: str) -> None:
                 pass
 
 
+def _kill_members(path: str) -> bool:
+    """SIGKILL every process in a cgroup; whether its list of processes could be read."""
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            pids = [int(p) for p in f.read().split()]
+    except OSError:
+        return False
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return True
+
+
 def _remove_cgroup(path: str) -> None:
     for _ in range(50):
-        try:
-            with open(os.path.join(path, "cgroup.procs")) as f:
-                pids = [int(p) for p in f.read().split()]
-        except OSError:
+        if not _kill_members(path):
             return
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
         try:
             os.rmdir(path)
             return
@@ -138,6 +145,29 @@ def make_cgroups(names: list[str], *, memory_bytes: int, pids: int,
             raise WorkerError(msg) from exc
         return [], [], msg
     return groups, made_all, ""
+
+
+def place_in_cgroups(pid: int, groups: dict[str, str], *, processes: int) -> None:
+    """Move a worker's zygote (all its threads) into the worker's cgroups for good, leaving its pids group room for
+    `processes` tasks more than the zygote and a job's first process: every child it forks is born there. Cgroup
+    v1 moves a task only after an RCU grace period (about 10 ms of waiting), which a move per job, by the child,
+    used to add to every submission. OSError when a group cannot take it."""
+    for folder in groups.values():  # only a job's processes are there before: left by a zygote that died
+        _kill_members(folder)
+    tasks = len(os.listdir(f"/proc/{pid}/task"))
+    if "pids" in groups:
+        _write(os.path.join(groups["pids"], "pids.max"), str(processes + 1 + tasks))
+    for folder in groups.values():
+        _write(os.path.join(folder, "cgroup.procs"), str(pid))
+
+
+def oom_kills(memory_group: str) -> int:
+    """How many processes the kernel has killed for memory in this memory cgroup (0 when it cannot be read)."""
+    try:
+        with open(os.path.join(memory_group, "memory.oom_control")) as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("oom_kill ")), 0)
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def set_memory_limit(folder: str, limit: int) -> None:

@@ -44,6 +44,8 @@ from autograder.sandbox.isolation import (
     _vm_size,
     _zygote_host_pid,
     make_cgroups,
+    oom_kills,
+    place_in_cgroups,
     uid_drop_problem,
 )
 from autograder.sandbox.limits import (
@@ -421,7 +423,17 @@ class _Worker:
             return f"worker {self.index} did not start: {str(ready)[:3000]}"
         self.zygote_pid = (self.proc.pid if self.pool.sandbox == "none"
                            else _zygote_host_pid(self.proc.pid, ready["pid"]))
+        if self.cgroups:
+            try:
+                place_in_cgroups(self.zygote_pid, self.cgroups, processes=limits.processes)
+            except OSError as exc:
+                self.kill()
+                return f"worker {self.index} did not start: it cannot be placed in its cgroups ({exc})"
         return ""
+
+    def oom_kills(self) -> int:
+        """Processes the kernel has killed for memory in this worker's memory cgroup so far (0 without one)."""
+        return oom_kills(self.cgroups["memory"]) if self.cgroups.get("memory") else 0
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and self.ctl is not None

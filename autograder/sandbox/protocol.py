@@ -190,6 +190,7 @@ class _Conversation:
             sel.register(self.sock, selectors.EVENT_READ)
             sel.register(self.out_r, selectors.EVENT_READ)
             sel.register(self.worker.ctl, selectors.EVENT_READ)
+            oom_base = self.worker.oom_kills()
             self._where()
             self._send_bytes(self.job)
             while header is None:
@@ -202,7 +203,7 @@ class _Conversation:
                     self._hang_up()
                 for key, _ in sel.select(min(left, max(0.0, self.cell_deadline - now))):
                     if key.fileobj is self.worker.ctl:
-                        header = self.worker._read_ctl()
+                        header = self._header(oom_base)
                     elif key.fileobj == self.out_r:
                         self._pump_output()
                     elif key.fileobj is self.sock:
@@ -218,6 +219,17 @@ class _Conversation:
         finally:
             sel.close()
         return header, bytes(self.output), self.total, self.t
+
+    def _header(self, oom_base: int) -> dict[str, Any]:
+        """The zygote's facts about the job. The zygote lives in the worker's cgroups with the job: when it died
+        while the memory cgroup counted a kill, the kernel chose it to free the submission's memory (whose
+        processes can make themselves look smaller), so the job went over its memory limit."""
+        try:
+            return self.worker._read_ctl()
+        except WorkerError:
+            if self.worker.oom_kills() <= oom_base:
+                raise
+            return {"memory": "cgroup", "killed": True}
 
     def _pump_output(self) -> None:
         chunk = os.read(self.out_r, 1 << 16)

@@ -25,6 +25,7 @@ from autograder.sandbox.isolation import (
     _PR_SET_DUMPABLE,
     _prctl,
     clean_after_job,
+    oom_kills,
 )
 from autograder.sandbox.limits import (
     MIB,
@@ -147,7 +148,7 @@ def _run_job(fds: list[int], shell: Any, guard: _Guard, run_probe: Any, suspicio
             os.close(fd)
         return {"error": f"cannot start the job: {exc}"}
     if pid == 0:
-        _child(fds, limits, shell, guard, run_probe, suspicious, scratch, uid, cfg["cgroups"])
+        _child(fds, limits, shell, guard, run_probe, suspicious, scratch, uid)
     for fd in fds:  # the child's ends are not ours to keep
         os.close(fd)
     header = _watch(pid, ctl, limits, start, memory)
@@ -260,7 +261,7 @@ class _MemoryWatch:
         self.kind = "cgroup" if cfg["cgroups"] else "watchdog"
         self.limit = limits.memory_mb * MIB
         self.page = os.sysconf("SC_PAGE_SIZE")
-        self.oom_file = os.path.join(cfg["cgroups"]["memory"], "memory.oom_control") if cfg["cgroups"] else ""
+        self.memory_group = cfg["cgroups"]["memory"] if cfg["cgroups"] else ""
         self.base = 0
 
     def begin(self) -> None:
@@ -277,11 +278,7 @@ class _MemoryWatch:
         return total > self.limit
 
     def _oom_kills(self) -> int:
-        try:
-            with open(self.oom_file) as f:
-                return next((int(line.split()[1]) for line in f if line.startswith("oom_kill ")), 0)
-        except (OSError, ValueError):
-            return 0
+        return oom_kills(self.memory_group)
 
     def _private(self, pid: int) -> int:
         try:

@@ -617,6 +617,55 @@ def test_memory_is_limited_for_the_submission_as_a_whole(fake_checks, guard):
     assert honest.status == Status.GRADED and value(honest, "add") == 5
 
 
+# The zygote lives in its worker's cgroups, so that every child is born there (a move per job cost ~10 ms).
+COUNT_FORKS = nb("import os, time\nkids = []\nfor _ in range(40):\n    try:\n        pid = os.fork()\n"
+                 "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n"
+                 "    kids.append(pid)\nstarted = len(kids)\nfor pid in kids:\n    os.kill(pid, 9)\n"
+                 "    os.waitpid(pid, 0)\ndef value():\n    return started", ADD)
+# A submission that makes its processes look smaller than the zygote to the kernel's OOM killer: it undoes the
+# child's oom_score_adj of 1000 (dumpable again, its /proc files are its own) and spreads its memory thinly.
+SHRINK_AND_SPREAD = nb("import ctypes, os, time\nctypes.CDLL(None).prctl(4, 1, 0, 0, 0)\n"
+                       "with open('/proc/self/oom_score_adj', 'w') as f:\n    f.write('0')\nkids = []\n"
+                       "for _ in range(20):\n    pid = os.fork()\n    if pid == 0:\n"
+                       "        block = b'x' * (25 * 2**20)\n        time.sleep(10)\n        os._exit(0)\n"
+                       "    kids.append(pid)\nfor pid in kids:\n    os.waitpid(pid, 0)", ADD)
+
+
+def cgroup_pool(fake_checks: str, limits: Limits) -> WorkerPool:
+    try:
+        return WorkerPool(1, limits=limits, probe_module=fake_checks, memory_guard="cgroup")
+    except WorkerError as exc:
+        pytest.skip(f"no cgroup here: {exc}")
+
+
+@pytest.mark.sandbox
+def test_a_submission_is_born_in_its_workers_cgroups_with_its_whole_process_budget(fake_checks):
+    limits = Limits(wall_s=15, cpu_s=10, memory_mb=2048, processes=8, file_mb=8, output_kb=64, scratch_mb=64)
+    with cgroup_pool(fake_checks, limits) as pool:
+        groups = pool._workers[0].cgroups
+        members = {name: (Path(folder) / "cgroup.procs").read_text().split() for name, folder in groups.items()}
+        zygote = str(pool.worker_pids()[0])
+        res = pool.run(COUNT_FORKS, probes=PROBES)
+    assert all(members[name] == [zygote] for name in ("memory", "pids")), members
+    assert res.status == Status.GRADED, res.notes
+    assert value(res, "value") == limits.processes  # the zygote's own tasks do not count against the submission
+
+
+@pytest.mark.sandbox
+def test_a_zygote_the_kernel_kills_for_memory_is_the_submissions_memory_limit(fake_checks):
+    limits = Limits(wall_s=20, cpu_s=10, memory_mb=400, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
+    with cgroup_pool(fake_checks, limits) as pool:
+        zygote = pool.worker_pids()[0]
+        res = pool.run(SHRINK_AND_SPREAD, probes=PROBES)
+        honest = pool.run(HONEST, probes=PROBES)
+        restarted = pool.worker_pids()[0] != zygote
+    # not a crash after a retry on a fresh worker (where the zygote is chosen again), but the memory limit
+    assert res.status == Status.OUT_OF_MEMORY, res.notes
+    assert any("as a whole" in n and "cgroup" in n for n in res.notes), res.notes
+    assert restarted  # the kernel chose the zygote, as the submission meant it to (else this tests nothing)
+    assert honest.status == Status.GRADED and value(honest, "add") == 5
+
+
 # --------------------------------------------------------------------------- a probe on the engine's runtime
 
 # A lesson's probe as a checks module writes one: it returns the student's output through the runtime's as_array,
