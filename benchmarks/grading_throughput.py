@@ -436,23 +436,24 @@ def main(argv: list[str] | None = None) -> int:
         # (it moves by a third within minutes on the shared machines) weighs on both engines alike
         first, second = subset[:len(subset) // 2], subset[len(subset) // 2:]
         ratios: list[float] = []
+
+        def otter_part(part: list[Path], when: str, work: Path) -> EngineRun | None:
+            if not part:
+                return None
+            print(f"grading {len(part)} with otter run, one by one, {when} ours: "
+                  f"{', '.join(p.stem for p in part)} ...", flush=True)
+            return grade_otter(part, autograder=args.autograder.resolve(), work=work, timeout_s=args.otter_timeout,
+                               verbose=True)
+
         for r in range(1, args.rounds + 1):
             if args.rounds > 1:
                 print(f"\n=== round {r} of {args.rounds} ===", flush=True)
-            otter_runs: list[EngineRun] = []
-
-            def otter_part(part: list[Path], when: str, r: int = r, otter_runs: list[EngineRun] = otter_runs) -> None:
-                if part:
-                    print(f"grading {len(part)} with otter run, one by one, {when} ours: "
-                          f"{', '.join(p.stem for p in part)} ...", flush=True)
-                    otter_runs.append(grade_otter(part, autograder=args.autograder.resolve(), work=tmp / f"otter{r}",
-                                                  timeout_s=args.otter_timeout, verbose=True))
-
-            otter_part(first, "before")
+            before = otter_part(first, "before", tmp / f"otter{r}")
             print("grading with ours ...", flush=True)
             ours, import_s = grade_ours(tmp / "submissions", out=tmp / f"ours{r}", workers=args.workers)
             print(f"  ours: {len(ours.per_sub)} graded in {ours.total_s:.1f} s", flush=True)
-            otter_part(second, "after")
+            after = otter_part(second, "after", tmp / f"otter{r}")
+            otter_runs = [run for run in (before, after) if run is not None]
             otter = joined(otter_runs) if otter_runs else None
             print()
             print("\n".join(report(ours, import_s, otter, n=args.n, cores=cores)))
