@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import itertools
 import logging
 import operator
 import sys
@@ -100,9 +101,10 @@ class _Guard:
                      for f in functions if type(f) is type(_unchanged)}
         self.is_ = operator.is_
         # the same, as tuples for a check that loops in C (most sweeps find nothing changed)
-        self.code_parts = [(operator.attrgetter(a), tuple(e[i] for e in self.code.values()))
-                           for i, a in enumerate(("", "__code__", "__defaults__", "__kwdefaults__")) if i]
         self.functions = tuple(e[0] for e in self.code.values())
+        # each function's three parts in one C call, checked in one loop (see _same_parts)
+        self.parts_of = operator.attrgetter("__code__", "__defaults__", "__kwdefaults__")
+        self.parts = tuple(v for e in self.code.values() for v in e[1:])
         skip = {id(snap[k]) for k in unguarded for _, _, snap in self.globals[-1:] if k in snap}
         self.tables = {id(d): (d, dict(d)) for _, _, snap in self.globals
                        for d in snap.values() if type(d) is dict and id(d) not in skip}
@@ -136,12 +138,22 @@ class _Guard:
                                                       in self.classes),
                                                     *(g for g in self.attr_groups if id(g[0]) != mark_dict))
                 for k, v in zip(keys, values, strict=True)]
-        self.flat = (tuple(e[0] for e in flat), tuple(e[1] for e in flat), tuple(e[2] for e in flat))
+        # grouped by table: one itemgetter per table fetches its values in one C call (a single key is asked
+        # twice, so that every getter returns a tuple), and one loop compares them all by identity
+        by_table: dict[int, tuple[Any, list[Any], list[Any]]] = {}
+        for ns, k, v in flat:
+            entry = by_table.setdefault(id(ns), (ns, [], []))
+            entry[1].append(k)
+            entry[2].append(v)
+        self.tables_of = tuple(ns for ns, _, _ in by_table.values())
+        self.getters = tuple(operator.itemgetter(*(keys if len(keys) > 1 else keys * 2))
+                             for _, keys, _ in by_table.values())
+        self.flat_values = tuple(v for _, _, values in by_table.values() for v in (values if len(values) > 1
+                                                                                    else values * 2))
         self.sized = tuple([d for d, _ in self.tables.values()] + [vars(c) for c, _, _, _ in self.classes])
         self.sizes = tuple([len(snap) for _, snap in self.tables.values()] + [n for _, n, _, _ in self.classes])
         self.module_kv = (tuple(self.modules), tuple(self.modules.values()))
         self.absent_quiet = tuple((d, a) for d, a in self.absent if id(d) != mark_dict)
-        self.getitem = operator.getitem
 
     def plant(self, nonce: str) -> None:
         """A change only the grader can predict (its nonce): a sweep that does not report it was switched off."""
@@ -168,9 +180,8 @@ class _Guard:
 
     def _quiet(self) -> bool:
         """Whether every recorded table holds what it held at the snapshot (the check mark aside)."""
-        dicts, keys, values = self.flat
         try:
-            same = all(map(self.is_, map(self.getitem, dicts, keys), values))
+            same = all(map(self.is_, _chain(map(_call_getter, self.getters, self.tables_of)), self.flat_values))
         except Exception:  # noqa: BLE001 - a key gone (KeyError), or a table that no longer answers
             return False
         return (same and tuple(map(len, self.sized)) == self.sizes and not any(a in d for d, a in self.absent_quiet)
@@ -183,12 +194,16 @@ class _Guard:
             facts.append(f"{_CANARY} {mark.nonce}")
             with contextlib.suppress(AttributeError, TypeError):
                 delattr(mark, "nonce")
-        same = all(all(map(self.is_, map(get, self.functions), values)) for get, values in self.code_parts)
+        same = self._same_parts()
         for f, code, defaults, kwdefaults in () if same else self.code.values():
             if f.__code__ is not code or f.__defaults__ is not defaults or f.__kwdefaults__ is not kwdefaults:
                 facts.append(f"{f.__module__}.{f.__qualname__} was replaced (its code or defaults)")
                 f.__code__, f.__defaults__, f.__kwdefaults__ = code, defaults, kwdefaults
         return facts
+
+    def _same_parts(self) -> bool:
+        """Whether every guarded function still has the code and defaults it had at the snapshot (by identity)."""
+        return all(map(self.is_, _chain(map(self.parts_of, self.functions)), self.parts))
 
     def _repair(self) -> list[str]:
         """sweep's slow path: each part compared with its snapshot, every change reported and undone."""
@@ -228,7 +243,7 @@ class _Guard:
                         setattr(cls, k, table[k])
                     else:
                         delattr(cls, k)
-        same = all(all(map(self.is_, map(get, self.functions), values)) for get, values in self.code_parts)
+        same = self._same_parts()
         for f, code, defaults, kwdefaults in () if same else self.code.values():
             if f.__code__ is not code or f.__defaults__ is not defaults or f.__kwdefaults__ is not kwdefaults:
                 facts.append(f"{f.__module__}.{f.__qualname__} was replaced (its code or defaults)")
@@ -241,6 +256,10 @@ class _Guard:
                 d.clear()
                 d.update(snap)
         return facts + self.check_encoder() + self.modes.sweep()
+
+
+_chain = itertools.chain.from_iterable
+_call_getter = operator.itemgetter.__call__  # getter(table) as map's function (operator.call is 3.11+)
 
 
 def _unchanged(table: Any, keys: tuple[Any, ...], values: tuple[Any, ...], is_: Any = operator.is_) -> bool:
