@@ -206,9 +206,9 @@ def _run_one(env: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, 
 
 def error_record(exc: BaseException) -> dict[str, str]:
     """A student error as data: its type, message and the innermost line outside the checks (the student's)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = next((f"line {f.lineno} in {f.name}" for f in reversed(frames)
-                  if not f.filename.endswith(("_checks.py", "checks_runtime.py"))), "")
+    frames = list(traceback.walk_tb(exc.__traceback__))  # frames and line numbers; no source file is read
+    where = next((f"line {lineno} in {f.f_code.co_name}" for f, lineno in reversed(frames)
+                  if not f.f_code.co_filename.endswith(("_checks.py", "checks_runtime.py"))), "")
     return {"type": type(exc).__name__, "message": str(exc)[:300], "where": where}
 
 
