@@ -136,22 +136,29 @@ def array_plain(arr: np.ndarray) -> dict[str, Any]:
     return {ARRAY_TAG: base64.b64encode(arr.tobytes()).decode(), "dtype": arr.dtype.str, "shape": list(arr.shape)}
 
 
-def to_plain(value: Any) -> Any:
+def to_plain(value: Any, *, array: Callable[[np.ndarray], Any] = array_plain) -> Any:
     """JSON-ready form of case data: arrays become tagged base64 blobs (array_plain), numpy scalars Python ones;
-    any other object is a TypeError."""
+    any other object is a TypeError. With array=own_array, the same data with arrays kept as arrays: what
+    from_plain(to_plain(value)) gives, without the trip through base64."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf":
             raise TypeError(f"arrays of dtype {value.dtype} are not plain data")
-        return array_plain(value)
+        return array(value)
     if isinstance(value, dict):
-        return {str(k): to_plain(v) for k, v in value.items()}
+        return {str(k): to_plain(v, array=array) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [to_plain(v) for v in value]
+        return [to_plain(v, array=array) for v in value]
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(f"{type(value).__name__} is not plain data")
+
+
+def own_array(arr: np.ndarray) -> np.ndarray:
+    """The array as from_plain(array_plain(arr)) reads it back: a C-ordered copy of its own, at least 1-d, of the
+    same dtype."""
+    return np.array(arr, order="C", copy=True, ndmin=1)
 
 
 def from_plain(value: Any) -> Any:
@@ -200,16 +207,16 @@ def _run_one(env: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, 
     try:
         HOOKS["before_probe"]()  # a lesson seeds its generators here
         out = PROBES[name](env, **args)
-        return from_plain(to_plain(out))
+        return to_plain(out, array=own_array)  # plain data, arrays copied
     except Exception as exc:  # noqa: BLE001 - any student error is recorded, not raised
         return {"error": error_record(exc)}
 
 
 def error_record(exc: BaseException) -> dict[str, str]:
     """A student error as data: its type, message and the innermost line outside the checks (the student's)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = next((f"line {f.lineno} in {f.name}" for f in reversed(frames)
-                  if not f.filename.endswith(("_checks.py", "checks_runtime.py"))), "")
+    frames = list(traceback.walk_tb(exc.__traceback__))  # frames and line numbers; no source file is read
+    where = next((f"line {lineno} in {f.f_code.co_name}" for f, lineno in reversed(frames)
+                  if not f.f_code.co_filename.endswith(("_checks.py", "checks_runtime.py"))), "")
     return {"type": type(exc).__name__, "message": str(exc)[:300], "where": where}
 
 
