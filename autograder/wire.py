@@ -15,6 +15,7 @@ import binascii
 import json
 import math
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -232,6 +233,14 @@ def _unpack(raw: Any, depth: int) -> Any:
     return raw
 
 
+def _strict_b64decode(text: str) -> bytes:
+    """Base64 text to bytes, refusing any character outside the alphabet and misplaced padding: binascii's strict
+    mode on the text itself (Python 3.11+; base64.b64decode would first copy it to bytes), else b64decode's check."""
+    if sys.version_info >= (3, 11):
+        return binascii.a2b_base64(text, strict_mode=True)
+    return base64.b64decode(text, validate=True)
+
+
 def _array(tag: dict[str, Any]) -> np.ndarray:
     """A tagged array, checked before anything is allocated: dims count, every dim, and that shape times
     item size is exactly the data's length (so no declared shape can ask for more than the bytes sent)."""
@@ -251,7 +260,7 @@ def _array(tag: dict[str, Any]) -> np.ndarray:
     if len(b64) != 4 * math.ceil(size / 3) or size > MAX_BYTES:
         raise WireError(f"array of shape {shape[:8]} and dtype {dtype_str} does not match its data")
     try:
-        raw = base64.b64decode(b64, validate=True)
+        raw = _strict_b64decode(b64)
     except (TypeError, ValueError) as exc:
         raise WireError(f"bad array data: {exc}") from exc
     if size != len(raw):
