@@ -1034,12 +1034,21 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
                 owner = f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
                 origins[id(value)] = (value, f"the plain attribute self.{attr} of {owner}, which "
                                              "is not a registered buffer and so did not move with the model")
-    stack: list[str] = []
-    hooks = []
-    for mod_name, mod in model.named_modules():
-        label = f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
-        hooks.append(mod.register_forward_pre_hook(lambda m, a, label=label: stack.append(label)))
-        hooks.append(mod.register_forward_hook(lambda m, a, o: None if not stack else stack.pop() and None))
+    stack: list[str] = []  # the labels of the model's modules being called, innermost last
+    labels = {id(mod): f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
+              for mod_name, mod in model.named_modules()}
+
+    def enter(m: Any, _args: Any) -> None:
+        if id(m) in labels:
+            stack.append(labels[id(m)])
+
+    def leave(m: Any, _args: Any, _out: Any) -> None:
+        if id(m) in labels and stack:
+            stack.pop()
+
+    # two hooks for every module call of the pass (torch's global ones), not two registered on each module
+    module_hooks = torch.nn.modules.module
+    hooks = [module_hooks.register_module_forward_pre_hook(enter), module_hooks.register_module_forward_hook(leave)]
 
     Tensor, nested = torch.Tensor, (list, tuple, dict)
 
@@ -1124,14 +1133,15 @@ class _Disguise:
 
     def __init__(self, real: Any, shown_type: str) -> None:
         torch = _torch()
-        self.real, self.shown_device = real, torch.device(shown_type, 0)
+        self.real, self.shown_device, self.shown_type = real, torch.device(shown_type, 0), shown_type
         self.props = {"device": self.shown_device, "is_meta": False, "is_cuda": shown_type == "cuda",
                       "is_cpu": False}
+        self.tensors, self.device_types, self.to = (torch.Tensor, torch.nn.Parameter), (torch.device, str), \
+            torch.Tensor.to
 
     def shown(self, func: Any, name: str, args: Any) -> Any:
         """What a device query on one of the traced tensors returns, or REAL for any other call."""
-        torch = _torch()
-        if not args or type(args[0]) not in (torch.Tensor, torch.nn.Parameter) or args[0].device != self.real:
+        if not args or type(args[0]) not in self.tensors or args[0].device != self.real:
             return self.REAL
         if name == "__get__" and len(args) == 1:
             return self.props.get(getattr(getattr(func, "__self__", None), "__name__", ""), self.REAL)
@@ -1140,18 +1150,20 @@ class _Disguise:
         return self.REAL
 
     def _real(self, value: Any) -> Any:
-        torch = _torch()
-        if type(value) is torch.device and value.type == self.shown_device.type:
+        if type(value) is self.device_types[0] and value.type == self.shown_type:
             return self.real
-        if type(value) is str and value.split(":")[0] == self.shown_device.type:
+        if type(value) is str and value.split(":")[0] == self.shown_type:
             return self.real
         return value
 
     def unmask(self, func: Any, name: str, args: Any, kwargs: dict[str, Any]) -> tuple[Any, str, Any, dict]:
-        """The call with the shown device replaced by the real one (.cuda() becomes .to(meta))."""
-        torch = _torch()
-        if name in ("cuda", self.shown_device.type) and args and isinstance(args[0], torch.Tensor):
-            return torch.Tensor.to, "to", (args[0], self.real), {}
+        """The call with the shown device replaced by the real one (.cuda() becomes .to(meta)); most calls name
+        no device at all and are returned as they are."""
+        if name in ("cuda", self.shown_type) and args and isinstance(args[0], self.tensors[0]):
+            return self.to, "to", (args[0], self.real), {}
+        kinds = self.device_types
+        if not any(type(a) in kinds for a in args) and not any(type(v) in kinds for v in kwargs.values()):
+            return func, name, tuple(args), dict(kwargs)
         return func, name, tuple(self._real(a) for a in args), {k: self._real(v) for k, v in kwargs.items()}
 
 
