@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
+import operator
 import sys
 import types
 from collections.abc import Callable
@@ -533,100 +534,87 @@ class _Unverifiable(Exception):
 class _State:
     """Everything a model's behaviour depends on besides its parameter values, as it is now.
 
-    Per module (in the order of named_modules): the module, its class, and every entry of its __dict__ (the
-    parameter, buffer and submodule tables included), snapshotted by value: numbers, strings and other
-    immutable values as they are; lists, tuples, dicts and sets entry by entry; buffers and other tensors, and
-    numpy arrays, by identity, layout and a copy of their values (compared bit for bit); parameters by identity
-    and layout (the probes fill their values by name before each use); modules and functions by identity. The
-    model's classes (not torch's own) are snapshotted by their attribute tables. Anything else (an object of the
-    student's own, a bound method, a tensor subclass) raises _Unverifiable.
+    Per module (in the order of named_modules): the module, its class and its __dict__ object, and every entry of
+    that __dict__ (the parameter, buffer and submodule tables included), kept by identity; every container reached
+    from there (dicts, lists, tuples, sets of str or int) with its entries, by identity too (a set by value);
+    buffers and other tensors, and numpy arrays, also by layout and a copy of their values (compared bit for bit);
+    parameters by layout (the probes fill their values by name before each use). The model's classes (not
+    torch's own) are kept by their attribute tables. Anything else (an object of the student's own, a bound
+    method, a tensor subclass) raises _Unverifiable. `same` compares it all in flat loops: a value rebound to an
+    equal object (a new float, False for 0) counts as a change, and the model is built afresh.
     """
 
     def __init__(self, model: Any) -> None:
+        torch = _torch()
         self.modules = list(model.named_modules(remove_duplicate=False))
         self.params = {id(p): p for p in model.parameters()}
-        self.known = {id(m) for _, m in self.modules}
-        self.tables = [(m, type(m), self._node(dict(vars(m)))) for _, m in self.modules]
+        known = {id(m) for _, m in self.modules}
+        self.owners = tuple((m, type(m), vars(m)) for _, m in self.modules)
+        self.plain = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
+        self.tensor_types = (torch.Tensor, torch.nn.Parameter)
+        # (container, its type, its keys or None, its values): every dict and sequence reached, each once
+        self.containers: list[tuple[Any, type, tuple | None, tuple]] = []
+        self.sets: list[tuple[Any, type, frozenset]] = []
+        self.tensors: list[tuple[Any, tuple, Any]] = []  # (tensor, layout, kept values or None for a parameter)
+        self.arrays: list[tuple[Any, Any]] = []
+        seen: set[int] = set()
+        todo = [vars(m) for _, m in self.modules]
+        while todo:
+            value = todo.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            t = type(value)
+            if t in (dict, collections.OrderedDict):
+                keys, values = tuple(value), tuple(value.values())
+                self.containers.append((value, t, keys, values))
+                todo += [k for k in keys if type(k) not in self.plain]
+            elif t in (list, tuple, torch.Size):
+                values = tuple(value)
+                self.containers.append((value, t, None, values))
+            elif t in (set, frozenset) and all(type(v) in (str, int) for v in value):
+                self.sets.append((value, t, frozenset(value)))
+                continue
+            elif t in self.tensor_types and value.layout == torch.strided and (
+                    id(value) in self.params or value.device.type == "cpu"):
+                self.tensors.append((value, _layout(value), None if id(value) in self.params else _values(value)))
+                continue
+            elif t is np.ndarray and value.dtype.kind in "biufc":
+                self.arrays.append((value, value.copy()))
+                continue
+            elif t in self.plain or t in (types.FunctionType, types.BuiltinFunctionType) or (
+                    isinstance(value, torch.nn.Module) and id(value) in known):
+                continue
+            else:
+                raise _Unverifiable(t.__name__)
+            todo += [v for v in values if type(v) not in self.plain]
         classes = {c for _, m in self.modules for c in type(m).__mro__
                    if c is not object and not str(getattr(c, "__module__", "")).startswith("torch")}
-        self.classes = [(c, dict(vars(c))) for c in classes]
-
-    def _node(self, value: Any) -> tuple:
-        torch, t = _torch(), type(value)
-        if t in (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device):
-            return ("v", value)
-        if t in (dict, collections.OrderedDict):
-            if all(type(k) is str for k in value):  # a module's tables: compared in bulk (_same_table)
-                nodes = tuple(map(self._node, value.values()))
-                plain = tuple(i for i, n in enumerate(nodes) if n[0] == "v")
-                return ("D", t, tuple(value), plain, tuple(nodes[i][1] for i in plain),
-                        tuple(type(nodes[i][1]) for i in plain),
-                        tuple((i, n) for i, n in enumerate(nodes) if n[0] != "v"))
-            return ("d", t, tuple(map(self._node, value)), tuple(map(self._node, value.values())))
-        if t in (list, tuple, torch.Size):
-            return ("l", t, tuple(map(self._node, value)))
-        if t in (set, frozenset) and all(type(v) in (str, int) for v in value):
-            return ("s", t, frozenset(value))
-        if t in (torch.Tensor, torch.nn.Parameter) and value.layout == torch.strided:
-            if id(value) in self.params:
-                return ("p", value, _layout(value))
-            if value.device.type == "cpu":
-                return ("t", value, _layout(value), _values(value))
-        if t is np.ndarray and value.dtype.kind in "biufc":
-            return ("a", value, value.copy())
-        if t in (types.FunctionType, types.BuiltinFunctionType) or (isinstance(value, torch.nn.Module)
-                                                                   and id(value) in self.known):
-            return ("i", value)
-        raise _Unverifiable(t.__name__)
-
-    def _same_table(self, node: tuple, value: Any) -> bool:
-        """_same for a dict whose keys were all str: the keys, then the plain values (None, numbers, strings:
-        equal and of the same type, as _same compares them) in bulk, then each other value."""
-        _, t, keys, plain, refs, kinds, others = node
-        if type(value) is not t or len(value) != len(keys) or tuple(value) != keys \
-                or not set(map(type, value)) <= _STR_KEYS:
-            return False
-        if not keys:
-            return True
-        values = tuple(value.values())
-        got = tuple(values[i] for i in plain)
-        return (tuple(map(type, got)) == kinds and got == refs
-                and all(self._same(n, values[i]) for i, n in others))
-
-    def _same(self, node: tuple, value: Any) -> bool:
-        kind = node[0]
-        if kind == "D":
-            return self._same_table(node, value)
-        if kind == "v":
-            ref = node[1]
-            return ref is value or (type(value) is type(ref) and ref == value)
-        if kind == "d":
-            return (type(value) is node[1] and len(value) == len(node[2]) and all(map(self._same, node[2], value))
-                    and all(map(self._same, node[3], value.values())))
-        if kind == "l":
-            return type(value) is node[1] and len(value) == len(node[2]) and all(map(self._same, node[2], value))
-        if kind == "s":
-            return type(value) is node[1] and value == node[2]
-        if value is not node[1]:
-            return False
-        if kind == "i":
-            return True
-        if kind == "a":
-            return value.dtype == node[2].dtype and np.array_equal(value, node[2])
-        return _layout(value) == node[2] and (kind == "p" or _same_values(value, node[3]))
+        self.classes = [(vars(c), tuple(vars(c)), tuple(vars(c).values())) for c in classes]
+        self.flat = tuple(v for _, _, _, values in self.containers for v in values)
 
     def same(self, model: Any) -> bool:
         """Whether model is still in the state this snapshot holds."""
+        is_ = operator.is_
         modules = list(model.named_modules(remove_duplicate=False))
-        return (len(modules) == len(self.modules)
+        if not (len(modules) == len(self.modules)
                 and all(n == n0 and m is m0 for (n, m), (n0, m0) in zip(modules, self.modules, strict=True))
                 and {id(p) for p in model.parameters()} == self.params.keys()
-                and all(type(m) is cls and self._same(node, dict(vars(m))) for m, cls, node in self.tables)
-                and all(vars(c).keys() == table.keys() and all(vars(c)[k] is v for k, v in table.items())
-                        for c, table in self.classes))
+                and all(type(m) is cls and vars(m) is table for m, cls, table in self.owners)):
+            return False
+        for c, t, keys, values in self.containers:
+            if type(c) is not t or len(c) != len(values) or (keys is not None and not all(map(is_, c, keys))):
+                return False
+        now = [v for c, _, keys, _ in self.containers for v in (c.values() if keys is not None else c)]
+        return (all(map(is_, now, self.flat))
+                and all(type(c) is t and c == kept for c, t, kept in self.sets)
+                and all(_layout(v) == layout and (kept is None or _same_values(v, kept))
+                        for v, layout, kept in self.tensors)
+                and all(v.dtype == kept.dtype and np.array_equal(v, kept) for v, kept in self.arrays)
+                and all(len(table) == len(keys) and all(map(is_, map(table.__getitem__, keys), values))
+                        for table, keys, values in self.classes))
 
 
-_STR_KEYS = frozenset((str,))
 _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # an unsigned integer of each element size
 
 
