@@ -35,6 +35,11 @@ _SETUP_FAILED, _HARNESS_FAILED = 70, 71
 _LEN = struct.Struct(">Q")
 _CTL_BYTES = 1 << 16
 _MAX_TIME_STOPS = 3  # cells left out for the per-cell limit; one more too slow cell ends the notebook there
+# While the child still owes many answers to requests already sent, the grader reads its frames every few ms, not
+# at each one: about half the wake-ups of a notebook and a third less of the conversation's CPU. Nothing is lost or
+# late: the child writes on into the socket, and the last answers of a batch (which the child's next request or
+# its exit waits for) are read as they come.
+_COALESCE_S, _COALESCE_OWED = 0.005, 8
 _CANARY = "guard check mark"  # the fact the guard reports for the grader's nonce after every probe (see _Guard)
 
 
@@ -208,6 +213,8 @@ class _Conversation:
                         self._pump_output()
                     elif key.fileobj is self.sock:
                         self._pump_frames()
+                        if self.phase == "probes" and self.asked - self.probe >= _COALESCE_OWED:
+                            time.sleep(min(_COALESCE_S, max(0.0, self.deadline - time.monotonic())))
             sel.unregister(self.worker.ctl)
             until = time.monotonic() + 2  # the child's tree is dead: read what it left in the channels
             while sel.get_map() and time.monotonic() < until:
