@@ -39,7 +39,10 @@ PRELOAD = ("numpy", "torch", "torch._dynamo", "IPython.core.interactiveshell", "
 # torch._dynamo wraps torch.manual_seed when first imported: loaded before the guard records identities, so honest
 # code that triggers it (fused attention, torch.compile) is not reported as tampering. IPython imports its logger
 # and bdb at the first cell it runs: every child would import them again.
-_WATCH_S = 0.05
+# How often the zygote looks at a running job's memory: the watchdog sums its processes' memory itself; under a
+# memory cgroup the kernel enforces the limit and the zygote only looks for an OOM kill below the child (the
+# child's own ends the job at once), so it looks less often.
+_WATCH_S = {"watchdog": 0.05, "cgroup": 0.25}
 
 
 
@@ -174,7 +177,7 @@ def _watch(pid: int, ctl: socket.socket, limits: Limits, start: float, memory: _
         if left <= 0:
             timed_out = True
             break
-        for key, _ in sel.select(min(left, _WATCH_S)):
+        for key, _ in sel.select(min(left, _WATCH_S[memory.kind])):
             if key.fileobj == pidfd:
                 _, status, rusage = os.wait4(pid, 0)
             else:
