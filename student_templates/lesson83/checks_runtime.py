@@ -138,8 +138,7 @@ def array_plain(arr: np.ndarray) -> dict[str, Any]:
 
 def to_plain(value: Any, *, array: Callable[[np.ndarray], Any] = array_plain) -> Any:
     """JSON-ready form of case data: arrays become tagged base64 blobs (array_plain), numpy scalars Python ones;
-    any other object is a TypeError. With array=own_array, the same data with arrays kept as arrays: what
-    from_plain(to_plain(value)) gives, without the trip through base64."""
+    any other object is a TypeError. array=own_array gives from_plain(to_plain(value)) without the base64 trip."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf":
             raise TypeError(f"arrays of dtype {value.dtype} are not plain data")
@@ -156,8 +155,7 @@ def to_plain(value: Any, *, array: Callable[[np.ndarray], Any] = array_plain) ->
 
 
 def own_array(arr: np.ndarray) -> np.ndarray:
-    """The array as from_plain(array_plain(arr)) reads it back: a C-ordered copy of its own, at least 1-d, of the
-    same dtype."""
+    """arr as from_plain(array_plain(arr)) reads it back: a C-ordered copy, at least 1-d, of the same dtype."""
     return np.array(arr, order="C", copy=True, ndmin=1)
 
 
