@@ -153,6 +153,9 @@ class _Guard:
         self.sized = tuple([d for d, _ in self.tables.values()] + [vars(c) for c, _, _, _ in self.classes])
         self.sizes = tuple([len(snap) for _, snap in self.tables.values()] + [n for _, n, _, _ in self.classes])
         self.module_kv = (tuple(self.modules), tuple(self.modules.values()))
+        # What the first check runs with, taken now: student code can rebind builtins.all or this module's helpers,
+        # and a check run with its versions would find nothing changed (so it would also skip the repair).
+        self.ops = (all, any, map, len, tuple, _chain, _call_getter, sys.modules, Exception)
         self.absent_quiet = tuple((d, a) for d, a in self.absent if id(d) != mark_dict)
 
     def plant(self, nonce: str) -> None:
@@ -180,12 +183,15 @@ class _Guard:
 
     def _quiet(self) -> bool:
         """Whether every recorded table holds what it held at the snapshot (the check mark aside)."""
+        all_, any_, map_, len_, tuple_, chain, call, modules, error = self.ops
+        is_ = self.is_
         try:
-            same = all(map(self.is_, _chain(map(_call_getter, self.getters, self.tables_of)), self.flat_values))
-        except Exception:  # noqa: BLE001 - a key gone (KeyError), or a table that no longer answers
+            same = all_(map_(is_, chain(map_(call, self.getters, self.tables_of)), self.flat_values))
+            return (same and tuple_(map_(len_, self.sized)) == self.sizes
+                    and not any_(a in d for d, a in self.absent_quiet)
+                    and all_(map_(is_, map_(modules.__getitem__, self.module_kv[0]), self.module_kv[1])))
+        except error:  # a key gone (KeyError), or a table that no longer answers
             return False
-        return (same and tuple(map(len, self.sized)) == self.sizes and not any(a in d for d, a in self.absent_quiet)
-                and _unchanged(sys.modules, *self.module_kv))
 
     def _mark_and_code(self) -> list[str]:
         """The check mark's report (see plant) and the guarded functions' code and defaults, repaired."""
@@ -203,14 +209,15 @@ class _Guard:
 
     def _same_parts(self) -> bool:
         """Whether every guarded function still has the code and defaults it had at the snapshot (by identity)."""
-        return all(map(self.is_, _chain(map(self.parts_of, self.functions)), self.parts))
+        all_, map_, chain = self.ops[0], self.ops[2], self.ops[5]
+        return all_(map_(self.is_, chain(map_(self.parts_of, self.functions)), self.parts))
 
     def _repair(self) -> list[str]:
         """sweep's slow path: each part compared with its snapshot, every change reported and undone."""
         ns, snap, missing = self.builtins, self.builtins_snap, self._MISSING
-        facts = []
-        if not _unchanged(ns, *self.builtins_kv):
-            facts += [f"builtins.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
+        # builtins first, with no builtin: the rest of the repair runs with them restored
+        facts = [f"builtins.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
+        if facts:
             ns.update(snap)
         same = all(_unchanged(d, k, v) for d, k, v in self.attr_groups) and not any(a in d for d, a in self.absent)
         for owner, attr, name, value in () if same else self.attrs:

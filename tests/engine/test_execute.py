@@ -121,6 +121,15 @@ CASES = {
     "patch_operator": nb("import operator\noperator.eq = lambda a, b: True", ADD),
     "patch_tensor_numpy": nb("import torch\ntorch.Tensor.numpy = lambda self: None", ADD),
     "patch_builtins": nb("import builtins\nbuiltins.isinstance = lambda *a: True", ADD),
+    # the builtins the guard's own check could run with, rebound before a patch it must still see: in a cell, and
+    # inside a probe (the student's function does it when called)
+    "patch_guard_builtins": nb("import builtins, numpy as np\nbuiltins.all = lambda it: True\n"
+                               "builtins.any = lambda it: False\nbuiltins.map = lambda f, *its: iter(())\n"
+                               "np.allclose = lambda *a, **k: True", ADD),
+    "patch_guard_builtins_in_probe": nb("import builtins, numpy as np\n"
+                                        "def add(a, b):\n    builtins.all = lambda it: True\n"
+                                        "    builtins.any = lambda it: False\n"
+                                        "    np.allclose = lambda *a, **k: True\n    return a + b"),
     "patch_probe_module": nb("import fake_checks\nfake_checks.run_probe.__code__ = "
                              "(lambda env, name, args: {'value': 999}).__code__", ADD),
     "always_equal": nb("class Same:\n    def __eq__(self, other):\n        return True",
@@ -318,7 +327,9 @@ def test_reference_and_repository_are_not_visible(batch):
     ("patch_torch_allclose", "torch.allclose"), ("patch_torch_testing", "torch.testing.assert_close"),
     ("patch_builtins", "builtins.isinstance"), ("patch_probe_module", "fake_checks.run_probe"),
     ("patch_math_isclose", "math.isclose"), ("patch_operator", "operator.eq"),
-    ("patch_tensor_numpy", "torch.Tensor.numpy"),
+    ("patch_tensor_numpy", "torch.Tensor.numpy"), ("patch_guard_builtins", "builtins.all"),
+    ("patch_guard_builtins", "numpy.allclose"), ("patch_guard_builtins_in_probe", "builtins.all"),
+    ("patch_guard_builtins_in_probe", "numpy.allclose"),
 ])
 @pytest.mark.sandbox
 def test_monkeypatching_is_reported_and_undone(batch, case, fact):
