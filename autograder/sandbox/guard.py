@@ -156,6 +156,7 @@ class _Guard:
         # What the first check runs with, taken now: student code can rebind builtins.all or this module's helpers,
         # and a check run with its versions would find nothing changed (so it would also skip the repair).
         self.ops = (all, any, map, len, tuple, _chain, _call_getter, sys.modules, Exception)
+        self.unchanged = _unchanged
         self.absent_quiet = tuple((d, a) for d, a in self.absent if id(d) != mark_dict)
 
     def plant(self, nonce: str) -> None:
@@ -219,7 +220,8 @@ class _Guard:
         facts = [f"builtins.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
         if facts:
             ns.update(snap)
-        same = all(_unchanged(d, k, v) for d, k, v in self.attr_groups) and not any(a in d for d, a in self.absent)
+        unchanged = self.unchanged  # this module's helper as it was: student code can rebind the global
+        same = all(unchanged(d, k, v) for d, k, v in self.attr_groups) and not any(a in d for d, a in self.absent)
         for owner, attr, name, value in () if same else self.attrs:
             if owner.__dict__.get(attr, missing) is not value:
                 facts.append(f"{name} was replaced" if owner is not self.mark else f"{name} {self.mark.nonce}")
@@ -233,7 +235,7 @@ class _Guard:
                 facts.append(f"sys.modules[{name!r}] was replaced")
                 sys.modules[name] = mod
         for (ns, name, snap), kv in zip(self.globals, self.globals_kv, strict=True):
-            if not _unchanged(ns, *kv):
+            if not unchanged(ns, *kv):
                 facts += [f"{name}.{k} was replaced" for k, v in snap.items() if ns.get(k, missing) is not v]
                 ns.update(snap)
         for cls, n, values, table in self.classes:
@@ -256,7 +258,7 @@ class _Guard:
                 facts.append(f"{f.__module__}.{f.__qualname__} was replaced (its code or defaults)")
                 f.__code__, f.__defaults__, f.__kwdefaults__ = code, defaults, kwdefaults
         for i, (d, snap) in self.tables.items():
-            if len(d) == len(snap) and _unchanged(d, *self.tables_kv[i]):
+            if len(d) == len(snap) and unchanged(d, *self.tables_kv[i]):
                 continue
             if d.keys() != snap.keys() or any(d[k] is not v for k, v in snap.items()):
                 facts.append(f"a table of the grader's modules was changed (keys {sorted(snap)[:3]})")

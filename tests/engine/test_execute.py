@@ -126,6 +126,8 @@ CASES = {
     "patch_guard_builtins": nb("import builtins, numpy as np\nbuiltins.all = lambda it: True\n"
                                "builtins.any = lambda it: False\nbuiltins.map = lambda f, *its: iter(())\n"
                                "np.allclose = lambda *a, **k: True", ADD),
+    "patch_guard_helper": nb("import sys, numpy as np\nguard = sys.modules['autograder.sandbox.guard']\n"
+                             "guard._unchanged = lambda *a, **k: True\nnp.allclose = lambda *a, **k: True", ADD),
     "patch_guard_builtins_in_probe": nb("import builtins, numpy as np\n"
                                         "def add(a, b):\n    builtins.all = lambda it: True\n"
                                         "    builtins.any = lambda it: False\n"
@@ -329,7 +331,8 @@ def test_reference_and_repository_are_not_visible(batch):
     ("patch_math_isclose", "math.isclose"), ("patch_operator", "operator.eq"),
     ("patch_tensor_numpy", "torch.Tensor.numpy"), ("patch_guard_builtins", "builtins.all"),
     ("patch_guard_builtins", "numpy.allclose"), ("patch_guard_builtins_in_probe", "builtins.all"),
-    ("patch_guard_builtins_in_probe", "numpy.allclose"),
+    ("patch_guard_builtins_in_probe", "numpy.allclose"), ("patch_guard_helper", "numpy.allclose"),
+    ("patch_guard_helper", "guard._unchanged"),
 ])
 @pytest.mark.sandbox
 def test_monkeypatching_is_reported_and_undone(batch, case, fact):
