@@ -549,8 +549,7 @@ class _State:
         self.params = {id(p): p for p in model.parameters()}
         known = {id(m) for _, m in self.modules}
         self.owners = tuple((m, type(m), vars(m)) for _, m in self.modules)
-        self.plain = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
-        self.tensor_types = (torch.Tensor, torch.nn.Parameter)
+        plain = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
         # (container, its type, its keys or None, its values): every dict and sequence reached, each once
         self.containers: list[tuple[Any, type, tuple | None, tuple]] = []
         self.sets: list[tuple[Any, type, frozenset]] = []
@@ -567,26 +566,26 @@ class _State:
             if t in (dict, collections.OrderedDict):
                 keys, values = tuple(value), tuple(value.values())
                 self.containers.append((value, t, keys, values))
-                todo += [k for k in keys if type(k) not in self.plain]
+                todo += [k for k in keys if type(k) not in plain]
             elif t in (list, tuple, torch.Size):
                 values = tuple(value)
                 self.containers.append((value, t, None, values))
             elif t in (set, frozenset) and all(type(v) in (str, int) for v in value):
                 self.sets.append((value, t, frozenset(value)))
                 continue
-            elif t in self.tensor_types and value.layout == torch.strided and (
+            elif t in (torch.Tensor, torch.nn.Parameter) and value.layout == torch.strided and (
                     id(value) in self.params or value.device.type == "cpu"):
                 self.tensors.append((value, _layout(value), None if id(value) in self.params else _values(value)))
                 continue
             elif t is np.ndarray and value.dtype.kind in "biufc":
                 self.arrays.append((value, value.copy()))
                 continue
-            elif t in self.plain or t in (types.FunctionType, types.BuiltinFunctionType) or (
+            elif t in plain or t in (types.FunctionType, types.BuiltinFunctionType) or (
                     isinstance(value, torch.nn.Module) and id(value) in known):
                 continue
             else:
                 raise _Unverifiable(t.__name__)
-            todo += [v for v in values if type(v) not in self.plain]
+            todo += [v for v in values if type(v) not in plain]
         classes = {c for _, m in self.modules for c in type(m).__mro__
                    if c is not object and not str(getattr(c, "__module__", "")).startswith("torch")}
         self.classes = [(vars(c), tuple(vars(c)), tuple(vars(c).values())) for c in classes]

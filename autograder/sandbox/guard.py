@@ -201,17 +201,21 @@ class _Guard:
             facts.append(f"{_CANARY} {mark.nonce}")
             with contextlib.suppress(AttributeError, TypeError):
                 delattr(mark, "nonce")
-        same = self._same_parts()
-        for f, code, defaults, kwdefaults in () if same else self.code.values():
-            if f.__code__ is not code or f.__defaults__ is not defaults or f.__kwdefaults__ is not kwdefaults:
-                facts.append(f"{f.__module__}.{f.__qualname__} was replaced (its code or defaults)")
-                f.__code__, f.__defaults__, f.__kwdefaults__ = code, defaults, kwdefaults
-        return facts
+        return facts + self._code_facts()
 
     def _same_parts(self) -> bool:
         """Whether every guarded function still has the code and defaults it had at the snapshot (by identity)."""
         all_, map_, chain = self.ops[0], self.ops[2], self.ops[5]
         return all_(map_(self.is_, chain(map_(self.parts_of, self.functions)), self.parts))
+
+    def _code_facts(self) -> list[str]:
+        """The guarded functions whose code or defaults changed, each reported and put back."""
+        facts = []
+        for f, code, defaults, kwdefaults in () if self._same_parts() else self.code.values():
+            if f.__code__ is not code or f.__defaults__ is not defaults or f.__kwdefaults__ is not kwdefaults:
+                facts.append(f"{f.__module__}.{f.__qualname__} was replaced (its code or defaults)")
+                f.__code__, f.__defaults__, f.__kwdefaults__ = code, defaults, kwdefaults
+        return facts
 
     def _repair(self) -> list[str]:
         """sweep's slow path: each part compared with its snapshot, every change reported and undone."""
@@ -252,11 +256,7 @@ class _Guard:
                         setattr(cls, k, table[k])
                     else:
                         delattr(cls, k)
-        same = self._same_parts()
-        for f, code, defaults, kwdefaults in () if same else self.code.values():
-            if f.__code__ is not code or f.__defaults__ is not defaults or f.__kwdefaults__ is not kwdefaults:
-                facts.append(f"{f.__module__}.{f.__qualname__} was replaced (its code or defaults)")
-                f.__code__, f.__defaults__, f.__kwdefaults__ = code, defaults, kwdefaults
+        facts += self._code_facts()
         for i, (d, snap) in self.tables.items():
             if len(d) == len(snap) and unchanged(d, *self.tables_kv[i]):
                 continue
