@@ -18,7 +18,7 @@ from autograder.config import Submissions
 from autograder.sandbox.notebook import NotebookError, notebook_cells
 
 MAX_FOLDER_ENTRIES = 10_000  # files and folders looked at inside one student's folder
-SKIP_DIRS = (".ipynb_checkpoints", "__MACOSX")
+SKIP_DIRS = frozenset((".ipynb_checkpoints", "__MACOSX"))  # skipped in folders and zips alike
 
 
 class Refused(ValueError):
@@ -131,8 +131,9 @@ def _read_zip(sub: Submission, path: Path, limits: Submissions, files: Sequence[
         except zipfile.BadZipFile as exc:
             raise Refused(f"{label} is not a readable zip ({exc}); zip the notebook again") from None
         with zf:
-            members = [i for i in zf.infolist() if "__MACOSX" not in i.filename and not i.is_dir()
-                       and not PurePosixPath(i.filename).name.startswith(".") and not _zip_link(i)]
+            members = [i for i in zf.infolist() if not i.is_dir() and not _zip_link(i)
+                       and not SKIP_DIRS.intersection(PurePosixPath(i.filename).parts[:-1])
+                       and not PurePosixPath(i.filename).name.startswith(".")]
             notebooks = [i for i in members if i.filename.endswith(".ipynb")]
             if len(notebooks) != 1:
                 raise Refused(f"{label} holds {len(notebooks)} notebooks (.ipynb); upload a zip with exactly one")
