@@ -18,6 +18,7 @@ from autograder.config import Cluster as ClusterSettings
 from autograder.config import GradingConfig
 from autograder.course import Course, default_course
 from autograder.grading import store
+from autograder.grading.feedback import write_feedback
 from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreadable
 from autograder.grading.store import failure_text, result_key, stored_key, write_tables
 from autograder.grading.submissions import Submission, find_submissions
@@ -133,6 +134,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
                                     settings=config.cluster, hide=(submissions.resolve(), out.resolve()),
                                     save=save, failed=failed, progress=progress)
         rows = write_tables(suite, subs, out, failed=failed)
+        write_feedback(suite, out)
         return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()),
                             cpu=cpu)
     runnable = [(s, k) for s, k in todo if s.source is not None]
@@ -185,6 +187,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     read = any(reads_checkpoint(suite.checkpoint_files, s.files) for s, _ in todo)
     lowered += reader_limits_lowered() if read else []
     rows = write_tables(suite, subs, out, failed=failed, limits_lowered=lowered)
+    write_feedback(suite, out)  # feedback/<id>.html: each student's safe view
     return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()), lowered,
                         cpu)
 

@@ -4,6 +4,7 @@ files, checked against the suite, kept in merged_scores.json and written into gr
 from __future__ import annotations
 
 import csv
+import difflib
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 from autograder.authoring.suite import Suite
 from autograder.config import command
 from autograder.course import Course, default_course
+from autograder.grading.feedback import write_feedback
 from autograder.grading.store import MERGED_FILE, MergeError, merged_scores, write_atomic, write_tables
 from autograder.grading.submissions import Submission
 from autograder.model import Status, spreadsheet_text
@@ -25,38 +27,61 @@ def merge_columns(suite: Suite) -> dict[str, float]:
     return cols
 
 
-def read_scores_csv(path: Path, *, suite: Suite, ids: list[str]) -> tuple[dict[str, dict[str, float]], list[str]]:
-    """The scores a CSV holds (id -> column -> score; blank cells are left out) and the columns it ignores.
+def _lines(path: Path) -> list[tuple[int, list[str]]]:
+    """The rows of a CSV file, each with the line it starts on (a quoted cell may span lines)."""
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        reader, rows, end = csv.reader(f), [], 0
+        for cells in reader:
+            rows.append((end + 1, cells))
+            end = reader.line_num
+    return rows
 
-    Raises MergeError, naming the row and the column, for an unknown student, an unknown question-like
-    column or a score that is not a number between 0 and the column's points.
-    """
+
+def _nearest(word: str, known: list[str]) -> str:
+    near = difflib.get_close_matches(word, known, n=3, cutoff=0.6)
+    return f" (nearest: {', '.join(near)})" if near else ""
+
+
+def check_scores_csv(path: Path, *, suite: Suite,
+                     ids: list[str]) -> tuple[dict[str, dict[str, float]], list[str], list[str]]:
+    """The scores a CSV holds (id -> column -> score; blank cells are left out), the columns it ignores, and every
+    problem it has, each naming the file and its line: an unknown student, an unknown question-like column, a
+    score that is not a number between 0 and the column's points, two rows for one student."""
     limits = merge_columns(suite)
     try:
-        with path.open(newline="", encoding="utf-8-sig") as f:
-            table = list(csv.reader(f))
+        table = _lines(path)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise MergeError(f"{path}: cannot be read ({exc})") from exc
-    if not table or "id" not in table[0]:
-        raise MergeError(f"{path}: the first row must name the columns, one of them `id`")
-    header = [h.strip() for h in table[0]]
+        return {}, [], [f"{path}: cannot be read ({exc})"]
+    header = [h.strip() for h in table[0][1]] if table else []
+    if "id" not in header:
+        return {}, [], [f"{path}, line 1: the first row must name the columns, one of them `id`"]
+    problems: list[str] = []
     unknown = [h for h in header if re.match(r"^[qm]\d", h) and h not in limits and not h.endswith(" answer")]
     if unknown:
-        raise MergeError(f"{path}: unknown score columns {unknown}; known: {sorted(limits)}")
-    score_cols = [h for h in header if h in limits]
-    if not score_cols:
-        raise MergeError(f"{path}: no score column; name one of {sorted(limits)}")
+        problems.append(f"{path}, line 1: unknown score columns {unknown}; known: {sorted(limits)}")
+    twice = sorted({h for h in header if header.count(h) > 1 and (h in limits or h == "id")})
+    if twice:
+        problems.append(f"{path}, line 1: columns named twice: {', '.join(twice)}; keep one of each")
+    score_cols = list(dict.fromkeys(h for h in header if h in limits))
+    if not score_cols and not unknown:
+        problems.append(f"{path}, line 1: no score column; name one of {sorted(limits)}")
     known = set(ids)
     written = {spreadsheet_text(i): i for i in ids}
     out: dict[str, dict[str, float]] = {}
-    for n, cells in enumerate(table[1:], start=2):
+    rows_of: dict[str, list[int]] = {}
+    for n, cells in table[1:]:
         rec = dict(zip(header, cells))
         sid = rec.get("id", "").strip()
         sid = sid if sid in known else written.get(sid, sid)  # the id as spreadsheet_text wrote it
         if not sid and not any(rec.get(c, "").strip() for c in score_cols):
             continue
+        if not sid:
+            problems.append(f"{path}, line {n}: scores with no id; fill in the student's id")
+            continue
         if sid not in known:
-            raise MergeError(f"{path}: row {n}: no student {sid!r} in this batch")
+            problems.append(f"{path}, line {n}: no student {sid!r} in this batch{_nearest(sid, sorted(known))}")
+            continue
+        rows_of.setdefault(sid, []).append(n)
         for col in score_cols:
             text = rec.get(col, "").strip()
             if not text:
@@ -64,17 +89,34 @@ def read_scores_csv(path: Path, *, suite: Suite, ids: list[str]) -> tuple[dict[s
             try:
                 value = float(text)
             except ValueError:
-                raise MergeError(f"{path}: row {n} ({sid}), {col}: {text!r} is not a number") from None
+                problems.append(f"{path}, line {n} ({sid}), {col}: {text!r} is not a number")
+                continue
             if not 0 <= value <= limits[col] + 1e-9:
-                raise MergeError(f"{path}: row {n} ({sid}), {col}: {value:g} is outside 0 to {limits[col]:g}")
+                problems.append(f"{path}, line {n} ({sid}), {col}: {value:g} is outside 0 to {limits[col]:g}")
+                continue
             out.setdefault(sid, {})[col] = round(value, 4)
-    return out, [h for h in header if h not in limits and h != "id"]
+    for sid, lines in rows_of.items():
+        if len(lines) > 1:
+            problems.append(f"{path}, lines {', '.join(map(str, lines))} ({sid}): {len(lines)} rows for one "
+                            "student; keep one")
+    return out, [h for h in header if h not in limits and h != "id"], problems
+
+
+def read_scores_csv(path: Path, *, suite: Suite, ids: list[str]) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """The scores a CSV holds and the columns it ignores (check_scores_csv); MergeError listing every problem."""
+    scores, ignored, problems = check_scores_csv(path, suite=suite, ids=ids)
+    if problems:
+        raise MergeError(problems)
+    return scores, ignored
 
 
 def merge_scores(out: Path, files: list[Path], *, course: Course | None = None) -> dict[str, Any]:
     """Merge scores graded elsewhere (a TA's written-answer scores, a platform's own points) into the batch in
     `out`: they are kept in merged_scores.json (a later file or run wins per student and column) and
-    grades.csv and summary.json are written again with them. Returns what was merged."""
+    grades.csv and summary.json are written again with them. Returns what was merged.
+
+    Every file is checked whole first: MergeError lists every problem of every file (check_scores_csv), and
+    then nothing is written."""
     suite = default_course(course).suite
     try:
         before = json.loads((out / "summary.json").read_text(encoding="utf-8"))
@@ -85,8 +127,11 @@ def merge_scores(out: Path, files: list[Path], *, course: Course | None = None) 
     failed = {str(r["id"]): str(r.get("message") or Status.NOT_GRADED) for r in rows if not r.get("result")}
     stored = merged_scores(out)
     counts, ignored = {}, set()
-    for path in files:
-        scores, skipped = read_scores_csv(path, suite=suite, ids=[s.id for s in subs])
+    checked = [check_scores_csv(path, suite=suite, ids=[s.id for s in subs]) for path in files]
+    problems = [p for _, _, found in checked for p in found]
+    if problems:  # every file checked whole; nothing is written until all of them are clean
+        raise MergeError(problems)
+    for scores, skipped, _ in checked:
         ignored |= set(skipped)
         for sid, cols in scores.items():
             stored.setdefault(sid, {}).update(cols)
@@ -95,4 +140,5 @@ def merge_scores(out: Path, files: list[Path], *, course: Course | None = None) 
     sources = [str(p) for p in files]
     write_atomic(out / MERGED_FILE, json.dumps({"sources": sources, "scores": stored}, indent=1))
     write_tables(suite, subs, out, failed=failed, limits_lowered=lowered)
+    write_feedback(suite, out)  # the students' feedback shows the merged scores
     return {"merged": counts, "ignored": sorted(ignored), "students": len(stored)}

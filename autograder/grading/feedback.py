@@ -1,0 +1,124 @@
+"""Each student's feedback file (feedback/<id>.html beside grades.csv): a page safe to hand out, rendered only from
+the student-safe view each stored result holds (its `gradescope` view: the visible cases in full, each hidden case's
+verdict and what to revisit, never its inputs or expected values) and the scores `merge` kept."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from autograder.authoring.suite import Suite
+from autograder.grading.store import MergeError, merged_scores, merged_value
+from autograder.grading.submissions import result_file_name
+
+FEEDBACK_DIR = "feedback"
+MARKER = ".autograder-feedback"  # only a folder holding this file is ever replaced
+HERE = Path(__file__).parent
+
+
+@lru_cache(maxsize=1)
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template("feedback.html.j2")
+
+
+@dataclass
+class QuestionFeedback:
+    """One question of a student's feedback: its score, its cases as the student may see them, its written parts."""
+
+    id: str
+    title: str
+    points: float
+    score: float | None
+    tests: list[dict[str, Any]]
+    parts: list[tuple[str, str, float | None, float]]  # (part, prompt, score or None, max)
+    manual: bool
+
+
+def feedback_name(result_name: str) -> str:
+    """The feedback file of a submission: its results/ file name (its id when that is a plain name) as .html."""
+    return result_name.removesuffix(".json") + ".html"
+
+
+def _student_view(record: dict[str, Any]) -> dict[str, Any]:
+    """The student-safe part of a stored result: its Gradescope view and the per-question scores (numbers)."""
+    view = record.get("gradescope")
+    if not isinstance(view, dict) or not isinstance(view.get("tests"), list):
+        raise ValueError("its stored result has no student view; run the grade command again with --force")
+    return {"tests": [t for t in view["tests"] if isinstance(t, dict)], "output": str(view.get("output") or ""),
+            "status": str(record.get("status") or ""), "questions": record.get("questions") or {}}
+
+
+def _questions(suite: Suite, view: dict[str, Any], merged: dict[str, float]) -> list[QuestionFeedback]:
+    out = []
+    for q in suite.questions:
+        if not q.graded:
+            continue
+        tests = [t for t in view["tests"] if str(t.get("name", "")).split("/")[0] == q.id]
+        points = suite.question_points().get(q.id, q.points)
+        value = merged_value(q, merged)
+        if value is None and not q.manual:
+            value = float(view["questions"].get(q.id, 0.0))
+        share = round(q.points / len(q.written), 4) if q.written else 0.0
+        parts = [(p.part, p.prompt, merged.get(p.part), share) for p in q.written]
+        out.append(QuestionFeedback(q.id, q.title, points, value, tests, parts, q.manual))
+    return out
+
+
+def render_feedback(suite: Suite, sid: str, record: dict[str, Any] | None, merged: dict[str, float], *,
+                    problem: str = "") -> str:
+    """One student's feedback page (`record`: the stored result; None with `problem` when there is none)."""
+    view = _student_view(record) if record is not None else None
+    questions = _questions(suite, view, merged) if view is not None else []
+    scored = [q.score for q in questions if q.score is not None]
+    return _template().render(sid=sid, view=view, questions=questions, problem=problem,
+                              total=round(sum(scored), 4), max_total=round(sum(q.points for q in questions), 4),
+                              pending=[q.id for q in questions if q.score is None])
+
+
+def write_feedback(suite: Suite, out: Path) -> Path:
+    """Write out/feedback/: one page per row of out/summary.json, built in a temporary folder and swapped in whole
+    (a re-run or `merge` replaces it; a folder it did not write is never replaced). Returns the folder."""
+    rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["rows"]
+    try:
+        merged = merged_scores(out)
+    except MergeError:
+        merged = {}  # grades.csv's summary says why; feedback is written without the merged scores
+    dest = out / FEEDBACK_DIR
+    if dest.exists() and not (dest / MARKER).exists():
+        raise FileExistsError(f"{dest} exists and was not written by the grader; move it away and grade again")
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".{FEEDBACK_DIR}.tmp-"))
+    try:
+        for row in rows:
+            sid, result = str(row["id"]), row.get("result")
+            if result:
+                try:
+                    record = json.loads((out / "results" / result).read_text(encoding="utf-8"))
+                    page = render_feedback(suite, sid, record, merged.get(sid, {}))
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    page = render_feedback(suite, sid, None, {}, problem=f"its result could not be read ({exc})")
+            else:
+                page = render_feedback(suite, sid, None, {}, problem=str(row.get("message") or "not graded"))
+            name = feedback_name(result or result_file_name(sid, sid.encode("utf-8", "surrogateescape")))
+            (tmp / name).write_text(page, encoding="utf-8", errors="backslashreplace")
+        (tmp / MARKER).write_text("written by the grader; the whole folder is replaced on the next run\n")
+        tmp.chmod(0o755)
+        old = out / f".{FEEDBACK_DIR}.old"
+        if old.exists():
+            shutil.rmtree(old)
+        if dest.exists():
+            dest.replace(old)
+        tmp.replace(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest

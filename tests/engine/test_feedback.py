@@ -1,0 +1,85 @@
+"""Each student's feedback file from `grade` (autograder/grading/feedback.py): one page per student, rendered from
+the student-safe view of the stored result, with the merged manual scores; never a hidden case's arguments,
+expected or received values, nor a multiple-choice key. On the demo lesson (no Lesson 83 word here)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from autograder.authoring.suite import load_suite
+from autograder.config import ROOT
+from autograder.course import Course
+from autograder.grading.feedback import FEEDBACK_DIR, write_feedback
+from autograder.grading.merge import merge_scores
+from autograder.grading.store import store_result, write_tables
+from autograder.grading.submissions import Submission
+from autograder.model import CaseResult, Status, SubmissionResult
+
+DEMO = ROOT / "tests" / "fixtures" / "lesson_demo" / "grading_config.yaml"
+SECRET_ARG = "SECRET-ARGUMENT-31337"
+SECRET_EXPECTED = [[271828.5, -314159.25]]
+
+
+def _graded(out: Path) -> tuple[list[Submission], dict[str, str]]:
+    """Two stored results of the demo lesson: alice fails a visible and a hidden case (whose TA copy names its
+    argument and expected value), bob passes everything; a third submission was not graded."""
+    suite = load_suite(DEMO)
+    subs = [Submission(sid, Path(f"{sid}.ipynb"), b"{}", result_name=f"{sid}.json") for sid in ("alice", "bob")]
+    subs.append(Submission("carol", Path("carol.ipynb"), b"{}", result_name="carol.json"))
+    for sub in subs[:2]:
+        bad = sub.id == "alice"
+        cases = [CaseResult("q1_center/small", "q1_center", 0.0 if bad else 2.5, 2.5, not bad, False,
+                            "center([[1, 2], [3, 6]]): expected [[-1, -2], [1, 2]], received [[0, 0], [0, 0]]"
+                            if bad else ""),
+                 CaseResult("q1_center/hidden_tall", "q1_center", 0.0 if bad else 2.5, 2.5, not bad, True,
+                            f"center({SECRET_ARG}) returned the wrong value" if bad else "", "wrong_axis",
+                            received=[[0.0, 0.0]], expected=SECRET_EXPECTED if bad else None),
+                 CaseResult("q2_pick/answers_valid", "q2_pick", 1.0, 1.0, True, False),
+                 CaseResult("q2_pick/correct_column_sum", "q2_pick", 0.0 if bad else 1.0, 1.0, not bad, True,
+                            "expected 'A' (Zero.)" if bad else "")]
+        result = SubmissionResult(sub.id, Status.GRADED, cases)
+        store_result(out / "results", sub, "key", result, {}, revisit=suite.revisit())
+    write_tables(suite, subs, out, failed={"carol": "not graded: the sandbox failed; run the grade command again"})
+    write_feedback(suite, out)
+    pages = {p.name: p.read_text() for p in (out / FEEDBACK_DIR).iterdir() if p.suffix == ".html"}
+    return subs, pages
+
+
+def test_one_safe_page_per_student(tmp_path: Path) -> None:
+    _, pages = _graded(tmp_path)
+    assert sorted(pages) == ["alice.html", "bob.html", "carol.html"]
+    alice = pages["alice.html"]
+    # the visible case in full, the hidden one's verdict and what to revisit, per-question scores
+    assert "expected [[-1, -2], [1, 2]], received [[0, 0], [0, 0]]" in alice
+    assert re.search(r"q1_center/hidden_tall \(hidden\)</td>\s*<td class=\"fail\">failed", alice)
+    assert "revisit: subtract the mean of each column (axis=0) from that column." in alice
+    assert re.search(r"q1_center</a>[^<]*</td>\s*<td>0</td>\s*<td>5</td>", alice)
+    # never the hidden case's argument, expected value, nor the choice's key
+    for page in pages.values():
+        assert SECRET_ARG not in page and "271828" not in page and "314159" not in page
+        assert "expected &#39;A&#39;" not in page and "'A' (Zero.)" not in page and "Zero." not in page
+    assert "Score: <b>7</b> of 10" in pages["bob.html"] and "q3_explain not graded yet" in pages["bob.html"]
+    assert "Not graded yet" in pages["carol.html"] and "sandbox failed" in pages["carol.html"]
+
+
+def test_merge_writes_the_manual_scores_into_the_feedback(tmp_path: Path) -> None:
+    _graded(tmp_path)
+    scores = tmp_path / "q3.csv"
+    scores.write_text("id,q3_why\nbob,2.5\n")
+    merge_scores(tmp_path, [scores], course=Course.load(DEMO))
+    bob = (tmp_path / FEEDBACK_DIR / "bob.html").read_text()
+    assert re.search(r"q3_why: [^<]*</td><td>2.5 of 3</td>", bob)
+    assert "Score: <b>9.5</b> of 10" in bob and "not graded yet" not in bob
+
+
+def test_a_folder_it_did_not_write_is_not_replaced(tmp_path: Path) -> None:
+    (tmp_path / FEEDBACK_DIR).mkdir()
+    (tmp_path / FEEDBACK_DIR / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="was not written by the grader"):
+        _graded(tmp_path)
+    assert (tmp_path / FEEDBACK_DIR / "notes.txt").read_text() == "mine"
+    assert json.loads((tmp_path / "summary.json").read_text())["submissions"] == 3
