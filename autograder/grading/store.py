@@ -75,7 +75,18 @@ MERGED_FILE = "merged_scores.json"  # scores graded elsewhere (by hand, by anoth
 
 
 class MergeError(ValueError):
-    """A scores file that cannot be merged; the message names the file, the row and the column."""
+    """Scores that cannot be merged. Made from a list (`problems`: each names its file, line and column), the
+    message lists them all and says that nothing was written; made from one text, it is that text."""
+
+    def __init__(self, problems: str | list[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        if isinstance(problems, str):
+            super().__init__(problems)
+            return
+        n = len(self.problems)
+        super().__init__(f"{n} problem{'s' if n != 1 else ''} in the scores; nothing was merged (fix "
+                         f"{'every line' if n != 1 else 'it'}, then run merge again):\n"
+                         + "\n".join(f"  {p}" for p in self.problems))
 
 
 def merged_scores(out: Path) -> dict[str, dict[str, float]]:
