@@ -441,7 +441,7 @@ def _run_child(pt_bytes: bytes, request: dict[str, Any], *, memory_mb: int, time
 
 
 def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
-              models: dict[str, torch.nn.Module]) -> dict[str, Any]:
+              models: dict[str, torch.nn.Module], heldout: torch.Tensor | None = None) -> dict[str, Any]:
     """Inside the limited child: load milestone.pt with weights_only=True and evaluate the requested schemes
     (models: the verifier's TinyCharLM per scheme, filled with the checkpoint's weights here)."""
     try:
@@ -463,6 +463,13 @@ def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
             model.load_state_dict(state_dicts[pos], strict=True)
         except Exception as err:  # noqa: BLE001 - names, shapes or types that do not fit
             out["schemes"][pos] = {"unfit": (str(err).splitlines() or [type(err).__name__])[0][:300]}
+            continue
+        if request.get("method") == "heldout":  # the leaderboard's figures and the similarity sketch
+            try:
+                out["schemes"][pos] = {"heldout": {str(c): v for c, v in heldout_ppl(model, heldout).items()},
+                                       "sketch": weight_sketch(state_dicts[pos])}
+            except Exception as err:  # noqa: BLE001 - out of memory while evaluating, no held-out text
+                out["schemes"][pos] = {"unfit": f"evaluating them failed ({type(err).__name__})"}
             continue
         if request.get("method") == "sample":
             try:
@@ -486,7 +493,7 @@ def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
 
 
 
-def reader_start() -> tuple[torch.Tensor, dict[str, torch.nn.Module]]:
+def reader_start() -> tuple[torch.Tensor, dict[str, torch.nn.Module], torch.Tensor]:
     """In a verifier process, once: torch on one thread, the corpus, the five models warmed up (the first forward
     pass sets up kernels once, here, not in every child)."""
     torch.set_num_threads(1)
@@ -495,11 +502,11 @@ def reader_start() -> tuple[torch.Tensor, dict[str, torch.nn.Module]]:
     for model in models.values():
         measure_ppl(model, tokens=tokens, max_windows=1)
         measure_ppl(model, tokens=tokens, max_windows=1, chunked=False)
-    return tokens, models
+    return tokens, models, heldout_tokens()  # the held-out text is read now: its file is gone before a child runs
 
 
 def reader_evaluate(request: dict[str, Any], data: bytes,
-                    state: tuple[torch.Tensor, dict[str, torch.nn.Module]]) -> dict[str, Any]:
+                    state: tuple[torch.Tensor, dict[str, torch.nn.Module], torch.Tensor]) -> dict[str, Any]:
     """In the limited child: milestone.pt's bytes evaluated as the request says (_evaluate)."""
     if request.get("threads", 1) != 1:
         torch.set_num_threads(int(request["threads"]))
@@ -510,13 +517,95 @@ def verify(files: dict[str, bytes], *, rules: Any, memory_mb: int) -> checkpoint
     """The plug-in's verdict (autograder/checkpoint.py): verify_checkpoint's, one part per scheme."""
     found = verify_checkpoint(files.get("milestone.pt"), files.get("milestone.json"), rules=rules,
                               memory_mb=memory_mb)
+    extra = heldout_figures(files.get("milestone.pt"), found, memory_mb=memory_mb)
     parts = {pos: checkpoint.PartVerdict(bool(row.get("passed")), row.get("message") or "", row.get("problem"),
                                          {k: {str(c): v for c, v in row[k].items()}
-                                          for k in ("ppl", "claimed", "thresholds") if row.get(k)})
+                                          for k in ("ppl", "claimed", "thresholds") if row.get(k)}
+                                         | extra.get(pos, {}))
              for pos, row in found["schemes"].items()}
     return checkpoint.Verdict(bool(found["ok"]), found["message"], found.get("problem"), found["credit"],
                               found.get("preset"), parts)
 
+
+
+# ---------------------------------------------------------------- the leaderboard and the similarity sketch
+# The leaderboard's figure (docs/leaderboard.md): the perplexity the reader child computes itself, per scheme and
+# context, on text students never receive: chapters I-IV of another novel by the corpus's author (reference/, the
+# graders' data; staged for reader_start only). Only a scheme whose claims agree with the grader's recomputation
+# gets one. The sketch: a count sketch of the scheme's weights (fixed seed), for the similarity report.
+LEADERBOARD = {"metric": "held-out perplexity", "order": "asc", "axis": "context", "part": "scheme"}
+HELDOUT_FILE = "heldout.txt"
+HELDOUT_SHA256 = "a395154f42e8d2f07290b9a493ad292e37de32f597ce2de2cc20127aa6859f64"
+HELDOUT_WINDOWS = 16  # evenly spaced windows of 513 tokens (of about 60 the text holds)
+SKETCH_SIZE = 256
+SKETCH_SEED = 8311
+_HELDOUT: dict[str, dict[str, dict[str, Any]]] = {}  # weights' digest -> scheme -> {"leaderboard", "sketch"}
+
+
+def heldout_tokens(path: Path | None = None) -> torch.Tensor:
+    """The held-out text's tokens, hash-checked (a changed file is an error naming it, never a silent figure)."""
+    path = path or LESSON.checkpoint_dir / HELDOUT_FILE
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != HELDOUT_SHA256:
+        raise ValueError(f"{path}: not the held-out text this plug-in knows (sha256 differs); restore it from git")
+    return LESSON.trainer.encode(LESSON.trainer.preprocess(data.decode("utf-8")))
+
+
+@torch.inference_mode()
+def heldout_ppl(model: torch.nn.Module, tokens: torch.Tensor | None, *,
+                contexts: Sequence[int] = CONTEXTS) -> dict[int, float]:
+    """Perplexity per context on HELDOUT_WINDOWS evenly spaced windows of the held-out tokens (one pass at the
+    longest context per window, the first c losses giving context c, as measure_ppl)."""
+    if tokens is None:
+        raise ValueError("no held-out text")
+    model.eval()
+    longest = max(contexts)
+    last = len(tokens) - longest - 1
+    starts = torch.arange(HELDOUT_WINDOWS) * last // max(1, HELDOUT_WINDOWS - 1)
+    totals = torch.zeros(longest, dtype=torch.float64)
+    for batch in starts.split(VERIFY_BATCH):
+        X, Y = windows(tokens, batch, longest)
+        with CausalChunks():
+            logits = model(X)
+        totals += F.cross_entropy(logits.float().transpose(1, 2), Y, reduction="none").sum(0, dtype=torch.float64)
+    prefix = totals.cumsum(0)
+    return {c: math.exp(prefix[c - 1].item() / (len(starts) * c)) for c in contexts}
+
+
+def weight_sketch(state_dict: Mapping[str, torch.Tensor], *, size: int = SKETCH_SIZE) -> list[float]:
+    """A count sketch of the weights (every parameter, in name order, added with a fixed random sign into one of
+    `size` buckets, a fixed seed): two sketches are as far apart, relative to their norms, as the weights are, up
+    to a few percent; identical weights give identical sketches."""
+    flat = torch.cat([state_dict[k].detach().double().flatten() for k in sorted(state_dict)])
+    gen = torch.Generator().manual_seed(SKETCH_SEED)
+    bucket = torch.randint(size, (len(flat),), generator=gen)
+    sign = torch.randint(2, (len(flat),), generator=gen).double() * 2 - 1
+    out = torch.zeros(size, dtype=torch.float64).index_add_(0, bucket, flat * sign)
+    return [round(v, 6) for v in out.tolist()]
+
+
+def heldout_figures(pt: bytes | None, found: dict[str, Any], *, memory_mb: int) -> dict[str, dict[str, Any]]:
+    """Per scheme of a checkpoint that loaded: its weights' sketch and, when its claims agree with the grader's
+    recomputation, its held-out perplexity per context ("leaderboard"); computed once per weights, in a reader
+    child; {} when nothing loaded or the child failed (the verdict stands without them)."""
+    if not found.get("ok") or not isinstance(pt, bytes):
+        return {}
+    digest = hashlib.sha256(pt).hexdigest()
+    with _lock(digest + ":heldout"):
+        if digest not in _HELDOUT:
+            answer = _run_child(pt, {"schemes": list(found["schemes"]), "preset": found.get("preset"),
+                                     "accepted": [found.get("preset")], "method": "heldout"},
+                                memory_mb=memory_mb, timeout_s=CHILD_TIMEOUT_S)
+            rows = answer.get("schemes")
+            if "error" in answer or not isinstance(rows, dict):
+                return {}  # tried again next time; the verdict stands without them
+            _HELDOUT[digest] = {pos: r for pos, r in rows.items() if isinstance(r, dict) and "sketch" in r}
+    out = {}
+    for pos, got in _HELDOUT[digest].items():
+        out[pos] = {"sketch": got["sketch"]}
+        if found["schemes"].get(pos, {}).get("agrees"):
+            out[pos]["leaderboard"] = got["heldout"]
+    return out
 
 
 def _refused(error: str | None, claims_error: str | None, digest: str, preset: str | None, rules: Any,
