@@ -60,11 +60,17 @@ def cmd_selfcheck(args: argparse.Namespace, course: Course) -> int:
     return 0 if check.passed else 1
 
 
+def _ids(given: list[str] | None) -> list[str] | None:
+    """The ids of every --only, each a comma-separated list; None when --only was not given."""
+    return None if given is None else [i.strip() for text in given for i in text.split(",") if i.strip()]
+
+
 def cmd_grade(args: argparse.Namespace, course: Course) -> int:
     try:
         summary = batch.grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
-                                    course=course, progress=not args.quiet, cluster=args.cluster)
-    except (FileNotFoundError, ClusterError) as exc:
+                                    course=course, progress=not args.quiet, cluster=args.cluster,
+                                    only=_ids(args.only))
+    except (FileNotFoundError, ClusterError, batch.UnknownSubmission) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(grade_summary(summary, points=course.suite.question_points()))
@@ -197,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="regrade even unchanged submissions")
     p.add_argument("--workers", type=int, default=_default(batch.grade_batch, "workers"),
                    help="parallel workers (default: execution.workers of the config)")
+    p.add_argument("--only", metavar="ID[,ID...]", action="append", default=_default(batch.grade_batch, "only"),
+                   help="grade again only these students (ids as in grades.csv), changed or not; every other row "
+                        "and every merged score is kept")
     p.add_argument("--cluster", metavar="tcp://HOST:PORT", default=_default(batch.grade_batch, "cluster"),
                    help="grade on the Dask cluster whose scheduler is there (pip install '.[cluster]'; "
                         "docs/cluster.md); default: cluster.address of the config, else this machine")

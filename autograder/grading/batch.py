@@ -3,6 +3,7 @@ and the tables through store.py."""
 
 from __future__ import annotations
 
+import difflib
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -41,12 +42,36 @@ class BatchSummary:
     limits_lowered: list[str] = field(default_factory=list)  # configured limits an operator's ulimit lowered
     # this process's CPU seconds per submission judged here: {"judge": [...], "store": [...]} (benchmarks)
     cpu: dict[str, list[float]] = field(default_factory=lambda: {"judge": [], "store": []})
+    kept: int = 0  # with `only`: the other submissions whose stored results were kept as they were
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for r in self.rows:
             out[r["status"]] = out.get(r["status"], 0) + 1
         return out
+
+
+class UnknownSubmission(LookupError):
+    """An id given to `only` that names no submission of the class; the message lists the nearest ids."""
+
+
+def select(subs: list[Submission], only: list[str], *, where: Path) -> set[str]:
+    """The ids of the submissions `only` names (each by its id as in grades.csv, or its entry's name);
+    UnknownSubmission naming every id that matches none, with the nearest ids."""
+    by_name = {s.id: s.id for s in subs} | {s.name: s.id for s in subs} | {f"{s.name}/": s.id for s in subs}
+    if not only:
+        raise UnknownSubmission(f"--only names no submission of {where}; give ids as in grades.csv")
+    unknown = [i for i in only if i not in by_name]
+    if unknown:
+        ids = [s.id for s in subs]
+        lines = []
+        for i in unknown:
+            near = difflib.get_close_matches(i, ids, n=5, cutoff=0.5)
+            lines.append(f"no submission {i!r} in {where}; nearest ids: {', '.join(near)}" if near
+                         else f"no submission {i!r} in {where} (ids are as in grades.csv: {', '.join(ids[:8])}"
+                              f"{', ...' if len(ids) > 8 else ''})")
+        raise UnknownSubmission("; ".join(lines))
+    return {by_name[i] for i in only}
 
 
 def _run_isolated(pool: WorkerPool, todo: list[tuple[Submission, str]], probes: list[tuple[Any, ...]],
@@ -64,6 +89,7 @@ def sandbox_limits(config: GradingConfig) -> Limits:
     """The sandbox's limits from the config's execution section."""
     ex = config.execution
     return Limits(wall_s=ex.wall_timeout_s, cell_s=ex.cell_timeout_s, cpu_s=ex.cpu_timeout_s, memory_mb=ex.memory_mb,
+                  probe_s=ex.probe_timeout_s, question_s=ex.question_timeout_s,
                   processes=ex.max_processes, file_mb=ex.max_file_mb, output_kb=ex.max_output_kb)
 
 
@@ -83,7 +109,8 @@ def _progress(done: int, total: int, start: float) -> None:
 
 def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = False,
                 workers: int | None = None, course: Course | None = None, progress: bool = True,
-                entries: list[Submission] | None = None, cluster: str | None = None) -> BatchSummary:
+                entries: list[Submission] | None = None, cluster: str | None = None,
+                only: list[str] | None = None) -> BatchSummary:
     """Grade every submission under `submissions` into `out`: results/<file>.json, grades.csv, summary.json
     (`entries`: the submissions already read, in place of every entry of `submissions`, e.g. an nbgrader
     course's `submitted/<student>/<assignment>/` folders; `submissions` is then only hidden from the sandbox).
@@ -96,20 +123,30 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     `out` defaults to ./grades in the current folder: the course's own folder, never the installed package.
     cluster: the address of a Dask scheduler (default: the config's cluster.address; none: grade here); its
     workers run and judge the submissions (autograder/grading/cluster.py), this process stores the results.
+    only: the ids (as in grades.csv) of the submissions to grade again, changed or not (say, after replacing a
+    student's notebook); every other row is written from its stored result, untouched, and every merged score
+    is kept. UnknownSubmission, before anything is written, for an id that names no submission.
     """
     course = default_course(course)
     config, suite = course.config, course.suite
     fingerprint, files = suite.fingerprint, suite.checkpoint_files
     subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions,
                                                                  files=files)
+    chosen = select(subs, only, where=submissions) if only is not None else None
     results_dir = out / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}  # id -> why the grader could not grade it in this run
     cpu: dict[str, list[float]] = {"judge": [], "store": []}  # thread CPU of judging and storing each result
-    todo, reused = [], 0
+    todo, reused, kept = [], 0, 0
     for sub in subs:
+        if chosen is not None and sub.id not in chosen:  # left as it is: its stored result, if any, is its row
+            if (results_dir / sub.result_name).is_file():
+                kept += 1
+            else:
+                failed[sub.id] = "not graded yet: left out by --only; run the grade command without --only"
+            continue
         key = result_key(sub, fingerprint, files)
-        if not force and stored_key(results_dir / sub.result_name) == key:
+        if chosen is None and not force and stored_key(results_dir / sub.result_name) == key:
             reused += 1
         else:
             todo.append((sub, key))
@@ -135,8 +172,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
                                     save=save, failed=failed, progress=progress)
         rows = write_tables(suite, subs, out, failed=failed)
         write_feedback(suite, out)
-        return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()),
-                            cpu=cpu)
+        return BatchSummary(out, rows, len(todo) - len(set(failed) & {s.id for s, _ in todo}), reused, sandbox,
+                            list(suite.question_points()), cpu=cpu, kept=kept)
     runnable = [(s, k) for s, k in todo if s.source is not None]
     pool_starting = None
     n_workers = workers or config.execution.workers
@@ -188,8 +225,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     lowered += reader_limits_lowered() if read else []
     rows = write_tables(suite, subs, out, failed=failed, limits_lowered=lowered)
     write_feedback(suite, out)  # feedback/<id>.html: each student's safe view
-    return BatchSummary(out, rows, len(todo) - len(failed), reused, sandbox, list(suite.question_points()), lowered,
-                        cpu)
+    return BatchSummary(out, rows, len(todo) - len(set(failed) & {s.id for s, _ in todo}), reused, sandbox,
+                        list(suite.question_points()), lowered, cpu, kept)
 
 
 def _grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, course: Course, fingerprint: str,

@@ -19,7 +19,8 @@ def grade_summary(summary: BatchSummary, *, points: dict[str, float]) -> str:
     """What `grade` did: counts per status, the mean and full marks per question (`points` of each), the
     submissions it could not grade, and where the grades are."""
     rows = [r for r in summary.rows if r["total"] is not None]
-    lines = [f"graded {summary.graded_now} submission(s), reused {summary.reused} unchanged result(s); "
+    kept = f", kept {summary.kept} other student(s)' results as they were (--only)" if summary.kept else ""
+    lines = [f"graded {summary.graded_now} submission(s), reused {summary.reused} unchanged result(s){kept}; "
              f"sandbox: {summary.sandbox}",
              "status:  " + ", ".join(f"{k} {v}" for k, v in sorted(summary.counts().items()))]
     if rows:
