@@ -23,6 +23,7 @@ from autograder.grading.store import MergeError
 from autograder.grading.summaries import grade_summary, not_graded
 from autograder.release import BuildError, release, stale_files
 from autograder.report import write_report
+from autograder.sandbox.fallback import UNSANDBOXED_HELP, UnsandboxedError
 from autograder.selfcheck import selfcheck
 
 
@@ -69,8 +70,8 @@ def cmd_grade(args: argparse.Namespace, course: Course) -> int:
     try:
         summary = batch.grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
                                     course=course, progress=not args.quiet, cluster=args.cluster,
-                                    only=_ids(args.only))
-    except (FileNotFoundError, ClusterError, batch.UnknownSubmission) as exc:
+                                    only=_ids(args.only), allow_unsandboxed=args.allow_unsandboxed)
+    except (FileNotFoundError, ClusterError, batch.UnknownSubmission, UnsandboxedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(grade_summary(summary, points=course.suite.question_points()))
@@ -102,7 +103,7 @@ def cmd_nbgrader_autograde(args: argparse.Namespace, course: Course) -> int:
 
 def cmd_gradescope(args: argparse.Namespace, course: Course) -> int:
     """Grade one Gradescope submission folder and write its results.json (used by run_autograder)."""
-    run = grade_gradescope(args.submission, args.results, course=course)
+    run = grade_gradescope(args.submission, args.results, course=course, allow_unsandboxed=args.allow_unsandboxed)
     print(run.line)
     return 0 if run.graded else 1
 
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cluster", metavar="tcp://HOST:PORT", default=_default(batch.grade_batch, "cluster"),
                    help="grade on the Dask cluster whose scheduler is there (pip install '.[cluster]'; "
                         "docs/cluster.md); default: cluster.address of the config, else this machine")
+    p.add_argument("--allow-unsandboxed", action="store_true", help=UNSANDBOXED_HELP)
     p.add_argument("--quiet", action="store_true", default=not _default(batch.grade_batch, "progress"),
                    help="no progress bar")
     p.set_defaults(func=cmd_grade)
@@ -228,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("gradescope", help="grade one Gradescope submission folder into results.json")
     p.add_argument("submission", type=Path, help="the submission folder (/autograder/submission)")
     p.add_argument("results", type=Path, help="where to write results.json")
+    p.add_argument("--allow-unsandboxed", action="store_true", help=UNSANDBOXED_HELP)
     p.set_defaults(func=cmd_gradescope)
     p = sub.add_parser("report", help="TA failure report of a graded batch: HTML folder and report.csv")
     p.add_argument("grades", type=Path, help=f"folder written by `{command()} grade` (results/, grades.csv)")

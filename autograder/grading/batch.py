@@ -24,6 +24,7 @@ from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreada
 from autograder.grading.store import failure_text, result_key, stored_key, write_tables
 from autograder.grading.submissions import Submission, find_submissions
 from autograder.model import SubmissionResult
+from autograder.sandbox.fallback import require_isolation
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.pool import WorkerPool
 from autograder.sandbox.protocol import ExecResult
@@ -110,7 +111,7 @@ def _progress(done: int, total: int, start: float) -> None:
 def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = False,
                 workers: int | None = None, course: Course | None = None, progress: bool = True,
                 entries: list[Submission] | None = None, cluster: str | None = None,
-                only: list[str] | None = None) -> BatchSummary:
+                only: list[str] | None = None, allow_unsandboxed: bool = False) -> BatchSummary:
     """Grade every submission under `submissions` into `out`: results/<file>.json, grades.csv, summary.json
     (`entries`: the submissions already read, in place of every entry of `submissions`, e.g. an nbgrader
     course's `submitted/<student>/<assignment>/` folders; `submissions` is then only hidden from the sandbox).
@@ -123,12 +124,16 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     `out` defaults to ./grades in the current folder: the course's own folder, never the installed package.
     cluster: the address of a Dask scheduler (default: the config's cluster.address; none: grade here); its
     workers run and judge the submissions (autograder/grading/cluster.py), this process stores the results.
+    Before the first submission: UnsandboxedError where nothing would confine student code (no bubblewrap, no uid
+    drop; on a cluster, on any worker), unless `allow_unsandboxed`; then every row and the summary say so.
     only: the ids (as in grades.csv) of the submissions to grade again, changed or not (say, after replacing a
     student's notebook); every other row is written from its stored result, untouched, and every merged score
     is kept. UnknownSubmission, before anything is written, for an id that names no submission.
     """
     course = default_course(course)
     config, suite = course.config, course.suite
+    if not (cluster or config.cluster.address):  # a cluster's workers are asked before their first batch
+        require_isolation(allow_unsandboxed=allow_unsandboxed)  # refuses here, before anything is read or written
     fingerprint, files = suite.fingerprint, suite.checkpoint_files
     subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions,
                                                                  files=files)
@@ -169,7 +174,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     if address and todo:
         sandbox = _grade_on_cluster(address, todo, course=course, fingerprint=fingerprint,
                                     settings=config.cluster, hide=(submissions.resolve(), out.resolve()),
-                                    save=save, failed=failed, progress=progress)
+                                    save=save, failed=failed, progress=progress, allow_unsandboxed=allow_unsandboxed)
         rows = write_tables(suite, subs, out, failed=failed)
         write_feedback(suite, out)
         return BatchSummary(out, rows, len(todo) - len(set(failed) & {s.id for s, _ in todo}), reused, sandbox,
@@ -207,6 +212,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
             start, done = time.monotonic(), 0
             with pool:
                 sandbox, lowered = pool.sandbox, list(pool.limits_lowered)
+                if pool.isolation == "none":  # allowed unsandboxed: the summary says so, as every row does
+                    sandbox = f"none, {store.UNSANDBOXED}"
                 for sub, key, res in _run_isolated(pool, runnable, probes, n_workers):
                     done += 1
                     if isinstance(res, BaseException):
@@ -232,20 +239,22 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
 def _grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, course: Course, fingerprint: str,
                       settings: ClusterSettings, hide: tuple[Path, ...],
                       save: Callable[[Submission, str, Callable[[], SubmissionResult], dict[str, Any]], None],
-                      failed: dict[str, str], progress: bool) -> str:
+                      failed: dict[str, str], progress: bool, allow_unsandboxed: bool = False) -> str:
     """Grade `todo` on the Dask cluster at `address`, storing each result here as it comes back; the sandboxes
     the workers used ("bwrap", "none", or both)."""
     from autograder.grading.cluster import grade_on_cluster
 
     start, done, sandboxes = time.monotonic(), 0, set()
     for sub, key, got in grade_on_cluster(address, todo, course=course, fingerprint=fingerprint,
-                                          settings=settings, hide=tuple(map(str, hide))):
+                                          settings=settings, hide=tuple(map(str, hide)),
+                                          allow_unsandboxed=allow_unsandboxed):
         done += 1
         if isinstance(got, str):
             failed[sub.id] = got
         else:
             result, extra = got
-            sandboxes.add(extra.get("sandbox") or "")
+            sandboxes.add(f"none, {store.UNSANDBOXED}" if extra.get("isolation") == "none" else
+                          extra.get("sandbox") or "")
             save(sub, key, lambda result=result: result, extra)
         if progress:
             _progress(done, len(todo), start)

@@ -16,6 +16,7 @@ from autograder.grading.batch import probe_order, sandbox_limits
 from autograder.grading.judge import judge_exec, judge_unreadable
 from autograder.grading.submissions import Submission
 from autograder.model import SubmissionResult
+from autograder.sandbox.fallback import choose_isolation, permit_unsandboxed
 from autograder.sandbox.pool import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,14 @@ _GRADERS: dict[tuple[str, tuple[str, ...]], tuple[Suite, WorkerPool]] = {}
 _GRADERS_LOCK = threading.Lock()
 
 
-def _grader(config_path: str, hide: tuple[str, ...]) -> tuple[Suite, WorkerPool]:
+def worker_isolation() -> tuple[str, str]:
+    """On a Dask worker: the isolation its sandboxed pool would get ("bubblewrap", "unprivileged uid" or "none")
+    and, for "none", what to install or change there (fallback.choose_isolation, as a local run chooses)."""
+    iso = choose_isolation()
+    return iso.kind, iso.refusal()
+
+
+def _grader(config_path: str, hide: tuple[str, ...], allow_unsandboxed: bool = False) -> tuple[Suite, WorkerPool]:
     """This worker process's suite and sandboxed pool for a config (read here, once: the worker is another
     process), made at its first batch and kept warm for the next ones: one zygote per thread of the Dask worker
     (the batches it runs at once)."""
@@ -46,7 +54,8 @@ def _grader(config_path: str, hide: tuple[str, ...]) -> tuple[Suite, WorkerPool]
             suite.expected  # noqa: B018 - the reference values, computed once per worker
             lesson = suite.config.lesson
             pool = WorkerPool(get_worker().state.nthreads, limits=sandbox_limits(suite.config),
-                              probe_module=lesson.checks_name, modules=lesson.sandbox_modules, hide=hide)
+                              probe_module=lesson.checks_name, modules=lesson.sandbox_modules, hide=hide,
+                              allow_unsandboxed=allow_unsandboxed)
             _GRADERS[(config_path, hide)] = (suite, pool)
         return _GRADERS[(config_path, hide)]
 
@@ -56,10 +65,12 @@ def _why(exc: BaseException) -> str:
 
 
 def grade_chunk(config_path: str, fingerprint: str, subs: list[Submission],
-                hide: tuple[str, ...]) -> list[Graded | str]:
+                hide: tuple[str, ...], allow_unsandboxed: bool = False) -> list[Graded | str]:
     """One Dask task, on a worker: run and judge each submission as a local run does (the sandbox, then judging
-    and checkpoint verification in this grader process); per submission its result, or why it was not graded."""
-    suite, pool = _grader(config_path, hide)
+    and checkpoint verification in this grader process); per submission its result, or why it was not graded.
+    A worker where nothing would confine student code refuses (UnsandboxedError) unless `allow_unsandboxed`."""
+    permit_unsandboxed(allow_unsandboxed)  # this worker's checkpoint readers too
+    suite, pool = _grader(config_path, hide, allow_unsandboxed)
     if suite.fingerprint != fingerprint:
         return [f"not graded: the Dask worker's lesson files differ from this machine's (suite {suite.fingerprint}, "
                 f"here {fingerprint}); deploy the same files at the same path on every worker and restart them"] * \
@@ -91,12 +102,15 @@ def grade_chunk(config_path: str, fingerprint: str, subs: list[Submission],
 # --------------------------------------------------------------------------- on the machine that runs `grade`
 
 def grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, course: Course, fingerprint: str,
-                     settings: Cluster, hide: tuple[str, ...]) -> Iterator[tuple[Submission, str, Graded | str]]:
+                     settings: Cluster, hide: tuple[str, ...],
+                     allow_unsandboxed: bool = False) -> Iterator[tuple[Submission, str, Graded | str]]:
     """Grade (submission, key) pairs on the Dask cluster at `address`; yields each with its result (or why it was
     not graded) as its batch comes back. Batches of settings.batch submissions go out as Dask tasks, two per
     worker thread at a time (one running, one waiting: the warm zygotes never wait for the scheduler). A batch
     whose worker is lost is run again by Dask on another worker; a batch that fails (Dask gives up on it, or
-    the grader raised) is submitted once more, and a second failure leaves its submissions for a re-run."""
+    the grader raised) is submitted once more, and a second failure leaves its submissions for a re-run.
+    ClusterError before the first batch where a worker would run student code unconfined (isolation "none"),
+    unless `allow_unsandboxed`."""
     try:
         from distributed import Client, as_completed
     except ImportError as exc:
@@ -112,13 +126,16 @@ def grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, course
         except TimeoutError as exc:
             raise ClusterError(f"no Dask worker joined the scheduler at {address} within "
                                f"{settings.connect_timeout_s:g} s; start workers (docs/cluster.md)") from exc
+        bare = {w: why for w, (kind, why) in client.run(worker_isolation).items() if kind == "none"}
+        if bare and not allow_unsandboxed:
+            raise ClusterError(f"Dask worker {', '.join(sorted(bare))}: {next(iter(bare.values()))}")
         chunks = [todo[i:i + settings.batch] for i in range(0, len(todo), settings.batch)][::-1]
         sent: dict[str, tuple[list[tuple[Submission, str]], int]] = {}
         run = uuid.uuid4().hex[:12]
 
         def submit(chunk: list[tuple[Submission, str]], attempt: int) -> Any:
             fut = client.submit(grade_chunk, str(course.path), fingerprint, [s for s, _ in chunk], hide,
-                                key=f"grade-{run}-{len(sent)}-{uuid.uuid4().hex[:8]}", pure=False)
+                                allow_unsandboxed, key=f"grade-{run}-{len(sent)}-{uuid.uuid4().hex[:8]}", pure=False)
             sent[fut.key] = (chunk, attempt)
             return fut
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from autograder.course import Course
 from autograder.grading.batch import grade_batch
+from autograder.sandbox.fallback import UnsandboxedError, require_isolation
 
 
 @dataclass
@@ -21,17 +22,28 @@ class GradescopeRun:
     line: str
 
 
-def grade_gradescope(submission: Path, results: Path, *, course: Course | None = None) -> GradescopeRun:
+def grade_gradescope(submission: Path, results: Path, *, course: Course | None = None,
+                     allow_unsandboxed: bool = False) -> GradescopeRun:
     """Grade the folder `submission` (/autograder/submission) and write Gradescope's results.json to `results`.
 
-    When the grader fails (not the student), results.json says so with score 0, so Gradescope shows an error.
+    When the grader fails (not the student), results.json says so with score 0, so Gradescope shows an error; so
+    it does, running nothing, where nothing would confine student code (unless `allow_unsandboxed`).
     """
+    try:
+        require_isolation(allow_unsandboxed=allow_unsandboxed)
+    except UnsandboxedError as exc:
+        results.parent.mkdir(parents=True, exist_ok=True)
+        results.write_text(json.dumps({"score": 0, "output": "Not graded: the autograder's sandbox is not available. "
+                                       "Ask your instructor to fix the autograder.", "stdout_visibility": "hidden",
+                                       "tests": [], "extra_data": {"isolation": "none", "refused": str(exc)}}))
+        return GradescopeRun(False, f"error: {exc}")
     with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
         subs = Path(tmp) / "in"
         # Links are copied as links and pipes or devices not at all: the grader refuses both, never follows them.
         shutil.copytree(submission, subs / "submission", symlinks=True,
                         copy_function=lambda src, dst: shutil.copy2(src, dst) if os.path.isfile(src) else None)
-        summary = grade_batch(subs, out=Path(tmp) / "out", force=True, course=course, progress=False)
+        summary = grade_batch(subs, out=Path(tmp) / "out", force=True, course=course, progress=False,
+                              allow_unsandboxed=allow_unsandboxed)
         row = json.loads((Path(tmp) / "out" / "summary.json").read_text())["rows"][0]
         if row["result"] is None:  # the grader failed (not the student): say so, and let Gradescope show an error
             out = {"score": 0, "output": f"Not graded: {row['message']} Ask your instructor to re-run the "

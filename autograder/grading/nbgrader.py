@@ -42,17 +42,14 @@ class NbgraderGradingError(RuntimeError):
 
 def isolation_here() -> str:
     """The isolation the grader's workers would get on this machine: "bubblewrap", "unprivileged uid" or "none"
-    (the same choice as execute.WorkerPool, made before anything starts)."""
-    from autograder.sandbox.isolation import SANDBOX_ENV, _choose_sandbox, uid_drop_problem
+    (fallback.choose_isolation: the one choice every entry point shares, made before anything starts)."""
+    from autograder.sandbox.fallback import choose_isolation
     from autograder.sandbox.protocol import WorkerError
 
     try:
-        sandbox, _ = _choose_sandbox(os.environ.get(SANDBOX_ENV) or "auto")
-    except WorkerError:
-        sandbox = "none"
-    if sandbox == "bwrap":
-        return "bubblewrap"
-    return "none" if uid_drop_problem() else "unprivileged uid"
+        return choose_isolation().kind
+    except WorkerError:  # bubblewrap forced, and it does not work
+        return "none"
 
 
 def course_submissions(folder: Path, assignment: str, *, course: Course | None = None) -> list[Any]:
@@ -228,17 +225,19 @@ def nbgrader_autograde(folder: Path, *, out: Path | None = None, force: bool = F
                                    "reference's values of hidden cases, and students' kernels may read the course")
     isolation = isolation_here()
     if isolation == "none" and not allow_unsandboxed:
-        raise NbgraderGradingError(
-            "refusing to grade: this machine offers neither bubblewrap nor root (for the unprivileged-uid fallback), "
-            "so student code would run as your user and could read and change your files. Install bubblewrap or "
-            f"run as root; or pass {ALLOW_FLAG} to grade anyway (every row of grades.csv then says so)")
+        from autograder.sandbox.fallback import choose_isolation
+
+        raise NbgraderGradingError(choose_isolation().refusal() or (
+            "refusing to grade: neither bubblewrap nor the uid drop (root, with a Python every user may read) "
+            "confines student code here. Install bubblewrap or run as root; or pass "
+            f"{ALLOW_FLAG} to grade anyway (every row of grades.csv then says so)"))
     subs = course_submissions(folder, assignment, course=course)
     if not subs:
         raise NbgraderGradingError(f"{folder / 'submitted'}: no submitted/<student>/{assignment}/ folder to grade")
     out.mkdir(parents=True, exist_ok=True)
     out.chmod(0o700)
     summary = grade_batch(folder / "submitted", out=out, force=force, workers=workers, course=course,
-                          progress=progress, entries=subs)
+                          progress=progress, entries=subs, allow_unsandboxed=allow_unsandboxed)
     proc = subprocess.run([tool_path("nbgrader"), "autograde", assignment, "--force", f"--EngineVerdicts.grades={out}",
                            f"--EngineVerdicts.course={folder}", f"--EngineVerdicts.config_path={course.path}"],
                           cwd=folder, env=tool_env(), capture_output=True, text=True)

@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from autograder.lesson import ENGINE_ROOT, Lesson, load_module
+from autograder.sandbox.fallback import choose_isolation, fallback_plan, refuse_unsandboxed
 from autograder.sandbox.isolation import (
     _PR_SET_CHILD_SUBREAPER,
     _PR_SET_DUMPABLE,
@@ -30,12 +31,9 @@ from autograder.sandbox.isolation import (
     _UID_BASE,
     _UIDS_PER_WORKER,
     CGROUP_PREFIX,
-    SANDBOX_ENV,
     _apply_limits,
     _bwrap_argv,
-    _choose_sandbox,
     _count_tasks,
-    _others_can_enter,
     _own_ipc_namespace,
     _prctl,
     _remove_cgroup,
@@ -47,7 +45,6 @@ from autograder.sandbox.isolation import (
     clean_after_job,
     make_cgroups,
     set_memory_limit,
-    uid_drop_problem,
 )
 from autograder.sandbox.limits import CHECKPOINT_MEMORY_MB, MIB, Limits, lowered_limits
 from autograder.sandbox.protocol import WorkerError
@@ -195,33 +192,31 @@ class Verifier:
         for path in startup_only:  # what only reader_start needed: gone before any file is read
             path.unlink()
         self.startup = {"seconds": time.perf_counter() - started, **json.loads(ready)}
+        unconfined = self.startup.pop("unconfined", "")
+        _warn(unconfined and f"without bubblewrap, the checkpoint reader has {unconfined}: its children may reach "
+              "the network and read what any user may")
         _ISOLATIONS[self.isolation] = None
         return self
 
     def _prepare(self) -> tuple[list[str], dict[str, str], str, list[Path]]:
         """Choose the isolation (as WorkerPool does), make the cgroups, reserve a uid block and stage the files:
         the reader's command line, environment, working folder and the staged files only its start may read."""
-        wanted = os.environ.get(SANDBOX_ENV) or "auto" if self.wanted == "auto" else self.wanted
-        if wanted not in ("auto", "bwrap", "none"):
-            raise WorkerError(f"sandbox ({SANDBOX_ENV}) must be 'auto', 'bwrap' or 'none', got {wanted!r}")
-        self.sandbox, why = _choose_sandbox(wanted)
         self._tmp = Path(tempfile.mkdtemp(prefix="grader-files-"))
         self._tmp.chmod(0o755)
+        iso = choose_isolation(self.wanted, scratch=self._tmp)
+        refuse_unsandboxed(iso)  # unless this process was allowed to (permit_unsandboxed)
+        self.sandbox, why = iso.sandbox, iso.why
         slot = next(_SLOTS)
         groups, self._cgroups, guard_why = make_cgroups([f"{CGROUP_PREFIX}{os.getpid()}-f{slot}"],
                                                         memory_bytes=CHECKPOINT_MEMORY_MB * MIB,
                                                         pids=Limits().processes + 1, wanted=self.memory_guard)
-        drop = os.geteuid() == 0
+        drop = os.geteuid() == 0 if iso.sandbox == "bwrap" else iso.kind == "unprivileged uid"
         scratch = self._tmp / "scratch"
+        course = self.plugin.parents[2] if self.plugin.parent.parent.name == "assignments" else self.plugin.parent
         if self.sandbox == "none":
-            problem = uid_drop_problem(scratch=self._tmp)
-            drop = not problem
-            course = self.plugin.parents[2] if self.plugin.parent.parent.name == "assignments" else self.plugin.parent
-            open_ = [str(h) for h in dict.fromkeys((ENGINE_ROOT, course)) if drop and _others_can_enter(str(h))]
-            why += (f"; the checkpoint reader runs as an unprivileged uid, which can read {', '.join(open_)} "
-                    "(chmod o= them)" if open_ else "; the checkpoint reader runs as an unprivileged uid" if drop
-                    else f"; the checkpoint reader runs as this process's user, with its file access: {problem}")
-        self.isolation = "bubblewrap" if self.sandbox == "bwrap" else "unprivileged uid" if drop else "none"
+            why += ("; the checkpoint reader's children run as an unprivileged uid in namespaces of its own" if drop
+                    else f"; UNSANDBOXED: the checkpoint reader runs as this process's user: {iso.problem}")
+        self.isolation = iso.kind
         _warn(why)
         _warn(guard_why and guard_why + "; the checkpoint reader's rlimits alone limit its memory")
         uid = None
@@ -242,10 +237,17 @@ class Verifier:
                    "HOME": _SANDBOX_SCRATCH, "TMPDIR": _SANDBOX_SCRATCH}
             return [*prefix, exe, "-I", "-c", code, json.dumps(cfg)], env, "/", startup_only
         os.makedirs(scratch, mode=0o711)
-        cfg.update(path=[str(ENGINE_ROOT), *(p for p in sys.path if p and os.path.isdir(p))], plugin=str(self.plugin),
-                   scratch=str(scratch), own_ipc=False, wipe=[str(scratch)],
-                   sweep=_shared_writable() if uid is not None else [])
-        return [sys.executable, "-c", code, json.dumps(cfg)], _child_env(), str(ENGINE_ROOT), []
+        path, plugin, startup_only, confine = [str(ENGINE_ROOT), *(p for p in sys.path if p and os.path.isdir(p))], \
+            str(self.plugin), [], None
+        if uid is not None:  # as under bubblewrap: the staged files, then namespaces that hide the rest
+            plugin, startup_only = _stage(self._tmp / "stage", self.plugin)
+            plugin = str(self._tmp / "stage") + plugin.removeprefix(_SANDBOX_STAGE)
+            confine = fallback_plan([str(self._tmp / "stage"), *path], rw=[str(scratch)], hide=(course,))
+            path = confine["path"]
+        cfg.update(path=path, plugin=plugin, scratch=str(scratch), own_ipc=False, wipe=[str(scratch)],
+                   sweep=_shared_writable() if uid is not None else [], confine=confine)
+        return [sys.executable, "-c", code, json.dumps(cfg)], _child_env(), "/" if confine else str(ENGINE_ROOT), \
+            startup_only
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -481,9 +483,16 @@ def _serve_main(config_text: str) -> None:
     path = Path(cfg["plugin"])
     plugin = load_module(path.stem, path)
     state = plugin.reader_start()
+    unconfined = ""
+    if cfg.get("confine"):  # the uid fallback: no network, the grader's folders hidden, once its start is done
+        from autograder.sandbox.fallback import enter_namespaces
+
+        unconfined = enter_namespaces(cfg["confine"])
+        if not unconfined:
+            cfg["wipe"].append("/dev/shm")
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     times = os.times()
-    stdout.write(json.dumps({"cpu_s": times.user + times.system}).encode() + b"\n")
+    stdout.write(json.dumps({"cpu_s": times.user + times.system, "unconfined": unconfined}).encode() + b"\n")
     stdout.flush()
     for n in itertools.count(1):
         header = stdin.readline()

@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import platform
 import resource
 import shutil
 import signal
@@ -48,6 +49,7 @@ _SHM_MB = 64  # the sandbox's own /dev/shm
 _IPC_RMID = 0
 _CLONE_NEWIPC = 0x08000000
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+_SETRESUID = {"x86_64": 117, "aarch64": 147}  # the raw syscall, which changes one thread
 _CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 
 
@@ -183,8 +185,7 @@ def set_memory_limit(folder: str, limit: int) -> None:
 
 def _choose_sandbox(wanted: str) -> tuple[str, str]:
     if wanted == "none":
-        return "none", f"sandbox: none requested (sandbox='none' or {SANDBOX_ENV}=none): resource limits only, no " \
-                       "network isolation"
+        return "none", f"sandbox: none requested (sandbox='none' or {SANDBOX_ENV}=none)"
     exe = shutil.which("bwrap")
     if exe is None:
         msg = "bubblewrap (bwrap) is not installed"
@@ -197,7 +198,7 @@ def _choose_sandbox(wanted: str) -> tuple[str, str]:
         msg = f"bubblewrap does not work here: {probe.stderr.strip()[:200]}"
     if wanted == "bwrap":
         raise WorkerError(msg)
-    return "none", f"sandbox: {msg}; falling back to resource limits only (no network isolation)"
+    return "none", f"sandbox: {msg}; falling back to the uid drop"
 
 
 def _stage_modules(stage: Path, probe_module: str, modules: Mapping[str, Path]) -> None:
@@ -294,6 +295,16 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def hidden_tops(hide: tuple[str | Path, ...] = ()) -> list[str]:
+    """The folders a sandbox shows empty: /tmp, /root, /home, this checkout, every top-level folder but the system's
+    (_VISIBLE_ROOTS) and `hide`, without those inside another."""
+    repo = str(Path(__file__).resolve().parents[2])
+    others = [os.path.join("/", d) for d in os.listdir("/") if os.path.join("/", d) not in _VISIBLE_ROOTS]
+    hidden = sorted({os.path.realpath(p) for p in ("/tmp", "/root", "/home", repo, *others, *hide)
+                     if os.path.isdir(p) and not os.path.islink(p)}, key=len)
+    return [h for h in hidden if not any(h != o and _under(h, o) for o in hidden)]
+
+
 def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
                 cgroups: dict[str, str]) -> tuple[list[str], list[str], str]:
     """bubblewrap arguments, the sys.path the zygote should use inside, and the interpreter to run.
@@ -303,14 +314,10 @@ def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
     path; a virtual environment's site-packages folders at /tmp/site/N, so nothing of the checkout
     around a venv (its name, its neighbours) is ever visible.
     """
-    repo = str(Path(__file__).resolve().parents[2])
     exe = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
     base = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)})
     venv = os.path.realpath(sys.prefix)
-    others = [os.path.join("/", d) for d in os.listdir("/") if os.path.join("/", d) not in _VISIBLE_ROOTS]
-    hidden = sorted({os.path.realpath(p) for p in ("/tmp", "/root", "/home", repo, *others, *hide)
-                     if os.path.isdir(p) and not os.path.islink(p)}, key=len)
-    top = [h for h in hidden if not any(h != o and _under(h, o) for o in hidden)]
+    top = hidden_tops(hide)
     path: list[str] = []
     site: list[tuple[str, str]] = []
     for p in dict.fromkeys(os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)):
@@ -369,8 +376,6 @@ def _zygote_host_pid(root: int, nspid: int) -> int:
             return pid
         todo += kids.get(pid, [])
     return 0
-
-
 
 
 def _remove_ipc(uid: int | None, since: float, *, everything: bool) -> None:
@@ -450,9 +455,36 @@ def clean_after_job(wipe: list[str], uid: int | None, since: float, *, own_ipc: 
             else:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
+    if uid is not None:
+        kill_uid(uid)
     _remove_ipc(uid, since, everything=own_ipc)
     if uid is not None and sweep:
         _remove_owned(uid, sweep)
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process of a job's uid, wherever it went (a daemon that left the session and the worker's
+    tree, one in a namespace of its own), and reap those left to this process: kill(-1) from this thread alone
+    acting as that uid (a raw setresuid changes one thread; the saved uid 0 takes it back), so it reaches exactly
+    the processes whose real or saved uid is the job's. Without root, or on another architecture, nothing."""
+    nr = _SETRESUID.get(platform.machine())
+    if nr is None or os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for _ in range(100):  # until no process of the uid is left (zombies count until reaped)
+        if libc.syscall(nr, uid, uid, 0) != 0:
+            raise OSError(ctypes.get_errno(), "setresuid to the job's uid failed")
+        try:
+            found = libc.kill(-1, signal.SIGKILL) == 0
+        finally:
+            if libc.syscall(nr, 0, 0, 0) != 0:
+                os._exit(70)  # this thread could not be root again: never go on as the job's uid
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        if not found:
+            return
+        time.sleep(0.002)
 
 
 def _rmtree(path: str) -> None:
@@ -463,8 +495,6 @@ def _rmtree(path: str) -> None:
             func(p)
 
     shutil.rmtree(path, onerror=fix)
-
-
 
 
 def _count_tasks(uid: int) -> int:

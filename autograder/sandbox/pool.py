@@ -25,6 +25,7 @@ from typing import Any
 
 from autograder import wire
 from autograder.model import Status
+from autograder.sandbox.fallback import choose_isolation, fallback_plan, refuse_unsandboxed
 from autograder.sandbox.isolation import (
     _SANDBOX_SCRATCH,
     _SANDBOX_STAGE,
@@ -33,9 +34,7 @@ from autograder.sandbox.isolation import (
     CGROUP_PREFIX,
     SANDBOX_ENV,
     _bwrap_argv,
-    _choose_sandbox,
     _count_tasks,
-    _others_can_enter,
     _remove_cgroup,
     _reserve_uid_block,
     _rlimits,
@@ -46,7 +45,6 @@ from autograder.sandbox.isolation import (
     make_cgroups,
     oom_kills,
     place_in_cgroups,
-    uid_drop_problem,
 )
 from autograder.sandbox.limits import (
     MIB,
@@ -83,11 +81,12 @@ class WorkerPool:
                  modules: Mapping[str, Path] | None = None, skip_tags: Iterable[str] = SKIP_TAGS,
                  hide: Iterable[str | Path] = (),
                  sandbox: str = "auto", preload: Iterable[str] = PRELOAD, start_timeout_s: float = 180.0,
-                 memory_guard: str = "auto"):
+                 memory_guard: str = "auto", allow_unsandboxed: bool | None = None):
         if sandbox == "auto" and os.environ.get(SANDBOX_ENV):
             sandbox = os.environ[SANDBOX_ENV]
         if sandbox not in ("auto", "bwrap", "none"):
             raise ValueError(f"sandbox ({SANDBOX_ENV}) must be 'auto', 'bwrap' or 'none', got {sandbox!r}")
+        # allow_unsandboxed: run even where nothing confines student code (default: permit_unsandboxed's answer)
         if memory_guard not in ("auto", *MEMORY_GUARDS):
             raise ValueError(f"memory_guard must be 'auto', 'cgroup' or 'watchdog', got {memory_guard!r}")
         if probe_module is None:  # the lesson of grading_config.yaml
@@ -106,22 +105,19 @@ class WorkerPool:
         self._slots = [next(_SLOTS) % 64 for _ in range(size)]  # this process's workers, all pools together
         try:
             _stage_modules(stage, probe_module, modules or {})
-            self.sandbox, why = _choose_sandbox(sandbox)
+            iso = choose_isolation(sandbox, scratch=self._tmp)
+            refuse_unsandboxed(iso, allowed=allow_unsandboxed)
+            self.sandbox, why = iso.sandbox, iso.why
             groups, guard_why = self._make_cgroups(size, memory_guard)
         except BaseException:
             self.close()
             raise
         self.memory_guard = "cgroup" if groups else "watchdog"
-        drop = os.geteuid() == 0
+        drop = os.geteuid() == 0 if iso.sandbox == "bwrap" else iso.kind == "unprivileged uid"
         if self.sandbox == "none":
-            problem = uid_drop_problem(scratch=self._tmp)
-            drop = not problem
-            repo = Path(__file__).resolve().parents[2]  # reference/ and the hidden cases
-            open_ = [str(h) for h in (repo, *hide) if drop and _others_can_enter(str(h))]
-            why += (f"; student code runs as an unprivileged uid, which can read {', '.join(open_)} (chmod o= them)"
-                    if open_ else "; student code runs as an unprivileged uid" if drop
-                    else f"; student code runs as this process's user, with its file access: {problem}")
-        self.isolation = "bubblewrap" if self.sandbox == "bwrap" else "unprivileged uid" if drop else "none"
+            why += ("; student code runs as an unprivileged uid in namespaces of its worker's own" if drop
+                    else f"; UNSANDBOXED: student code runs as this process's user, with its privileges: {iso.problem}")
+        self.isolation = iso.kind
         for msg in (why, guard_why):
             if msg and msg not in _WARNED:
                 _WARNED.add(msg)
@@ -381,6 +377,7 @@ class _Worker:
                # a child allocates the same tensors probe after probe, and each fresh mapping is faulted in page by
                # page again (about 17,000 minor faults a notebook, 10,000 with these)
                "MALLOC_MMAP_THRESHOLD_": str(32 * MIB), "MALLOC_TRIM_THRESHOLD_": str(128 * MIB)}
+        confine = None
         if self.pool.sandbox == "bwrap":
             prefix, path, exe = _bwrap_argv(self.stage, self.hide, limits, self.cgroups)
             stage, scratch, wipe = _SANDBOX_STAGE, _SANDBOX_SCRATCH, [_SANDBOX_SCRATCH, "/dev/shm", "/dev/mqueue"]
@@ -390,12 +387,16 @@ class _Worker:
             stage, scratch = str(self.stage), str(self.pool._tmp / f"scratch{self.index}")
             wipe, own_ipc = [scratch], False
             os.makedirs(scratch, mode=0o711, exist_ok=True)
+            if self.uid is not None:  # the uid fallback: namespaces of the worker's own (fallback.enter_namespaces)
+                confine = fallback_plan([stage, *path], rw=[scratch], hide=self.hide)
+                stage, path = confine["path"][0], confine["path"][1:]
         env.update(HOME=scratch, TMPDIR=scratch)
         cfg = {"path": [stage, *path], "probe_module": self.pool.probe_module, "preload": list(self.preload),
                "lesson_modules": list(self.pool.lesson_modules),
                "scratch": scratch, "wipe": wipe, "uid": self.uid, "uids": _UIDS_PER_WORKER,
                "limits": asdict(limits), "cgroups": self.cgroups, "own_ipc": own_ipc,
-               "sweep": [] if own_ipc or self.uid is None else _shared_writable()}
+               "sweep": [] if own_ipc or self.uid is None else _shared_writable(),
+               "confine": confine}
         code = "import sys; sys.path[:] = __import__('json').loads(sys.argv[1])['path']; " \
                "import autograder.sandbox.zygote as e; e._zygote_main(sys.argv[1])"
         argv = [*prefix, exe, "-I", "-c", code, json.dumps(cfg)]
@@ -421,6 +422,9 @@ class _Worker:
         if ready.get("ready") is not True or type(ready.get("pid")) is not int:
             self.kill()
             return f"worker {self.index} did not start: {str(ready)[:3000]}"
+        if ready.get("unconfined") and ready["unconfined"] not in _WARNED:  # said once: the jobs are not separated
+            _WARNED.add(ready["unconfined"])
+            log.warning("worker %d: %s", self.index, ready["unconfined"])
         self.zygote_pid = (self.proc.pid if self.pool.sandbox == "none"
                            else _zygote_host_pid(self.proc.pid, ready["pid"]))
         if self.cgroups:

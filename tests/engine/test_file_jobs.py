@@ -133,12 +133,14 @@ with Verifier(plugin=plugin, sandbox="none") as verifier:
 
 def test_without_bubblewrap_a_root_grader_reads_files_as_an_unprivileged_uid(
         course: Path, readable_python: Path) -> None:  # noqa: F811 - the fixture imported above
-    """As root without bubblewrap, the reader's child runs as an unprivileged uid: it reads what any user may
-    (an open file) and nothing closed to others (another student's file), writes nowhere but its scratch and the
-    folders anyone may write to, and what it leaves there is removed after it. Fails on a reader that runs the
-    child as root."""
+    """As root without bubblewrap, the reader's child runs as an unprivileged uid in the reader's namespaces: it
+    reads the system's files and nothing else, open to others or not (another student's files, as bubblewrap
+    hides them), writes nowhere but its scratch and a /dev/shm of the reader's own, and what it leaves there is
+    removed after it and never reaches the host. Fails on a reader that runs the child as root, or that shows it
+    the host's /tmp."""
     folder = Path(tempfile.mkdtemp(prefix="file-jobs-", dir="/tmp"))
-    left = Path("/tmp") / f"file-jobs-left-{secrets.token_hex(8)}"
+    token = secrets.token_hex(8)
+    left, shm = Path("/tmp") / f"file-jobs-left-{token}", Path("/dev/shm") / f"file-jobs-left-{token}"
     try:
         folder.chmod(0o755)
         closed, open_ = folder / "bob.ipynb", folder / "open.txt"
@@ -147,8 +149,8 @@ def test_without_bubblewrap_a_root_grader_reads_files_as_an_unprivileged_uid(
         open_.write_text("anyone may read this")
         open_.chmod(0o644)
         course.chmod(0o755)
-        request = {"read": [str(closed), str(open_)], "write": [str(folder / "new.txt"), str(left)],
-                   "memory_mb": 256}
+        request = {"read": [str(closed), str(open_), "/etc/passwd"],
+                   "write": [str(folder / "new.txt"), str(left), str(shm)], "memory_mb": 256}
         proc = subprocess.run([str(readable_python), "-c", RUN_READER, str(ENGINE_ROOT),
                                str(_plugin(course)), json.dumps(request)],
                               capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
@@ -156,10 +158,13 @@ def test_without_bubblewrap_a_root_grader_reads_files_as_an_unprivileged_uid(
         out = json.loads(proc.stdout.splitlines()[-1])
         found = out["found"]
         assert out["isolation"] == "unprivileged uid" and "error" not in found, out
-        assert found["read"][str(closed)][0] == "refused" and found["read"][str(open_)][0] == "ok", found["read"]
+        assert found["read"][str(closed)][0] == found["read"][str(open_)][0] == "refused", found["read"]
+        assert found["read"]["/etc/passwd"][0] == "ok", found["read"]
         assert found["write"][str(folder / "new.txt")][0] == "refused" and not (folder / "new.txt").exists()
-        assert found["write"][str(left)][0] == "ok" and not left.exists()  # /tmp: allowed, and swept after it
+        assert found["write"][str(left)][0] == "refused" and not left.exists()  # /tmp: an empty read-only tmpfs
+        assert found["write"][str(shm)][0] == "ok" and not shm.exists()  # the reader's own /dev/shm, wiped
         assert found["scratch"] == ["ok", "scratch"]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         left.unlink(missing_ok=True)
+        shm.unlink(missing_ok=True)
