@@ -69,7 +69,7 @@ def run_probe_exact(env: dict[str, Any], name: str, args: dict[str, Any]) -> dic
     the weights and every cast the code makes explicitly (`.float()`, `dtype=torch.float32`) are as in
     `run_probe`, and in-place ops still write into the tensors they name. The output has run_probe's keys and
     shapes; its float arrays are float64 and a dtype it reports may read float64: the builder takes those from
-    run_probe's output (the engine's hook: autograder/content.py, `expected_values`).
+    run_probe's output (the engine's hook: autograder/authoring/content.py, `expected_values`).
     """
     with _float64_mode():
         return run_probe(env, name, args)
