@@ -64,6 +64,14 @@ class Execution(_Strict):
     cell_timeout_s: float = Field(limits.CELL_TIMEOUT_S, gt=0,
                                   description="wall-clock limit of one cell: a cell still running then is stopped "
                                   "and skipped, and the rest of the notebook runs without it")
+    probe_timeout_s: float = Field(limits.PROBE_TIMEOUT_S, gt=0,
+                                   description="wall-clock limit of one check (a probe of the student's code): a probe "
+                                   "still running then is stopped and earns nothing; the probes after it run in a "
+                                   "fresh run of the notebook")
+    question_timeout_s: float = Field(limits.QUESTION_TIMEOUT_S, gt=0,
+                                      description="each question's share of the checks' time (all its probes, over "
+                                      "every run): once it is spent, the question's probes not yet run earn nothing "
+                                      "(not run: time limit); the other questions keep their own shares")
     wall_timeout_s: float = Field(limits.WALL_TIMEOUT_S, gt=0,
                                   description="wall-clock limit of the whole notebook (all its cells and the probes); "
                                   "a last resort, above cell_timeout_s")
@@ -81,6 +89,9 @@ class Execution(_Strict):
             raise ValueError(f"cell_timeout_s ({self.cell_timeout_s:g}) must be below wall_timeout_s "
                              f"({self.wall_timeout_s:g}) and cpu_timeout_s ({self.cpu_timeout_s}), so that a slow "
                              "cell is stopped on its own before the whole-notebook limits stop the notebook")
+        if self.probe_timeout_s > self.question_timeout_s:
+            raise ValueError(f"probe_timeout_s ({self.probe_timeout_s:g}) must not be above question_timeout_s "
+                             f"({self.question_timeout_s:g}): one check is part of its question's share")
         return self
 
 

@@ -107,6 +107,8 @@ class Verdict:
 
 
 # What a student reads on Gradescope under a status other than "graded".
+NOT_RUN = "not run: time limit"  # how a case whose probe never ran for time begins its message (after its id)
+
 STUDENT_HELP = {
     Status.TIMED_OUT: "The notebook as a whole ran past its time limit; what the cells before the running one "
                       "defined was still graded, the rest earns nothing. Look for an endless loop, or training "
@@ -283,7 +285,9 @@ class SubmissionResult:
             if c.max_points <= 0:
                 continue
             output = c.message or "passed"
-            if c.hidden:
+            if c.hidden and not c.passed and NOT_RUN in c.message:  # says no more than the notes above it
+                output = f"{NOT_RUN} (the notes above say which check was slow)"
+            elif c.hidden:
                 output = "passed" if c.passed else f"a hidden case of {c.question} failed; revisit: {revisit.get(c.id)}"
                 if not c.passed:
                     hidden_failed.setdefault(c.question, revisit.get(c.id) or "")
@@ -299,10 +303,17 @@ class SubmissionResult:
 
     def csv_row(self, questions: list[str]) -> dict[str, Any]:
         """Its grades.csv cells: the total, a score per question of `questions`, the status and a one-line
-        message (the reason first, the cells' own notes after) when it is not "graded"."""
+        message (the reason first, the cells' own notes after) when it is not "graded", and when a graded one lost
+        points: what the student was told first (a syntax error, a time limit), else its first failed case."""
         scores = self.question_scores()
         why_first = [n for n in self.notes if not n.startswith(("cell ", "skipped cells"))] or self.notes
         message = "" if self.status == Status.GRADED else "; ".join(why_first)
+        lost = [c for c in self.cases if c.points < c.max_points]
+        if not message and lost:
+            first = (lost[0].message or lost[0].id).splitlines()[0]
+            message = "; ".join(self.student_notes) or f"{len(lost)} of {len(self.cases)} cases lost points: {first}"
+        held = [n for n in self.notes if n.startswith("review: held")]  # a TA must look: said first
+        message = "; ".join([*held, message]) if held else message
         return {"total": float(self.total), **{q: float(scores.get(q, 0.0)) for q in questions},
                 "status": self.status, "message": " ".join(message.split())[:300]}
 

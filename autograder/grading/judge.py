@@ -9,15 +9,18 @@ from typing import Any
 
 from autograder.authoring.suite import Suite
 from autograder.checkpoint import UNREADABLE, load_plugin, reader_limits_lowered, reads_checkpoint
+from autograder.grading.causes import first_causes
 from autograder.grading.submissions import Submission
 from autograder.model import CaseResult, PartVerdict, Status, SubmissionResult, Verdict
 from autograder.runtime.checks_runtime import to_plain
 from autograder.sandbox.notebook import SKIP_TAGS
-from autograder.sandbox.protocol import ExecResult
+from autograder.sandbox.protocol import NOT_RUN, ExecResult
 
 
-def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[CaseResult]:
-    """Judge probe outputs (case id -> plain data); a case with no output fails with a clear message.
+def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
+                  not_run: dict[str, str] | None = None) -> list[CaseResult]:
+    """Judge probe outputs (case id -> plain data); a case with no output fails with a clear message, and one whose
+    probe never ran for time (`not_run`: case id -> why, in the grader's words) says so.
 
     A case that `requires` value cases of its question passes only when they are genuine attempts (they pass,
     or their output is not a do-nothing one: checks.attempt_gap), recursively: a property such as "shuffling the
@@ -28,7 +31,9 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
     plain = {c.id: c.plain() for c in suite.cases}  # the lesson's checks read a case as plain data
     for case in suite.cases:
         got = outputs.get(case.id)
-        if got is None:
+        if got is None and case.id in (not_run or {}):
+            verdicts[case.id] = checks.Verdict(False, f"{case.id}: {NOT_RUN}: {(not_run or {})[case.id]}.")
+        elif got is None:
             verdicts[case.id] = checks.Verdict(False, f"{case.id}: no result: the submission stopped "
                                                "before this case could run.")
         else:
@@ -53,7 +58,19 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]]) -> list[Case
         results.append(CaseResult(case.id, case.question, case.points if verdict.passed else 0.0,
                                   case.points, verdict.passed, case.hidden, verdict.message,
                                   verdict.diagnosis, received, expected))
-    return _one_line_per_stub(results, waits, stub=checks.STUB)
+    return _one_gate_line(_one_line_per_stub(results, waits, stub=checks.STUB), waits)
+
+
+def _one_gate_line(results: list[CaseResult], waits: dict[str, list[str]]) -> list[CaseResult]:
+    """A question's gate is said once: its first gated case says why; the others point to it."""
+    first: dict[str, CaseResult] = {}
+    for r in results:
+        if r.passed or not waits.get(r.id) or NOT_RUN in r.message or "not filled in yet" in r.message:
+            continue
+        lead = first.setdefault(r.question, r)
+        if lead is not r:
+            r.message = f"{r.id}: waits for {' and '.join(waits[r.id])}, as {lead.id} says"
+    return results
 
 
 def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]], *, stub: str) -> list[CaseResult]:
@@ -145,10 +162,11 @@ def notebook_env(path: Path) -> tuple[dict[str, Any], list[str]]:
 
 
 def judge_submission(suite: Suite, sub: Submission, status: str, outputs: dict[str, Any],
-                     notes: list[str], student_notes: list[str] | None = None) -> SubmissionResult:
+                     notes: list[str], student_notes: list[str] | None = None,
+                     not_run: dict[str, str] | None = None) -> SubmissionResult:
     """One submission's result: its probe outputs (`status`: the executor's Status word for the run) and its checkpoint
     files judged against the suite."""
-    cases = judge_outputs(suite, outputs) + judge_checkpoint(suite, sub.files, sub.file_problems)
+    cases = judge_outputs(suite, outputs, not_run) + judge_checkpoint(suite, sub.files, sub.file_problems)
     read = suite.checkpoint_cases and reads_checkpoint(suite.checkpoint_files, sub.files) and not sub.file_problems
     notes = [*notes, *(reader_limits_lowered() if read else [])]  # an operator's lower limits, if any
     return SubmissionResult(sub.id, status, cases, notes, list(student_notes or []),
@@ -164,7 +182,9 @@ def judge_exec(suite: Suite, sub: Submission, res: ExecResult) -> SubmissionResu
     """The result of a submission's sandboxed run."""
     student = [f"cells {res.skipped_cells} were not run (tagged for training)"] if res.skipped_cells else []
     student += res.student_notes  # time limits: the grader's words, the cell's first line from the notebook
-    result = judge_submission(suite, sub, res.status, res.outputs, res.notes, student)
+    result = judge_submission(suite, sub, res.status, res.outputs, res.notes, student, res.not_run)
+    if sub.source is not None:  # the first real cause of what failed: a syntax error, a stub left blank
+        result.student_notes[:0] = first_causes(suite, sub.source, result.cases, res.notes)
     if res.tampering:
         result.notes.append("tampering: " + "; ".join(res.tampering[:5]))
     return result

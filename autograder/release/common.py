@@ -10,13 +10,14 @@ import sys
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import nbformat
 
 from autograder.authoring.questions import LETTERS, Question, shuffled
-from autograder.config import ROOT, command
+from autograder.config import ROOT, command, load_config
 from autograder.lesson import Lesson
 from autograder.model import Case
 from autograder.runtime.checks_runtime import dumps
@@ -79,7 +80,18 @@ def case_json(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str, 
         if cid not in gate:
             gate[cid] = case_data(cases[cid], expected[cid], lesson=lesson)
             todo += cases[cid].required
-    return dumps(case_data(case, expected[case.id], lesson=lesson) | {"gate": list(gate.values())})
+    return dumps(case_data(case, expected[case.id], lesson=lesson) | {"gate": list(gate.values()),
+                                                                      "limits": grader_limits(lesson)})
+
+
+@cache
+def grader_limits(lesson: Lesson) -> dict[str, float]:
+    """The grader's time limits of one cell and one check (grading_config.yaml's `execution`, beside the lesson's
+    assignments/): each case of the release carries them, so the local check warns when a cell or a check takes
+    more than half of one."""
+    path = lesson.root / "grading_config.yaml"
+    ex = load_config(path).execution if path.is_file() else None
+    return {"cell_s": ex.cell_timeout_s, "probe_s": ex.probe_timeout_s} if ex else {}
 
 
 def choices_markdown(q: Question) -> str:

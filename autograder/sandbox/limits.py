@@ -19,6 +19,8 @@ UPLOAD_CAP_MB = 64
 
 # One submission's run in the sandbox: defaults of grading_config.yaml's `execution` section and of Limits.
 CELL_TIMEOUT_S = 20.0
+PROBE_TIMEOUT_S = 5.0
+QUESTION_TIMEOUT_S = 15.0
 WALL_TIMEOUT_S = 60.0
 CPU_TIMEOUT_S = 60
 MEMORY_MB = 4096
@@ -69,11 +71,15 @@ class Limits:
 
     memory_mb and processes hold for the submission as a whole (every process it starts); scratch_mb
     (the scratch tmpfs) and threads (torch/BLAS threads) are fixed when a pool starts. cell_s limits one
-    cell (cell_timeout_s); wall_s and cpu_s the whole notebook, cells and probes, in each run of it.
+    cell (cell_timeout_s); wall_s and cpu_s the whole notebook, cells and probes, in each run of it. probe_s limits
+    one probe (probe_timeout_s) and question_s all the probes of one question together, over every run
+    (question_timeout_s: the question's share of the checking time).
     """
 
     wall_s: float = WALL_TIMEOUT_S
     cell_s: float = CELL_TIMEOUT_S
+    probe_s: float = PROBE_TIMEOUT_S
+    question_s: float = QUESTION_TIMEOUT_S
     cpu_s: int = CPU_TIMEOUT_S
     memory_mb: int = MEMORY_MB
     processes: int = MAX_PROCESSES

@@ -54,6 +54,7 @@ from autograder.sandbox.limits import (
 from autograder.sandbox.notebook import SKIP_TAGS, NotebookError, read_notebook
 from autograder.sandbox.protocol import (
     _CTL_BYTES,
+    _MAX_PROBE_RUNS,
     _MAX_TIME_STOPS,
     MEMORY_GUARDS,
     ExecResult,
@@ -64,8 +65,10 @@ from autograder.sandbox.protocol import (
     _classify,
     _Conversation,
     _order_probes,
+    _ProbeStops,
     _time_note,
     _Transcript,
+    group_of,
 )
 from autograder.sandbox.zygote import PRELOAD
 
@@ -212,36 +215,56 @@ class WorkerPool:
 
     def _run_timed(self, worker: _Worker, cells: list[tuple[int, str]],
                    probes: list[tuple[str, str, dict[str, Any]]], public: int) -> ExecResult:
-        """Run the notebook; when a time limit stops it in a cell, run it again in a fresh child without that cell.
+        """Run the notebook; when a time limit stops it in a cell, run it again in a fresh child without that cell;
+        when one stops it among its probes, run the probes not yet answered in a fresh child.
 
         A cell over the per-cell limit is left out and everything else runs (at most _MAX_TIME_STOPS such
         cells). When a whole-notebook limit stops a cell, or one more cell is too slow, only the cells before
-        it run again, then the probes. A run is only repeated when it stopped among the cells, before any
-        probe was sent, so every probe, public or hidden, goes to the final child alone.
+        it run again, then the probes. Each probe has its own limit (probe_s) and each question a share of the
+        probes' time (question_s, counted over every run): a probe past either is stopped, earns nothing and does
+        not run again, nor do the probes of a question whose share is spent; one stopped by a whole-notebook
+        limit runs once more. The answers given so far are kept and the rest go to a fresh child (the same cells
+        first, public probes before hidden ones), at most _MAX_PROBE_RUNS times.
         """
         limits, source = self.limits, dict(cells)
         stopped: list[int] = []
         cut: tuple[int, str] | None = None  # (cell, limit): only the cells before it run
         facts: list[str] = []
         cpu = 0.0
-        for attempt in range(_MAX_TIME_STOPS + 2):
+        hidden = {k for k, _, _ in probes[public:]}
+        share = {group_of(k): limits.question_s for k, _, _ in probes}
+        stops, left = _ProbeStops(limits, probes), probes
+        cell_runs = probe_runs = 0
+        while True:
             todo = [(i, s) for i, s in cells if i not in stopped and (cut is None or i < cut[0])]
-            raw = self._attempt(worker, _cells_job(todo), todo, probes, public)
+            raw = self._attempt(worker, _cells_job(todo), todo, left, sum(k not in hidden for k, _, _ in left), share)
             if isinstance(raw, ExecResult):
                 return raw
             header, _, _, t = raw
             cpu += float(header.get("cpu_s", 0.0))
-            over, limit = t.cell_over, "cell"
-            if over is None and t.running is not None and (header.get("timed_out") or header.get("cpu_exceeded")):
-                over, limit = t.running, "wall" if header.get("timed_out") else "cpu"
-            if over is None or attempt == _MAX_TIME_STOPS + 1:
-                break
             facts += [f for f in t.tampering if f not in facts]
-            if limit == "cell" and len(stopped) < _MAX_TIME_STOPS:
-                stopped.append(over)
-            else:
-                cut = (over, limit)
-        res = _classify(*raw, probes, limits, self.memory_guard)
+            whole = "wall" if header.get("timed_out") else "cpu" if header.get("cpu_exceeded") else ""
+            over, limit = t.cell_over, "cell"
+            if over is None and t.running is not None and whole:
+                over, limit = t.running, whole
+            if over is not None and cell_runs <= _MAX_TIME_STOPS:
+                cell_runs += 1
+                if limit == "cell" and len(stopped) < _MAX_TIME_STOPS:
+                    stopped.append(over)
+                else:
+                    cut = (over, limit)
+                continue
+            if over is None and (t.probe_over or (t.probe_running and whole)):
+                left = stops.after(t, left, share)
+                if left and probe_runs < _MAX_PROBE_RUNS:
+                    probe_runs += 1
+                    continue
+                stops.give_up(left, cell_runs + probe_runs + 1)
+            break
+        t.outputs = {**stops.answered, **t.outputs}
+        for k, v in t.wall.items():
+            stops.wall[k] = stops.wall.get(k, 0.0) + v
+        res = _classify(*raw, [p for p in probes if p[0] not in stops.not_run], limits, self.memory_guard)
         said = [_time_note(i, "cell", source[i], limits) for i in stopped]
         if cut is not None:
             said.append(_time_note(cut[0], cut[1], source[cut[0]], limits, cut=True, stops=len(stopped)))
@@ -252,8 +275,11 @@ class WorkerPool:
             res.status = Status.TAMPERING
         if over is not None:  # the last run was stopped too: the grader gives up there
             said.append(f"{_cell_name(over, source[over], word='Cell')} was stopped by a time limit in the "
-                        f"grader's last run of the notebook ({attempt + 1} runs in all): no check could run")
+                        f"grader's last run of the notebook ({cell_runs + probe_runs + 1} runs in all): no check "
+                        "could run")
+        said += stops.said
         res.stopped_cells = stopped + ([cut[0]] if cut else [])
+        res.not_run, res.probe_wall = stops.not_run, stops.wall
         res.notes[:0] = said
         res.student_notes = said
         res.cpu_s = cpu
@@ -263,19 +289,22 @@ class WorkerPool:
         return res
 
     def _attempt(self, worker: _Worker, job: bytes, cells: list[tuple[int, str]],
-                 probes: list[tuple[str, str, dict[str, Any]]], public: int) -> tuple[Any, ...] | ExecResult:
+                 probes: list[tuple[str, str, dict[str, Any]]], public: int,
+                 share: dict[str, float]) -> tuple[Any, ...] | ExecResult:
         """One run of the cells in a fresh child: what the worker returned, or a crashed result when it failed twice.
 
         A worker that fails (not the student's doing) is restarted and the run retried once.
         """
         failures: list[str] = []
+        kept = dict(share)  # a failed worker's run spends nothing of the questions' shares
         while True:
+            share.update(kept)
             if not worker.alive():
                 err = worker.restart()
                 if err:
                     raise WorkerError(err)
             try:
-                return worker.run(job, cells, probes, public)
+                return worker.run(job, cells, probes, public, share)
             except (WorkerError, OSError) as exc:
                 failures.append(str(exc)[:300])
                 log.warning("worker %d failed (%s); restarting it", worker.index, exc)
@@ -443,7 +472,7 @@ class _Worker:
         return self.proc is not None and self.proc.poll() is None and self.ctl is not None
 
     def run(self, job: bytes, cells: list[tuple[int, str]], probes: list[tuple[str, str, dict[str, Any]]],
-            public: int) -> tuple[dict[str, Any], bytes, int, _Transcript]:
+            public: int, share: dict[str, float]) -> tuple[dict[str, Any], bytes, int, _Transcript]:
         """One job: make the child's channels, hand them over, talk to the child, collect the facts."""
         if not self.alive():
             raise WorkerError("the worker is not running")
@@ -466,7 +495,7 @@ class _Worker:
             finally:
                 job_c.close()
                 os.close(out_w)
-            talk = _Conversation(self, job_g, out_r, job, cells, probes, public)
+            talk = _Conversation(self, job_g, out_r, job, cells, probes, public, share)
             try:
                 return talk.run()
             finally:

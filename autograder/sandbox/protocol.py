@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autograder import wire
-from autograder.model import Status
+from autograder.model import NOT_RUN, Status
 from autograder.sandbox.limits import (
     MIB,
     Limits,
@@ -35,6 +35,9 @@ _SETUP_FAILED, _HARNESS_FAILED = 70, 71
 _LEN = struct.Struct(">Q")
 _CTL_BYTES = 1 << 16
 _MAX_TIME_STOPS = 3  # cells left out for the per-cell limit; one more too slow cell ends the notebook there
+# fresh runs of the notebook for the probes not yet answered, after a run was stopped among its probes (a probe over
+# its own limit or its question's share, or a whole-notebook limit); the probes still left after that do not run
+_MAX_PROBE_RUNS = 6
 # While the child still owes many answers to requests already sent, the grader reads its frames every few ms, not
 # at each one: about half the wake-ups of a notebook and a third less of the conversation's CPU. Nothing is lost or
 # late: the child writes on into the socket, and the last answers of a batch (which the child's next request or
@@ -52,6 +55,8 @@ class ExecResult:
     notes: list[str] = field(default_factory=list)
     skipped_cells: list[int] = field(default_factory=list)
     stopped_cells: list[int] = field(default_factory=list)  # stopped by a time limit, then left out
+    not_run: dict[str, str] = field(default_factory=dict)  # probe key -> why it never ran (a time limit, in words)
+    probe_wall: dict[str, float] = field(default_factory=dict)  # probe key -> wall seconds it ran (all runs)
     student_notes: list[str] = field(default_factory=list)  # the grader's own words (no sandbox text)
     tampering: list[str] = field(default_factory=list)
     stdout: str = ""
@@ -106,6 +111,11 @@ def _time_note(i: int, limit: str, src: str, limits: Limits, *, cut: bool = Fals
             "the cells after it did not run")
 
 
+def group_of(key: str) -> str:
+    """The question a probe's key belongs to (the key up to its first "/"): its share of the probes' time."""
+    return key.split("/", 1)[0]
+
+
 def _order_probes(probes: list[Probe]) -> tuple[list[tuple[str, str, dict[str, Any]]], int]:
     """(key, name, args) with public probes first and hidden ones last, each group in list order; and how
     many are public."""
@@ -142,6 +152,10 @@ class _Transcript:
     where: str = "while starting"
     running: int | None = None  # the cell the child was running (None once the cells are done)
     cell_over: int | None = None  # the cell the grader stopped for running past the per-cell limit
+    probe_over: str = ""  # the probe the grader stopped for running past its own limit or its question's share
+    probe_running: str = ""  # the probe being answered when the run ended ("" when none was)
+    void: set[str] = field(default_factory=set)  # probes whose answers earn nothing (forged, out of order)
+    wall: dict[str, float] = field(default_factory=dict)  # probe key -> wall seconds, as the grader timed it
     oom: str = ""  # where the child reported running out of memory (a MemoryError it caught)
     exited: str = ""  # a cell called sys.exit() or exit()
     finished: bool = False  # every probe was answered
@@ -172,7 +186,7 @@ class _Conversation:
     every public answer is in, the hidden ones in another; one answer per request, strictly in order."""
 
     def __init__(self, worker: _Worker, sock: socket.socket, out_r: int, job: bytes, cells: list[tuple[int, str]],
-                 probes: list[tuple[str, str, dict[str, Any]]], public: int):
+                 probes: list[tuple[str, str, dict[str, Any]]], public: int, share: dict[str, float]):
         limits = worker.pool.limits
         self.worker, self.sock, self.out_r, self.job, self.cells, self.probes = worker, sock, out_r, job, cells, probes
         self.out_cap, self.res_cap = limits.output_kb * 1024, limits.result_mb * MIB
@@ -182,10 +196,12 @@ class _Conversation:
         self.phase, self.cell, self.probe = "cells", 0, 0
         self.public, self.asked = public, 0  # probes[:asked] have been sent to the child
         self.wanted = {k for k, _, _ in probes}
-        self.void: set[str] = set()
+        self.void = self.t.void
+        self.share = share  # question -> seconds of probe time it has left (spent here, kept across runs)
+        self.probe_began = 0.0
         self.nonce = ""  # sent with the latest probe requests; the guard's report of each answer must carry it
         self.deadline = time.monotonic() + limits.wall_s + 30
-        self.cell_s, self.cell_deadline = limits.cell_s, float("inf")
+        self.cell_s, self.cell_deadline, self.probe_s = limits.cell_s, float("inf"), limits.probe_s
         self.sel = selectors.DefaultSelector()
 
     def run(self) -> tuple[dict[str, Any], bytes, int, _Transcript]:
@@ -204,7 +220,12 @@ class _Conversation:
                 if left <= 0:
                     raise WorkerError("the worker did not report on the job in time")
                 if now >= self.cell_deadline:  # only a killed process reliably stops a long C call
-                    self.t.cell_over, self.cell_deadline = self.t.running, float("inf")
+                    if self.phase == "probes":
+                        self._charge(now)
+                        self.t.probe_over = self.t.probe_running
+                    else:
+                        self.t.cell_over = self.t.running
+                    self.cell_deadline = float("inf")
                     self._hang_up()
                 for key, _ in sel.select(min(left, max(0.0, self.cell_deadline - now))):
                     if key.fileobj is self.worker.ctl:
@@ -306,6 +327,7 @@ class _Conversation:
                 self.void.add(key)
             self._facts(facts)
             t.cpu["probes"][key] = _cpu_of(msg)
+            self._charge(time.monotonic())
             if msg["oom"]:
                 t.oom = t.oom or f"in probe {key!r}"
             if key not in self.void:
@@ -337,15 +359,29 @@ class _Conversation:
             self._send({"t": "probes", "probes": [list(p) for p in batch], "nonce": self.nonce})
         self._where()
 
+    def _charge(self, now: float) -> None:
+        """The probe being answered ran until now: its wall time counts against its question's share."""
+        key = self.t.probe_running
+        if key:
+            spent = max(0.0, now - self.probe_began)
+            self.t.wall[key] = self.t.wall.get(key, 0.0) + spent
+            self.share[group_of(key)] = self.share.get(group_of(key), 0.0) - spent
+            self.probe_began = now
+
     def _where(self) -> None:
-        """Say where the child is; a cell that starts now (the previous one reported) starts its clock."""
-        self.t.running, self.cell_deadline = None, float("inf")
+        """Say where the child is; a cell that starts now (the previous one reported) starts its clock, and so does
+        a probe (its deadline: its own limit or what is left of its question's share, whichever comes first)."""
+        self.t.running, self.cell_deadline, self.t.probe_running = None, float("inf"), ""
         if self.phase == "cells":
             self.t.where = f"in cell {self.cells[self.cell][0]}" if self.cell < len(self.cells) else "after the cells"
             if self.cell < len(self.cells):
                 self.t.running, self.cell_deadline = self.cells[self.cell][0], time.monotonic() + self.cell_s
         elif self.phase == "probes":
-            self.t.where = f"in probe {self.probes[self.probe][0]!r}"
+            key = self.probes[self.probe][0]
+            self.t.where, self.t.probe_running = f"in probe {key!r}", key
+            self.probe_began = time.monotonic()
+            left = self.share.get(group_of(key), float("inf"))
+            self.cell_deadline = self.probe_began + max(0.0, min(self.probe_s, left))
         elif self.phase == "ended":
             self.t.where = "after the probes"
 
@@ -396,6 +432,10 @@ def _classify(header: dict[str, Any], output: bytes, total: int, t: _Transcript,
     if t.cell_over is not None:
         res.status = Status.TIMED_OUT
         res.notes.append(f"per-cell time limit of {limits.cell_s:g} s reached in cell {t.cell_over}")
+    elif t.probe_over:
+        res.status = Status.TIMED_OUT
+        res.notes.append(f"a probe's time limit ({limits.probe_s:g} s, or its question's share of "
+                         f"{limits.question_s:g} s) reached in probe {t.probe_over!r}")
     elif header.get("timed_out"):
         res.status = Status.TIMED_OUT
         res.notes.append(f"wall-clock limit of {limits.wall_s:g} s reached {where}")
@@ -447,3 +487,70 @@ def _signame(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return str(sig)
+
+
+def _calls(name: str, args: dict[str, Any]) -> str:
+    """A probe in words: its name, and the function or class it calls when its arguments name one."""
+    named = next((args[k] for k in ("fn", "cls") if isinstance(args.get(k), str)), None)
+    return f"probe `{name}`" + (f", which calls `{str(named)[:60]}`" if named else "")
+
+
+class _ProbeStops:
+    """The probes of a notebook run after run: which were answered, which never ran for time and why (in the
+    grader's words), and what the student is told."""
+
+    def __init__(self, limits: Limits, probes: list[tuple[str, str, dict[str, Any]]]):
+        self.limits, self.probes = limits, {k: (n, a) for k, n, a in probes}
+        self.not_run: dict[str, str] = {}
+        self.wall: dict[str, float] = {}
+        self.answered: dict[str, Any] = {}
+        self.void: set[str] = set()
+        self.retried: set[str] = set()  # stopped once by a whole-notebook limit: it runs once more, never twice
+        self.said: list[str] = []
+        self.spent: set[str] = set()  # questions whose share ran out
+
+    def after(self, t: _Transcript, left: list[tuple[str, str, dict[str, Any]]],
+              share: dict[str, float]) -> list[tuple[str, str, dict[str, Any]]]:
+        """Take in a run that ended among its probes; the probes still to run, in order."""
+        for k, v in t.wall.items():
+            self.wall[k] = self.wall.get(k, 0.0) + v
+        self.answered.update(t.outputs)
+        self.void |= t.void
+        key = t.probe_over or t.probe_running
+        if key and key not in self.answered:
+            name, args = self.probes[key]
+            if t.probe_over and share.get(group_of(key), 1.0) > 0:
+                self.not_run[key] = (f"{_calls(name, args)} was still running after {self.limits.probe_s:g} s, the "
+                                     "time limit of one check")
+                self.said.append(f"The check {key} ({_calls(name, args)}) was still running after "
+                                 f"{self.limits.probe_s:g} s, the time limit of one check: it earns nothing, and the "
+                                 "checks after it ran in a fresh run of the notebook")
+            elif not t.probe_over and key in self.retried:
+                self.not_run[key] = f"{_calls(name, args)} was stopped twice by the notebook's whole time limit"
+            elif not t.probe_over:
+                self.retried.add(key)
+        for k, _, _ in left:
+            group = group_of(k)
+            if k not in self.answered and k not in self.void and k not in self.not_run and share.get(group, 1) <= 0:
+                self.not_run[k] = self._spent(group, share)
+        return [p for p in left if p[0] not in self.answered and p[0] not in self.void and p[0] not in self.not_run]
+
+    def _spent(self, group: str, share: dict[str, float]) -> str:
+        """Why the probes of a question whose share ran out do not run; said to the student once."""
+        slow = max((k for k in self.wall if group_of(k) == group), key=lambda k: self.wall[k], default="")
+        what = f" (the slowest: {slow}, {_calls(*self.probes[slow])}, {self.wall[slow]:.1f} s)" if slow else ""
+        why = (f"the checks of {group} used up the question's share of {self.limits.question_s:g} s of checking "
+               f"time{what}")
+        if group not in self.spent:
+            self.spent.add(group)
+            self.said.append(f"{why[0].upper()}{why[1:]}: its checks that had not run by then earn nothing "
+                             f"({NOT_RUN}); the other questions have shares of their own")
+        return why
+
+    def give_up(self, left: list[tuple[str, str, dict[str, Any]]], runs: int) -> None:
+        """The probes left when the grader stops running the notebook again."""
+        for k, n, a in left:
+            self.not_run.setdefault(k, f"{_calls(n, a)} had not run after {runs} runs of the notebook")
+        if left:
+            self.said.append(f"The grader ran the notebook {runs} times for its checks and then stopped: "
+                             f"{len(left)} checks did not run ({NOT_RUN}), the first {left[0][0]}")

@@ -93,7 +93,7 @@ def test_the_demo_lesson_works_with_the_runtime() -> None:
     assert checks.LOCAL_RESULTS["q1_center/demo"] is False
     checks.check_case(lesson.namespace(), checks.dumps(case | {"expected": expected}))
     assert checks.LOCAL_RESULTS["q1_center/demo"] is True
-    assert "1 public test passed" in checks.public_summary(["q1_center/demo"], hidden=0)
+    assert "1 public test checked here" in checks.public_summary(["q1_center/demo"], hidden=0)
 
 
 def test_the_runtime_needs_no_torch_and_no_autograder(tmp_path: Path) -> None:

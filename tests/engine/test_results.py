@@ -56,7 +56,13 @@ def test_the_csv_row_puts_the_reason_first_and_the_report_view_finds_failures() 
     assert result.csv_row(["q1", "q2", "q3"]) == {
         "total": 2.0, "q1": 2.0, "q2": 0.0, "q3": 0.0, "status": Status.CRASHED,
         "message": "the notebook called sys.exit"}  # the reason, not the cell's own note
-    assert _result(Status.GRADED).csv_row(["q1"])["message"] == ""
+    # a graded submission that lost points says why: what its student was told first, else its first failed case
+    assert _result(Status.GRADED).csv_row(["q1"])["message"] == "a note for ann"
+    quiet = _result(Status.GRADED)
+    quiet.student_notes = []
+    assert quiet.csv_row(["q1"])["message"].startswith("2 of 3 cases lost points: q1/b")
+    quiet.cases = [c for c in quiet.cases if c.passed]
+    assert quiet.csv_row(["q1"])["message"] == ""  # full marks: nothing to say
     assert [c.id for c in result.failed("q1")] == ["q1/b"] and result.diagnoses() == ["sign_flipped"]
     assert result.score("q1") == 2.0 and not result.ran and _result(Status.GRADED).ran
 
