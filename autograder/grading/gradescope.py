@@ -9,8 +9,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.course import Course
+from autograder.course import Course, default_course
 from autograder.grading.batch import grade_batch
+from autograder.grading.figures import gradescope_entries
 from autograder.sandbox.fallback import UnsandboxedError, require_isolation
 
 
@@ -53,6 +54,9 @@ def grade_gradescope(submission: Path, results: Path, *, course: Course | None =
             record = json.loads((Path(tmp) / "out" / "results" / row["result"]).read_text())
             out = record["gradescope"]
             out.setdefault("extra_data", {})["isolation"] = record.get("isolation", "")
+            board = gradescope_entries(default_course(course).suite, record)  # verified figures only
+            if board:
+                out["leaderboard"] = board
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(out, indent=1))
     return GradescopeRun(row["result"] is not None,

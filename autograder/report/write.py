@@ -11,6 +11,7 @@ from pathlib import Path
 from autograder.config import command, runnable_command
 from autograder.course import Course, default_course
 from autograder.grading.store import MergeError, merged_scores
+from autograder.report.extras import class_pages, link_pages
 from autograder.report.model import Student, catalogue, choice_catalogue, clusters, load_students
 from autograder.report.render import (
     MANUAL_CSV,
@@ -49,11 +50,14 @@ def regrade_command(students: list[Student], *, grades: Path, out: Path, course:
             f"{run}{config} report {shlex.quote(str(grades))} --out {shlex.quote(str(out))}")
 
 
-def write_report(grades: Path, *, out: Path = Path("report"), course: Course | None = None) -> Path:
+def write_report(grades: Path, *, out: Path = Path("report"), course: Course | None = None,
+                 roster: Path | None = None) -> Path:
     """Write the report of the batch graded into `grades` to the folder `out`; returns out/index.html.
 
     Built in a temporary folder beside `out` and renamed into place, so `out` is never half-written. `out`
     defaults to ./report in the current folder (like `grade`'s ./grades), never inside the installed package.
+    roster: the leaderboard's roster file (id, pseudonym, opt_out) for the page to post; default:
+    grades/leaderboard_roster.csv when it exists.
     """
     course = default_course(course)
     suite = course.suite
@@ -75,6 +79,8 @@ def write_report(grades: Path, *, out: Path = Path("report"), course: Course | N
     except Exception as exc:  # noqa: BLE001 - last resort: a plain list of students, so the report is written
         index = _plain_index(students, exc, title=ctx.title)
     written = {p.part: _written_page_or_note(ctx, q, n, students) for q in manual for n, p in enumerate(q.written)}
+    extra = class_pages(suite, students, grades=grades.resolve(), title=ctx.title, roster=roster)
+    index = link_pages(index, extra)  # leaderboard, page to post, similarity: linked from the index's top
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
@@ -86,6 +92,8 @@ def write_report(grades: Path, *, out: Path = Path("report"), course: Course | N
             (tmp / "students" / name).write_text(page, encoding="utf-8", errors="backslashreplace")
         for name, page in written.items():
             (tmp / "written" / f"{name}.html").write_text(page, encoding="utf-8", errors="backslashreplace")
+        for name, page in extra.items():
+            (tmp / name).write_text(page, encoding="utf-8", errors="backslashreplace")
         (tmp / "report.csv").write_text(report_csv(students, questions), encoding="utf-8", errors="backslashreplace")
         (tmp / MANUAL_CSV).write_text(manual_csv(ctx, students), encoding="utf-8", errors="backslashreplace")
         (tmp / MARKER).write_text(f"written by `{command()} report`; the whole folder is replaced on the next run\n")

@@ -1,0 +1,37 @@
+"""The report's pages beyond the failure report (the leaderboard, the page to post, the similarity report): which
+exist for a batch, and the index's links to them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup
+
+from autograder.authoring.suite import Suite
+from autograder.report.leaderboard import ROSTER_FILE, leaderboard_pages
+
+LABELS = {"leaderboard.html": "leaderboard (verified figures)", "public_leaderboard.html": "leaderboard to post",
+          "similarity.html": "similarity (for TAs: evidence, not scores)"}
+
+
+def class_pages(suite: Suite, students: list[Any], *, grades: Path, title: str,
+                roster: Path | None = None) -> dict[str, str]:
+    """File name -> page, for each extra page this batch has (`roster`: the leaderboard's roster file; default:
+    grades/leaderboard_roster.csv when present)."""
+    if roster is None and (grades / ROSTER_FILE).is_file():
+        roster = grades / ROSTER_FILE
+    pages = leaderboard_pages(suite, students, title=title, roster=roster)
+    from autograder.report.similarity_page import similarity_pages
+
+    pages |= similarity_pages(suite, students, grades=grades, title=title)
+    return pages
+
+
+def link_pages(index: str, pages: dict[str, str]) -> str:
+    """The index page with a line of links to the extra pages at the top of its body (unchanged when none)."""
+    if not pages:
+        return index
+    links = " · ".join(f'<a href="{Markup.escape(name)}">{Markup.escape(LABELS.get(name, name))}</a>'
+                       for name in pages if name.endswith(".html"))
+    return index.replace("<main>", f'<main><p class="note" id="extra-pages">Also: {links}</p>', 1)

@@ -1,0 +1,64 @@
+"""The report's similarity page (similarity.html): the pairs of autograder/report/similarity.py for a graded batch,
+both codes side by side with the matching parts marked, the checkpoint pairs' evidence, and each pair's decision
+from the TAs' file (grades/similarity_decisions.json, which the report never writes); with a copy of that file
+holding every listed pair, for the TAs to fill in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from autograder.authoring.suite import Suite
+from autograder.report.code import code_cells, read_notebook
+from autograder.report.similarity import (
+    CODE_THRESHOLD,
+    DECISIONS_FILE,
+    WEIGHTS_THRESHOLD,
+    find_similar,
+    read_decisions,
+    sketches_of,
+    written_code,
+)
+
+
+def template_cells(suite: Suite) -> list[str]:
+    """The code cells of the students' template notebook ([] when it is not built)."""
+    path = suite.config.lesson.notebook
+    if not path.is_file():
+        return []
+    cells, _ = read_notebook(str(path), path.parent, limits=suite.config.submissions)
+    return [src for _, src in code_cells(cells)]
+
+
+def similarity_pages(suite: Suite, students: list[Any], *, grades: Path, title: str) -> dict[str, str]:
+    """similarity.html and the decisions file to fill in (similarity_decisions.json), or {} for a class of fewer
+    than two students with code or a checkpoint."""
+    from autograder.report.render import _render
+
+    template = template_cells(suite)
+    parts = {c.id: c.part for c in suite.checkpoint_cases}
+    codes = {s.id: written_code(s.cells, template) for s in students if s.cells}
+    sketches = {s.id: row for s in students if (row := sketches_of(s.record, parts))}
+    if len(codes) + len(sketches) < 2:
+        return {}
+    found = find_similar(codes, "\n\n".join(template), sketches)
+    decisions, problem = read_decisions(grades / DECISIONS_FILE)
+    pages = {s.id: s.page for s in students}
+    figures = {s.id: {parts[c["id"]]: c.get("received") or {} for c in s.record.get("cases") or []
+                      if isinstance(c, dict) and c.get("id") in parts} for s in students}
+
+    def decided(first: str, second: str) -> dict[str, str]:
+        return decisions.get((min(first, second), max(first, second)), {})
+
+    listed = [{"pair": [p.first, p.second], "kind": "code", "score": p.score, **(decided(p.first, p.second)
+                                                                                 or {"decision": "", "note": ""})}
+              for p in found.code]
+    listed += [{"pair": [p.first, p.second], "kind": "checkpoint", "distance": p.score,
+                **(decided(p.first, p.second) or {"decision": "", "note": ""})} for p in found.weights]
+    listed += [{"pair": list(k), "kind": "no longer listed", **v} for k, v in decisions.items()
+               if not any(sorted(x["pair"]) == list(k) for x in listed)]  # kept: a TA's word is never dropped
+    page = _render("similarity.html.j2", page_title=f"{title}: similarity", found=found, pages=pages,
+                   decided=decided, figures=figures, problem=problem, decisions_file=DECISIONS_FILE,
+                   code_threshold=CODE_THRESHOLD, weights_threshold=WEIGHTS_THRESHOLD, grades=str(grades))
+    return {"similarity.html": page, DECISIONS_FILE: json.dumps({"decisions": listed}, indent=1) + "\n"}

@@ -1,0 +1,143 @@
+"""The leaderboard of verified figures and the similarity report (autograder/report/leaderboard.py, similarity.py)
+on the demo lesson with a milestone: stored results whose checkpoint parts carry the reader's figures and weight
+sketches. Nothing here knows Lesson 83; the sandboxed run on its sample class is tests/lesson83/test_class_pages.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_demo_milestone import FIXTURE, MILESTONE
+
+from autograder.course import Course
+from autograder.grading.figures import gradescope_entries
+from autograder.report.leaderboard import RosterError, ranked, read_roster
+from autograder.report.model import Student
+from autograder.report.similarity import DECISIONS_FILE, code_pairs, read_decisions, weight_pairs
+from autograder.report.write import write_report
+
+
+@pytest.fixture()
+def course(tmp_path: Path) -> Course:
+    root = tmp_path / "course"
+    shutil.copytree(FIXTURE, root)
+    (root / "assignments" / "lesson_demo" / "q4_line.md").write_text(MILESTONE)
+    config = (root / "grading_config.yaml").read_text().replace("total_points: 10", "total_points: 13")
+    config = config.replace("questions:\n", "questions:\n  q4_line: {points: 1}\n") + "\nmilestone: {points: 2}\n"
+    (root / "grading_config.yaml").write_text(config)
+    return Course.load(root / "grading_config.yaml")
+
+
+def record(course: Course, sid: str, figures: dict[str, dict[str, float]] | None,
+           sketch: list[float] | None = None, *, passed: bool = True) -> dict[str, Any]:
+    """A stored result whose checkpoint parts hold these verified figures (None: claims that did not verify)."""
+    cases = []
+    for c in course.suite.checkpoint_cases:
+        received: dict[str, Any] = {"ppl": {"1": 2.0}}
+        if figures is not None and c.part in figures:
+            received["leaderboard"] = figures[c.part]
+        if sketch is not None:
+            received["sketch"] = sketch
+        cases.append({"id": c.id, "question": c.question, "points": c.points if passed else 0.0,
+                      "max_points": c.points, "passed": passed, "hidden": False, "message": "", "diagnosis": None,
+                      "received": received, "expected": None})
+    return {"submission": sid, "status": "graded", "cases": cases, "notes": [], "student_notes": [],
+            "fingerprint": "", "total": 0.0, "questions": {}, "path": None, "stdout": ""}
+
+
+def students(course: Course) -> list[Student]:
+    part = course.suite.checkpoint_cases[0].part
+    rows = {"ann": {part: {"8": 3.0, "16": 2.5}}, "bob": {part: {"8": 3.5, "16": 2.2}},
+            "cat": {part: {"8": 3.0, "16": 2.5}},  # ties ann exactly: the id decides, in every run
+            "dan": None,  # a checkpoint whose claims did not verify: no figure
+            "eve": {part: {"8": float("nan"), "16": 2.1}}}  # a non-finite figure is never shown
+    return [Student(sid, record(course, sid, fig, passed=fig is not None), f"{sid}.html") for sid, fig in rows.items()]
+
+
+def test_ranked_by_verified_figures_with_a_stable_order(course: Course) -> None:
+    part = course.suite.checkpoint_cases[0].part
+    board = ranked(course.suite, students(course))
+    assert [(e.rank, e.sid) for e in board[part]] == [(1, "eve"), (2, "bob"), (3, "ann"), (4, "cat")]
+    assert board[part][0].figures == {"16": 2.1}
+    again = ranked(course.suite, list(reversed(students(course))))
+    assert [e.sid for e in again[part]] == [e.sid for e in board[part]]  # input order never reorders the class
+
+
+def test_gradescope_entries_are_the_verified_figures_only(course: Course) -> None:
+    part = course.suite.checkpoint_cases[0].part
+    entries = gradescope_entries(course.suite, record(course, "bob", {part: {"8": 3.5, "16": 2.2}}))
+    assert entries == [{"name": f"{part} figure", "value": 3.5, "order": "asc"},
+                       {"name": f"{part} figure", "value": 2.2, "order": "asc"}]
+    assert gradescope_entries(course.suite, record(course, "dan", None, passed=False)) == []
+
+
+def test_the_report_pages_and_the_page_to_post(course: Course, tmp_path: Path) -> None:
+    grades = tmp_path / "grades"
+    (grades / "results").mkdir(parents=True)
+    rows = []
+    for s in students(course):
+        (grades / "results" / f"{s.id}.json").write_text(json.dumps(s.record))
+        rows.append({"id": s.id, "result": f"{s.id}.json", "status": "graded", "message": ""})
+    (grades / "summary.json").write_text(json.dumps({"rows": rows}))
+    (grades / "leaderboard_roster.csv").write_text("id,pseudonym,opt_out\nann,Ada,\nbob,Bo,yes\neve,Eve L.,\n")
+    index = write_report(grades, out=tmp_path / "report", course=course).read_text()
+    assert 'href="leaderboard.html"' in index and 'href="public_leaderboard.html"' in index
+    board = (tmp_path / "report" / "leaderboard.html").read_text()
+    assert "<svg" in board and board.count("<polyline") == 5  # four students and the median
+    assert re.search(r'students/dan\.html">dan</a>', board)  # named among those without a verified figure
+    public = (tmp_path / "report" / "public_leaderboard.html").read_text()
+    public = public[public.index("<main>"):public.index("</main>")]
+    assert "<td>Ada</td>" in public and "<td>Eve L.</td>" in public
+    assert "<td>Bo</td>" not in public  # bob opted out, cat has no pseudonym
+    for sid in ("ann", "bob", "cat", "dan", "eve", "students/", "href"):
+        assert sid not in public  # no ids, no links to a student's page (their code)
+    assert public.index("Eve L.") < public.index("Ada")
+
+
+def test_a_bad_roster_names_the_file_and_row(tmp_path: Path) -> None:
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id,pseudonym\nann,Ada\nbob,ada\n")
+    with pytest.raises(RosterError, match=r"roster\.csv: row 3: pseudonym 'ada' is also on row 2"):
+        read_roster(roster)
+    roster.write_text("student,name\n")
+    with pytest.raises(RosterError, match="must name the columns id and pseudonym"):
+        read_roster(roster)
+
+
+HONEST = {
+    "ann": "def center(x):\n    m = x.mean(axis=0)\n    out = x - m\n    return out\n\n"
+           "def scale(x, f):\n    for i in range(len(x)):\n        x[i] = x[i] * f\n    return x\n",
+    "bob": "def center(x):\n    n = len(x)\n    total = sum(x) / n\n    return [v - total for v in x]\n\n"
+           "def scale(x, f):\n    return [f * v for v in x]\n",
+}
+
+
+def test_a_disguised_copy_is_listed_and_honest_code_is_not() -> None:
+    copy = ("def scale(arr, factor):\n    # my own loop\n    for k in range(len(arr)):\n"
+            "        arr[k] = arr[k] * factor\n    return arr\n\n"
+            "def center(data):\n    mu = data.mean(axis=0)  # the mean\n    res = data - mu\n    return res\n")
+    pairs, _ = code_pairs(HONEST | {"cat": copy}, "def center(x):\n    raise NotImplementedError\n", min_shared=20)
+    assert [(p.first, p.second) for p in pairs] == [("ann", "cat")]
+    assert "<mark>" in pairs[0].left and "&lt;" not in HONEST["ann"]
+
+
+def test_checkpoint_pairs_from_sketches() -> None:
+    base = [float(i % 7) - 3 for i in range(64)]
+    other = [float((i * 5) % 11) - 5 for i in range(64)]
+    near = [v + 0.01 for v in base]
+    pairs = weight_pairs({"ann": {"p": base}, "bob": {"p": list(base)}, "cat": {"p": near}, "dan": {"p": other}})
+    assert [(p.first, p.second) for p in pairs] == [("ann", "bob"), ("ann", "cat"), ("bob", "cat")]
+    assert pairs[0].distances == {"p": 0.0} and 0 < pairs[1].distances["p"] < 0.05
+
+
+def test_decisions_are_read_and_a_bad_file_says_so(tmp_path: Path) -> None:
+    path = tmp_path / DECISIONS_FILE
+    decision = {"pair": ["bob", "ann"], "decision": "not a copy", "note": "pair work"}
+    path.write_text(json.dumps({"decisions": [decision]}))
+    assert read_decisions(path) == ({("ann", "bob"): {"decision": "not a copy", "note": "pair work"}}, "")
+    path.write_text("{")
+    assert read_decisions(path)[1].startswith(f"{path}: cannot be read")
