@@ -61,5 +61,8 @@ test: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q --durations=25
 
+# dist/ but an nbgrader course that holds work (submissions, autograded or feedback folders, gradebook rows) and
+# its grades folder beside it, which it keeps and names (autograder/release/keep.py: standard library only).
 clean:
-	rm -rf dist build .pytest_cache
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,python3) autograder/release/keep.py dist
+	rm -rf build .pytest_cache

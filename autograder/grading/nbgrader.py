@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbconvert.exporters import NotebookExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
@@ -38,6 +40,43 @@ ALLOW_FLAG = "--allow-unsandboxed"
 
 class NbgraderGradingError(RuntimeError):
     """Grading the nbgrader course could not start or finish; the message says what to do."""
+
+
+GRADES_OPTION = "--EngineVerdicts.grades"  # how the `nbgrader-autograde` verb hands nbgrader the grader's results
+
+
+def _plain_autograde_refusal() -> str:
+    return (f"refusing: this course is graded by the {command()} grader. Run `{command()} nbgrader-autograde .` in "
+            "the course folder: it grades submitted/ in the sandbox, then runs nbgrader autograde with the results "
+            "(a plain `nbgrader autograde` would run student code in a kernel here). Nothing was changed: no "
+            "autograded/ folder, no gradebook row.")
+
+
+def refuse_plain_autograde(argv: list[str] | None = None) -> None:
+    """Called by the course's nbgrader_config.py while nbgrader loads it: an `nbgrader autograde` command line that
+    does not give the grader's results stops here (SystemExit, which nbgrader does not catch as a config error),
+    before the autograde app starts, so no autograded/ folder or gradebook row is touched (nbgrader's own clean-up
+    of a failed submission deletes its autograded/ folder). Every other nbgrader command loads the config as
+    usual."""
+    args = sys.argv[1:] if argv is None else argv
+    words = [a for a in args if not a.startswith("-")]
+    if not words or words[0] != "autograde" or {"-h", "--help", "--help-all"} & set(args):
+        return
+    given = [a.partition("=")[2] for a in args if a.startswith(GRADES_OPTION + "=")]
+    given += [args[i + 1] for i, a in enumerate(args[:-1]) if a == GRADES_OPTION]
+    if not any(given):
+        raise SystemExit(_plain_autograde_refusal())
+
+
+class EngineOnlyExporter(NotebookExporter):
+    """The exporter of nbgrader's Autograde (nbgrader_config.py): made as the converter starts, before it removes or
+    writes any folder or gradebook row, it refuses where no grader results were given (formgrader's autograde
+    button, nbgrader's Python API: paths that load the config without a command line)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not self.config.get("EngineVerdicts", {}).get("grades"):
+            raise NbgraderGradingError(_plain_autograde_refusal())
 
 
 def isolation_here() -> str:
@@ -238,7 +277,7 @@ def nbgrader_autograde(folder: Path, *, out: Path | None = None, force: bool = F
     out.chmod(0o700)
     summary = grade_batch(folder / "submitted", out=out, force=force, workers=workers, course=course,
                           progress=progress, entries=subs, allow_unsandboxed=allow_unsandboxed)
-    proc = subprocess.run([tool_path("nbgrader"), "autograde", assignment, "--force", f"--EngineVerdicts.grades={out}",
+    proc = subprocess.run([tool_path("nbgrader"), "autograde", assignment, "--force", f"{GRADES_OPTION}={out}",
                            f"--EngineVerdicts.course={folder}", f"--EngineVerdicts.config_path={course.path}"],
                           cwd=folder, env=tool_env(), capture_output=True, text=True)
     problem = ""

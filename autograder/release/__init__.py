@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,10 +21,12 @@ import json  # noqa: E402
 
 from autograder.authoring.questions import mc_answers  # noqa: E402
 from autograder.authoring.suite import read_suite  # noqa: E402
+from autograder.config import ROOT, command  # noqa: E402
 from autograder.course import Course, default_course  # noqa: E402
 from autograder.release.common import BuildError, diff_trees, replace_dir, tool_env  # noqa: E402
 from autograder.release.gradescope import gradescope_bundle, gradescope_zip  # noqa: E402
-from autograder.release.nbgrader import build_nbgrader  # noqa: E402
+from autograder.release.keep import course_work  # noqa: E402
+from autograder.release.nbgrader import build_nbgrader, check_course, update_course  # noqa: E402
 from autograder.release.otter import build_otter  # noqa: E402
 from autograder.release.sample import filled_notebook, write_samples  # noqa: E402
 from autograder.release.student import normalise_student  # noqa: E402
@@ -68,11 +71,35 @@ def build(*, course: Course | None = None, assignments: Path | None = None,
             "manifest": work / "manifest.json", "samples": work / "samples"}
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
+def _plan(replaced: list[Path], course: Path, *, existing: bool, name: str, dist: Path) -> str:
+    """What a release replaces (and, of an existing nbgrader course and dist/, what it keeps), in words."""
+    lines = [f"{command()} release replaces what it builds, each by a rename:"]
+    lines += [f"  {_shown(path)}" for path in replaced]
+    if existing:
+        held = course_work(course)
+        lines.append(f"  {_shown(course)}: only source/{name}, release/{name} and nbgrader_config.py (nbgrader "
+                     "generate_assignment runs in the course); kept: " + (", ".join(held) or "everything else"))
+    else:
+        lines.append(f"  {_shown(course)}: a new nbgrader course")
+    others = sorted(p.name for p in dist.iterdir() if p not in replaced and p != course) if dist.is_dir() else []
+    if others:
+        lines.append(f"kept in {_shown(dist)}: {', '.join(others)}")
+    return "\n".join(lines)
+
+
 def release(*, course: Course | None = None, assignments: Path | None = None,
             reference_file: Path | None = None, dist: Path | None = None,
-            templates: Path | None = None) -> Release:
-    """Build the release in a temporary folder, then move it into dist/ and student_templates/ (by default
-    those of the lesson's course folder)."""
+            templates: Path | None = None, say: Callable[[str], None] = print) -> Release:
+    """Build the release in a temporary folder, then put each output in place by a rename (by default in the
+    lesson's course folder): the student release in student_templates/; otter/, samples/, the zips and
+    manifest.json in dist/. An nbgrader course already in dist/nbgrader is updated in place (update_course): its
+    submitted/, autograded/, feedback/ and gradebook stay, as does every other file of dist/ (the grades folders).
+    `say` gets what will be replaced before anything is. Raises BuildError, replacing nothing, when the build fails
+    or would change the grade cells under the course's submissions."""
     course = default_course(course)
     lesson = course.lesson
     dist, templates = dist or lesson.root / "dist", templates or lesson.student_dir.parent
@@ -83,17 +110,29 @@ def release(*, course: Course | None = None, assignments: Path | None = None,
         staged = work / "dist"
         staged.mkdir()
         os.replace(parts["otter"], staged / "otter")
-        os.replace(parts["nbgrader"], staged / "nbgrader")
         zip_name = f"{lesson.name}-otter-autograder.zip"
         shutil.copy(staged / "otter" / "autograder" / parts["otter_zip"].name, staged / zip_name)
         gradescope_bundle(staged / gradescope_zip(lesson.name), course=course)
         os.replace(parts["manifest"], staged / "manifest.json")
         os.replace(parts["samples"], staged / "samples")
         name = parts["student"].name
+        nbgrader_dir = dist / "nbgrader"
+        existing = nbgrader_dir.exists()
+        if existing:
+            check_course(parts["nbgrader"], nbgrader_dir, name)
+        outputs = sorted(staged.iterdir())
+        say(_plan([templates / name, *(dist / p.name for p in outputs)], nbgrader_dir, existing=existing,
+                  name=name, dist=dist))
+        dist.mkdir(exist_ok=True)
+        if existing:
+            update_course(parts["nbgrader"], nbgrader_dir, name)
+        else:
+            replace_dir(parts["nbgrader"], nbgrader_dir)
         replace_dir(parts["student"], templates / name)
-        replace_dir(staged, dist)
+        for path in outputs:
+            replace_dir(path, dist / path.name)
     return Release(templates / name, dist / gradescope_zip(lesson.name), dist / zip_name, dist / "otter",
-                   dist / "nbgrader")
+                   nbgrader_dir)
 
 
 def stale_files(*, course: Course | None = None, templates: Path | None = None) -> list[str]:

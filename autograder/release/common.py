@@ -189,17 +189,22 @@ def write_nb(nb: nbformat.NotebookNode, path: Path) -> None:
     nbformat.write(nb, str(path))
 
 
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
 def replace_dir(new: Path, dest: Path) -> None:
-    """Swap `new` into place at `dest` with renames only, so `dest` is never half-written."""
+    """Swap `new` (a folder or a file) into place at `dest` with renames only, so `dest` is never half-written."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     old = dest.with_name(dest.name + ".old")
-    if old.exists():
-        shutil.rmtree(old)
-    if dest.exists():
+    _remove(old)
+    if dest.exists() or dest.is_symlink():
         os.replace(dest, old)
     os.replace(new, dest)
-    if old.exists():
-        shutil.rmtree(old)
+    _remove(old)
 
 
 def diff_trees(fresh: Path, committed: Path) -> list[str]:

@@ -4,6 +4,7 @@ cases shipped beside it, the course's nbgrader_config.py and the release that `n
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from autograder.authoring.questions import Checkpoint, Question, checkpoint_of, 
 from autograder.authoring.suite import Suite
 from autograder.config import command
 from autograder.release.common import (
+    BuildError,
     CellWriter,
     Writing,
     banner,
@@ -23,6 +25,7 @@ from autograder.release.common import (
     example_question,
     md_cell,
     question_cells,
+    replace_dir,
     run_tool,
     summary_parts,
     tool_path,
@@ -30,6 +33,7 @@ from autograder.release.common import (
     write_markdown,
     write_nb,
 )
+from autograder.release.keep import gradebook_cells, submissions_of
 from autograder.release.student import check_note, submit_text
 
 
@@ -147,35 +151,52 @@ def nbgrader_config(name: str) -> str:
 # Student code never runs in a kernel that nbgrader starts here: `{command()} nbgrader-autograde .` grades
 # submitted/ with the sandboxed grader and then runs `nbgrader autograde`, whose EngineVerdicts step (in place of
 # Execute) writes each grade cell's verdicts and score from the grader's results. A plain `nbgrader autograde`
-# refuses (no grader results for it). No hidden case, expected value or answer is in this folder.
+# refuses as it loads this file, before nbgrader touches autograded/ or the gradebook (formgrader's autograde
+# button: as its converter starts). No hidden case, expected value or answer is in this folder.
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, GetGrades,
                                     LimitOutput, SaveAutoGrades)
 
-from autograder.grading.nbgrader import FEEDBACK_FILE, FEEDBACK_TEMPLATE, TEMPLATE_DIRS, EngineVerdicts
+from autograder.grading.feedback_html import FeedbackExporter
+from autograder.grading.nbgrader import (FEEDBACK_FILE, FEEDBACK_TEMPLATE, TEMPLATE_DIRS, EngineOnlyExporter,
+                                         EngineVerdicts, refuse_plain_autograde)
 
+refuse_plain_autograde()
 c = get_config()  # noqa: F821
 c.CourseDirectory.root = '.'
 c.CourseDirectory.course_id = '{name}'
 c.ClearSolutions.code_stub = {{'python': '# YOUR CODE HERE\\nraise NotImplementedError()'}}
+c.Autograde.exporter_class = EngineOnlyExporter
 c.Autograde.autograde_preprocessors = [EngineVerdicts, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
                                        AssignLatePenalties, CheckCellMetadata]
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.exporter_class = FeedbackExporter  # the maths as MathML: readable offline, no MathJax
 c.HTMLExporter.template_name = FEEDBACK_TEMPLATE  # nbgrader's feedback page without its 117 KB of Bootstrap
 c.HTMLExporter.template_file = FEEDBACK_FILE
 c.HTMLExporter.extra_template_basedirs = TEMPLATE_DIRS
 """
 
 
-def _answer_stubs(release_nb: Path, questions: list[Question]) -> None:
+def _answer_stubs(release_nb: Path, stubs: dict[str, str]) -> None:
     """nbgrader turns the multiple-choice answer cell into `raise NotImplementedError()`: give it back its
-    `q8_... = ...` lines."""
+    `q8_... = ...` lines (`stubs`: grade id -> source)."""
     nb = nbformat.read(str(release_nb), as_version=4)
-    for q in questions:
-        for cell in nb.cells:
-            if cell.metadata.get("nbgrader", {}).get("grade_id") == f"{q.id}-answers":
-                cell.source = "\n".join(f'{c.var} = ...  # "A", "B", "C" or "D"' for c in q.choices)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in stubs:
+            cell.source = stubs[grade_id]
     nbformat.write(nb, str(release_nb))
+
+
+def _stubs_of(questions: list[Question]) -> dict[str, str]:
+    return {f"{q.id}-answers": "\n".join(f'{c.var} = ...  # "A", "B", "C" or "D"' for c in q.choices)
+            for q in questions if q.choices}
+
+
+def _generate(course: Path, name: str, *options: str) -> None:
+    run_tool([tool_path("nbgrader"), "generate_assignment", name, "--force", *options,
+              f"--CourseDirectory.db_assignments=[{{'name': '{name}'}}]"], cwd=course,
+             what="nbgrader generate_assignment")
 
 
 def build_nbgrader(suite: Suite, work: Path) -> Path:
@@ -191,7 +212,71 @@ def build_nbgrader(suite: Suite, work: Path) -> Path:
     (src / public_cases_file(name)).write_text(json.dumps(nbgrader_public_cases(questions, expected),
                                                           sort_keys=True, separators=(",", ":")) + "\n")
     (course / "nbgrader_config.py").write_text(nbgrader_config(name))
-    run_tool([tool_path("nbgrader"), "generate_assignment", name, "--force", "--CourseDirectory.db_assignments="
-              f"[{{'name': '{name}'}}]"], cwd=course, what="nbgrader generate_assignment")
-    _answer_stubs(course / "release" / name / f"{name}.ipynb", questions)
+    _generate(course, name)
+    _answer_stubs(course / "release" / name / f"{name}.ipynb", _stubs_of(questions))
     return course
+
+
+def grade_cells(notebook: Path) -> dict[str, float]:
+    """A notebook's nbgrader grade cells: grade id -> points."""
+    nb = nbformat.read(str(notebook), as_version=4)
+    return {str(m["grade_id"]): float(m.get("points", 0)) for c in nb.cells
+            if (m := c.get("metadata", {}).get("nbgrader", {})).get("grade")}
+
+
+def _cell_changes(old: dict[str, float], new: dict[str, float]) -> list[str]:
+    return ([f"{g} removed" for g in old if g not in new] + [f"{g} added" for g in new if g not in old]
+            + [f"{g} from {old[g]:g} to {new[g]:g} points" for g in old if g in new and old[g] != new[g]])
+
+
+def check_course(fresh: Path, course: Path, name: str) -> None:
+    """Raise BuildError when the fresh build would change the grade cells (ids or points) of the existing course
+    `course` under work students have in it (submissions, autograded or feedback folders, gradebook rows)."""
+    students = submissions_of(course, name)
+    old = gradebook_cells(course, name)
+    old_nb = course / "source" / name / f"{name}.ipynb"
+    if old is None and old_nb.is_file():
+        old = grade_cells(old_nb)
+    if not students or old is None:
+        return
+    changes = _cell_changes(old, grade_cells(fresh / "source" / name / f"{name}.ipynb"))
+    if changes:
+        who = ", ".join(students[:5]) + (f" and {len(students) - 5} more" if len(students) > 5 else "")
+        raise BuildError(
+            f"{course}: refusing to rebuild the nbgrader course: {len(students)} student(s) have work on {name} "
+            f"in it ({who}), and this build would change the grade cells their grades belong to: "
+            f"{'; '.join(changes)}. Nothing was replaced. Keep the questions' ids and points while the course "
+            f"runs, or move {course.name}/ (and {course.name}-grades/) aside to start a new course and release again.")
+
+
+def update_course(fresh: Path, course: Path, name: str) -> None:
+    """Bring the existing course `course` up to the fresh build `fresh`: `nbgrader generate_assignment` runs inside
+    it (so the gradebook keeps its students, submissions, grades and comments), and only source/NAME,
+    release/NAME and nbgrader_config.py are replaced, each by a rename; on a failure the old ones stay."""
+    staged = {kind: course / f".build-{kind}" for kind in ("source", "release")}
+    for folder in staged.values():
+        shutil.rmtree(folder, ignore_errors=True)
+    config, new_config = course / "nbgrader_config.py", course / ".build-nbgrader_config.py"
+    old_config = config.read_bytes() if config.is_file() else None
+    try:
+        shutil.copytree(fresh / "source" / name, staged["source"] / name)
+        new_config.write_bytes((fresh / "nbgrader_config.py").read_bytes())
+        os.replace(new_config, config)  # generate_assignment reads the new config
+        _generate(course, name, f"--CourseDirectory.source_directory={staged['source'].name}",
+                  f"--CourseDirectory.release_directory={staged['release'].name}")
+        fresh_nb = nbformat.read(str(fresh / "release" / name / f"{name}.ipynb"), as_version=4)
+        _answer_stubs(staged["release"] / name / f"{name}.ipynb",
+                      {str(c.metadata["nbgrader"]["grade_id"]): c.source for c in fresh_nb.cells
+                       if str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")).endswith("-answers")})
+    except BaseException:
+        if old_config is not None:
+            config.write_bytes(old_config)
+        raise
+    finally:
+        new_config.unlink(missing_ok=True)
+    try:
+        for kind, folder in staged.items():
+            replace_dir(folder / name, course / kind / name)
+    finally:
+        for folder in staged.values():
+            shutil.rmtree(folder, ignore_errors=True)

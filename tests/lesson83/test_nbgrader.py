@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -268,3 +269,179 @@ def test_otter_zip_says_it_grades_the_notebook_only(fresh_build: dict[str, Path]
     assert f"grades the notebook's {suite.notebook_points:g} points" in note
     assert f"the milestone checkpoint's {suite.config.milestone.points:g}" in note
     assert f"grades all {suite.auto_points:g}" in note
+
+
+# --- issue 33: a rebuild, `make clean` and a plain `nbgrader autograde` leave the instructor's work in place ---
+
+def _graded_dist(graded: dict[str, Any], root: Path) -> Path:
+    """dist/ as `make demo` and a term of grading leave it: the graded course (three graded students, a manual Q9
+    grade and comment for honest, everyone's feedback), its grades folder, the outputs of the last release."""
+    dist = root / "dist"
+    shutil.copytree(graded["course"], dist / "nbgrader")
+    shutil.copytree(graded["out"], dist / "nbgrader-grades")
+    with _gradebook(dist / "nbgrader") as gb:
+        gb.find_grade("q9_buffer", "lesson83", "lesson83", "honest").manual_score = 1.5
+        gb.find_comment("q9_buffer", "lesson83", "lesson83", "honest").manual_comment = "say why it is a buffer"
+        gb.db.commit()
+    _nbgrader(dist / "nbgrader", "generate_feedback", "lesson83", "--force")
+    for stale in ("otter", "samples", "report", "nbgrader/source/lesson83", "nbgrader/release/lesson83"):
+        (dist / stale).mkdir(parents=True, exist_ok=True)
+        (dist / stale / "STALE").write_text("from an older release")
+    (dist / "manifest.json").write_text("{}")
+    return dist
+
+
+def _work(dist: Path) -> dict[str, Any]:
+    """Everything of the instructor's in dist/: each file of submitted/, autograded/, feedback/ and of the grades
+    folder (its bytes), and the gradebook's students, grades, comments and flags."""
+    course = dist / "nbgrader"
+    files = {str(p.relative_to(dist)): p.read_bytes() for top in (course / "submitted", course / "autograded",
+             course / "feedback", dist / "nbgrader-grades") for p in sorted(top.rglob("*")) if p.is_file()}
+    with _gradebook(course) as gb:
+        book = {"students": sorted(s.id for s in gb.students), "max": gb.find_assignment("lesson83").max_score}
+        for sub in gb.find_assignment("lesson83").submissions:
+            nb = gb.find_submission_notebook("lesson83", "lesson83", sub.student_id)
+            book[sub.student_id] = (nb.flagged, sorted((g.name, g.auto_score, g.manual_score) for g in nb.grades),
+                                    sorted((c.name, c.auto_comment, c.manual_comment) for c in nb.comments))
+    return {"files": files, "gradebook": book}
+
+
+def _prebuilt(fresh_build: dict[str, Path], edit: Any = None) -> Any:
+    """A stand-in for release's build step that copies the session's fresh build (optionally edited) into place, so
+    the rebuild's install runs for real without building everything again."""
+    top = fresh_build["manifest"].parent
+
+    def build(*, work: Path, **_: Any) -> dict[str, Path]:
+        shutil.copytree(top, work)
+        parts = {k: work / v.relative_to(top) for k, v in fresh_build.items()}
+        if edit is not None:
+            edit(parts)
+        return parts
+    return build
+
+
+def test_a_rebuild_and_make_clean_keep_the_course_and_its_grades(graded: dict[str, Any], fresh_build: dict[str, Path],
+                                                                  tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`lesson83 release` over a course in use replaces only source/lesson83, release/lesson83 and
+    nbgrader_config.py of it (generate_assignment in the course) and its own outputs; it says so first. Every
+    submitted, autograded and feedback file, the grades folder and the gradebook's rows stay as they were; so do
+    they through `make clean`, which deletes the rest of dist/."""
+    import autograder.release as rel
+
+    dist = _graded_dist(graded, tmp_path)
+    course, before = dist / "nbgrader", _work(dist)
+    monkeypatch.setattr(rel, "build", _prebuilt(fresh_build))
+    said: list[str] = []
+    rel.release(dist=dist, templates=tmp_path / "templates", say=said.append)
+    assert _work(dist) == before
+    plan = "\n".join(said)
+    assert "only source/lesson83, release/lesson83 and nbgrader_config.py" in plan, plan
+    assert "submitted/ (3 students)" in plan and "report" in plan and "nbgrader-grades" in plan, plan
+    for replaced in ("otter", "samples", "nbgrader/source/lesson83", "nbgrader/release/lesson83"):
+        assert not (dist / replaced / "STALE").exists(), replaced
+    assert (dist / "report" / "STALE").exists() and json.loads((dist / "manifest.json").read_text())["questions"]
+    assert [c.source for c in _read(course, "release").cells] == \
+        [c.source for c in _read(fresh_build["nbgrader"], "release").cells]  # the answer stubs too
+    _nbgrader(course, "generate_feedback", "lesson83", "--force")  # the new config works in the old course
+    assert _work(dist) == before
+
+    repo = tmp_path / "repo"  # `make clean` as written in the Makefile, in a copy of the repository's layout
+    (repo / "autograder" / "release").mkdir(parents=True)
+    shutil.copy(ROOT / "Makefile", repo / "Makefile")
+    shutil.copy(ROOT / "autograder" / "release" / "keep.py", repo / "autograder" / "release" / "keep.py")
+    os.replace(dist, repo / "dist")
+    proc = subprocess.run(["make", "clean"], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "kept" in proc.stdout and "submitted/ (3 students)" in proc.stdout, proc.stdout
+    assert sorted(p.name for p in (repo / "dist").iterdir()) == ["nbgrader", "nbgrader-grades"]
+    assert _work(repo / "dist") == before
+    shutil.rmtree(repo / "dist")  # a course without work (as built) goes with the rest
+    shutil.copytree(fresh_build["nbgrader"], repo / "dist" / "nbgrader")
+    subprocess.run(["make", "clean"], cwd=repo, capture_output=True, text=True, check=True)
+    assert not (repo / "dist").exists()
+
+
+def test_a_rebuild_that_changes_grade_cells_under_submissions_refuses(graded: dict[str, Any],
+                                                                      fresh_build: dict[str, Path], tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A question's points changed while the course holds submissions: release refuses, naming the cell and the
+    change, and replaces nothing (not the course, not its other outputs, not student_templates)."""
+    import autograder.release as rel
+
+    def new_points(parts: dict[str, Path]) -> None:
+        path = parts["nbgrader"] / "source" / "lesson83" / "lesson83.ipynb"
+        nb = nbformat.read(str(path), as_version=4)
+        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "q2_sinusoidal_pe-tests")
+        cell.metadata["nbgrader"]["points"] = 10
+        nbformat.write(nb, str(path))
+
+    dist = _graded_dist(graded, tmp_path)
+    tree = {str(p.relative_to(dist)): p.read_bytes() for p in sorted(dist.rglob("*")) if p.is_file()}
+    monkeypatch.setattr(rel, "build", _prebuilt(fresh_build, new_points))
+    with pytest.raises(rel.BuildError, match=r"q2_sinusoidal_pe-tests from 12 to 10 points.*Nothing was replaced"):
+        rel.release(dist=dist, templates=tmp_path / "templates", say=lambda _: None)
+    assert {str(p.relative_to(dist)): p.read_bytes() for p in sorted(dist.rglob("*")) if p.is_file()} == tree
+    assert not (tmp_path / "templates").exists()
+
+
+def test_plain_nbgrader_autograde_on_a_graded_course_changes_nothing(graded: dict[str, Any], tmp_path: Path) -> None:
+    """`nbgrader autograde` (with or without --force) stops as it loads nbgrader_config.py, and formgrader's
+    autograde button (nbgrader's API, in a process with no such command line) as its converter starts: every
+    autograded/ folder and the gradebook stay byte for byte (nbgrader's own clean-up used to delete them)."""
+    dist = tmp_path / "dist"
+    shutil.copytree(graded["course"], dist / "nbgrader")
+    shutil.copytree(graded["out"], dist / "nbgrader-grades")
+    course = dist / "nbgrader"
+
+    def state() -> dict[str, bytes]:
+        return {str(p.relative_to(course)): p.read_bytes() for p in sorted(course.rglob("*"))
+                if p.is_file() and "__pycache__" not in p.parts}
+
+    before = state()
+    assert any(k.startswith("autograded/honest/") for k in before)
+    nbgrader = str(Path(sys.executable).with_name("nbgrader"))
+    for args in (["autograde", "lesson83"], ["autograde", "lesson83", "--force"],
+                 ["autograde", "lesson83", "--student", "honest", "--force"]):
+        proc = subprocess.run([nbgrader, *args], cwd=course, capture_output=True, text=True, env=tool_env())
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "lesson83 nbgrader-autograde ." in out and "Nothing was changed" in out, out
+        assert "Removing" not in out and state() == before, args
+    button = ("import json\nfrom nbgrader.apps.api import NbGraderAPI\nfrom nbgrader.apps.baseapp import NbGrader\n"
+              "from nbgrader.auth import Authenticator\nfrom nbgrader.coursedir import CourseDirectory\n"
+              "app = NbGrader()\napp.load_config_file()\ncoursedir = CourseDirectory(parent=app)\n"
+              "api = NbGraderAPI(coursedir, Authenticator(parent=app), parent=app)\n"
+              "print(json.dumps(api.autograde('lesson83', 'honest')))\n")
+    proc = subprocess.run([sys.executable, "-c", button], cwd=course, capture_output=True, text=True, env=tool_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not answer["success"] and "lesson83 nbgrader-autograde ." in answer.get("error", ""), answer
+    assert state() == before
+
+
+def test_feedback_shows_its_maths_without_a_network(graded: dict[str, Any]) -> None:
+    """The feedback page loads nothing from elsewhere (no MathJax from a CDN): each maths span of the notebook's
+    markdown is MathML, which browsers show without a script, and no LaTeX is left to typeset."""
+    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+
+    spans: list[str] = []
+
+    class Counting(IPythonRenderer):
+        def inline_math(self, body: str) -> str:
+            spans.append(body)
+            return ""
+
+        def block_math(self, body: str) -> str:
+            spans.append(body)
+            return ""
+
+    for cell in _read(graded["course"], "release").cells:
+        if cell.cell_type == "markdown":
+            MarkdownWithMath(renderer=Counting(escape=False)).render(cell.source)
+    page = (graded["course"] / "feedback" / "blank" / "lesson83" / "lesson83.html").read_text()
+    assert len(spans) > 20
+    assert "mathjax" not in page.lower() and not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert page.count("<math ") == len(spans)
+    assert '<code class="tex">' not in page  # every span converted
+    assert not re.search(r"\\(frac|sqrt|mathbb|mathrm|left|top)\b", re.sub(r"<pre.*?</pre>|<code.*?</code>", "",
+                                                                           page, flags=re.S))
