@@ -52,6 +52,11 @@ class Case:
     rtol: float
     diagnosis: str | None = None
     requires: tuple[str, ...] = ()  # names of value cases of the same question that must hold first
+    # How a failing value case may still count as close to the reference (it then opens the gates of the cases
+    # that require it): the normalisations its output may need (near), and a relative error it may have (within).
+    near: tuple[str, ...] = ()
+    within: float | None = None
+    claim: bool = False  # its points rest on a fact the student's process reports (a review flag holds them)
     revisit: str
     known_cause: dict[str, str] | None = None  # {"id", "description"} of the catalogued mistake it diagnoses
     id: str  # "<question>/<name>"
@@ -69,7 +74,7 @@ class Case:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         if self.known_cause is None:
             del out["known_cause"]
-        return out | {"words": list(self.words), "requires": list(self.requires)}
+        return out | {"words": list(self.words), "requires": list(self.requires), "near": list(self.near)}
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,14 @@ class CaseSpec(_Strict):
     # Value cases of the same question that must pass before this (property) case earns its points: a
     # property such as "PE[pos + k] is a rotation of PE[pos]" also holds of a table of zeros.
     requires: list[str] = []
+    # A failing value case still opens those gates when its output matches the reference after these
+    # normalisations (the lesson's checks name them: say, the first half of the last axis), or lies within this
+    # relative error of the reference; a match with a catalogued mistake always does.
+    near: list[str] = []
+    within: float | None = Field(None, gt=0, lt=1)
+    # Its points rest on a fact the student's process reports (storage, device placement): a review flag on the
+    # notebook holds them for a TA (autograder/grading/review.py).
+    claim: bool = False
     revisit: str
 
     @field_validator("probe", "check")
@@ -352,7 +360,7 @@ def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[Case]:
                                    f"{spec.diagnosis!r}; known: {sorted(known)}")
             case["known_cause"] = {"id": spec.diagnosis, "description": known[spec.diagnosis].description}
         case.update(id=f"{fm.id}/{spec.name}", question=fm.id, points=pts, words=tuple(spec.words),
-                    requires=tuple(spec.requires), atol=spec.atol or config.tolerances.atol,
+                    requires=tuple(spec.requires), near=tuple(spec.near), atol=spec.atol or config.tolerances.atol,
                     rtol=spec.rtol or config.tolerances.rtol)
         out.append(Case(**case))
     return out

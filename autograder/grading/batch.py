@@ -21,6 +21,7 @@ from autograder.course import Course, default_course
 from autograder.grading import store
 from autograder.grading.feedback import write_feedback
 from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreadable
+from autograder.grading.review import decision_kept, read_decisions, reviewed
 from autograder.grading.store import failure_text, result_key, stored_key, write_tables
 from autograder.grading.submissions import Submission, find_submissions
 from autograder.model import SubmissionResult
@@ -143,6 +144,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     failed: dict[str, str] = {}  # id -> why the grader could not grade it in this run
     cpu: dict[str, list[float]] = {"judge": [], "store": []}  # thread CPU of judging and storing each result
     todo, reused, kept = [], 0, 0
+    decisions = read_decisions(out)  # a TA's cleared review flags: a new decision judges that submission again
     for sub in subs:
         if chosen is not None and sub.id not in chosen:  # left as it is: its stored result, if any, is its row
             if (results_dir / sub.result_name).is_file():
@@ -151,7 +153,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
                 failed[sub.id] = "not graded yet: left out by --only; run the grade command without --only"
             continue
         key = result_key(sub, fingerprint, files)
-        if chosen is None and not force and stored_key(results_dir / sub.result_name) == key:
+        if chosen is None and not force and stored_key(results_dir / sub.result_name) == key \
+                and decision_kept(results_dir / sub.result_name, decisions.get(sub.id)):
             reused += 1
         else:
             todo.append((sub, key))
@@ -160,6 +163,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
         try:
             t0 = time.thread_time()
             result = judge()
+            extra = {**extra, "review": reviewed(suite, sub.source, result, cleared=decisions.get(sub.id))}
             t1 = time.thread_time()
             if reader_isolation() and reads_checkpoint(suite.checkpoint_files, sub.files):
                 extra = {**extra, "checkpoint_isolation": reader_isolation()}  # as "isolation" says the notebook's

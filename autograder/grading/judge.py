@@ -46,12 +46,23 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
     def holds(case_id: str) -> bool:  # a genuine attempt, and so is every requirement (content.py forbids cycles)
         return attempted(verdicts[case_id]) and all(holds(r) for r in by_id[case_id].required)
 
+    # A public case's arguments and expected value ship with the notebook, so passing it shows nothing a lookup of
+    # the visible answers could not: it pays only once a hidden case of its question that requires nothing (a
+    # value case) holds, where the question has one.
+    evidence: dict[str, list[str]] = {}
+    for c in suite.cases:
+        if c.hidden and not c.requires:
+            evidence.setdefault(c.question, []).append(c.id)
     results, waits = [], {}
     for case in suite.cases:
         verdict, got = verdicts[case.id], outputs.get(case.id)
         blocked = [r for r in case.required if not holds(r)]
         waits[case.id] = blocked
         verdict = checks.gated(plain[case.id], verdict, [(cid, verdicts[cid]) for cid in blocked])
+        shown_by = [] if case.hidden else evidence.get(case.question, [])
+        if verdict.passed and shown_by and not any(holds(e) for e in shown_by):
+            verdict = checks.Verdict(False, f"{case.id}: passes here, but earns its points only once the "
+                                     "question's hidden cases show that the code computes what the question asks.")
         shown = not verdict.passed and got is not None  # a failed case that ran: the report compares the two
         received = to_plain(got) if shown else None
         expected = to_plain(suite.expected[case.id]["value"]) if shown else None

@@ -1,0 +1,160 @@
+"""Two zoos of Lesson 83 submissions, as the code a student writes (run on top of nothing, or of the reference):
+
+- GARBAGE: code that computes nothing the questions ask for (issue #31 finding 3): tanh and cumsum of the inputs, a
+  polynomial ramp, `x * 1.5`, a running sum in TinyCharLM, Q3 and Q8 left blank; the same with functions that
+  return zeros or their input while a property probe is on the stack; a lookup of the visible answers with zeros
+  elsewhere (issue #32 finding 10). Each earns 0 on every question.
+- NEAR_MISSES: honest partial work that is not in the catalogue (a wrong base, a full-width RoPE cache, a table
+  one row too long): each keeps the points of every property that holds.
+"""
+
+from __future__ import annotations
+
+_IMPORTS = "import math\nimport numpy as np\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
+
+# Finding 3's notebook: no attention, no sinusoid, no rotation and no slope anywhere.
+NOTHING = _IMPORTS + '''
+def self_attention(X, W_q, W_k, W_v, causal=False):
+    V = X @ W_v
+    if causal:
+        return torch.cumsum(V, dim=-2) / torch.arange(1, V.shape[-2] + 1, dtype=V.dtype)[:, None]
+    return torch.tanh(V) + V.mean(dim=-2, keepdim=True)
+
+def sinusoidal_pe(max_len, d):
+    if d % 2:
+        raise ValueError("d must be even")
+    pos = np.arange(max_len, dtype=np.float64)[:, None]
+    col = np.arange(d, dtype=np.float64)[None, :]
+    return np.where(col % 2 == 0, 0.01 * pos * (1 + col), 1 - 0.001 * pos ** 2 / (1 + col))
+
+class LearnedPE(nn.Module):
+    def __init__(self, max_len, d_model):
+        super().__init__()
+        self.max_len = max_len
+        self.table = nn.Embedding(max_len, d_model)
+
+    def forward(self, x):
+        T = x.shape[1]
+        if T > self.max_len:
+            raise ValueError(f"sequence length {T} is longer than max_len={self.max_len}")
+        return x * 1.5 + 0.01 * self.table.weight[:T].cumsum(0)
+
+def rope_cache(seq_len, d, base=10000.0):
+    if d % 2:
+        raise ValueError("d must be even")
+    pos = torch.arange(seq_len, dtype=torch.float32)[:, None]
+    col = torch.arange(d // 2, dtype=torch.float32)[None, :]
+    return 1 - 0.01 * pos * (1 + col), 0.01 * pos ** 2 / (1 + col)
+
+def apply_rope(x, cos, sin):
+    return x * 1.5 + torch.tanh(x) * sin[..., :1]
+
+def rope_attention(q, k, v, causal=True):
+    return torch.cumsum(torch.tanh(q + k) * v, dim=-2)
+
+def alibi_slopes(num_heads):
+    return torch.arange(1, num_heads + 1, dtype=torch.float32) ** 2 / 100
+
+def alibi_bias(num_heads, seq_len):
+    j = torch.arange(seq_len, dtype=torch.float32)
+    return -torch.tanh(alibi_slopes(num_heads)[:, None, None] * (j[None, :, None] + j[None, None, :]))
+
+def alibi_attention(q, k, v):
+    return torch.cumsum(v, dim=-2) / torch.arange(1, v.shape[-2] + 1, dtype=v.dtype)[:, None]
+
+class TinyCharLM(nn.Module):
+    SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
+
+    def __init__(self, vocab_size, num_hiddens=128, num_heads=4, num_blks=2, pos="rope", max_len=512,
+                 bias=False):
+        super().__init__()
+        self.pos, self.num_heads, self.max_len = pos, num_heads, max_len
+        self.head_dim = num_hiddens // num_heads
+        self.token_emb = nn.Embedding(vocab_size, num_hiddens)
+        if pos == "learned":
+            self.pos_emb = nn.Embedding(max_len, num_hiddens)
+        if pos == "sinusoidal":
+            self.register_buffer("pe", torch.zeros(max_len, num_hiddens))
+        self.blks = nn.ModuleList(
+            nn.ModuleDict({"qkv": nn.Linear(num_hiddens, 3 * num_hiddens, bias=bias),
+                           "proj": nn.Linear(num_hiddens, num_hiddens, bias=bias)})
+            for _ in range(num_blks))
+
+    def forward(self, X):
+        H = self.token_emb(X)
+        H = torch.cumsum(H, dim=1) / torch.arange(1, X.shape[1] + 1, dtype=H.dtype)[None, :, None]
+        return F.linear(H, self.token_emb.weight)
+'''
+
+# The same, plus a look at the call stack: zeros or the input while a property probe runs.
+_STACK = '''
+import sys
+_PROPERTIES = {"permutation_pair", "relative_identity", "rope_norms", "rope_shift", "toeplitz", "lm_causal",
+               "lm_prefix", "learned_grad", "module_storage"}
+
+def _probing():
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name in _PROPERTIES:
+            return True
+        f = f.f_back
+    return False
+
+def _quiet(fn, mode):
+    def wrapper(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if not _probing():
+            return out
+        if mode == "zeros":
+            return tuple(torch.zeros_like(o) for o in out) if isinstance(out, tuple) else out * 0
+        return args[0]
+    return wrapper
+
+self_attention = _quiet(self_attention, "zeros")
+sinusoidal_pe = _quiet(sinusoidal_pe, "zeros")
+rope_cache = _quiet(rope_cache, "zeros")
+apply_rope = _quiet(apply_rope, "input")
+alibi_bias = _quiet(alibi_bias, "zeros")
+'''
+
+GARBAGE: dict[str, str] = {"finding3": NOTHING, "finding3_stack": NOTHING + _STACK}
+
+# Honest partial work that no catalogue row describes: the properties that hold keep their points.
+NEAR_MISSES: dict[str, str] = {
+    # The RoPE tables at full width (seq_len, d), the rotation right (the form many libraries use).
+    "rope_full_width_cache": '''
+def rope_cache(seq_len, d, base=10000.0):
+    if d % 2:
+        raise ValueError("d must be even")
+    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = torch.arange(seq_len, dtype=torch.float64)[:, None] * inv[None, :]
+    ang = torch.cat([ang, ang], dim=-1)
+    return ang.cos().float(), ang.sin().float()
+
+def apply_rope(x, cos, sin):
+    h = x.shape[-1] // 2
+    rot = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+    return x * cos + rot * sin
+
+''',
+    # A wrong base in the sinusoidal table (1000 instead of 10000).
+    "pe_base_1000": '''
+def sinusoidal_pe(max_len, d):
+    if d % 2:
+        raise ValueError("d must be even")
+    pos = np.arange(max_len, dtype=np.float64)[:, None]
+    w = 1000.0 ** (np.arange(0, d, 2) / d)
+    pe = np.zeros((max_len, d))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(pos / w), np.cos(pos / w)
+    return pe
+''',
+    # RoPE's default base written wrong (1000): every property of a rotation holds.
+    "rope_base_1000": '''
+def rope_cache(seq_len, d, base=1000.0):
+    if d % 2:
+        raise ValueError("d must be even")
+    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = torch.arange(seq_len, dtype=torch.float64)[:, None] * inv[None, :]
+    return ang.cos().float(), ang.sin().float()
+''',
+}
