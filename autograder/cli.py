@@ -41,7 +41,7 @@ def cmd_release(args: argparse.Namespace, course: Course) -> int:
             return 1
         print("student_templates/ is up to date with assignments/ and reference/.")
         return 0
-    rel = release(course=course)
+    rel = release(course=course, say=print)  # says what it will replace before it replaces anything
 
     def shown(path: Path) -> Path:
         return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path

@@ -93,7 +93,7 @@ def _plan(replaced: list[Path], course: Path, *, existing: bool, name: str, dist
 
 def release(*, course: Course | None = None, assignments: Path | None = None,
             reference_file: Path | None = None, dist: Path | None = None,
-            templates: Path | None = None, say: Callable[[str], None] = print) -> Release:
+            templates: Path | None = None, say: Callable[[str], None] | None = None) -> Release:
     """Build the release in a temporary folder, then put each output in place by a rename (by default in the
     lesson's course folder): the student release in student_templates/; otter/, samples/, the zips and
     manifest.json in dist/. An nbgrader course already in dist/nbgrader is updated in place (update_course): its
@@ -121,8 +121,9 @@ def release(*, course: Course | None = None, assignments: Path | None = None,
         if existing:
             check_course(parts["nbgrader"], nbgrader_dir, name)
         outputs = sorted(staged.iterdir())
-        say(_plan([templates / name, *(dist / p.name for p in outputs)], nbgrader_dir, existing=existing,
-                  name=name, dist=dist))
+        if say is not None:
+            say(_plan([templates / name, *(dist / p.name for p in outputs)], nbgrader_dir, existing=existing,
+                      name=name, dist=dist))
         dist.mkdir(exist_ok=True)
         if existing:
             update_course(parts["nbgrader"], nbgrader_dir, name)
