@@ -183,7 +183,7 @@ def test_the_layout_drawing_names_every_engine_module() -> None:
     modules = {p.name for p in (ROOT / "autograder").rglob("*.py") if p.name != "__init__.py"}
     assert sorted(m for m in modules if m not in drawing) == [], "modules docs/layout.md does not draw"
     drawn = set(re.findall(r"\b(\w+\.py)\b", drawing.split("```")[1]))
-    assert sorted(drawn - modules) == [], "docs/layout.md draws modules that are gone"
+    assert sorted(drawn - modules - {"__init__.py"}) == [], "docs/layout.md draws modules that are gone"
 
 
 def test_design_names_live_modules_and_every_verb_of_the_cli() -> None:
