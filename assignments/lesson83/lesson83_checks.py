@@ -696,10 +696,12 @@ MODELS = ModelCache()
 
 
 def _lm(env: dict[str, Any], pos: str, seed: int = 0) -> Any:
-    """The student's TinyCharLM for pos, small, in eval mode, every parameter filled from its name.
+    """The student's TinyCharLM for pos, small, in eval mode, every trainable parameter filled from its name.
 
     Filling by name (not by creation order) gives every correct model the same weights. Embeddings get
-    std 1 and projections std 1/sqrt(fan_in), so attention is far from uniform and positions matter.
+    std 1 and projections std 1/sqrt(fan_in), so attention is far from uniform and positions matter. What the
+    student made non-trainable (a frozen nn.Parameter holding a fixed table) keeps its values: that storage
+    mistake is the state-dict case's to judge, not every logits case's.
     """
     import zlib
 
@@ -707,6 +709,8 @@ def _lm(env: dict[str, Any], pos: str, seed: int = 0) -> Any:
     model = MODELS.build(env, pos)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
+            if not p.requires_grad:
+                continue
             key = (seed, name, tuple(p.shape))
             fill = FILLS.values.get(key)
             if fill is None:
@@ -1247,8 +1251,9 @@ def trace_devices_as_gpu(model: Any, X: Any, *, layouts: dict[tuple, tuple]) -> 
 
 
 @probe
-def fn_device(env: dict[str, Any], fn: str, shape: list[int]) -> dict[str, Any]:
-    """The first op of fn(q, k, v) that mixes devices, with q, k, v on `meta` shown as cuda, or None."""
+def fn_device(env: dict[str, Any], fn: str, shape: list[int], args: list[Any] | None = None) -> dict[str, Any]:
+    """The first op of fn(q, k, v) that mixes devices, with q, k, v on `meta` shown as cuda, or None. With `args`,
+    fn is a module class: fn(*args) moved to `meta`, called on x of `shape`."""
     torch = _torch()
     target = _get(env, fn)
 
@@ -1258,7 +1263,10 @@ def fn_device(env: dict[str, Any], fn: str, shape: list[int]) -> dict[str, Any]:
 
     x = torch.zeros(*shape, device="meta")
     try:
-        return {"finding": trace_devices_as_gpu(Call(), x, layouts=LAYOUTS.table), "note": ""}
+        if args is not None:
+            _seed(0)
+        model = Call() if args is None else target(*args).to("meta")
+        return {"finding": trace_devices_as_gpu(model, x, layouts=LAYOUTS.table), "note": ""}
     except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
         text = str(exc).splitlines()[0][:200] if str(exc) else ""
         if "device" in text and ("cpu" in text or "meta" in text):
@@ -1558,10 +1566,28 @@ def fn_same_device(case: dict[str, Any], got: dict[str, Any], expected: dict[str
     if not finding:
         return Verdict(True)
     where = ", ".join(w for w in (finding.get("line"),) if w)
-    return _fail(case, f"with q, k and v on the {finding['device']} device, {finding['op']}"
+    module = "args" in case["args"]  # a module class, called on x
+    inputs, fix = ("the module and x", "device=x.device") if module else ("q, k and v", "device=q.device")
+    return _fail(case, f"with {inputs} on the {finding['device']} device, {finding['op']}"
                  f"{f' ({where})' if where else ''} received {finding['tensor']}. On a GPU this call fails, and so "
-                 "does a model that reuses it. Fix: make the tables on the inputs' device (table.to(q.device), "
-                 "or device=q.device).", case.get("known_cause"))
+                 f"does a model that reuses it. Fix: make what it builds on the inputs' device ({fix}, or "
+                 "table.to(x.device)).", _device_cause(case, finding, expected, fix))
+
+
+def _device_cause(case: dict[str, Any], finding: dict[str, Any], expected: dict[str, Any], fix: str) -> dict:
+    """The catalogued mistake whose device finding is this one (the same op meeting a tensor of the same type
+    and shape; the case's own diagnosis first), else a cause that names the tensor the finding names: a mask
+    made on the CPU is not a table."""
+    def key(f: Any) -> tuple:
+        return (f.get("op"), str(f.get("tensor", "")).split(":")[0]) if isinstance(f, dict) else ()
+
+    found = [v for v in expected.get("variants", []) if key(v.get("output", {}).get("finding")) == key(finding)]
+    known = case.get("known_cause")
+    if found:
+        return known if known and known["id"] in {v["id"] for v in found} else found[0]
+    tensor = str(finding.get("tensor", "")).split(":")[0]
+    return {"id": None, "description": f"{tensor}, which {finding['op']} received, is made or kept off the "
+                                       f"inputs' device: create it with {fix}, or move it there with .to()."}
 
 
 @check

@@ -53,12 +53,16 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
     for c in suite.cases:
         if c.hidden and not c.requires:
             evidence.setdefault(c.question, []).append(c.id)
-    results, waits = [], {}
+    left_out = {c.id for c in suite.cases if _raised_earlier(c.args, outputs.get(c.id), stub=checks.STUB)}
+    results, waits, upstream = [], {}, {}
     for case in suite.cases:
         verdict, got = verdicts[case.id], outputs.get(case.id)
         blocked = [r for r in case.required if not holds(r)]
         waits[case.id] = blocked
+        if blocked and set(blocked) <= left_out:  # waits only for cases that cannot be judged: neither can it
+            left_out.add(case.id)
         verdict = checks.gated(plain[case.id], verdict, [(cid, verdicts[cid]) for cid in blocked])
+        upstream[case.id] = verdict.upstream or ""
         shown_by = [] if case.hidden else evidence.get(case.question, [])
         if verdict.passed and shown_by and not any(holds(e) for e in shown_by):
             verdict = checks.Verdict(False, f"{case.id}: passes here, but earns its points only once the "
@@ -69,7 +73,7 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
         results.append(CaseResult(case.id, case.question, case.points if verdict.passed else 0.0,
                                   case.points, verdict.passed, case.hidden, verdict.message,
                                   verdict.diagnosis, received, expected))
-    return _one_gate_line(_one_line_per_stub(results, waits, stub=checks.STUB), waits)
+    return _rescaled(_one_gate_line(_one_line_per_stub(results, waits, stub=checks.STUB), waits), left_out, upstream)
 
 
 def _one_gate_line(results: list[CaseResult], waits: dict[str, list[str]]) -> list[CaseResult]:
@@ -81,6 +85,41 @@ def _one_gate_line(results: list[CaseResult], waits: dict[str, list[str]]) -> li
         lead = first.setdefault(r.question, r)
         if lead is not r:
             r.message = f"{r.id}: waits for {' and '.join(waits[r.id])}, as {lead.id} says"
+    return results
+
+
+def _raised_earlier(args: dict[str, Any], got: Any, *, stub: str) -> bool:
+    """Whether a case that builds on an earlier question (args["basis"]) raised the error that question's own
+    function raised in its basis probe: the same type at the same line of one of the functions the basis names
+    (its `names`), or the same type and message. A blank stub is not such an error (it earns nothing)."""
+    basis = args.get("basis") if isinstance(args, dict) else None
+    mine = got.get("basis") if isinstance(got, dict) and isinstance(basis, dict) else None
+    err, first = (got.get("error"), mine.get("error")) if isinstance(mine, dict) else (None, None)
+    if not (isinstance(err, dict) and isinstance(first, dict)) or stub in str(first.get("message", "")):
+        return False
+    where = str(first.get("where", ""))
+    in_named = where.rsplit(" in ", 1)[-1] in set(basis.get("names", [])) and where == err.get("where")
+    return err.get("type") == first.get("type") and (in_named or err.get("message") == first.get("message"))
+
+
+def _rescaled(results: list[CaseResult], left_out: set[str], upstream: dict[str, str]) -> list[CaseResult]:
+    """One penalty per mistake when it raises: a case whose earlier question's function raised (and those that
+    wait only for such cases) is left out of its question's total, which the question's other cases make up
+    (it earns the share they earn); the error costs points in the earlier question only. A question with no
+    other case to judge earns nothing for it (no evidence), as before."""
+    for question in {r.question for r in results if r.id in left_out}:
+        judged = [r for r in results if r.question == question and r.id not in left_out]
+        total = sum(r.max_points for r in judged)
+        if total <= 0:
+            continue
+        share = sum(r.points for r in judged) / total
+        for r in results:
+            if r.question == question and r.id in left_out:
+                note = upstream.get(r.id, "").partition("This comes from ")[2] or "an earlier question."
+                r.points, r.passed, r.diagnosis = round(r.max_points * share, 4), share >= 1 - 1e-9, None
+                r.message = (f"{r.id}: left out of this question's total, since the error comes from {note} It "
+                             f"costs points there only: this case earns the share the question's other cases earn "
+                             f"({share:.0%}).")
     return results
 
 
