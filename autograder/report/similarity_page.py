@@ -49,13 +49,12 @@ def similarity_pages(suite: Suite, students: list[Any], *, grades: Path, title: 
                       if isinstance(c, dict) and c.get("id") in parts} for s in students}
 
     def decided(first: str, second: str) -> dict[str, str]:
-        return decisions.get((min(first, second), max(first, second)), {})
+        return decisions.get((min(first, second), max(first, second)), {"decision": "", "note": ""})
 
-    listed = [{"pair": [p.first, p.second], "kind": "code", "score": p.score, **(decided(p.first, p.second)
-                                                                                 or {"decision": "", "note": ""})}
+    listed = [{"pair": [p.first, p.second], "kind": "code", "score": p.score, **decided(p.first, p.second)}
               for p in found.code]
     listed += [{"pair": [p.first, p.second], "kind": "checkpoint", "distance": p.score,
-                **(decided(p.first, p.second) or {"decision": "", "note": ""})} for p in found.weights]
+                **decided(p.first, p.second)} for p in found.weights]
     listed += [{"pair": list(k), "kind": "no longer listed", **v} for k, v in decisions.items()
                if not any(sorted(x["pair"]) == list(k) for x in listed)]  # kept: a TA's word is never dropped
     page = _render("similarity.html.j2", page_title=f"{title}: similarity", found=found, pages=pages,

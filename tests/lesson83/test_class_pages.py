@@ -1,0 +1,156 @@
+"""Lesson 83's sample class graded for real, then its feedback files, leaderboard and similarity pages: no feedback
+file holds a hidden case's arguments, expected values or messages, nor the multiple-choice key; the leaderboard
+shows the reference checkpoint's held-out perplexity, recomputed here, and never the checkpoint whose claims were
+inflated; the two sample checkpoints that share their weights are listed as identical."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autograder.authoring.questions import mc_answers
+from autograder.authoring.suite import Suite, load_suite
+from autograder.checkpoint import load_plugin
+from autograder.config import ROOT
+from autograder.grading.batch import grade_batch
+from autograder.grading.feedback import FEEDBACK_DIR
+from autograder.grading.figures import gradescope_entries
+from autograder.release import write_samples
+from autograder.report.write import write_report
+
+TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+KEEP = ("reference", "checkpoint_inflated_claims", "blank", "adversarial_cheat_allclose")
+
+
+@pytest.fixture(scope="module")
+def suite() -> Suite:
+    return load_suite()
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, Path]:
+    """The sample class (the reference and its inflated twin with their checkpoints, the blank template, a cheat
+    and two catalogued mistakes) graded and reported, with a roster for the page to post."""
+    tmp = tmp_path_factory.mktemp("class")
+    lesson = suite.config.lesson
+    samples = tmp / "all"
+    write_samples(TEMPLATE, samples, answers=mc_answers(list(suite.questions)), lesson=lesson,
+                  checkpoint_files=suite.checkpoint_files)
+    subs = tmp / "subs"
+    subs.mkdir()
+    mistakes = sorted(p.name for p in samples.iterdir() if p.name.startswith("mistake_"))[:2]
+    for p in samples.iterdir():
+        if p.name.removesuffix(".ipynb") in KEEP or p.name in mistakes:
+            (shutil.copytree if p.is_dir() else shutil.copy)(p, subs / p.name)
+    grades = tmp / "grades"
+    grade_batch(subs, out=grades, progress=False)
+    (grades / "leaderboard_roster.csv").write_text("id,pseudonym,opt_out\nreference,Positional Pioneer,\n"
+                                                   "checkpoint_inflated_claims,Tall Tale,\n")
+    write_report(grades, out=tmp / "report")
+    return {"grades": grades, "report": tmp / "report"}
+
+
+def _numbers(value: Any) -> set[str]:
+    """The numbers of a value, as 3-decimal text (a prefix of how a message prints them), 0 and 1 left out."""
+    out: set[str] = set()
+    if hasattr(value, "tolist"):  # numpy arrays and tensors
+        value = value.tolist()
+    if isinstance(value, dict):
+        for v in value.values():
+            out |= _numbers(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            out |= _numbers(v)
+    elif isinstance(value, float) and math.isfinite(value) and abs(value) not in (0.0, 1.0):
+        out.add(f"{value:.3f}")
+    return out
+
+
+@pytest.mark.sandbox
+def test_no_feedback_file_holds_a_hidden_case_or_the_key(graded: dict[str, Path], suite: Suite) -> None:
+    pages = {p.stem: p.read_text() for p in (graded["grades"] / FEEDBACK_DIR).glob("*.html")}
+    rows = json.loads((graded["grades"] / "summary.json").read_text())["rows"]
+    assert sorted(pages) == sorted(r["id"] for r in rows) and len(pages) == 6
+    visible = set().union(*(_numbers(suite.expected[c.id]["value"]) | _numbers(c.args)
+                            for c in suite.cases if not c.hidden))
+    secret = set()
+    for c in suite.cases:
+        if c.hidden:
+            secret |= (_numbers(suite.expected[c.id]["value"]) | _numbers(c.args)) - visible
+    whats = {c.what for c in suite.cases if c.hidden and c.what} - {c.what for c in suite.cases if not c.hidden}
+    key = mc_answers(list(suite.questions))
+    whys = [ch.why for q in suite.questions for ch in q.choices]
+    assert len(secret) > 20 and whats and key and whys  # there is something to leak
+    failed_hidden = 0
+    for sid, page in pages.items():
+        text = html.unescape(page)
+        record = json.loads((graded["grades"] / "results" / f"{sid}.json").read_text())
+        for c in record["cases"]:
+            if c["hidden"] and not c["passed"] and c["message"]:
+                failed_hidden += 1
+                assert c["message"] not in text, f"{sid}: the TA message of {c['id']} is in its feedback"
+        # what it says of hidden cases: their rows and the summary on top (a public case's message shows its own
+        # values and the student's output, which may equal a hidden case's numbers by chance)
+        rows_said = re.findall(r"\(hidden\)</td>.*?<pre>(.*?)</pre>", page, re.S)
+        said = html.unescape("\n".join([*rows_said, *re.findall(r"</p>\s*<pre>(.*?)</pre>", page, re.S)]))
+        assert len(rows_said) > 20
+        assert not [n for n in secret if n in said], f"{sid}: a hidden expected value or argument in its feedback"
+        assert not [w for w in whats if w in text], f"{sid}: a hidden case's call in its feedback"
+        assert not [w for w in whys if w in text], f"{sid}: the explanation of a multiple-choice answer"
+        assert not [v for v, letter in key.items() if re.search(rf"{v}\W+{letter}\b", text)], sid
+    assert failed_hidden > 10  # the blank and the mistakes fail hidden cases: the check above had work to do
+    assert "Positional" not in pages["reference"]  # a pseudonym is the public page's, never the feedback's
+
+
+def _heldout(suite: Suite) -> dict[str, dict[str, float]]:
+    """The reference checkpoint's held-out perplexity per scheme and context, computed here from its weights."""
+    plugin = load_plugin(suite.config.lesson)
+    config, states = plugin.load_checkpoint((suite.config.lesson.checkpoint_dir / "milestone.pt").read_bytes())
+    tokens = plugin.heldout_tokens()
+    out = {}
+    for pos, state in states.items():
+        model = plugin.build_model(pos, state)
+        out[pos] = {str(c): v for c, v in plugin.heldout_ppl(model, tokens).items()}
+    return out
+
+
+@pytest.mark.sandbox
+def test_the_leaderboard_shows_verified_held_out_figures_only(graded: dict[str, Path], suite: Suite) -> None:
+    expected = _heldout(suite)
+    record = json.loads((graded["grades"] / "results" / "reference.json").read_text())
+    entries = gradescope_entries(suite, record)
+    assert len(entries) == len(expected) * 3 and {e["order"] for e in entries} == {"asc"}
+    got = {e["name"]: e["value"] for e in entries}
+    for pos, row in expected.items():
+        for c, v in row.items():
+            assert got[f"{pos} held-out perplexity (context {c})"] == pytest.approx(v, rel=1e-4)
+    # the claims of the inflated twin were 10% too low: verification failed, so it has no figure anywhere
+    inflated = json.loads((graded["grades"] / "results" / "checkpoint_inflated_claims.json").read_text())
+    assert gradescope_entries(suite, inflated) == []
+    board = (graded["report"] / "leaderboard.html").read_text()
+    main = board[board.index("<main>"):]
+    assert main.count(">reference</a></td>") == len(expected)  # ranked once per scheme
+    assert ">checkpoint_inflated_claims</a></td>" not in main
+    assert f"{expected['rope']['512']:.3f}" in main and main.count("<svg") == len(expected)
+    public = (graded["report"] / "public_leaderboard.html").read_text()
+    assert "Positional Pioneer" in public and "Tall Tale" not in public and "reference" not in public
+    again = write_report(graded["grades"], out=graded["report"]).parent / "leaderboard.html"
+    assert again.read_text() == board  # a re-run ranks the class the same way
+
+
+@pytest.mark.sandbox
+def test_the_shared_checkpoint_is_listed_as_identical(graded: dict[str, Path]) -> None:
+    page = (graded["report"] / "similarity.html").read_text()
+    pairs = re.findall(r'<tr><td><a href="students/[^"]+">([^<]+)</a> and <a href="students/[^"]+">([^<]+)</a></td>'
+                       r'\s*<td>([^<]*)</td>', page)
+    assert [(a, b) for a, b, _ in pairs] == [("checkpoint_inflated_claims", "reference")]
+    assert pairs[0][2].count("identical") == 5
+    decisions = json.loads((graded["report"] / "similarity_decisions.json").read_text())["decisions"]
+    assert {tuple(d["pair"]) for d in decisions} == {("checkpoint_inflated_claims", "reference")}
