@@ -8,7 +8,9 @@ grades a checkpoint (load_plugin). A plug-in module defines:
 
     PARTS: Sequence[str]         the graded parts, each a case of the checkpoint's question (equal shares)
     PROBLEMS: dict[str, str]     problem id -> what it means and what to do: the report's checkpoint section.
-                                 It has UNREADABLE ("checkpoint_unreadable"): uploads the grader could not read.
+                                 It has UNREADABLE ("checkpoint_unreadable"): uploads the grader could not read,
+                                 and MISSING ("checkpoint_missing"): nothing uploaded (the report counts these
+                                 apart from the mistakes).
     UNVERIFIED: str              what to do when the checkpoint could not be verified at all (a judge's message)
     verify(files, *, rules, memory_mb) -> Verdict
                                  the uploaded files (name -> bytes, as the question declares them) against the
@@ -43,10 +45,11 @@ from autograder.sandbox.files import (  # the reader processes, for the plug-ins
     run_child,
 )
 
-__all__ = ["STARTUP_TIMEOUT_S", "UNREADABLE", "VERIFY_SLOTS", "PartVerdict", "Verdict", "Verifier", "VerifierError",
-           "load_plugin", "main", "pool", "read_limited", "reader_isolation", "reader_limits_lowered",
+__all__ = ["MISSING", "STARTUP_TIMEOUT_S", "UNREADABLE", "VERIFY_SLOTS", "PartVerdict", "Verdict", "Verifier",
+           "VerifierError", "load_plugin", "main", "pool", "read_limited", "reader_isolation", "reader_limits_lowered",
            "reads_checkpoint", "run_child"]
 UNREADABLE = "checkpoint_unreadable"  # the problem of uploads that could not be read at all
+MISSING = "checkpoint_missing"  # the problem of a submission that uploaded no checkpoint: not a mistake in its code
 
 
 def load_plugin(lesson: Lesson) -> ModuleType:

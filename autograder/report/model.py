@@ -12,6 +12,7 @@ from typing import Any
 
 from autograder.authoring.questions import LETTERS, Choice, Question, shuffled
 from autograder.authoring.suite import Suite
+from autograder.checkpoint import MISSING
 from autograder.config import command
 from autograder.grading.submissions import read_regular
 from autograder.model import CaseResult, Status, SubmissionResult
@@ -22,6 +23,7 @@ from autograder.report.text import _text
 UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"
 UNDIAGNOSED = (UNFINISHED, UNRECOGNISED)
+APART = (MISSING,)  # diagnoses that say what was not handed in, not what the code got wrong: counted apart
 MAX_RECORD_MB = 128  # a stored result larger than this is not read
 INVALID = "invalid"  # the label of a multiple-choice answer that is not one of the letters
 
@@ -230,7 +232,8 @@ def clusters(students: list[Student], questions: list[Question]) -> dict[str, li
 
     A student goes into every diagnosis found on the failed cases of that question; when none has one,
     into "unfinished" (a stub was left as it was) or else "unrecognised". Submissions that did not run
-    normally (timed out, crashed, ...) are left out: the status section lists them.
+    normally (timed out, crashed, ...) are left out: the status section lists them. The mistakes come first,
+    then what was not handed in (APART), then the undiagnosed groups.
     """
     out: dict[str, list[Cluster]] = {}
     for q in questions:
@@ -238,8 +241,8 @@ def clusters(students: list[Student], questions: list[Question]) -> dict[str, li
         for s in students:
             for d in s.labels(q):
                 groups.setdefault(d, Cluster(q.id, d)).students.append(s)
-        out[q.id] = sorted(groups.values(), key=lambda c: (c.diagnosis in UNDIAGNOSED, c.diagnosis == UNFINISHED,
-                                                           -len(c.students),
+        out[q.id] = sorted(groups.values(), key=lambda c: (c.diagnosis in UNDIAGNOSED, c.diagnosis in APART,
+                                                           c.diagnosis == UNFINISHED, -len(c.students),
                                                            c.diagnosis))
     return out
 

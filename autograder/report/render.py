@@ -23,6 +23,7 @@ from autograder.model import CaseResult, Status, csv_text, full_marks
 from autograder.report.code import _resolve, code_view
 from autograder.report.compare import checkpoint_rows, detail, gate_of
 from autograder.report.model import (
+    APART,
     INVALID,
     UNDIAGNOSED,
     UNFINISHED,
@@ -109,7 +110,10 @@ class _Ctx:
         return [p.part for q in self.manual for p in q.written]
 
 
-_KIND = {UNRECOGNISED: "unk", UNFINISHED: "fin"}
+_KIND = {UNRECOGNISED: "unk", UNFINISHED: "fin"} | dict.fromkeys(APART, "fin")
+TOP_MISTAKES = 3  # the mistakes per question on the index's first screen (the rest: its section)
+NAMES_PER_MISTAKE = 5
+_APART_LABEL = {UNFINISHED: "unfinished", UNRECOGNISED: "unrecognised"} | dict.fromkeys(APART, "not uploaded")
 
 
 def _diag_text(ctx: _Ctx, d: str, qid: str) -> str:
@@ -166,18 +170,24 @@ def _choices(ctx: _Ctx, q: Question, students: list[Student]) -> list[dict[str, 
 
 
 def _question_row(ctx: _Ctx, q: Question, students: list[Student], groups: list[Cluster]) -> dict[str, Any]:
-    """One row of the questions table: the mean, the share at full marks, the largest groups at a glance."""
+    """One row of the first screen's table: the mean, the share at full marks, the question's most common
+    mistakes with their students, and apart from them who left it unfinished, whose failures match no
+    catalogued mistake, and who handed in nothing to judge (APART: a checkpoint never uploaded)."""
     n = len(students)
     scores = [s.score(q.id) for s in students]
     mean = sum(scores) / n if n else 0.0
     full = sum(full_marks(v, q.points) for v in scores)
-    sizes = sorted((len(c.students) for c in groups if c.diagnosis not in UNDIAGNOSED), reverse=True)
+    mistakes = [c for c in groups if c.diagnosis not in UNDIAGNOSED and c.diagnosis not in APART]
+    sizes = [len(c.students) for c in mistakes]
     lead = sizes[0] if sizes and sizes[0] >= 2 and (len(sizes) == 1 or sizes[1] < sizes[0]) else 0
     chips = [{"cluster": c, "label": c.diagnosis + _carried(ctx, c.diagnosis, q.id),
-              "cls": _KIND.get(c.diagnosis) or ("lead" if len(c.students) == lead else "diag")} for c in groups[:5]]
+              "cls": "lead" if len(c.students) == lead else "diag"} for c in mistakes[:TOP_MISTAKES]]
+    apart = [{"cluster": c, "label": _APART_LABEL.get(c.diagnosis, c.diagnosis), "cls": _KIND[c.diagnosis]}
+             for c in groups if c.diagnosis in UNDIAGNOSED or c.diagnosis in APART]
     return {"q": q, "mean": mean, "frac": mean / q.points if q.points else 1.0, "full": full,
-            "full_frac": full / n if n else 0, "chips": chips, "more": max(0, len(groups) - 5),
-            "grouped": sum(len(c.students) for c in groups)}
+            "full_frac": full / n if n else 0, "chips": chips, "more": max(0, len(mistakes) - TOP_MISTAKES),
+            "apart": apart, "apart_n": sum(len(c["cluster"].students) for c in apart), "grouped": sum(sizes),
+            "names": NAMES_PER_MISTAKE}
 
 
 def _section(ctx: _Ctx, q: Question, students: list[Student], groups: list[Cluster]) -> dict[str, Any]:
@@ -200,7 +210,9 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
     names = column_names([*ctx.questions, *manual])
     roster = [{"s": s, "scores": [(s.score(q.id), full_marks(s.score(q.id), q.points)) for q in ctx.questions],
                "manual": [merged_value(q, ctx.merged.get(s.id, {})) for q in manual],
-               "diagnoses": " ".join(s.diagnosis_ids(ctx.questions))} for s in students]
+               "diagnoses": " ".join(d for d in ids if d not in APART),
+               "apart": [_APART_LABEL[d] for d in ids if d in APART]}
+              for s in students for ids in [s.diagnosis_ids(ctx.questions)]]
     roster_head = [("student", "student", ""), ("status", "status", ""), ("total", "total", "num"),
                    *((q.id, names[q.id], "num") for q in ctx.questions),
                    *((q.id, f"{names[q.id]} (by hand)", "num") for q in manual), ("diagnoses", "diagnoses", "")]
@@ -213,7 +225,8 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
         regrade_command=ctx.regrade, stale=[s for s in students if _other_suite(ctx, s)],
         fingerprint=ctx.suite.fingerprint,
         questions_head=[("question", "question", ""), ("mean", "mean score", "num"), ("full", "full marks", "num"),
-                        ("groups", "who lost points, grouped by diagnosis (largest first)", "")],
+                        ("groups", "most common mistakes, and who (largest first)", ""),
+                        ("apart", "no diagnosis", "")],
         question_rows=[_question_row(ctx, q, students, groups[q.id]) for q in ctx.questions],
         ran=sum(s.ran for s in students),
         sections=[_section(ctx, q, students, groups[q.id]) for q in ctx.questions],

@@ -131,7 +131,7 @@ def test_report_csv_rows_and_diagnoses(report: dict[str, Path], suite: Suite) ->
     auto = [q.id for q in suite.questions if q.graded and not q.manual]
     assert list(next(iter(rows.values()))) == ["id", "status", "total", *auto, "diagnoses"]
     assert all(r["status"] == "graded" for r in rows.values())
-    # Nobody in this class uploaded a milestone checkpoint: that is a diagnosis of its own.
+    # Nobody in this class uploaded a milestone checkpoint: report.csv keeps that id (the index counts it apart).
     assert all("checkpoint_missing" in r["diagnoses"].split() for r in rows.values())
     diagnoses = {sid: [d for d in r["diagnoses"].split() if d != "checkpoint_missing"] for sid, r in rows.items()}
     assert float(rows["reference"]["total"]) == suite.notebook_points and diagnoses["reference"] == []
@@ -281,6 +281,56 @@ def test_first_screen_has_the_search_and_nothing_overflows_at_1280x800(report: d
                 assert 0 <= top < bottom <= 800 and 0 <= left < right <= 1280, seen
     finally:
         browser.close()
+
+
+FIRST_SCREEN = """(() => {
+  const box = e => { const r = e.getBoundingClientRect(); return [r.top, r.bottom]; };
+  const q = document.getElementById('questions'), s = document.getElementById('students');
+  return {size: [innerWidth, innerHeight], scrolled: scrollY, questions: box(q), students: box(s),
+          heading: box(document.getElementById('questions-list')),
+          rows: Array.from(q.tBodies[0].rows).map(r => ({id: r.cells[0].getAttribute('data-v'), box: box(r),
+            mistakes: r.querySelector('td.mistakes').innerText,
+            apart: Array.from(r.querySelectorAll('td.apart .chip'),
+                              c => [c.firstChild.innerText, c.lastChild.textContent]),
+            top: Array.from(r.querySelectorAll('td.mistakes .cl')).map(cl => [
+              cl.querySelector('.chip b').innerText, cl.querySelector('.chip').lastChild.textContent,
+              Array.from(cl.querySelectorAll('.who a'), a => a.innerText)])}))};
+})()"""
+
+
+@pytest.mark.sandbox
+@pytest.mark.browser
+def test_first_screen_says_what_most_students_got_wrong_and_who_at_1280x800(report: dict[str, Path]) -> None:
+    """Issue 33, finding 6: in a 1280 x 800 window the index opens on each question's most common mistakes, with
+    their counts and students, above the students table; the checkpoint nobody uploaded is counted apart (a
+    count of its own), never as a mistake beside the code mistakes."""
+    exe = _chromium()
+    browser = _Browser(exe, report["tmp"] / "profile-first-screen")
+    try:
+        seen = browser.evaluate(browser.open(report["index"].as_uri(), size=(1280, 800)), FIRST_SCREEN)
+    finally:
+        browser.close()
+    assert seen["size"] == [1280, 800] and seen["scrolled"] == 0, seen
+    assert 0 < seen["heading"][0] < seen["questions"][0] < 400 < seen["questions"][1] <= seen["students"][0], seen
+    rows = {r["id"]: r for r in seen["rows"]}
+    with_mistakes = [r for r in seen["rows"] if r["mistakes"].strip() != "none"]
+    assert {"q5_rope", "q6_rope_attention", "q7_alibi"} <= {r["id"] for r in with_mistakes}, rows
+    for r in with_mistakes:  # every question's mistakes, and who made them, are on the first screen
+        assert r["box"][1] <= 800, (r["id"], r["box"])
+    top = {qid: [(int(n), label, sorted(who)) for n, label, who in r["top"]] for qid, r in rows.items()}
+    assert top["q5_rope"] == [(2, "rope_interleaved", sorted(["alice", HOSTILE_ID]))], top  # count, mistake, who
+    assert top["q6_rope_attention"] == [(1, "rope_rotates_v", ["carol"])], top
+    assert top["q7_alibi"] == [(1, "alibi_sign_flipped", ["dave"])], top
+    assert top["m1_tinycharlm"][0] == (2, "rope_interleaved ← q5", sorted(["alice", HOSTILE_ID])), top
+    # nobody in this class uploaded a checkpoint: a count apart, not a mistake
+    assert not [r["id"] for r in seen["rows"] if "checkpoint_missing" in r["mistakes"] or "uploaded" in r["mistakes"]]
+    assert rows["m1_checkpoint"]["apart"] == [["9", "not uploaded"]], rows["m1_checkpoint"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report-first-screen.png"
+    shot.unlink(missing_ok=True)
+    res = _run_chromium(exe, report["tmp"] / "profile-first-screen-shot", f"--screenshot={shot}",
+                        "--window-size=1280,800", "--hide-scrollbars", report["index"].as_uri())
+    assert res.returncode == 0 and _png_size(shot) == (1280, 800), res.stderr[-2000:]
 
 
 def _chromium() -> str:
