@@ -9,7 +9,7 @@ from typing import Any
 
 from autograder.authoring.suite import Suite
 from autograder.checkpoint import UNREADABLE, load_plugin, reader_limits_lowered, reads_checkpoint
-from autograder.grading.causes import first_causes
+from autograder.grading.causes import first_causes, named_functions
 from autograder.grading.submissions import Submission
 from autograder.model import CaseResult, PartVerdict, Status, SubmissionResult, Verdict
 from autograder.runtime.checks_runtime import to_plain
@@ -77,9 +77,13 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
 
 
 def _one_gate_line(results: list[CaseResult], waits: dict[str, list[str]]) -> list[CaseResult]:
-    """A question's gate is said once: its first gated case says why; the others point to it."""
+    """A question's gate is said once: its first gated case says why; the others point to it. A case that waits only
+    for cases that never ran (a time limit) did not run either, in effect, and says so."""
     first: dict[str, CaseResult] = {}
+    never = {r.id for r in results if not r.passed and r.message.startswith(f"{r.id}: {NOT_RUN}")}
     for r in results:
+        if not r.passed and waits.get(r.id) and set(waits[r.id]) <= never:
+            r.message = f"{r.id}: {NOT_RUN}: it waits for {' and '.join(waits[r.id])}, which did not run."
         if r.passed or not waits.get(r.id) or NOT_RUN in r.message or "not filled in yet" in r.message:
             continue
         lead = first.setdefault(r.question, r)
@@ -230,8 +234,8 @@ def judge_unreadable(suite: Suite, sub: Submission) -> SubmissionResult:
 
 def judge_exec(suite: Suite, sub: Submission, res: ExecResult) -> SubmissionResult:
     """The result of a submission's sandboxed run."""
-    student = [f"cells {res.skipped_cells} were not run (tagged for training)"] if res.skipped_cells else []
-    student += res.student_notes  # time limits: the grader's words, the cell's first line from the notebook
+    student = named_functions(suite, res.student_notes)  # time limits: the grader's words, the cells' first lines
+    student += [f"cells {res.skipped_cells} were not run (tagged for training)"] if res.skipped_cells else []
     result = judge_submission(suite, sub, res.status, res.outputs, res.notes, student, res.not_run)
     if sub.source is not None:  # the first real cause of what failed: a syntax error, a stub left blank
         result.student_notes[:0] = first_causes(suite, sub.source, result.cases, res.notes)

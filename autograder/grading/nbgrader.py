@@ -144,6 +144,8 @@ def cell_text(record: dict[str, Any], question: str, points: float) -> tuple[str
     if record.get("isolation") == "none":
         lines.append("graded without a sandbox on the instructor's machine")
     lines.append(f"{question}: {score:g} of {points:g} points (graded by the {command()} grader after submission)")
+    lines += [str(n) for n in record.get("student_notes", [])  # a time limit this question's checks ran into
+              if f"{question} " in str(n) or f"{question}/" in str(n)]
     for test in record.get("gradescope", {}).get("tests", []):
         if str(test.get("name", "")).startswith(question + "/"):
             mark = "passed" if test["score"] >= test["max_score"] - 1e-9 else "FAILED"

@@ -21,8 +21,10 @@ RLIMIT_CPU). The grader times each cell from the frames (a cell starts when the 
 when one runs past the per-cell limit, has the zygote kill the child: only a killed process reliably stops a
 long C call inside torch. It then runs the notebook again in a fresh child (fresh channels) without that
 cell. When a whole-notebook limit stops a cell, the cells before it run again and the probes still run.
-Probes are only ever sent to the last child. A forged cell frame can change which cell is left out, never
-what the probes find.
+Each probe has its own limit and each question (a case id's prefix) a share of the probes' time: a probe past
+either is stopped the same way, and the probes not yet answered go to a fresh child (the same cells first, public
+before hidden), at most _MAX_PROBE_RUNS times (protocol.py). A forged cell frame can change which cell is left
+out, never what the probes find.
 
 Threat model. Student code is hostile and runs with the child's privileges.
 - Copying between submissions: the zygote never holds a job's cells, outputs, streams or results (not

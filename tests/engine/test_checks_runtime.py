@@ -163,3 +163,41 @@ def test_the_sandbox_runs_the_engine_runtime_and_guards_it(tmp_path: Path, monke
     assert patched.status == Status.TAMPERING, patched.notes
     assert any("checks_runtime" in f for f in patched.tampering), patched.tampering
     assert json.dumps(patched.outputs.get("center", {}), default=str) != json.dumps({"value": 0.0})
+
+
+def test_the_local_check_warns_when_a_call_or_a_cell_takes_half_the_graders_limit(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """The limits travel with each case of a release (`limits`); a check whose call takes more than half the grader's
+    limit of one check says so, and so does, from then on, a cell that takes more than half the limit of one cell;
+    a quick call and a quick cell say nothing."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    lesson = LESSONS[1]
+    checks = lesson.checks
+    case = {"id": "q1_center/demo", "probe": "call", "args": {"fn": "center", "args": [[[1.0, 2.0], [3.0, 6.0]]]},
+            "check": "close", "atol": 1e-6, "rtol": 1e-6, "what": "center(x)", "revisit": "column means"}
+    expected = {"value": checks.run_probe(lesson.namespace(), "call", case["args"]), "variants": []}
+    center = lesson.namespace()["center"]
+
+    def slow_center(x: object) -> object:
+        import time
+
+        time.sleep(0.3)
+        return center(x)
+
+    shell = InteractiveShell.instance()
+    try:
+        data = checks.dumps(case | {"expected": expected, "limits": {"cell_s": 0.5, "probe_s": 0.4}})
+        checks.check_case(lesson.namespace(), data)
+        assert "Warning" not in capfd.readouterr().err  # a quick call
+        checks.check_case({**lesson.namespace(), "center": slow_center}, data)
+        err = capfd.readouterr().err
+        assert "the check q1_center/demo took 0.3 s" in err and "after 0.4 s" in err, err
+        shell.run_cell("x = 1")
+        assert "Warning" not in capfd.readouterr().err
+        shell.run_cell("import time\ntime.sleep(0.3)")
+        err = capfd.readouterr().err
+        assert "this cell took 0.3 s" in err and "stops a cell after 0.5 s" in err, err
+    finally:
+        lesson.runtime.LIMITS.clear()
+        InteractiveShell.clear_instance()

@@ -120,3 +120,15 @@ def test_a_slow_function_loses_only_the_questions_that_call_it(tmp_path: Path, d
     assert "Look for an endless loop" not in said and f"`{name}`" in said and f"{PROBE_S:g} s" in said, said
     row = next(r for r in (tmp_path / "out" / "grades.csv").read_text().splitlines() if r.startswith("slow"))
     assert name in row, row
+
+
+def test_nbgrader_feedback_says_the_time_limit_a_question_ran_into() -> None:
+    """nbgrader's grade cell of a question shows the note on the check that was slow, beside its not-run cases."""
+    from autograder.grading.nbgrader import cell_text
+
+    note = "The checks of qa (they call `f`) used up the question's share of 15 s of checking time"
+    record = {"status": "graded", "questions": {"qa": 1.0}, "student_notes": [note, "The check qb/x was slow"],
+              "gradescope": {"tests": [{"name": "qa/one", "score": 0, "max_score": 1,
+                                        "output": f"{NOT_RUN} (the notes above say which check was slow)"}]}}
+    text, _ = cell_text(record, "qa", 2.0)
+    assert note in text and NOT_RUN in text and "qb/x" not in text, text

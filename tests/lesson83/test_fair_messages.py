@@ -1,0 +1,117 @@
+"""Fair to real submissions (issue 32 findings 1, 3 and 4): a correct but slow function costs only the questions whose
+checks call it and the student is told which check was slow and the limit; a syntax error, a blank stub and a gate
+are each said as their first real cause, once; grades.csv says why every graded submission lost points."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.authoring.questions import mc_answers
+from autograder.authoring.suite import Suite
+from autograder.config import ROOT
+from autograder.grading.batch import grade_batch
+from autograder.model import NOT_RUN
+from autograder.release.sample import filled_notebook
+
+TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+SLEEP_S = 2  # the issue's student: time.sleep(2) at the top of a correct rope_cache
+
+
+def _cell(nb: nbformat.NotebookNode, start: str) -> nbformat.NotebookNode:
+    return next(c for c in nb.cells if c.cell_type == "code" and c.source.lstrip().startswith(start))
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tuple[Path, dict[str, dict]]:
+    tmp = tmp_path_factory.mktemp("fair")
+    subs = tmp / "subs"
+    subs.mkdir()
+    answers = mc_answers(list(suite.questions))
+    slow = filled_notebook(TEMPLATE, answers=answers)
+    cell = _cell(slow, "def rope_cache")
+    cell.source = cell.source.replace('"""\n', f'"""\n    import time\n    time.sleep({SLEEP_S})\n', 1)
+    assert f"time.sleep({SLEEP_S})" in cell.source
+    nbformat.write(slow, str(subs / "slow_rope.ipynb"))
+    broken = filled_notebook(TEMPLATE, answers=answers)
+    cell = _cell(broken, "def sinusoidal_pe")
+    cell.source = cell.source.replace("def sinusoidal_pe(max_len, d):", "def sinusoidal_pe(max_len, d)", 1)
+    nbformat.write(broken, str(subs / "syntax_error.ipynb"))
+    zeros = filled_notebook(TEMPLATE, answers=answers)
+    _cell(zeros, "def sinusoidal_pe").source += ("\n\n\ndef sinusoidal_pe(max_len, d):\n    import numpy as np\n"
+                                                 "    return np.zeros((max_len, d))\n")
+    nbformat.write(zeros, str(subs / "zeros_pe.ipynb"))
+    nbformat.write(nbformat.read(str(TEMPLATE), as_version=4), str(subs / "blank.ipynb"))
+    out = tmp / "out"
+    grade_batch(subs, out=out, progress=False, workers=2)
+    records = {p.stem: json.loads(p.read_text()) for p in (out / "results").glob("*.json")}
+    return out, records
+
+
+def _broken_cell(record: dict) -> int:
+    return next(int(n.split(":")[0].split()[1]) for n in record["notes"]
+                if n.startswith("cell ") and "SyntaxError" in n)
+
+
+@pytest.mark.sandbox
+def test_a_slow_function_costs_only_the_questions_that_call_it(graded: tuple[Path, dict], suite: Suite) -> None:
+    record = graded[1]["slow_rope"]
+    points = suite.question_points()
+    for q in ("q1_equivariance", "q2_sinusoidal_pe", "q3_sinusoidal_module", "q4_learned_pe", "q7_alibi", "q8_checks"):
+        assert record["questions"][q] == points[q], (q, record["questions"], record["student_notes"])
+    assert record["questions"]["q5_rope"] < points["q5_rope"]
+    said = record["gradescope"]["output"]
+    share = suite.config.execution.question_timeout_s
+    assert "`rope_cache`" in said and f"{share:g} s of checking time" in said, said  # the function, the limit
+    assert "Look for an endless loop" not in said and "q5_rope: a hidden case failed" not in said, said
+    tests = {t["name"]: t for t in record["gradescope"]["tests"]}
+    never = [c for c in record["cases"] if NOT_RUN in c["message"]]
+    assert never and all(c["question"] in ("q5_rope", "q6_rope_attention", "m1_tinycharlm") for c in never)
+    assert all(tests[c["id"]]["output"].startswith(NOT_RUN) or NOT_RUN in tests[c["id"]]["output"] for c in never)
+
+
+@pytest.mark.sandbox
+def test_a_syntax_error_is_said_with_its_cell_line_and_message(graded: tuple[Path, dict]) -> None:
+    record = graded[1]["syntax_error"]
+    cell = _broken_cell(record)
+    said = record["gradescope"]["output"]
+    assert f"Cell {cell} has a syntax error on line " in said and "SyntaxError: expected ':'" in said, said
+    q2 = [t["output"] for t in record["gradescope"]["tests"] if t["name"].startswith("q2_") and t["score"] == 0]
+    assert q2 and "run its cell first" not in " ".join(q2), q2
+    assert f"`sinusoidal_pe` was never defined: cell {cell} has a syntax error" in q2[0], q2
+
+
+@pytest.mark.sandbox
+def test_a_blank_stub_is_not_filled_in_yet_in_every_question(graded: tuple[Path, dict], suite: Suite) -> None:
+    record = graded[1]["blank"]
+    graded_names = {q.id for q in suite.questions if q.solution}
+    visible = [t for t in record["gradescope"]["tests"] if t["visibility"] == "visible" and t["score"] == 0
+               and t["name"].split("/")[0] in graded_names]
+    assert {t["name"].split("/")[0] for t in visible} == graded_names
+    for t in visible:
+        assert "not filled in yet" in t["output"] and "line " not in t["output"], t
+
+
+@pytest.mark.sandbox
+def test_the_gate_is_one_short_sentence_said_once_per_question(graded: tuple[Path, dict]) -> None:
+    record = graded[1]["zeros_pe"]
+    q2 = [c["message"] for c in record["cases"] if c["question"] == "q2_sinusoidal_pe" and not c["passed"]]
+    gates = [m for m in q2 if "computes something" in m]
+    assert len(gates) == 1 and len(gates[0].splitlines()[0]) < 300, q2
+    assert gates[0].splitlines()[0].count(". ") == 0, gates  # one sentence
+    assert any("waits for" in m for m in q2), q2
+
+
+@pytest.mark.sandbox
+def test_grades_csv_says_why_every_graded_submission_lost_points(graded: tuple[Path, dict]) -> None:
+    out, records = graded
+    with open(out / "grades.csv", newline="") as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    for name, record in records.items():
+        lost = any(c["points"] < c["max_points"] for c in record["cases"])
+        assert not lost or rows[name]["message"].strip(), (name, rows[name])
+    assert "syntax error" in rows["syntax_error"]["message"] and "rope_cache" in rows["slow_rope"]["message"]
