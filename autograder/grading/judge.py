@@ -121,9 +121,8 @@ def _rescaled(results: list[CaseResult], left_out: set[str], upstream: dict[str,
             if r.question == question and r.id in left_out:
                 note = upstream.get(r.id, "").partition("This comes from ")[2] or "an earlier question."
                 r.points, r.passed, r.diagnosis = round(r.max_points * share, 4), share >= 1 - 1e-9, None
-                r.message = (f"{r.id}: left out of this question's total, since the error comes from {note} It "
-                             f"costs points there only: this case earns the share the question's other cases earn "
-                             f"({share:.0%}).")
+                r.message = (f"{r.id}: left out of this question's total. This comes from {note} It costs points "
+                             f"there only: this case earns the share the question's other cases earn ({share:.0%}).")
     return results
 
 
