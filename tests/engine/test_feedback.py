@@ -83,3 +83,27 @@ def test_a_folder_it_did_not_write_is_not_replaced(tmp_path: Path) -> None:
         _graded(tmp_path)
     assert (tmp_path / FEEDBACK_DIR / "notes.txt").read_text() == "mine"
     assert json.loads((tmp_path / "summary.json").read_text())["submissions"] == 3
+
+
+@pytest.mark.sandbox
+@pytest.mark.build  # the demo release's sample class (demo_course)
+def test_the_demo_sample_class_gets_one_safe_file_each(demo_course: Course, tmp_path: Path) -> None:
+    from autograder.grading.batch import grade_batch
+
+    samples = demo_course.lesson.root / "dist" / "samples"
+    out = tmp_path / "grades"
+    summary = grade_batch(samples, out=out, course=demo_course, progress=False)
+    pages = {p.stem: p.read_text() for p in (out / FEEDBACK_DIR).glob("*.html")}
+    assert sorted(pages) == sorted(r["id"] for r in summary.rows) and len(pages) >= 5
+    suite = demo_course.suite
+    hidden = [c for c in suite.cases if c.hidden]
+    whys = [ch.why for q in suite.questions for ch in q.choices]
+    for sid, page in pages.items():
+        record_file = out / "results" / f"{sid}.json"
+        record = json.loads(record_file.read_text()) if record_file.exists() else {"cases": []}
+        for c in record["cases"]:
+            if c["hidden"] and c["message"]:
+                assert c["message"] not in page, f"{sid}: the TA message of {c['id']} is in its feedback"
+        assert not [c.what for c in hidden if c.what and c.what in page], sid
+        assert not [w for w in whys if w in page], f"{sid}: the explanation of a multiple-choice answer"
+    assert "Score: <b>7</b> of 10" in pages["reference"] and "q3_explain not graded yet" in pages["reference"]
