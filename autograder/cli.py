@@ -23,6 +23,7 @@ from autograder.grading.store import MergeError
 from autograder.grading.summaries import grade_summary, not_graded
 from autograder.release import BuildError, release, stale_files
 from autograder.report import write_report
+from autograder.report.leaderboard import ROSTER_FILE, RosterError
 from autograder.sandbox.fallback import UNSANDBOXED_HELP, UnsandboxedError
 from autograder.selfcheck import selfcheck
 
@@ -111,8 +112,8 @@ def cmd_gradescope(args: argparse.Namespace, course: Course) -> int:
 def cmd_report(args: argparse.Namespace, course: Course) -> int:
     """Write the TA failure report (HTML folder and report.csv) of a graded batch; print index.html's path."""
     try:
-        index = write_report(args.grades, out=args.out, course=course)
-    except (FileNotFoundError, FileExistsError) as exc:
+        index = write_report(args.grades, out=args.out, course=course, roster=args.roster)
+    except (FileNotFoundError, FileExistsError, RosterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(index)
@@ -237,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=_default(write_report, "out"),
                    help=f"report folder (replaced whole); default: ./{_default(write_report, 'out')} in the current "
                         "folder")
+    p.add_argument("--roster", type=Path, default=None,
+                   help="the leaderboard's roster (CSV: id, pseudonym, opt_out) for the page to post; default: "
+                        f"GRADES/{ROSTER_FILE} when present")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("merge", help="merge scores graded elsewhere (written answers, a platform's points) into "
                                      "grades.csv and summary.json")
