@@ -6,6 +6,7 @@ import collections
 import contextlib
 import ctypes
 import fcntl
+import functools
 import importlib
 import importlib.util
 import logging
@@ -462,29 +463,31 @@ def clean_after_job(wipe: list[str], uid: int | None, since: float, *, own_ipc: 
         _remove_owned(uid, sweep)
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def kill_uid(uid: int) -> None:
     """SIGKILL every process of a job's uid, wherever it went (a daemon that left the session and the worker's
-    tree, one in a namespace of its own), and reap those left to this process: kill(-1) from this thread alone
-    acting as that uid (a raw setresuid changes one thread; the saved uid 0 takes it back), so it reaches exactly
-    the processes whose real or saved uid is the job's. Without root, or on another architecture, nothing."""
+    tree, one in a namespace of its own): kill(-1) from this thread alone acting as that uid (a raw setresuid
+    changes one thread; the saved uid 0 takes it back) reaches exactly the processes whose real or saved uid is the
+    job's, all in one pass (a fork under way is cancelled); then the zombies left to this process are reaped.
+    Without root, or on another architecture, nothing (the worker's tree is killed anyway)."""
     nr = _SETRESUID.get(platform.machine())
     if nr is None or os.geteuid() != 0:
         return
-    libc = ctypes.CDLL(None, use_errno=True)
-    for _ in range(100):  # until no process of the uid is left (zombies count until reaped)
-        if libc.syscall(nr, uid, uid, 0) != 0:
-            raise OSError(ctypes.get_errno(), "setresuid to the job's uid failed")
-        try:
-            found = libc.kill(-1, signal.SIGKILL) == 0
-        finally:
-            if libc.syscall(nr, 0, 0, 0) != 0:
-                os._exit(70)  # this thread could not be root again: never go on as the job's uid
-        with contextlib.suppress(ChildProcessError):
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        if not found:
-            return
-        time.sleep(0.002)
+    libc = _libc()
+    if libc.syscall(nr, uid, uid, 0) != 0:
+        raise OSError(ctypes.get_errno(), "setresuid to the job's uid failed")
+    try:
+        libc.kill(-1, signal.SIGKILL)
+    finally:
+        if libc.syscall(nr, 0, 0, 0) != 0:
+            os._exit(70)  # this thread could not be root again: never go on as the job's uid
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
 
 
 def _rmtree(path: str) -> None:
