@@ -270,3 +270,59 @@ def test_grade_refuses_an_interpreter_the_job_uid_cannot_read(tmp_path: Path) ->
     rows = json.loads((tmp_path / "grades" / "summary.json").read_text())["rows"]
     assert len(rows) == 2 and all(r["message"].startswith("graded WITHOUT a sandbox") for r in rows), rows
     assert "sandbox: none, graded WITHOUT a sandbox" in allowed.stdout, allowed.stdout
+
+
+def test_gradescope_and_the_checkpoint_reader_refuse_an_unreadable_interpreter(tmp_path: Path) -> None:
+    """The Gradescope entry point writes a results.json that grades nothing (score 0, why in extra_data) and
+    says what to change; the checkpoint reader does not start. Both with the interpreter of the test above."""
+    python = _closed_python(tmp_path)
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    (sub / "alice.ipynb").write_bytes(notebook("x = 1"))
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(tmp_path), SANDBOX_ENV: "none",
+           "PYTHONPATH": str(ROOT), "LESSON83_CACHE": "off"}
+    proc = subprocess.run([str(python), "-m", "autograder.cli", "--config", str(DEMO / "grading_config.yaml"),
+                           "gradescope", str(sub), str(tmp_path / "results.json")],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 1 and ALLOW_UNSANDBOXED in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["score"] == 0 and results["tests"] == [] and "not readable" in results["extra_data"]["refused"]
+    reader = ("import sys; from pathlib import Path; from autograder.sandbox.files import Verifier, VerifierError\n"
+              "try:\n    Verifier(plugin=Path(sys.argv[1]), sandbox='none').start()\n"
+              "except VerifierError as exc:\n    print(exc)\nelse:\n    print('started')\n")
+    out = subprocess.run([str(python), "-c", reader, str(tmp_path / "plugin.py")], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=str(tmp_path)).stdout
+    assert "refusing to run student code" in out and ALLOW_UNSANDBOXED in out, out
+
+
+def test_cluster_refuses_before_its_first_batch(tmp_path: Path) -> None:
+    """A Dask worker whose Python other users cannot read, forced off bubblewrap: grading on the cluster stops
+    before the first batch with the worker's address and what to change there."""
+    pytest.importorskip("distributed", reason="the cluster extra is not installed: pip install '.[cluster]'")
+    import test_cluster_engine as tce
+
+    from autograder.config import Cluster
+    from autograder.course import Course
+    from autograder.grading.cluster import ClusterError, grade_on_cluster
+    from autograder.grading.submissions import Submission
+
+    python = _closed_python(tmp_path)
+
+    class BareCluster(tce.LocalCluster):
+        def _start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+            with open(self.tmp / f"{name}.log", "wb") as log:
+                proc = subprocess.Popen([str(python), "-m", "dask", *args, "--scheduler-file", str(self.file)],
+                                        cwd=self.tmp, env=tce._env() | {SANDBOX_ENV: "none"}, stdout=log,
+                                        stderr=subprocess.STDOUT)
+            self.procs.append(proc)
+            return proc
+
+    cluster = BareCluster(tmp_path).start(1)
+    try:
+        sub = Submission("alice", tmp_path / "alice.ipynb", notebook("x = 1"), name="alice.ipynb")
+        with pytest.raises(ClusterError, match=ALLOW_UNSANDBOXED) as err:
+            list(grade_on_cluster(cluster.address, [(sub, "key")], course=Course.load(DEMO / "grading_config.yaml"),
+                                  fingerprint="any", settings=Cluster(), hide=()))
+        assert "Dask worker tcp://127.0.0.1" in str(err.value) and "not readable" in str(err.value)
+    finally:
+        cluster.stop()
