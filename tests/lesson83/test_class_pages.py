@@ -54,7 +54,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, 
     (grades / "leaderboard_roster.csv").write_text("id,pseudonym,opt_out\nreference,Positional Pioneer,\n"
                                                    "checkpoint_inflated_claims,Tall Tale,\n")
     write_report(grades, out=tmp / "report")
-    return {"grades": grades, "report": tmp / "report"}
+    return {"grades": grades, "report": tmp / "report", "subs": subs}
 
 
 def _numbers(value: Any) -> set[str]:
@@ -154,3 +154,16 @@ def test_the_shared_checkpoint_is_listed_as_identical(graded: dict[str, Path]) -
     assert pairs[0][2].count("identical") == 5
     decisions = json.loads((graded["report"] / "similarity_decisions.json").read_text())["decisions"]
     assert {tuple(d["pair"]) for d in decisions} == {("checkpoint_inflated_claims", "reference")}
+
+
+@pytest.mark.sandbox
+def test_gradescope_results_carry_the_verified_figures(graded: dict[str, Path], suite: Suite,
+                                                       tmp_path: Path) -> None:
+    from autograder.grading.gradescope import grade_gradescope
+
+    stored = json.loads((graded["grades"] / "results" / "reference.json").read_text())
+    for name, board in (("reference", gradescope_entries(suite, stored)), ("checkpoint_inflated_claims", None)):
+        run = grade_gradescope(graded["subs"] / name, tmp_path / name / "results.json")
+        assert run.graded
+        out = json.loads((tmp_path / name / "results.json").read_text())
+        assert out.get("leaderboard") == board  # the inflated claims: no leaderboard entry at all
