@@ -533,7 +533,9 @@ def verify(files: dict[str, bytes], *, rules: Any, memory_mb: int) -> checkpoint
 # context, on text students never receive: chapters I-IV of another novel by the corpus's author (reference/, the
 # graders' data; staged for reader_start only). Only a scheme whose claims agree with the grader's recomputation
 # gets one. The sketch: a count sketch of the scheme's weights (fixed seed), for the similarity report.
-LEADERBOARD = {"metric": "held-out perplexity", "order": "asc", "axis": "context", "part": "scheme"}
+LEADERBOARD = {"metric": "held-out perplexity", "order": "asc", "axis": "context", "part": "scheme",
+               "note": "each scheme's perplexity on text students never receive (chapters I-IV of another novel by "
+                       "the corpus's author), computed by the grader's sandboxed checkpoint reader from the weights"}
 HELDOUT_FILE = "heldout.txt"
 HELDOUT_SHA256 = "a395154f42e8d2f07290b9a493ad292e37de32f597ce2de2cc20127aa6859f64"
 HELDOUT_WINDOWS = 16  # evenly spaced windows of 513 tokens (of about 60 the text holds)
