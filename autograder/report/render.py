@@ -208,11 +208,10 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
         counts[s.status] = counts.get(s.status, 0) + 1
     manual = ctx.manual
     names = column_names([*ctx.questions, *manual])
-    roster = [{"s": s, "scores": [(s.score(q.id), full_marks(s.score(q.id), q.points)) for q in ctx.questions],
+    roster = [{"s": s, "scores": [(s.score(q.id), full_marks(s.score(q.id), q.points),
+                                   [_APART_LABEL[d] for d in s.labels(q) if d in APART]) for q in ctx.questions],
                "manual": [merged_value(q, ctx.merged.get(s.id, {})) for q in manual],
-               "diagnoses": " ".join(d for d in ids if d not in APART),
-               "apart": [_APART_LABEL[d] for d in ids if d in APART]}
-              for s in students for ids in [s.diagnosis_ids(ctx.questions)]]
+               "diagnoses": " ".join(d for d in s.diagnosis_ids(ctx.questions) if d not in APART)} for s in students]
     roster_head = [("student", "student", ""), ("status", "status", ""), ("total", "total", "num"),
                    *((q.id, names[q.id], "num") for q in ctx.questions),
                    *((q.id, f"{names[q.id]} (by hand)", "num") for q in manual), ("diagnoses", "diagnoses", "")]
