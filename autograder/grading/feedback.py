@@ -57,6 +57,15 @@ def _student_view(record: dict[str, Any]) -> dict[str, Any]:
             "status": str(record.get("status") or ""), "questions": record.get("questions") or {}}
 
 
+def likely_causes(suite: Suite, record: dict[str, Any]) -> dict[str, str]:
+    """Case id -> the catalogued mistake a failed hidden case's output matched, in the catalogue's own words (a
+    general description, never the case's values); the student-safe view says only what to revisit."""
+    known = {m.id: m.description for m in suite.config.lesson.mistakes}
+    known |= {c.known_cause["id"]: c.known_cause["description"] for c in suite.cases if c.known_cause}
+    return {c["id"]: known[c["diagnosis"]] for c in record.get("cases") or []
+            if isinstance(c, dict) and c.get("hidden") and not c.get("passed") and c.get("diagnosis") in known}
+
+
 def _questions(suite: Suite, view: dict[str, Any], merged: dict[str, float]) -> list[QuestionFeedback]:
     out = []
     for q in suite.questions:
@@ -79,7 +88,8 @@ def render_feedback(suite: Suite, sid: str, record: dict[str, Any] | None, merge
     view = _student_view(record) if record is not None else None
     questions = _questions(suite, view, merged) if view is not None else []
     scored = [q.score for q in questions if q.score is not None]
-    return _template().render(sid=sid, view=view, questions=questions, problem=problem,
+    causes = likely_causes(suite, record) if record is not None else {}
+    return _template().render(sid=sid, view=view, questions=questions, problem=problem, causes=causes,
                               total=round(sum(scored), 4), max_total=round(sum(q.points for q in questions), 4),
                               pending=[q.id for q in questions if q.score is None])
 

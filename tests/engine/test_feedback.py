@@ -36,7 +36,7 @@ def _graded(out: Path) -> tuple[list[Submission], dict[str, str]]:
                             "center([[1, 2], [3, 6]]): expected [[-1, -2], [1, 2]], received [[0, 0], [0, 0]]"
                             if bad else ""),
                  CaseResult("q1_center/hidden_tall", "q1_center", 0.0 if bad else 2.5, 2.5, not bad, True,
-                            f"center({SECRET_ARG}) returned the wrong value" if bad else "", "wrong_axis",
+                            f"center({SECRET_ARG}) returned the wrong value" if bad else "", "center_rows",
                             received=[[0.0, 0.0]], expected=SECRET_EXPECTED if bad else None),
                  CaseResult("q2_pick/answers_valid", "q2_pick", 1.0, 1.0, True, False),
                  CaseResult("q2_pick/correct_column_sum", "q2_pick", 0.0 if bad else 1.0, 1.0, not bad, True,
@@ -57,6 +57,7 @@ def test_one_safe_page_per_student(tmp_path: Path) -> None:
     assert "expected [[-1, -2], [1, 2]], received [[0, 0], [0, 0]]" in alice
     assert re.search(r"q1_center/hidden_tall \(hidden\)</td>\s*<td class=\"fail\">failed", alice)
     assert "revisit: subtract the mean of each column (axis=0) from that column." in alice
+    assert "Likely cause: the mean is taken over each row (axis=1) instead of over each column (axis=0)." in alice
     assert re.search(r"q1_center</a>[^<]*</td>\s*<td>0</td>\s*<td>5</td>", alice)
     # never the hidden case's argument, expected value, nor the choice's key
     for page in pages.values():
