@@ -17,6 +17,7 @@ from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command, runnab
 from autograder.course import Course
 from autograder.grading import batch
 from autograder.grading.cluster import ClusterError
+from autograder.grading.feedback import FEEDBACK_DIR
 from autograder.grading.gradescope import grade_gradescope
 from autograder.grading.merge import merge_scores
 from autograder.grading.store import MergeError
@@ -78,6 +79,7 @@ def cmd_grade(args: argparse.Namespace, course: Course) -> int:
     print(grade_summary(summary, points=course.suite.question_points()))
     flag = "" if course.is_default else f" --config {shlex.quote(str(course.path))}"
     print(f"TA report: {runnable_command()}{flag} report {shlex.quote(str(Path(args.out).resolve()))}")
+    print(f"Feedback to hand out, one page per student: {Path(args.out).resolve() / FEEDBACK_DIR}/")
     return 1 if not_graded(summary) else 0
 
 
