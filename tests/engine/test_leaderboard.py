@@ -141,3 +141,34 @@ def test_decisions_are_read_and_a_bad_file_says_so(tmp_path: Path) -> None:
     assert read_decisions(path) == ({("ann", "bob"): {"decision": "not a copy", "note": "pair work"}}, "")
     path.write_text("{")
     assert read_decisions(path)[1].startswith(f"{path}: cannot be read")
+
+
+def test_a_decision_is_shown_and_kept_across_runs(course: Course, tmp_path: Path) -> None:
+    grades = tmp_path / "grades"
+    (grades / "results").mkdir(parents=True)
+    base = [float(i % 7) - 3 for i in range(64)]
+    other = [float((i * 5) % 11) - 5 for i in range(64)]
+
+    def write(sketches: dict[str, list[float]]) -> None:
+        rows = []
+        for sid, sketch in sketches.items():
+            (grades / "results" / f"{sid}.json").write_text(json.dumps(record(course, sid, None, sketch)))
+            rows.append({"id": sid, "result": f"{sid}.json", "status": "graded", "message": ""})
+        (grades / "summary.json").write_text(json.dumps({"rows": rows}))
+
+    write({"ann": base, "bob": list(base), "cat": other})
+    report = tmp_path / "report"
+    write_report(grades, out=report, course=course)
+    listed = json.loads((report / DECISIONS_FILE).read_text())["decisions"]
+    assert [(d["pair"], d["kind"], d["decision"]) for d in listed] == [(["ann", "bob"], "checkpoint", "")]
+    listed[0] |= {"decision": "copy confirmed", "note": "same file, TA Kim"}
+    (grades / DECISIONS_FILE).write_text(json.dumps({"decisions": listed}))  # the TA's copy, in the grades folder
+    write_report(grades, out=report, course=course)
+    page = (report / "similarity.html").read_text()
+    assert "copy confirmed" in page and "same file, TA Kim" in page and "identical" in page
+    write({"ann": base, "bob": other, "cat": [v + 1 for v in other]})  # bob resubmitted: the pair is gone
+    write_report(grades, out=report, course=course)
+    kept = json.loads((report / DECISIONS_FILE).read_text())["decisions"]
+    assert {"pair": ["ann", "bob"], "kind": "no longer listed", "decision": "copy confirmed",
+            "note": "same file, TA Kim"} in kept
+    assert json.loads((grades / DECISIONS_FILE).read_text())["decisions"] == listed  # the TAs' file is never written
