@@ -138,9 +138,9 @@ def sample_class(tmp_path_factory: pytest.TempPathFactory, demo_course: Course) 
     return subs, config, (tmp / "local" / "grades.csv").read_bytes()
 
 
-def _grade(subs: Path, out: Path, config: Path, address: str) -> subprocess.Popen[str]:
+def _grade(subs: Path, out: Path, config: Path, address: str, *flags: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "autograder.cli", "--config", str(config), "grade", str(subs),
-                             "--out", str(out), "--quiet", "--cluster", address], cwd=ROOT, env=_env(),
+                             "--out", str(out), "--quiet", "--cluster", address, *flags], cwd=ROOT, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -156,6 +156,12 @@ def test_a_class_graded_on_the_cluster_equals_a_local_run_and_resumes(
     again = _grade(subs, out, config, cluster.address)
     text, _ = again.communicate(timeout=300)
     assert again.returncode == 0 and f"graded 0 submission(s), reused {len(SUBSET)}" in text, text
+    assert (out / "grades.csv").read_bytes() == local
+    # --only on the cluster: the named ones graded again (unchanged), the others kept as they were
+    only = _grade(subs, out, config, cluster.address, "--only", "copy0_reference,copy0_empty")
+    text, _ = only.communicate(timeout=300)
+    assert only.returncode == 0, text + cluster.log()
+    assert f"graded 2 submission(s), reused 0 unchanged result(s), kept {len(SUBSET) - 2} other" in text, text
     assert (out / "grades.csv").read_bytes() == local
 
 
