@@ -29,9 +29,11 @@ def class_pages(suite: Suite, students: list[Any], *, grades: Path, title: str,
 
 
 def link_pages(index: str, pages: dict[str, str]) -> str:
-    """The index page with a line of links to the extra pages at the top of its body (unchanged when none)."""
+    """The index page with a line of links to the extra pages under its title (unchanged when none)."""
     if not pages:
         return index
     links = " · ".join(f'<a href="{Markup.escape(name)}">{Markup.escape(LABELS.get(name, name))}</a>'
                        for name in pages if name.endswith(".html"))
-    return index.replace("<main>", f'<main><p class="note" id="extra-pages">Also: {links}</p>', 1)
+    line = f'<p class="note" id="extra-pages">Also: {links}</p>'
+    at = "</h1>" if "</h1>" in index else "<main>"
+    return index.replace(at, at + line, 1)
