@@ -41,13 +41,15 @@ Threat model. Student code is hostile and runs with the child's privileges.
   tmpfs. Only the Python installation is bound back in at its own path, and the virtual environment's
   site-packages at a neutral path (/tmp/site/N), never the checkout around it. cwd and $HOME are a fresh
   scratch dir on a size-capped tmpfs; /proc shows only the sandbox. Without bubblewrap (it cannot start,
-  or env_name("SANDBOX") is none) only the limits, the scratch dir and, as root, the uid drop remain, said once
-  in the log: the job's uid reads and writes only what any other user may (so the grader's own files must
-  be closed to others: the Gradescope bundle's run_autograder runs `chmod o=` on the source and results
-  folders), and after each job whatever that uid left in the folders anyone may write to (/tmp, /var/tmp,
-  /dev/shm ...) is removed. Where the uid cannot be dropped (not root, or the interpreter is not readable
-  by others) student code runs as the grader's user. ExecResult.isolation says which held: "bubblewrap",
-  "unprivileged uid" or "none".
+  or env_name("SANDBOX") is none), as root, each job runs as a fresh uid (fallback.py): its worker entered a
+  network namespace of its own and a mount namespace laid out as bubblewrap's (the same folders empty, its own
+  /dev/shm) as it started, every process of the job's uid is killed after the job, and what that uid left in
+  the folders anyone may write to is removed; where the kernel refuses namespaces (no CAP_SYS_ADMIN) the log
+  says so and the job's uid reads what any user may (close the grader's files to others: the Gradescope
+  bundle's run_autograder runs `chmod o=` on the source and results folders). Where the uid cannot be dropped
+  (not root, or the interpreter is not readable by others) nothing starts (fallback.UnsandboxedError, with
+  what to install or change) unless allowed (--allow-unsandboxed): then student code runs as the grader's
+  user. ExecResult.isolation says which held: "bubblewrap", "unprivileged uid" or "none".
 - Limits: the submission as a whole is limited in memory and processes by a cgroup (v1 memory and pids
   controllers, one group per worker, created outside the sandbox and bound writable into it; the grader
   places the zygote there once, so every child is born in it, its oom_score_adj raised to 1000 so that the

@@ -32,6 +32,9 @@ class UnsandboxedError(WorkerError):
 
 
 ALLOW_UNSANDBOXED = "--allow-unsandboxed"
+UNSANDBOXED_HELP = ("grade even where neither bubblewrap nor the uid drop (root, with a Python every user may read) "
+                    "confines student code: it then runs as your user, with your privileges and the network; every "
+                    "row and the summary say so")
 _PERMITTED = {"unsandboxed": False}  # set by permit_unsandboxed (grade_batch, from the command's flag)
 
 
@@ -54,9 +57,9 @@ class Isolation:
         return (f"refusing to run student code: neither bubblewrap nor an unprivileged uid can confine it here "
                 f"({self.why.removeprefix('sandbox: ')}; no uid drop: {self.problem}), so it would run as {user}, "
                 "with your files, your privileges and the network. Install bubblewrap (apt-get install bubblewrap) "
-                "where user namespaces are allowed and leave LESSON83_SANDBOX unset, or run the grader as root with "
+                f"where user namespaces are allowed and leave {SANDBOX_ENV} unset, or run the grader as root with "
                 f"a Python every user may read (not one under /root); or pass {ALLOW_UNSANDBOXED} to grade anyway "
-                "(every row and the summary then say so)").replace("LESSON83_SANDBOX", SANDBOX_ENV)
+                "(every row and the summary then say so)")
 
 
 def choose_isolation(wanted: str = "auto", *, scratch: str | Path | None = None) -> Isolation:
@@ -88,19 +91,24 @@ def refuse_unsandboxed(iso: Isolation, *, allowed: bool | None = None) -> None:
         raise UnsandboxedError(iso.refusal())
 
 
-def fallback_plan(path: Iterable[str], *, rw: Iterable[str], hide: Iterable[str | Path] = ()) -> dict[str, Any]:
-    """What a worker of the uid fallback shows its jobs (enter_namespaces): every folder bubblewrap shows empty
-    (hidden_tops: /tmp, /root, /home, /var, /run, this checkout, `hide` ...) is an empty read-only tmpfs, with back
-    in it, read-only, only the interpreter (its prefixes) and the entries of `path` that hold none of those folders
-    (an editable checkout on sys.path holds reference/: left out), and `rw` (the scratch folder) writable. Also the
-    worker's sys.path: the entries kept."""
+def fallback_plan(path: Iterable[str], *, stage: str, rw: Iterable[str],
+                  hide: Iterable[str | Path] = ()) -> dict[str, Any]:
+    """What a worker of the uid fallback shows its jobs (enter_namespaces), as _bwrap_argv does: every folder
+    bubblewrap shows empty (hidden_tops: /tmp, /root, /home, /var, /run, this checkout, `hide` ...) is an empty
+    read-only tmpfs, with back in it, read-only, only the staged modules (`stage`), the interpreter (its
+    prefixes) and the entries of `path` inside them, outside every hidden folder or named site-packages (not a
+    checkout or the current folder on sys.path, which may hold reference/), and `rw` (the scratch folder)
+    writable. Also the worker's sys.path: the stage, then the entries kept."""
     tops = hidden_tops(tuple(hide))
     secret = [*tops, str(Path(__file__).resolve().parents[2]), *(os.path.realpath(h) for h in hide)]
+    prefixes = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.base_exec_prefix)})
     real = [os.path.realpath(p) for p in path if p and os.path.isdir(p)]
-    kept = [p for p in dict.fromkeys(real) if not any(_under(s, p) for s in secret)]
-    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.base_exec_prefix)}
-    keep = [p for p in dict.fromkeys([*sorted(prefixes), *kept]) if not any(_under(s, p) for s in secret)]
-    return {"tops": tops, "keep": keep, "rw": [os.path.realpath(p) for p in rw], "path": kept}
+    kept = [p for p in dict.fromkeys(real) if not any(_under(s, p) for s in secret)
+            and (any(_under(p, x) for x in prefixes) or not any(_under(p, h) for h in tops)
+                 or os.path.basename(p) in ("site-packages", "dist-packages"))]  # packages a .pth line adds
+    stage = os.path.realpath(stage)
+    keep = [p for p in dict.fromkeys([stage, *prefixes, *kept]) if not any(_under(s, p) for s in secret)]
+    return {"tops": tops, "keep": keep, "rw": [os.path.realpath(p) for p in rw], "path": [stage, *kept]}
 
 
 def _mount(libc: Any, src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -159,7 +167,3 @@ def require_isolation(*, allow_unsandboxed: bool) -> Isolation:
     refuse_unsandboxed(iso)
     return iso
 
-
-UNSANDBOXED_HELP = ("grade even where neither bubblewrap nor the uid drop (root, with a Python every user may read) "
-                    "confines student code: it then runs as your user, with your privileges and the network; every "
-                    "row and the summary say so")

@@ -242,7 +242,7 @@ class Verifier:
         if uid is not None:  # as under bubblewrap: the staged files, then namespaces that hide the rest
             plugin, startup_only = _stage(self._tmp / "stage", self.plugin)
             plugin = str(self._tmp / "stage") + plugin.removeprefix(_SANDBOX_STAGE)
-            confine = fallback_plan([str(self._tmp / "stage"), *path], rw=[str(scratch)], hide=(course,))
+            confine = fallback_plan(path, stage=str(self._tmp / "stage"), rw=[str(scratch)], hide=(course,))
             path = confine["path"]
         cfg.update(path=path, plugin=plugin, scratch=str(scratch), own_ipc=False, wipe=[str(scratch)],
                    sweep=_shared_writable() if uid is not None else [], confine=confine)

@@ -417,7 +417,7 @@ class _Worker:
             wipe, own_ipc = [scratch], False
             os.makedirs(scratch, mode=0o711, exist_ok=True)
             if self.uid is not None:  # the uid fallback: namespaces of the worker's own (fallback.enter_namespaces)
-                confine = fallback_plan([stage, *path], rw=[scratch], hide=self.hide)
+                confine = fallback_plan(path, stage=stage, rw=[scratch], hide=self.hide)
                 stage, path = confine["path"][0], confine["path"][1:]
         env.update(HOME=scratch, TMPDIR=scratch)
         cfg = {"path": [stage, *path], "probe_module": self.pool.probe_module, "preload": list(self.preload),
