@@ -466,8 +466,9 @@ def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
             continue
         if request.get("method") == "heldout":  # the leaderboard's figures and the similarity sketch
             try:
-                out["schemes"][pos] = {"heldout": {str(c): v for c, v in heldout_ppl(model, heldout).items()},
-                                       "sketch": weight_sketch(state_dicts[pos])}
+                out["schemes"][pos] = {"sketch": weight_sketch(state_dicts[pos])}
+                if pos in request.get("figures", ()):  # the schemes whose claims agreed: the others get no figure
+                    out["schemes"][pos]["heldout"] = {str(c): v for c, v in heldout_ppl(model, heldout).items()}
             except Exception as err:  # noqa: BLE001 - out of memory while evaluating, no held-out text
                 out["schemes"][pos] = {"unfit": f"evaluating them failed ({type(err).__name__})"}
             continue
@@ -588,25 +589,30 @@ def weight_sketch(state_dict: Mapping[str, torch.Tensor], *, size: int = SKETCH_
 
 def heldout_figures(pt: bytes | None, found: dict[str, Any], *, memory_mb: int) -> dict[str, dict[str, Any]]:
     """Per scheme of a checkpoint that loaded: its weights' sketch and, when its claims agree with the grader's
-    recomputation, its held-out perplexity per context ("leaderboard"); computed once per weights, in a reader
-    child; {} when nothing loaded or the child failed (the verdict stands without them)."""
+    recomputation, its held-out perplexity per context ("leaderboard"; only those schemes are evaluated on the
+    held-out text); each computed once per weights, in a reader child; {} when nothing loaded or the child failed
+    (the verdict stands without them)."""
     if not found.get("ok") or not isinstance(pt, bytes):
         return {}
     digest = hashlib.sha256(pt).hexdigest()
+    agree = [pos for pos, row in found["schemes"].items() if row.get("agrees")]
     with _lock(digest + ":heldout"):
-        if digest not in _HELDOUT:
-            answer = _run_child(pt, {"schemes": list(found["schemes"]), "preset": found.get("preset"),
-                                     "accepted": [found.get("preset")], "method": "heldout"},
-                                memory_mb=memory_mb, timeout_s=CHILD_TIMEOUT_S)
+        kept = _HELDOUT.setdefault(digest, {})
+        todo = [pos for pos in found["schemes"] if pos not in kept or (pos in agree and "heldout" not in kept[pos])]
+        if todo:
+            answer = _run_child(pt, {"schemes": todo, "figures": [p for p in todo if p in agree],
+                                     "preset": found.get("preset"), "accepted": [found.get("preset")],
+                                     "method": "heldout"}, memory_mb=memory_mb, timeout_s=CHILD_TIMEOUT_S)
             rows = answer.get("schemes")
             if "error" in answer or not isinstance(rows, dict):
                 return {}  # tried again next time; the verdict stands without them
-            _HELDOUT[digest] = {pos: r for pos, r in rows.items() if isinstance(r, dict) and "sketch" in r}
+            kept.update({pos: r for pos, r in rows.items() if isinstance(r, dict) and "sketch" in r})
     out = {}
-    for pos, got in _HELDOUT[digest].items():
-        out[pos] = {"sketch": got["sketch"]}
-        if found["schemes"].get(pos, {}).get("agrees"):
-            out[pos]["leaderboard"] = got["heldout"]
+    for pos in found["schemes"]:
+        if pos in kept:
+            out[pos] = {"sketch": kept[pos]["sketch"]}
+            if pos in agree and "heldout" in kept[pos]:
+                out[pos]["leaderboard"] = kept[pos]["heldout"]
     return out
 
 
