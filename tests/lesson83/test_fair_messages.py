@@ -115,3 +115,14 @@ def test_grades_csv_says_why_every_graded_submission_lost_points(graded: tuple[P
         lost = any(c["points"] < c["max_points"] for c in record["cases"])
         assert not lost or rows[name]["message"].strip(), (name, rows[name])
     assert "syntax error" in rows["syntax_error"]["message"] and "rope_cache" in rows["slow_rope"]["message"]
+
+
+def test_the_notebook_shows_each_questions_time_share_beside_the_cell_limit(suite: Suite) -> None:
+    from autograder.authoring.questions import _render
+
+    ex = suite.config.execution
+    intro = suite.config.lesson.assignment_dir / "00_intro.md"
+    text = _render(intro.read_text(), intro, "00_intro", suite.config)
+    cell = text.index(f"A single cell may run for at most {ex.cell_timeout_s:g} s")
+    share = text.index(f"the checks of one question for at most {ex.question_timeout_s:g} s together")
+    assert 0 < share - cell < 600 and f"at most {ex.probe_timeout_s:g} s" in text[cell:share]
