@@ -47,8 +47,8 @@ def run_probe(env, name, args):
 # Two workers; round 1 runs `first` and `beside` side by side, round 2 runs `after` once both are done.
 RUN_ROUNDS = '''
 import json, sys
-checkout, probes, limits, first, beside, after, hide = sys.argv[1:]
-sys.path[:0] = [checkout, probes]
+checkout, probes, limits, first, beside, after, hide, here = sys.argv[1:]
+sys.path[:0] = [checkout, probes, here]  # here: the class folder, on sys.path as `python -m` run from it puts it
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.pool import WorkerPool
 read = lambda p: open(p, "rb").read()
@@ -205,7 +205,7 @@ def test_fallback_separates_jobs_as_bubblewrap_does(readable_python: Path, tmp_p
         hide = [str(open_root / "submissions"), str(open_root / "grades")]
         proc = subprocess.run([str(readable_python), "-c", RUN_ROUNDS, str(ROOT), str(tmp_path),
                                json.dumps(asdict(LIMITS)), *(str(tmp_path / f"{k}.ipynb") for k in nbs),
-                               json.dumps(hide)], capture_output=True, text=True, timeout=600,
+                               json.dumps(hide), str(class_dir)], capture_output=True, text=True, timeout=600,
                               env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", SANDBOX_ENV: "none"})
         assert proc.returncode == 0, proc.stderr[-3000:]
         res = json.loads(proc.stdout.splitlines()[-1])
