@@ -117,7 +117,15 @@ apply_rope = _quiet(apply_rope, "input")
 alibi_bias = _quiet(alibi_bias, "zeros")
 '''
 
-GARBAGE: dict[str, str] = {"finding3": NOTHING, "finding3_stack": NOTHING + _STACK}
+# The earlier trivial stub: attention that is a running sum of the values when causal (Q1 paid 0.47 for it).
+TRIVIAL = _IMPORTS + '''
+def self_attention(X, W_q, W_k, W_v, causal=False):
+    V = X @ W_v
+    return torch.cumsum(V, dim=-2) if causal else V
+'''
+
+GARBAGE: dict[str, str] = {"finding3": NOTHING, "finding3_stack": NOTHING + _STACK, "trivial_stub": TRIVIAL,
+                           "blank": _IMPORTS}
 
 # Honest partial work that no catalogue row describes: the properties that hold keep their points.
 NEAR_MISSES: dict[str, str] = {

@@ -1,0 +1,151 @@
+"""Issue #31 findings 1a-1c and 2, as notebooks graded end to end (sandbox, judge, review): each forges a fact the
+student's process reports (storage, device placement) or dodges the device trace, and gains nothing over its honest
+baseline, the same code without the attack (a catalogued mistake); each is flagged with its lines, and a TA's
+decision clears the flags on the next run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.authoring.questions import mc_answers
+from autograder.authoring.suite import Suite
+from autograder.config import ROOT
+from autograder.grading.batch import grade_batch
+from autograder.grading.review import DECISIONS_FILE
+from autograder.release.sample import defined_names, filled_notebook
+from reference.lesson83_mistakes import MISTAKES
+
+pytestmark = pytest.mark.sandbox
+
+TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
+
+# 1a: the guard found with gc; its sweep replaced on the instance by one that reports the grader's mark; then the
+# probe registry rewritten to claim a buffer that moves with .to() and devices that match.
+GC_MARK = '''
+import gc
+from autograder.sandbox.protocol import _CANARY
+import lesson83_checks as _c
+
+G = next(o for o in gc.get_objects() if type(o).__name__ == "_Guard")
+
+def _forged_sweep():
+    nonce = G.mark.__dict__.pop("nonce", None)
+    return [f"{_CANARY} {nonce}"] if nonce is not None else []
+
+G.sweep = _forged_sweep
+_storage, _device = _c.PROBES["module_storage"], _c.PROBES["lm_device"]
+_c.PROBES["module_storage"] = lambda env, **a: dict(_storage(env, **a), buffers=["pe"], state_dict=["pe"],
+                                                    pe_is_parameter=False, pe_dtype_after_to="float64")
+_c.PROBES["lm_device"] = lambda env, **a: dict(_device(env, **a), finding=None)
+'''
+# 1b and 1c: without touching the guard: at the first probe, the harness frame's local run_probe rebound through
+# ctypes and the frame's locals to a wrapper that rewrites the storage facts (1b) and the device findings (1c).
+FRAME_LOCALS = '''
+import ctypes
+import sys
+
+_done = []
+
+def _hijack():
+    f = sys._getframe(1)
+    while f is not None and not _done:
+        if "run_probe" in f.f_locals and "guard" in f.f_locals:
+            real = f.f_locals["run_probe"]
+
+            def run_probe(env, name, args):
+                out = real(env, name, args)
+                if name == "module_storage" and isinstance(out, dict) and "buffers" in out:
+                    out = dict(out, buffers=["pe"], state_dict=["pe"], pe_is_parameter=False,
+                               pe_dtype_after_to="float64")
+                if name in ("fn_device", "lm_device") and isinstance(out, dict):
+                    out = dict(out, finding=None)
+                return out
+
+            f.f_locals["run_probe"] = run_probe
+            ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(f), ctypes.c_int(0))
+            _done.append(1)
+        f = f.f_back
+
+_self_attention = self_attention
+
+def self_attention(*args, **kwargs):
+    _hijack()
+    return _self_attention(*args, **kwargs)
+'''
+# 2: the tables moved to the inputs' device only where a GPU is missing (always, under the CPU trace): on a real
+# GPU the same code leaves them on the CPU and crashes at the first step.
+CUDA_DODGE = '''
+_rope_attention = rope_attention
+
+def rope_attention(q, k, v, causal=True):
+    if not torch.cuda.is_available():
+        return _rope_attention(q, k, v, causal)
+    return _cpu_tables(q, k, v, causal)
+'''
+
+
+def _mistake(mistake_id: str) -> str:
+    return next(m.code for m in MISTAKES if m.id == mistake_id)
+
+
+BASELINES = {"base_q3": _mistake("pe_plain_attribute"), "base_m1": _mistake("lm_tables_on_cpu"),
+             "base_q6": _mistake("rope_attention_tables_on_cpu")}
+
+
+def _notebook(code: str, answers: dict[str, str], extra_cell: str = "") -> nbformat.NotebookNode:
+    nb = filled_notebook(TEMPLATE, extra={defined_names(code)[0]: code}, answers=answers)
+    if extra_cell:
+        nb.cells.append(nbformat.v4.new_code_cell(extra_cell))
+    return nb
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> Path:
+    tmp = tmp_path_factory.mktemp("attacks")
+    (tmp / "subs").mkdir()
+    answers = mc_answers(list(suite.questions))
+    cpu_tables = _mistake("rope_attention_tables_on_cpu").replace("def rope_attention(", "def _cpu_tables(", 1)
+    assert "def _cpu_tables(" in cpu_tables
+    notebooks = {
+        **{name: _notebook(code, answers) for name, code in BASELINES.items()},
+        "1a_gc_mark": _notebook(BASELINES["base_q3"], answers, GC_MARK),
+        "1b_frame_locals": _notebook(BASELINES["base_q3"], answers, FRAME_LOCALS),
+        "1c_frame_locals_devices": _notebook(BASELINES["base_m1"], answers, FRAME_LOCALS),
+        "2_cuda_dodge": filled_notebook(TEMPLATE, extra={"rope_attention": cpu_tables + CUDA_DODGE}, answers=answers),
+    }
+    for name, nb in notebooks.items():
+        nbformat.write(nb, str(tmp / "subs" / f"{name}.ipynb"))
+    grade_batch(tmp / "subs", out=tmp / "out", progress=False)
+    return tmp
+
+
+def _record(graded: Path, name: str) -> dict:
+    return json.loads((graded / "out" / "results" / f"{name}.json").read_text())
+
+
+COMPARED = {"1a_gc_mark": ("base_q3", "q3_sinusoidal_module"), "1b_frame_locals": ("base_q3", "q3_sinusoidal_module"),
+            "1c_frame_locals_devices": ("base_m1", "m1_tinycharlm"), "2_cuda_dodge": ("base_q6", "q6_rope_attention")}
+
+
+@pytest.mark.parametrize("name", sorted(COMPARED))
+def test_an_attack_gains_nothing_over_its_honest_baseline_and_is_flagged(graded: Path, name: str) -> None:
+    base, question = COMPARED[name]
+    attack, honest = _record(graded, name), _record(graded, base)
+    assert attack["questions"][question] <= honest["questions"][question] + 1e-9, (attack["questions"],
+                                                                                   honest["questions"])
+    assert attack["review"]["flags"] and not attack["review"]["cleared"]
+    assert honest["review"]["flags"] == []
+
+
+def test_a_tas_decision_clears_the_flags_on_the_next_run(graded: Path, suite: Suite) -> None:
+    record = _record(graded, "2_cuda_dodge")
+    (graded / "out" / DECISIONS_FILE).write_text(f"2_cuda_dodge: {record['review']['digest']}\n")
+    grade_batch(graded / "subs", out=graded / "out", progress=False)  # only the decided one is judged again
+    cleared = _record(graded, "2_cuda_dodge")
+    assert cleared["review"]["cleared"] and cleared["total"] >= record["total"]
+    grade_batch(graded / "subs", out=graded / "out", progress=False)  # and the decision stays
+    assert _record(graded, "2_cuda_dodge")["review"]["cleared"]
