@@ -18,6 +18,9 @@ What it flags (each with its cell, line and source line):
   `nn.Module.state_dict = ...`), setattr on one, or a `global` statement naming an imported module;
 - `torch internals`: a private attribute of an imported module (`torch._C`), torch's overrides and dispatch modes
   (TorchFunctionMode, TorchDispatchMode), `as_strided`;
+- `magic`: an IPython magic outside a short allow-list (the code of %time, %%capture and the like is reviewed
+  as the cell's own; `!cmd` is allowed, its text read for /proc paths); `get_ipython()` kept or used otherwise;
+- `unreviewable`: a cell nested too deeply to walk;
 - `probe branch`: inside a graded function or class (the lesson's solution names), a branch on device
   availability, an active mode or the call stack (`torch.cuda.is_available()`, `x.is_meta`, `sys._getframe`).
 A top-level `device = "cuda" if torch.cuda.is_available() else "cpu"` is not inside a graded function: no flag.
@@ -70,6 +73,9 @@ _PROBE_TELLS = frozenset({"is_available", "device_count", "current_device", "is_
                           "get_default_device", "is_compiling", "is_tracing", "is_scripting"})
 _BRANCHES = (ast.If, ast.IfExp, ast.While, ast.Assert, ast.BoolOp, ast.comprehension, ast.Match)
 _MAGIC = re.compile(r"^\s*[%!]")
+_CODE_MAGICS = frozenset({"time", "timeit", "capture", "prun"})  # their text is Python code, reviewed as such
+_PLAIN_MAGICS = frozenset({"matplotlib", "load_ext", "autoreload", "config", "pip", "env", "precision", "ls",
+                           "pwd", "who", "whos"})
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class _Reader(ast.NodeVisitor):
         self.cell, self.lines, self.modules, self.allowed, self.graded = cell, lines, modules, allowed, graded
         self.flags: list[Flag] = []
         self.in_graded = 0
+        self.shell_calls: set[int] = set()  # get_ipython() calls IPython's transformer wrote for a magic or `!`
 
     def flag(self, node: ast.AST, kind: str, why: str) -> None:
         line = getattr(node, "lineno", 0)
@@ -182,9 +189,32 @@ class _Reader(ast.NodeVisitor):
         self.generic_visit(node)
 
     # ------------------------------------------------------------------ calls
+    def _magic(self, node: ast.Call, method: str) -> None:
+        """IPython's magics, as its transformer writes them: the code of %time, %%capture and the like is read as
+        the cell's own; a magic outside the allow-list is flagged (it may run code the review cannot see)."""
+        args = [a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None for a in node.args]
+        name = args[0] if args else None
+        code = (args[2] if method == "run_cell_magic" and len(args) > 2 else args[1] if len(args) > 1 else None)
+        if name in _CODE_MAGICS and code is not None:
+            tree = _parsed(code)
+            if tree is not None:
+                self.visit(tree)
+        elif name not in _PLAIN_MAGICS:
+            self.flag(node, "magic", f"runs the magic {name or 'named at run time'}")
+
     def visit_Call(self, node: ast.Call) -> None:
         fn = node.func
         name = fn.id if isinstance(fn, ast.Name) else None
+        shell = isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Call) and \
+            isinstance(fn.value.func, ast.Name) and fn.value.func.id == "get_ipython"
+        if shell:
+            self.shell_calls.add(id(fn.value))
+            if fn.attr in ("run_line_magic", "run_cell_magic"):
+                self._magic(node, fn.attr)
+            elif fn.attr not in ("system", "getoutput"):  # `!cmd` and `x = !cmd`
+                self.flag(node, "dynamic", f"uses the shell's {fn.attr}")
+        elif name == "get_ipython" and id(node) not in self.shell_calls:
+            self.flag(node, "dynamic", "keeps IPython's shell (get_ipython())")
         if name in _DYNAMIC_CALLS:
             self.flag(node, "dynamic", f"calls {name}")
         if name in _NAMED_ATTR_CALLS and node.args:
@@ -223,12 +253,24 @@ class _Reader(ast.NodeVisitor):
 
 
 def _parsed(source: str) -> ast.Module | None:
-    """A cell's AST, IPython magics and shell escapes blanked (None: it does not parse, so it never ran)."""
-    text = "\n".join("" if _MAGIC.match(line) else line for line in source.splitlines())
+    """A cell's AST as IPython runs it (magics, shell escapes and `x = !cmd` turned into Python by IPython's own
+    transformer, only for a cell plain Python cannot parse); None: it does not parse, so it never ran."""
     try:
-        return ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        pass
+    except (RecursionError, MemoryError):
         return None
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager  # the sandbox's own shell: installed
+
+        return ast.parse(TransformerManager().transform_cell(source))
+    except Exception:  # noqa: BLE001 - IPython cannot run it either: the cell raised SyntaxError and ran nothing
+        text = "\n".join("" if _MAGIC.match(line) else line for line in source.splitlines())
+        try:
+            return ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
 
 
 def review_cells(cells: Iterable[tuple[int, str]], *, graded: Iterable[str],
@@ -243,7 +285,10 @@ def review_cells(cells: Iterable[tuple[int, str]], *, graded: Iterable[str],
         if tree is None:
             continue
         reader = _Reader(index, source.splitlines(), modules=bound, allowed=allowed, graded=frozenset(graded))
-        reader.visit(tree)
+        try:
+            reader.visit(tree)
+        except RecursionError:  # nested past what a walk can read: unreviewed is not clean
+            reader.flag(tree, "unreviewable", "the cell is nested too deeply to review")
         flags += reader.flags
     return list(dict.fromkeys(flags))
 

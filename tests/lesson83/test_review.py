@@ -83,6 +83,12 @@ ATTACKS = {
     "1c_computed_getattr": ("import torch\nname = '_' + 'C'\nC = getattr(torch, name)\n", "dynamic"),
     "1c_code_rebinding": ("def f():\n    return 1\ndef g():\n    return 2\nf.__code__ = g.__code__\n", "dunder"),
     "1c_library_rebinding": ("import numpy as np\nnp.allclose = lambda *a, **k: True\n", "rebinding"),
+    # The same reach hidden where plain Python cannot parse it: IPython runs it all the same.
+    "hidden_in_cell_magic": ("%%time\nimport gc\n", "import"),
+    "hidden_in_line_magic": ("%time import ctypes\n", "import"),
+    "hidden_after_shell_assignment": ("files = !ls\nimport ctypes\n", "import"),
+    "shell_kept": ("ip = get_ipython()\nip.run_cell('import gc')\n", "dynamic"),
+    "shell_magic": ("%%bash\ncat /proc/1/maps\n", "magic"),
     # 2: the device check dodged inside graded functions.
     "2_cuda_available": ("import torch\ndef rope_attention(q, k, v, causal=True):\n"
                          "    if not torch.cuda.is_available():\n        q = q.to(q.device)\n    return q\n",
