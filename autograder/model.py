@@ -317,7 +317,7 @@ class SubmissionResult:
         if not message and lost:
             first = (lost[0].message or lost[0].id).splitlines()[0]
             message = "; ".join(self.student_notes) or f"{len(lost)} of {len(self.cases)} cases lost points: {first}"
-        held = [n for n in self.notes if n.startswith("review: held")]  # a TA must look: said first
+        held = [n for n in self.notes if n.startswith("review: ") and "held for TA review" in n]  # said first
         message = "; ".join([*held, message]) if held else message
         return {"total": float(self.total), **{q: float(scores.get(q, 0.0)) for q in questions},
                 "status": self.status, "message": " ".join(message.split())[:300]}

@@ -367,7 +367,8 @@ def hold_claims(result: Any, claims: set[str], flags: list[Flag], *, cleared: st
             case.message = (f"{case.id}: held for TA review: this case rests on a fact your code reports about "
                             "itself, and the notebook's source reaches into the interpreter or tells a check from "
                             "a real run (see the TA's note); a TA can release these points.")
-    result.notes.append(f"review: held {held} case(s) for TA review (digest {record['digest']}): {lines}")
+    result.notes.append(f"review: {len(flags)} flag(s), {held} case(s) held for TA review (digest {record['digest']}): "
+                        f"{lines}")
     record["held"] = held
     return record
 
