@@ -317,8 +317,8 @@ class SubmissionResult:
         if not message and lost:
             first = (lost[0].message or lost[0].id).splitlines()[0]
             message = "; ".join(self.student_notes) or f"{len(lost)} of {len(self.cases)} cases lost points: {first}"
-        held = [n for n in self.notes if n.startswith("review: ") and "held for TA review" in n]  # said first
-        message = "; ".join([*held, message]) if held else message
+        held = [n for n in self.notes if n.startswith("review: ") and "held for TA review" in n]  # after the reason
+        message = "; ".join([m for m in (message, *held) if m])
         return {"total": float(self.total), **{q: float(scores.get(q, 0.0)) for q in questions},
                 "status": self.status, "message": " ".join(message.split())[:300]}
 
