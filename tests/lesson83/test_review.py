@@ -163,3 +163,13 @@ def test_a_notebook_is_reviewed_from_its_cells_without_running_them(tmp_path: Pa
                 nbformat.v4.new_code_cell("def broken(:\n")]  # a cell that does not parse never ran: no flag
     flags = review_notebook(nbformat.writes(nb).encode(), **names)
     assert [f.kind for f in flags] == ["import"] and not marker.exists()
+
+
+# Probes whose output is a fact the student's process reports about itself (storage, structure, device trace).
+FACT_PROBES = {"module_storage", "learned_facts", "lm_structure", "lm_tied_head", "fn_device", "lm_device"}
+
+
+def test_every_case_resting_on_a_reported_fact_is_a_claim(suite: Suite) -> None:
+    unmarked = [c.id for c in suite.cases if c.probe in FACT_PROBES and not c.claim]
+    assert unmarked == [] and any(c.claim for c in suite.cases)
+    assert not [c.id for c in suite.cases if c.claim and c.probe not in FACT_PROBES]
