@@ -10,9 +10,12 @@ import ast
 import io
 import json
 import math
+import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -210,9 +213,41 @@ def read_decisions(path: Path) -> tuple[dict[tuple[str, str], dict[str, str]], s
     return out, ""
 
 
+HASH_SEED = "0"  # the child that makes and compares the fingerprints runs with PYTHONHASHSEED fixed to this
+
+
 def find_similar(codes: dict[str, str], template: str, sketches: dict[str, dict[str, list[float]]], *,
                  highlight: bool = True) -> Similarity:
-    """Both kinds of pairs for a class (codes: id -> code written; sketches: id -> part -> sketch)."""
-    code, common = code_pairs(codes, template, highlight=highlight)
+    """Both kinds of pairs for a class (codes: id -> code written; sketches: id -> part -> sketch).
+
+    copydetect's fingerprints are Python's salted hash() of each k-gram, and winnowing keeps the smallest hash of
+    each window, so which fingerprints a file has depends on the salt. They are therefore made and compared in a
+    child interpreter with the hash seed fixed (HASH_SEED): every run of the report lists the same pairs with the
+    same scores, whatever this process's salt."""
+    payload = json.dumps({"codes": codes, "template": template, "highlight": highlight})
+    env = {**os.environ, "PYTHONHASHSEED": HASH_SEED,
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "autograder.report.similarity"], input=payload, env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the similarity child failed ({done.returncode}): {done.stderr.strip()[-800:]}")
+    data = json.loads(done.stdout)
+    code = [CodePair(**{**p, "left": Markup(p["left"]), "right": Markup(p["right"])}) for p in data["pairs"]]
     return Similarity(code, weight_pairs(sketches), len(set(codes) | set(sketches)),
-                      sum(bool(c.strip()) for c in codes.values()), len(sketches), common)
+                      sum(bool(c.strip()) for c in codes.values()), len(sketches), int(data["common"]))
+
+
+def main() -> int:
+    """The child of find_similar: a class's codes as JSON on stdin, the code pairs as JSON on stdout."""
+    if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
+        print(f"run with PYTHONHASHSEED={HASH_SEED} (find_similar does)", file=sys.stderr)
+        return 2
+    given = json.loads(sys.stdin.read())
+    pairs, common = code_pairs(given["codes"], given["template"], highlight=given["highlight"])
+    out = [{**asdict(p), "left": str(p.left), "right": str(p.right)} for p in pairs]
+    sys.stdout.write(json.dumps({"pairs": out, "common": common}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
