@@ -113,10 +113,10 @@ def write_feedback(suite: Suite, out: Path) -> Path:
                 try:
                     record = json.loads((out / "results" / result).read_text(encoding="utf-8"))
                     page = render_feedback(suite, sid, record, merged.get(sid, {}))
-                except (OSError, ValueError, KeyError, TypeError) as exc:
-                    page = render_feedback(suite, sid, None, {}, problem=f"its result could not be read ({exc})")
-            else:
-                page = render_feedback(suite, sid, None, {}, problem=str(row.get("message") or "not graded"))
+                except (OSError, ValueError, KeyError, TypeError):  # the grader's words stay in grades.csv
+                    page = render_feedback(suite, sid, None, {}, problem="its stored result could not be read")
+            else:  # the grader failed on it: its reason (the grader's own, for TAs) stays in grades.csv
+                page = render_feedback(suite, sid, None, {}, problem="the grader could not grade it")
             name = feedback_name(result or result_file_name(sid, sid.encode("utf-8", "surrogateescape")))
             (tmp / name).write_text(page, encoding="utf-8", errors="backslashreplace")
         (tmp / MARKER).write_text("written by the grader; the whole folder is replaced on the next run\n")
