@@ -48,11 +48,14 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
 
     # A public case's arguments and expected value ship with the notebook, so passing it shows nothing a lookup of
     # the visible answers could not: it pays only once a hidden case of its question that requires nothing (a
-    # value case) holds, where the question has one.
+    # value case) holds, where the question has one, or a public value case fails yet holds (close to the
+    # reference or a known mistake without being it: computed, not looked up).
     evidence: dict[str, list[str]] = {}
     for c in suite.cases:
         if c.hidden and not c.requires:
             evidence.setdefault(c.question, []).append(c.id)
+    computed = {c.question for c in suite.cases
+                if not c.hidden and not c.requires and not verdicts[c.id].passed and holds(c.id)}
     left_out = {c.id for c in suite.cases if _raised_earlier(c.args, outputs.get(c.id), stub=checks.STUB)}
     results, waits, upstream = [], {}, {}
     for case in suite.cases:
@@ -63,7 +66,7 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
             left_out.add(case.id)
         verdict = checks.gated(plain[case.id], verdict, [(cid, verdicts[cid]) for cid in blocked])
         upstream[case.id] = verdict.upstream or ""
-        shown_by = [] if case.hidden else evidence.get(case.question, [])
+        shown_by = [] if case.hidden or case.question in computed else evidence.get(case.question, [])
         if verdict.passed and shown_by and not any(holds(e) for e in shown_by):
             verdict = checks.Verdict(False, f"{case.id}: passes here, but earns its points only once the "
                                      "question's hidden cases show that the code computes what the question asks.")
