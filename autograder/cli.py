@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="parallel workers (default: execution.workers of the config)")
     p.add_argument("--only", metavar="ID[,ID...]", action="append", default=_default(batch.grade_batch, "only"),
                    help="grade again only these students (ids as in grades.csv), changed or not; every other row "
-                        "and every merged score is kept")
+                        "and every merged score is kept (default: every submission, as usual)")
     p.add_argument("--cluster", metavar="tcp://HOST:PORT", default=_default(batch.grade_batch, "cluster"),
                    help="grade on the Dask cluster whose scheduler is there (pip install '.[cluster]'; "
                         "docs/cluster.md); default: cluster.address of the config, else this machine")

@@ -2,20 +2,15 @@
 """The checks runtime: the generic half of every lesson's checks module, shipped next to it as checks_runtime.py.
 
 A lesson's checks module (assignments/NAME/NAME_checks.py) holds only its probes, its checks and a few hooks; it
-starts with `from checks_runtime import *`, which gives it the engine's API (`__all__` below: the registries and
-their decorators, Verdict, the case codec, run_probe, judge, the gate, the notebook's local checks and their
-summary), and imports the helpers it uses by name. This file needs Python and numpy alone (torch is used only
-where a lesson's probes already imported it), so a student's notebook imports it without the autograder package.
-
-A *probe* (registered with @probe) runs inside the student's process: it calls the student's code on fixed
-inputs and returns plain data (numbers, strings, numpy arrays), never a verdict. A *check* (@check) runs wherever
-judging happens (the notebook for local checks, the clean grader process for grading): it compares the probe's
-output with the reference output computed by the same probe on the reference solution, and returns a Verdict.
-
-Where this file is loaded from: next to the notebook, the student's copy (as for the checks module); in the
-grader, each lesson gets its own copy of the engine's file (autograder/lesson.py: Lesson.checks), so two lessons'
-registries never mix and no file of a student's folder is ever imported; in the sandbox, the staged copy of the
-engine's file (autograder/sandbox/guard.py), which the grader's guard watches like the checks module.
+starts with `from checks_runtime import *` (`__all__` below: the registries and their decorators, Verdict, the case
+codec, run_probe, judge, the gate, the local checks and their summary). Python and numpy alone are needed (torch
+only where a lesson's probes imported it), so a notebook imports it without the autograder package.
+A *probe* (@probe) runs inside the student's process: it calls the student's code on fixed inputs and returns plain
+data, never a verdict. A *check* (@check) runs wherever judging happens (the notebook's local checks, the clean
+grader process): it compares the probe's output with the reference's and returns a Verdict.
+Loaded from: the student's copy next to the notebook; in the grader, each lesson's own copy of the engine's file
+(autograder/lesson.py: Lesson.checks), so registries never mix and no file of a student's folder is imported; in the
+sandbox, the staged copy of the engine's file (autograder/sandbox/guard.py), watched like the checks module.
 """
 
 from __future__ import annotations
@@ -24,6 +19,7 @@ import base64
 import contextlib
 import json
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -115,23 +111,18 @@ def hook(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-
-
 # --------------------------------------------------------------------------- case JSON
-# The JSON form of case data (arguments, expected values, a probe's output as the local checks and the stored
-# results keep it), written by the release and read back here in the student's notebook: this module is shipped
-# alone, so it carries the package's one codec of plain data, which the engine imports too (the stored results,
-# the expected-values cache, the TA report). Its input is trusted; the grader reads what comes out of a student's
-# process through the strict wire format (autograder/wire.py), which takes its array layout from here.
+# The JSON form of case data (arguments, expected values, probe outputs), written by the release and read here in
+# the notebook: the package's one codec of plain data, which the engine imports too. Its input is trusted; what a
+# student's process sends the grader goes through the strict wire format (autograder/wire.py), with this layout.
 
 ARRAY_TAG = "__ndarray__"  # an array in plain data: {ARRAY_TAG: base64 bytes, "dtype": dtype string, "shape": list}
 
 
 def array_plain(arr: np.ndarray) -> dict[str, Any]:
     """An array as plain data: its bytes in C order as base64, its dtype string and its shape (at least one
-    dimension, as np.ascontiguousarray gives it: a 0-d array is stored as shape [1]). The one layout of an array in
-    every JSON the package writes (case JSON, stored results, the sandbox's frames); non-finite floats are JSON's
-    NaN, Infinity and -Infinity everywhere (json's default)."""
+    dimension: a 0-d array is stored as shape [1]). The one layout of an array in every JSON the package writes;
+    non-finite floats are JSON's NaN, Infinity and -Infinity (json's default)."""
     arr = np.ascontiguousarray(arr)
     return {ARRAY_TAG: base64.b64encode(arr.tobytes()).decode(), "dtype": arr.dtype.str, "shape": list(arr.shape)}
 
@@ -285,8 +276,6 @@ def catch(fn: Callable[[], Any]) -> dict[str, Any]:
     return {"raised": None, "message": ""}
 
 
-
-
 # --------------------------------------------------------------------------- message helpers
 
 
@@ -364,8 +353,6 @@ def fail(case: dict[str, Any], text: str, cause: dict[str, Any] | None = None) -
     return Verdict(False, f"{case['id']}: {text}{tail}", cause["id"] if cause else None)
 
 
-
-
 # --------------------------------------------------------------------------- entry points
 
 
@@ -388,12 +375,10 @@ def judge(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -
 
 
 def gate_message(case_id: str, blocked: list[str], note: str | None = None, why: str | None = None) -> str:
-    """Why a property earns nothing yet: the value cases it requires are not a genuine attempt (`why`: how the
-    first falls short; and, if known, the earlier question they fail because of)."""
-    text = (f"{case_id}: earns its points only once {' and '.join(blocked)} computes something"
-            f"{f' ({blocked[0]}: {why})' if why else ''}: work on {blocked[0]} first. This property also holds of "
-            "code that computes nothing (zeros, a constant, an input returned as it is), so it counts only next "
-            "to a genuine attempt; a wrong value there does not stop it.")
+    """Why a property earns nothing yet, in one short sentence: the value cases it requires are not a genuine
+    attempt (`why`: how the first falls short; and, if known, the earlier question they fail because of)."""
+    text = (f"{case_id}: counts once {' and '.join(blocked)} computes something"
+            f"{f' ({blocked[0]}: {why})' if why else ''}: work on {blocked[0]} first.")
     return f"{text}\n  {note}" if note else text
 
 
@@ -420,9 +405,8 @@ class CheckFailed(AssertionError):
 
 
 def _otter_shows_message_only() -> None:
-    """Make Otter show a failed check as its message alone, without "Error at line 13 in test q7_x:
-    run_case(env, case)" (a line of the generated test file, not of the student's code). Otter still counts
-    the case as failed, and any other exception is reported as Otter reports it."""
+    """Make Otter show a failed check as its message alone, without "Error at line 13 in test q7_x: run_case(env,
+    case)" (a line of the generated test file); any other exception is reported as Otter reports it."""
     cls = getattr(sys.modules.get("otter.test_files.exception_test"), "ExceptionTestFile", None)
     original = getattr(cls, "_generate_error_message", None)
     if original is None or getattr(original, "checks_runtime", False):
@@ -438,15 +422,10 @@ def _otter_shows_message_only() -> None:
 
 
 class VerdictMemo:
-    """Verdicts of the cases already judged in the current local check, so that a gate reuses them.
-
-    A property case re-judges the value cases it requires (its gate); within one `grader.check` those value
-    cases have usually just been judged as cases of their own, on the same code. The grader, too, judges each
-    case once and gates with that verdict (autograder/judge.py judge_outputs). A verdict is reused only while
-    the check is the same: same question, same `env` dict, every public name in env bound to the very object
-    it was bound to when the verdict was made. The memo empties when any of these changes, when a case is
-    checked a second time (the student checks again), and at the question's summary (`check_summary`).
-    """
+    """Verdicts of the cases already judged in the current local check, so that a gate reuses them (the grader too
+    judges each case once and gates with that verdict). A verdict is reused only while the check is the same: same
+    question, same `env`, every public name in env bound to the same object as when it was made; the memo empties
+    when any of these changes, when a case is checked again, and at the question's summary (`check_summary`)."""
 
     def __init__(self) -> None:
         self.active = False  # True while check_case runs
@@ -504,12 +483,9 @@ def _decoded(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_case(env: dict[str, Any], case_json: str, *, memo: VerdictMemo | None = None) -> None:
-    """Local check used by the notebook's test files: probe, judge, and raise CheckFailed with the message.
-
-    A case carries the value cases it requires under "gate"; it passes only when they pass too, as in the
-    grader (autograder/judge.py judge_outputs). With `memo`, a case already judged in the same check (as the
-    gate of an earlier case, or as a case of its own) reuses that verdict instead of running its probe again;
-    a case checked a second time starts a new check, so its own probe always runs then."""
+    """Local check used by the notebook's test files: probe, judge, and raise CheckFailed with the message. A case
+    carries the value cases it requires under "gate" and passes only when they pass too, as in the grader; with
+    `memo`, a case already judged in the same check reuses that verdict (one checked again runs its probe again)."""
     _run_raw(env, json.loads(case_json), memo=memo)
 
 
@@ -524,7 +500,10 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
         key = memo.key(c_raw) if memo is not None else ""
         v = memo.get(key) if memo is not None else None
         if v is None:
-            v = judge(c, run_probe(env, c["probe"], c["args"]), c["expected"])
+            began = time.perf_counter()
+            got = run_probe(env, c["probe"], c["args"])
+            _warn_slow(f"the check {c['id']}", time.perf_counter() - began, "probe_s")
+            v = judge(c, got, c["expected"])
             if memo is not None:
                 memo.put(key, v)
         return v
@@ -540,6 +519,29 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
 # --------------------------------------------------------------------------- local checks: one thread, a summary
 
 LOCAL_RESULTS: dict[str, bool] = {}  # case id -> whether its latest local check passed (read by the summary)
+LIMITS: dict[str, float] = {}  # the grader's time limits (cell_s, probe_s), as each case of a release carries them
+
+
+def _warn_slow(what: str, seconds: float, limit: str) -> None:
+    """Say when `what` took more than half the grader's limit `limit` (a cell, one check): graded, it may stop."""
+    cap = LIMITS.get(limit)
+    if cap and seconds > cap / 2:
+        kind = "a cell" if limit == "cell_s" else "one check"
+        print(f"Warning: {what} took {seconds:.1f} s here; the grader stops {kind} after {cap:g} s, on a machine "
+              "that may be slower. Make it faster (or tag a long experiment `long-running`).", file=sys.stderr)
+
+
+def _watch_cells() -> None:
+    """From now on, time every cell the notebook runs (but check cells) and warn when one is slow (_warn_slow)."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is None or getattr(shell, "_checks_runtime_timer", False) or not hasattr(shell, "events"):
+        return
+    began = [0.0, 0.0]  # when the cell began, and whether it is a check cell (1.0)
+    shell.events.register("pre_run_cell", lambda info=None: began.__setitem__(slice(None), [
+        time.perf_counter(), float("grader.check" in str(getattr(info, "raw_cell", "")))]))
+    shell.events.register("post_run_cell", lambda result=None: began[1] or _warn_slow(
+        "this cell", time.perf_counter() - began[0], "cell_s"))
+    shell._checks_runtime_timer = True
 # Tables that only the local checks fill and no probe reads: the grader's guard does not read a change to them as
 # tampering (an nbgrader notebook runs check_case in the student's process, and that is honest).
 UNGUARDED = ("LOCAL_RESULTS",)
@@ -550,6 +552,8 @@ def check_case(env: dict[str, Any], case_json: str) -> None:
     and recorded for the question's summary."""
     raw = json.loads(case_json)
     case_id = raw["id"]
+    LIMITS.update(raw.get("limits") or {})
+    _watch_cells()
     LOCAL_RESULTS[case_id] = False
     with HOOKS["local_check"]():
         MEMO.active = True
@@ -564,8 +568,8 @@ def summary_line(*, public: int, hidden: int, failed: int = 0, answers: bool = F
     """What a question's local check covered: its public tests, and how many more are graded after submission."""
     if failed:
         done = f"{failed} of {public} public {'test' if public == 1 else 'tests'} did not pass (see above)"
-    else:
-        done = "the 1 public test passed" if public == 1 else f"all {public} public tests passed"
+    else:  # Otter shows it beside failed tests too: it says what was checked, never that all passed
+        done = f"{public} public {'test' if public == 1 else 'tests'} checked here"
     after = (f"{hidden} more {'test is' if hidden == 1 else 'tests are'} graded after you submit" if hidden
              else "no other test is graded")
     note = (" Only the format of your answers is checked here: whether they are right is checked after you "
@@ -585,13 +589,9 @@ def public_summary(public: list[str], *, hidden: int, answers: bool = False) -> 
 
 
 def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> None:
-    """Otter's last case of a question: passes (and Otter prints summary_line as its message) only when every
-    public case passed, else fails with the count, so a local check never reads as "all tests passed"."""
+    """Otter's last case of a question (worth 0): always passes, so Otter counts only the real failed tests, and
+    Otter prints summary_line (what was checked, what is graded later) as its message."""
     MEMO.clear()  # the question's check is over
-    failed = _failed(public)
-    if failed:
-        _otter_shows_message_only()
-        raise CheckFailed(summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers))
 
 
 # The engine's API: what `from checks_runtime import *` gives a lesson's checks module (autograder/lesson.py).

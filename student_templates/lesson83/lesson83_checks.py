@@ -70,7 +70,7 @@ def run_probe_exact(env: dict[str, Any], name: str, args: dict[str, Any]) -> dic
     the weights and every cast the code makes explicitly (`.float()`, `dtype=torch.float32`) are as in
     `run_probe`, and in-place ops still write into the tensors they name. The output has run_probe's keys and
     shapes; its float arrays are float64 and a dtype it reports may read float64: the builder takes those from
-    run_probe's output (the engine's hook: autograder/content.py, `expected_values`).
+    run_probe's output (the engine's hook: autograder/authoring/content.py, `expected_values`).
     """
     with _float64_mode():
         return run_probe(env, name, args)
@@ -697,10 +697,12 @@ MODELS = ModelCache()
 
 
 def _lm(env: dict[str, Any], pos: str, seed: int = 0) -> Any:
-    """The student's TinyCharLM for pos, small, in eval mode, every parameter filled from its name.
+    """The student's TinyCharLM for pos, small, in eval mode, every trainable parameter filled from its name.
 
     Filling by name (not by creation order) gives every correct model the same weights. Embeddings get
-    std 1 and projections std 1/sqrt(fan_in), so attention is far from uniform and positions matter.
+    std 1 and projections std 1/sqrt(fan_in), so attention is far from uniform and positions matter. What the
+    student made non-trainable (a frozen nn.Parameter holding a fixed table) keeps its values: that storage
+    mistake is the state-dict case's to judge, not every logits case's.
     """
     import zlib
 
@@ -708,6 +710,8 @@ def _lm(env: dict[str, Any], pos: str, seed: int = 0) -> Any:
     model = MODELS.build(env, pos)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
+            if not p.requires_grad:
+                continue
             key = (seed, name, tuple(p.shape))
             fill = FILLS.values.get(key)
             if fill is None:
@@ -1248,8 +1252,9 @@ def trace_devices_as_gpu(model: Any, X: Any, *, layouts: dict[tuple, tuple]) -> 
 
 
 @probe
-def fn_device(env: dict[str, Any], fn: str, shape: list[int]) -> dict[str, Any]:
-    """The first op of fn(q, k, v) that mixes devices, with q, k, v on `meta` shown as cuda, or None."""
+def fn_device(env: dict[str, Any], fn: str, shape: list[int], args: list[Any] | None = None) -> dict[str, Any]:
+    """The first op of fn(q, k, v) that mixes devices, with q, k, v on `meta` shown as cuda, or None. With `args`,
+    fn is a module class: fn(*args) moved to `meta`, called on x of `shape`."""
     torch = _torch()
     target = _get(env, fn)
 
@@ -1259,7 +1264,10 @@ def fn_device(env: dict[str, Any], fn: str, shape: list[int]) -> dict[str, Any]:
 
     x = torch.zeros(*shape, device="meta")
     try:
-        return {"finding": trace_devices_as_gpu(Call(), x, layouts=LAYOUTS.table), "note": ""}
+        if args is not None:
+            _seed(0)
+        model = Call() if args is None else target(*args).to("meta")
+        return {"finding": trace_devices_as_gpu(model, x, layouts=LAYOUTS.table), "note": ""}
     except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
         text = str(exc).splitlines()[0][:200] if str(exc) else ""
         if "device" in text and ("cpu" in text or "meta" in text):
@@ -1328,6 +1336,9 @@ def pair_equal(case: dict[str, Any], got: dict[str, Any], expected: dict[str, An
     if a.shape != b.shape:
         return _fail(case, f"{case['first']} has shape {list(a.shape)} but {case['second']} has shape "
                      f"{list(b.shape)}")
+    if a.size > 1 and float(np.ptp(a)) <= _TOL and float(np.ptp(b)) <= _TOL:  # zeros equal zeros: no evidence
+        return _fail(case, f"{case['first']} and {case['second']} are both constant ({_fmt(a)}): the property "
+                     "must hold of values that vary.")
     if _close(a, b, atol, rtol) and not np.isnan(a).any():
         return Verdict(True)
     text = (f"{case['first']} should equal {case['second']}.\n  {case['first']}: {_fmt(a)}\n"
@@ -1556,10 +1567,28 @@ def fn_same_device(case: dict[str, Any], got: dict[str, Any], expected: dict[str
     if not finding:
         return Verdict(True)
     where = ", ".join(w for w in (finding.get("line"),) if w)
-    return _fail(case, f"with q, k and v on the {finding['device']} device, {finding['op']}"
+    module = "args" in case["args"]  # a module class, called on x
+    inputs, fix = ("the module and x", "device=x.device") if module else ("q, k and v", "device=q.device")
+    return _fail(case, f"with {inputs} on the {finding['device']} device, {finding['op']}"
                  f"{f' ({where})' if where else ''} received {finding['tensor']}. On a GPU this call fails, and so "
-                 "does a model that reuses it. Fix: make the tables on the inputs' device (table.to(q.device), "
-                 "or device=q.device).", case.get("known_cause"))
+                 f"does a model that reuses it. Fix: make what it builds on the inputs' device ({fix}, or "
+                 "table.to(x.device)).", _device_cause(case, finding, expected, fix))
+
+
+def _device_cause(case: dict[str, Any], finding: dict[str, Any], expected: dict[str, Any], fix: str) -> dict:
+    """The catalogued mistake whose device finding is this one (the same op meeting a tensor of the same type
+    and shape; the case's own diagnosis first), else a cause that names the tensor the finding names: a mask
+    made on the CPU is not a table."""
+    def key(f: Any) -> tuple:
+        return (f.get("op"), str(f.get("tensor", "")).split(":")[0]) if isinstance(f, dict) else ()
+
+    found = [v for v in expected.get("variants", []) if key(v.get("output", {}).get("finding")) == key(finding)]
+    known = case.get("known_cause")
+    if found:
+        return known if known and known["id"] in {v["id"] for v in found} else found[0]
+    tensor = str(finding.get("tensor", "")).split(":")[0]
+    return {"id": None, "description": f"{tensor}, which {finding['op']} received, is made or kept off the "
+                                       f"inputs' device: create it with {fix}, or move it there with .to()."}
 
 
 @check
@@ -1693,7 +1722,9 @@ def builds_on(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any
 # A property (shuffling the input shuffles the output; PE[pos + k] is a rotation of PE[pos]; only used rows get a
 # gradient) also holds of code that computes nothing, so a property case `requires` value cases of its question.
 # It does not need them to be right: one wrong value must not zero every property that holds. It needs them to be
-# a genuine attempt: the output of a required value case
+# close to right (`attempt_gap`): the output of a required value case is the reference after the case's declared
+# normalisations (`near:`), or a catalogued mistake's, or lies within the case's declared closeness (`within:`, a
+# relative error) of the reference while being a genuine attempt, which means that it
 #   1. ran without an error and has the reference's shape, finite values, and the same value when computed again;
 #   2. is not constant (zeros, ones, any single number);
 #   3. is not one of its inputs returned (x, q, k, v, X or X @ W_v: an identity);
@@ -1725,15 +1756,60 @@ def _inputs(case: dict[str, Any]) -> list[np.ndarray]:
     return []
 
 
+# The normalisations a value case may declare (`near:`): the first half of the last axis (a RoPE cache at full
+# width, cos and sin repeated), the leading rows (a table longer than asked). Values are compared as floats, so a
+# dtype never matters here.
+NORMALISATIONS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "first_half": lambda a, w: a[..., : w.shape[-1]] if a.ndim == w.ndim and a.shape[-1] == 2 * w.shape[-1] else a,
+    "leading_rows": lambda a, w: a[: w.shape[0]] if a.ndim == w.ndim and a.shape[0] > w.shape[0] else a,
+}
+
+
+def _near(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any], keys: list[str]) -> bool:
+    """Whether the output matches a catalogued mistake, or the reference after the case's normalisations."""
+    atol, rtol = case["atol"], case["rtol"]
+    if all(_match(got, expected, atol, rtol, key) is not None for key in keys):
+        return True
+    want = expected["value"]
+    for key in keys:
+        mine = np.asarray(got.get(key), dtype=float)
+        for name in case.get("near", []):
+            mine = NORMALISATIONS[name](mine, np.asarray(want[key]))
+        if not _close(mine, want[key], atol, rtol):
+            return False
+    return True
+
+
+def _relative_error(mine: Any, want: Any) -> float:
+    a, b = np.asarray(mine, dtype=float), np.asarray(want, dtype=float)
+    if a.shape != b.shape or not np.isfinite(a).all():
+        return math.inf
+    return float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-12))
+
+
 @hook
 def attempt_gap(case: dict[str, Any], got: Any, expected: dict[str, Any]) -> str:
-    """Why the output `got` of value case `case` is not a genuine attempt ("" when it is); see above."""
+    """Why the output `got` of value case `case` does not open the gates of the cases that require it ("" when it
+    does): it must be the reference after the case's normalisations, a catalogued mistake, or a genuine attempt
+    within the case's declared closeness (`within`: a relative error) of the reference; see above."""
     if not isinstance(got, dict) or "error" in got:
         return "it raised an error" if isinstance(got, dict) else "it returned nothing"
     want = expected.get("value", {}) if isinstance(expected, dict) else {}
     keys = [k for k, v in want.items() if isinstance(v, np.ndarray) and k in ("value", "first", "second")]
     if not keys:
         return "its output cannot be judged"
+    if _near(case, got, expected, keys):
+        return ""
+    gap = _degenerate(case, got, want, keys)
+    within = case.get("within")
+    if gap or (within and all(_relative_error(got.get(k), want[k]) <= within for k in keys)):
+        return gap
+    return ("its values are far from the reference's" + (f" (more than {within:.0%} off)" if within else "")
+            + " and match no known mistake")
+
+
+def _degenerate(case: dict[str, Any], got: dict[str, Any], want: dict[str, Any], keys: list[str]) -> str:
+    """Why the output computes nothing (1. to 4. above), or ""."""
     for key in keys:
         mine = np.asarray(got.get(key), dtype=float)
         if mine.shape != np.shape(want[key]):

@@ -321,6 +321,7 @@ class FakePool:
     notebooks only); a source holding INFRA makes `run` raise WorkerError, as a sandbox that failed twice does."""
 
     sandbox = "fake"
+    isolation = "fake"  # the pool's isolation: neither bubblewrap nor none
     limits_lowered: list[str] = []  # the pool's: none lowered
     broken = True
     lock = threading.Lock()  # one at a time: the probes seed torch's global generator

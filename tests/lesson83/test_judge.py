@@ -376,7 +376,13 @@ def test_local_checks_and_exports_gate_properties_as_the_grader_does(suite: Suit
             continue
         with pytest.raises(AssertionError) as info:
             checks.run_case(env, payload)
-        assert info.value.args[0] == result[case.id].message  # one message, both places
+        said = result[case.id].message
+        if ": waits for " in said and said.rsplit(", as ", 1)[-1].endswith(" says"):
+            # the grader says a question's gate once (its first gated case) and points the others to it; the
+            # local check of the case itself gives the whole sentence
+            assert info.value.args[0].startswith(f"{case.id}: counts once "), info.value.args[0]
+        elif "left out of this question's total" not in said:  # left out: a grading-time rescaling (one penalty)
+            assert info.value.args[0] == said  # one message, both places
 
 
 @pytest.mark.parametrize("name", sorted(DO_NOTHING))
@@ -820,7 +826,7 @@ def test_one_wrong_value_keeps_the_properties_that_hold(suite: Suite) -> None:
 def test_a_gate_says_why_an_output_is_not_a_genuine_attempt(suite: Suite, name: str, gap: str) -> None:
     _, messages = _do_nothing_scores(name)
     msg = next(m for m in messages if m.startswith("q1_equivariance/permutation_equivariant:"))
-    assert "genuine attempt" in msg and gap in msg
+    assert "computes something" in msg and gap in msg
 
 
 # --------------------------------------------------------------------------- a lookup table of public answers (#20.6)

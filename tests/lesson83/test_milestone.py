@@ -692,6 +692,7 @@ class WaitingPool:
     """A sandbox stand-in whose run returns once the submission's checkpoint is being verified (or after 20 s)."""
 
     sandbox = "fake"
+    isolation = "fake"  # the pool's isolation: neither bubblewrap nor none
     limits_lowered: list[str] = []  # the pool's: none lowered
     verifying = threading.Event()
     waited: list[bool] = []

@@ -9,11 +9,11 @@ points = [0.0, 1.6]
 @test_case(points=0.0, hidden=False)
 def test_answers_valid(env):
     from lesson83_checks import check_case
-    case = '{"args":{"names":["q8_equivariance","q8_pe_value","q8_rope_vs_alibi","q8_learned_rows","q8_alibi_slope"]},"atol":0.0001,"check":"choices_valid","diagnosis":null,"dtype":null,"expected":{"variants":[]},"first":null,"gate":[],"id":"q8_checks/answers_valid","points":0.0,"probe":"answers","question":"q8_checks","requires":[],"revisit":"answer with a single letter string.","rtol":0.0001,"second":null,"what":null,"why":null,"words":[]}'
+    case = '{"args":{"names":["q8_equivariance","q8_pe_value","q8_rope_vs_alibi","q8_learned_rows","q8_alibi_slope"]},"atol":0.0001,"check":"choices_valid","claim":false,"diagnosis":null,"dtype":null,"expected":{"variants":[]},"first":null,"gate":[],"id":"q8_checks/answers_valid","limits":{"cell_s":10.0,"probe_s":5.0},"near":[],"points":0.0,"probe":"answers","question":"q8_checks","requires":[],"revisit":"answer with a single letter string.","rtol":0.0001,"second":null,"what":null,"why":null,"within":null,"words":[]}'
     check_case(env, case)
 
 @test_case(points=0, hidden=False, 
-    success_message="the 1 public test passed; 5 more tests are graded after you submit. Only the format of your answers is checked here: whether they are right is checked after you submit.")
+    success_message="1 public test checked here; 5 more tests are graded after you submit. Only the format of your answers is checked here: whether they are right is checked after you submit.")
 def test_summary(env):
     from lesson83_checks import check_summary
     public = ['q8_checks/answers_valid']
