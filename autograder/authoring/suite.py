@@ -105,9 +105,9 @@ class Suite:
 # The engine's files whose change changes what the grader judges (paths under autograder/).
 ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "wire.py",
                 *(f"sandbox/{m}.py" for m in ("__init__", "limits", "notebook", "protocol", "isolation", "pool",
-                                               "zygote", "guard", "child", "files")),
+                                               "zygote", "guard", "child", "files", "fallback")),
                 "authoring/suite.py", "grading/submissions.py", "grading/judge.py", "model.py", "grading/batch.py",
-                "grading/store.py", "checkpoint.py", "lesson.py")
+                "grading/store.py", "grading/review.py", "grading/causes.py", "checkpoint.py", "lesson.py")
 
 
 CACHE_ENV = env_name("CACHE")  # a folder for the expected-values cache; "off" turns the cache off

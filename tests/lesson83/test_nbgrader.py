@@ -29,12 +29,6 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.build]  # the tiers are in pyproj
 LESSON = default_lesson()
 checks = LESSON.checks
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
-# The README's nbgrader commands (test_deploy.py checks the README shows exactly these), from dist/nbgrader.
-NBGRADER_STEPS = """\
-nbgrader db student add alice
-../../.venv/bin/lesson83 nbgrader-autograde .
-nbgrader generate_feedback lesson83 --force
-"""
 # The attack of issue 20: walk up to any file of expected values, take the Q8 key from it, and switch the
 # notebook's own checks off; every stub is left empty.
 ATTACK = """\
