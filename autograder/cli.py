@@ -114,7 +114,7 @@ def cmd_gradescope(args: argparse.Namespace, course: Course) -> int:
 def cmd_report(args: argparse.Namespace, course: Course) -> int:
     """Write the TA failure report (HTML folder and report.csv) of a graded batch; print index.html's path."""
     try:
-        index = write_report(args.grades, out=args.out, course=course, roster=args.roster)
+        index = write_report(args.grades, out=args.out, course=course, roster=args.roster, compare=args.compare)
     except (FileNotFoundError, FileExistsError, RosterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -243,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--roster", type=Path, default=None,
                    help="the leaderboard's roster (CSV: id, pseudonym, opt_out) for the page to post; default: "
                         f"GRADES/{ROSTER_FILE} when present")
+    p.add_argument("--compare", metavar="OLD_GRADES", type=Path, default=_default(write_report, "compare"),
+                   help="an earlier run's grades folder of the same class: adds compare.html, each question's mean "
+                        "and each student's scores before and after, and the cases whose verdict changed; default: "
+                        "no compare page")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("merge", help="merge scores graded elsewhere (written answers, a platform's points) into "
                                      "grades.csv and summary.json")

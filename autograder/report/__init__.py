@@ -1,7 +1,8 @@
 """TA failure report: a static HTML folder (index, one page per student) and report.csv from a graded batch.
 
 model (students, clusters, stored records), code (notebook cells, AST analysis), compare (expected versus
-received), render (pages from templates/ and static/), write (the folder, swapped in atomically)."""
+received), render (pages from templates/ and static/), write (the folder, swapped in atomically), moved (the
+compare page: what moved since an earlier run)."""
 
 from autograder.report.code import code_cells, code_view, read_notebook, stub_state, written_answers
 from autograder.report.compare import compare, detail, gate_of

@@ -12,7 +12,8 @@ from autograder.authoring.suite import Suite
 from autograder.report.leaderboard import ROSTER_FILE, leaderboard_pages
 
 LABELS = {"leaderboard.html": "leaderboard (verified figures)", "public_leaderboard.html": "leaderboard to post",
-          "similarity.html": "similarity (for TAs: evidence, not scores)"}
+          "similarity.html": "similarity (for TAs: evidence, not scores)",
+          "compare.html": "before and after (what moved since the earlier run)"}
 
 
 def class_pages(suite: Suite, students: list[Any], *, grades: Path, title: str,

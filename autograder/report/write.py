@@ -13,6 +13,7 @@ from autograder.course import Course, default_course
 from autograder.grading.store import MergeError, merged_scores
 from autograder.report.extras import class_pages, link_pages
 from autograder.report.model import Student, catalogue, choice_catalogue, clusters, load_students
+from autograder.report.moved import compare_page, read_run
 from autograder.report.render import (
     MANUAL_CSV,
     _Ctx,
@@ -51,15 +52,17 @@ def regrade_command(students: list[Student], *, grades: Path, out: Path, course:
 
 
 def write_report(grades: Path, *, out: Path = Path("report"), course: Course | None = None,
-                 roster: Path | None = None) -> Path:
+                 roster: Path | None = None, compare: Path | None = None) -> Path:
     """Write the report of the batch graded into `grades` to the folder `out`; returns out/index.html.
 
     Built in a temporary folder beside `out` and renamed into place, so `out` is never half-written. `out`
     defaults to ./report in the current folder (like `grade`'s ./grades), never inside the installed package.
     roster: the leaderboard's roster file (id, pseudonym, opt_out) for the page to post; default:
-    grades/leaderboard_roster.csv when it exists.
+    grades/leaderboard_roster.csv when it exists. compare: an earlier run's grades folder; the report then holds
+    compare.html, what moved from that run to this one (moved.py); NotGrades when it is not a grades folder.
     """
     course = default_course(course)
+    earlier = read_run(compare) if compare is not None else None  # a folder that is not one fails here, first
     suite = course.suite
     questions = [q for q in suite.questions if q.graded and not q.manual]
     manual = [q for q in suite.questions if q.graded and q.manual]
@@ -80,6 +83,9 @@ def write_report(grades: Path, *, out: Path = Path("report"), course: Course | N
         index = _plain_index(students, exc, title=ctx.title)
     written = {p.part: _written_page_or_note(ctx, q, n, students) for q in manual for n, p in enumerate(q.written)}
     extra = class_pages(suite, students, grades=grades.resolve(), title=ctx.title, roster=roster)
+    if compare is not None and earlier is not None:
+        extra |= compare_page(compare, earlier, students, [q.id for q in questions], grades=grades.resolve(),
+                              title=ctx.title)
     index = link_pages(index, extra)  # leaderboard, page to post, similarity: linked from the index's top
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
