@@ -54,11 +54,11 @@ def _verdict(c: CaseResult | None) -> str:
 
 @dataclass
 class CaseChange:
-    """One case whose verdict differs between the runs."""
+    """Cases whose verdict differs between the runs the same way, with the same messages but for their ids (one
+    entry for the lot, the messages shown as the first case's)."""
 
-    id: str
-    question: str
-    before: str  # the verdict, then its message below it
+    ids: list[str]
+    before: str  # the verdict: passed, failed (diagnosis), not judged
     after: str
     before_message: str = ""
     after_message: str = ""
@@ -104,16 +104,18 @@ class Moved:
 def _changed_cases(old: SubmissionResult, new: SubmissionResult) -> list[CaseChange]:
     was = {c.id: c for c in old.cases}
     now = {c.id: c for c in new.cases}
-    out = []
+    out: dict[tuple[str, ...], CaseChange] = {}
     for cid in [*now, *(k for k in was if k not in now)]:
         a, b = was.get(cid), now.get(cid)
-        ref = b if b is not None else a
-        if ref is None or _verdict(a) == _verdict(b):
+        if _verdict(a) == _verdict(b):
             continue
-        out.append(CaseChange(cid, ref.question, _verdict(a), _verdict(b),
-                              _clip(_text(a.message), MESSAGE_CHARS) if a and not a.passed else "",
-                              _clip(_text(b.message), MESSAGE_CHARS) if b and not b.passed else ""))
-    return out
+        said = [_clip(_text(c.message), MESSAGE_CHARS) if c is not None and not c.passed else "" for c in (a, b)]
+        key = (_verdict(a), _verdict(b), *(m.replace(cid, "\0") for m in said))
+        if key in out:
+            out[key].ids.append(cid)
+        else:
+            out[key] = CaseChange([cid], _verdict(a), _verdict(b), *said)
+    return list(out.values())
 
 
 def compare_runs(old: dict[str, SubmissionResult], new: dict[str, SubmissionResult], question_ids: list[str],
