@@ -377,7 +377,7 @@ def module_storage(env: dict[str, Any], cls: str, args: list[Any], x_shape: list
         for key, to, fine in (("loaded", None, False), ("loaded64", torch.float64, True)):
             dtype = torch.float64 if fine else torch.float32
             table = torch.from_numpy(chosen_table(max_len, d, seed, fine)).to(dtype)
-            x = torch.from_numpy(chosen_table(B * T, d, seed + 1, fine).reshape(B, T, d)).to(dtype)
+            x = torch.from_numpy(chosen_input(B, T, d, seed, fine)).to(dtype)
             facts[key] = _load_and_forward(_get(env, cls)(*args), "pe", table, x, to)
     return facts
 
@@ -389,6 +389,12 @@ def chosen_table(rows: int, cols: int, seed: int, fine: bool = False) -> np.ndar
     i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
     table = ((7 * i + 13 * j + 5 * seed) % 64 - 32) / 64.0
     return table + ((3 * i + 11 * j + seed) % 97 + 1) * 2.0 ** -40 if fine else table
+
+
+def chosen_input(B: int, T: int, d: int, seed: int, fine: bool = False) -> np.ndarray:
+    """The input x of shape (B, T, d) the grader chooses to go with chosen_table(.., seed): multiples of 1/128, so
+    no row of x (nor of 2x) is a row of the table."""
+    return chosen_table(B * T, d, seed + 1, fine).reshape(B, T, d) / 2
 
 
 def _load_and_forward(m: Any, key: str | None, table: Any, x: Any, dtype: Any) -> dict[str, Any]:
@@ -463,7 +469,7 @@ def learned_facts(env: dict[str, Any], max_len: int, d_model: int, x_shape: list
     if x_shape:
         torch = _torch()
         (B, T), table = x_shape, torch.from_numpy(chosen_table(max_len, d_model, seed)).float()
-        x = torch.from_numpy(chosen_table(B * T, d_model, seed + 1).reshape(B, T, d_model)).float()
+        x = torch.from_numpy(chosen_input(B, T, d_model, seed)).float()
         facts["loaded"] = _load_and_forward(_get(env, "LearnedPE")(max_len, d_model), None, table, x, None)
     return facts
 
@@ -1487,32 +1493,32 @@ def learned_table(case: dict[str, Any], got: dict[str, Any], expected: dict[str,
 
 
 def _consequence(case: dict[str, Any], got: dict[str, Any], key: str, shift: float | None) -> Verdict:
-    """What the reported facts must do to the output, checked against the output the grader predicts from the
-    case's arguments alone (`chosen_table`): after load_state_dict of the chosen table, forward(x) is exactly
-    x + table[:T] (float64 for `loaded64`), and after every trainable parameter is nudged by 1 it moves by
-    `shift` (0 for a buffer, 1 for one trainable table; None: not asked). A fact the child reports earns
-    nothing without it."""
+    """What the reported facts must do to the output, checked against what the grader predicts from the case's
+    arguments alone (`chosen_table`, `chosen_input`): after load_state_dict of the chosen table, every row of
+    forward(x) - x is exactly a row of that table (which rows is the value cases' business), float64 for
+    `loaded64`; after every trainable parameter is nudged by 1 the output moves by exactly `shift` (0 for a
+    buffer, 1 for one trainable table; None: not asked). A fact the child reports earns nothing without it."""
     a = case["args"]
     rows, d = (a["args"][1], a["args"][0]) if "cls" in a else (a["max_len"], a["d_model"])
     (B, T), fine = a["x_shape"], key == "loaded64"
-    want = (chosen_table(B * T, d, a["seed"] + 1, fine).reshape(B, T, d)
-            + chosen_table(rows, d, a["seed"], fine)[:T])
+    x, table = chosen_input(B, T, d, a["seed"], fine), chosen_table(rows, d, a["seed"], fine)
     run = got.get(key) or {"raised": "KeyError", "message": f"the probe returned no {key!r}"}
     what = (f"after {'.to(torch.float64) and ' if fine else ''}load_state_dict() with a table the grader chose,"
             " forward(x)")
     if run["raised"]:
         return _fail(case, f"{what} raised {run['raised']}: {run['message'].rstrip('. ')}. The table must be "
                      "the module's own state: saved and loaded by state_dict() and moved by .to().")
-    steps = [(run["value"], "", want)]
-    if shift is not None:
-        steps.append((run["nudged"], " after a step on every trainable parameter", want + shift))
-    for out, label, w in steps:
-        out = np.asarray(out)
-        if out.shape != w.shape or not _close(out, w, 1e-12, 0.0):
-            rule = "its one trainable table" if shift else "its state, which no optimiser step changes"
-            plus = " + 1" if shift and label else ""
-            return _fail(case, f"{what}{label} is {_fmt(out)}, expected x + table[:T]{plus} = {_fmt(w)}"
-                         f": the output must come from the module's {rule}.")
+    out = np.asarray(run["value"], dtype=np.float64)
+    if out.shape != x.shape:
+        return _fail(case, f"{what} has shape {list(out.shape)}, expected {list(x.shape)}.")
+    added = (out - x).reshape(-1, 1, d)
+    if not np.isclose(added, table[None], atol=1e-12, rtol=0.0).all(-1).any(-1).all():
+        return _fail(case, f"{what} - x is {_fmt(added)}, not rows of the loaded table ({_fmt(table)}): the "
+                     "output must come from the table the module keeps in its state.")
+    if shift is not None and not _close(run["nudged"], out + shift, 1e-12, 0.0):
+        rule = "moves by exactly 1: its one table is trainable" if shift else "stays: no optimiser step changes it"
+        return _fail(case, f"{what} after a step of 1 on every trainable parameter is {_fmt(run['nudged'])}, "
+                     f"before it {_fmt(out)}; the output {rule}.")
     if fine and run["dtype"] != "float64":
         return _fail(case, f"{what} has dtype {run['dtype']}, expected float64.")
     return Verdict(True)
