@@ -349,8 +349,12 @@ def relative_identity(env: dict[str, Any], d: int, pos: int, k: int) -> dict[str
 
 
 @probe
-def module_storage(env: dict[str, Any], cls: str, args: list[Any]) -> dict[str, Any]:
-    """Where a module keeps its table `pe`: buffers, parameters, state_dict, and its dtype after .to()."""
+def module_storage(env: dict[str, Any], cls: str, args: list[Any], x_shape: list[int] | None = None,
+                   seed: int = 0) -> dict[str, Any]:
+    """Where a module keeps its table `pe`: buffers, parameters, state_dict, and its dtype after .to(); with
+    x_shape, what these facts must do to the output: `loaded`, forward after load_state_dict of a table the
+    grader chose (`pe` replaced by `chosen_table`) and again after every trainable parameter is nudged by 1, and
+    `loaded64`, the same after .to(torch.float64) with a table float32 cannot hold."""
     P = _pristine()
     m = _get(env, cls)(*args)
     state = _module_state(m)
@@ -367,7 +371,58 @@ def module_storage(env: dict[str, Any], cls: str, args: list[Any]) -> dict[str, 
     pe64 = _own_attribute(m, "pe")
     if P.issubclass(P.type(pe64), P.TensorBase):
         facts["pe_dtype_after_to"] = str(P.dtype(pe64)).replace("torch.", "")
+    if x_shape:
+        torch = _torch()
+        (B, T), (d, max_len) = x_shape, args[:2]
+        for key, to, fine in (("loaded", None, False), ("loaded64", torch.float64, True)):
+            dtype = torch.float64 if fine else torch.float32
+            table = torch.from_numpy(chosen_table(max_len, d, seed, fine)).to(dtype)
+            x = torch.from_numpy(chosen_input(B, T, d, seed, fine)).to(dtype)
+            facts[key] = _load_and_forward(_get(env, cls)(*args), "pe", table, x, to)
     return facts
+
+
+def chosen_table(rows: int, cols: int, seed: int, fine: bool = False) -> np.ndarray:
+    """Values the grader chooses and so knows: multiples of 1/64 in [-1/2, 1/2), exact in float32; `fine` adds
+    multiples of 2**-40, which float32 cannot hold. A sum of two such arrays is exact in float64 (and, without
+    `fine`, in float32), so the grader predicts x + table bit for bit."""
+    i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    table = ((7 * i + 13 * j + 5 * seed) % 64 - 32) / 64.0
+    return table + ((3 * i + 11 * j + seed) % 97 + 1) * 2.0 ** -40 if fine else table
+
+
+def chosen_input(B: int, T: int, d: int, seed: int, fine: bool = False) -> np.ndarray:
+    """The input x of shape (B, T, d) the grader chooses to go with chosen_table(.., seed): multiples of 1/128, so
+    no row of x (nor of 2x) is a row of the table."""
+    return chosen_table(B * T, d, seed + 1, fine).reshape(B, T, d) / 2
+
+
+def _load_and_forward(m: Any, key: str | None, table: Any, x: Any, dtype: Any) -> dict[str, Any]:
+    """m.to(dtype) (unless None), m.load_state_dict(its state_dict with entry `key` replaced by `table`; key
+    None: the one entry of table's shape), m(x); then every trainable parameter + 1 and m(x) again. What
+    raised, else both outputs and the first one's dtype: the grader checks them against the output it predicts."""
+    torch, P = _torch(), _pristine()
+    try:
+        if dtype is not None:
+            m.to(dtype)
+        state = dict(m.state_dict())
+        if key is None:
+            keys = [k for k, v in state.items() if list(getattr(v, "shape", ())) == list(table.shape)]
+            if len(keys) != 1:
+                raise LookupError(f"expected one state_dict entry of shape {list(table.shape)}, found {keys}")
+            key = keys[0]
+        state[key] = table
+        m.load_state_dict(state)
+        with torch.no_grad():
+            out = m(x)
+            first = as_array(out, "forward after load_state_dict")
+            for p in _module_state(m)["parameters"].values():
+                if P.requires_grad(p):
+                    p.add_(1.0)
+            second = as_array(m(x), "forward after a step on every trainable parameter")
+    except Exception as exc:  # noqa: BLE001 - what raised is the evidence
+        return {"raised": type(exc).__name__, "message": str(exc)[:300]}
+    return {"raised": None, "value": first, "nudged": second, "dtype": _dtype_name(out)}
 
 
 @probe
@@ -401,14 +456,22 @@ def module_raises(env: dict[str, Any], cls: str, args: list[Any], x_shape: list[
 
 
 @probe
-def learned_facts(env: dict[str, Any], max_len: int, d_model: int) -> dict[str, Any]:
-    """Embedding tables inside LearnedPE and its count of trainable values."""
+def learned_facts(env: dict[str, Any], max_len: int, d_model: int, x_shape: list[int] | None = None,
+                  seed: int = 0) -> dict[str, Any]:
+    """Embedding tables inside LearnedPE and its count of trainable values; with x_shape, `loaded`: forward after
+    load_state_dict of a (max_len, d_model) table the grader chose (`chosen_table`), then after a nudge of 1."""
     P = _pristine()
     m = _get(env, "LearnedPE")(max_len, d_model)
     weights = [_tables(mod)[1].get("weight") for _, mod in _named_modules(m) if P.issubclass(P.type(mod), P.Embedding)]
     tables = [list(P.shape(w)) if P.issubclass(P.type(w), P.TensorBase) else [] for w in weights]
     params = _module_state(m)["parameters"].values()
-    return {"tables": tables, "trainable": int(sum(P.numel(p) for p in params if P.requires_grad(p)))}
+    facts = {"tables": tables, "trainable": int(sum(P.numel(p) for p in params if P.requires_grad(p)))}
+    if x_shape:
+        torch = _torch()
+        (B, T), table = x_shape, torch.from_numpy(chosen_table(max_len, d_model, seed)).float()
+        x = torch.from_numpy(chosen_input(B, T, d_model, seed)).float()
+        facts["loaded"] = _load_and_forward(_get(env, "LearnedPE")(max_len, d_model), None, table, x, None)
+    return facts
 
 
 @probe
@@ -1394,7 +1457,7 @@ def buffer_not_parameter(case: dict[str, Any], got: dict[str, Any], expected: di
                        .message, "pe_plain_attribute" if got["pe_type"] else None)
     if "pe" not in got["state_dict"]:
         return _fail(case, "`pe` is a buffer but not in state_dict(); register it with persistent=True.")
-    return Verdict(True)
+    return _consequence(case, got, "loaded", shift=0.0)
 
 
 @check
@@ -1403,7 +1466,7 @@ def follows_to(case: dict[str, Any], got: dict[str, Any], expected: dict[str, An
     if (msg := _error_message(got)) is not None:
         return _fail(case, msg)
     if got["pe_dtype_after_to"] == "float64":
-        return Verdict(True)
+        return _consequence(case, got, "loaded64", shift=None)
     cause = case.get("known_cause") if got["pe_type"] is not None else None  # a table exists but stayed behind
     return _fail(case, f"after .to(torch.float64) the table `pe` is {got['pe_dtype_after_to']}, expected "
                  "float64: only registered buffers and parameters move with the module.", cause)
@@ -1426,6 +1489,38 @@ def learned_table(case: dict[str, Any], got: dict[str, Any], expected: dict[str,
     if got["trainable"] != want["trainable"]:
         return _fail(case, f"{got['trainable']} trainable values, expected {want['trainable']} "
                      "(max_len x d_model).")
+    return _consequence(case, got, "loaded", shift=1.0)
+
+
+def _consequence(case: dict[str, Any], got: dict[str, Any], key: str, shift: float | None) -> Verdict:
+    """What the reported facts must do to the output, checked against what the grader predicts from the case's
+    arguments alone (`chosen_table`, `chosen_input`): after load_state_dict of the chosen table, every row of
+    forward(x) - x is exactly a row of that table (which rows is the value cases' business), float64 for
+    `loaded64`; after every trainable parameter is nudged by 1 the output moves by exactly `shift` (0 for a
+    buffer, 1 for one trainable table; None: not asked). A fact the child reports earns nothing without it."""
+    a = case["args"]
+    rows, d = (a["args"][1], a["args"][0]) if "cls" in a else (a["max_len"], a["d_model"])
+    (B, T), fine = a["x_shape"], key == "loaded64"
+    x, table = chosen_input(B, T, d, a["seed"], fine), chosen_table(rows, d, a["seed"], fine)
+    run = got.get(key) or {"raised": "KeyError", "message": f"the probe returned no {key!r}"}
+    what = (f"after {'.to(torch.float64) and ' if fine else ''}load_state_dict() with a table the grader chose,"
+            " forward(x)")
+    if run["raised"]:
+        return _fail(case, f"{what} raised {run['raised']}: {run['message'].rstrip('. ')}. The table must be "
+                     "the module's own state: saved and loaded by state_dict() and moved by .to().")
+    out = np.asarray(run["value"], dtype=np.float64)
+    if out.shape != x.shape:
+        return _fail(case, f"{what} has shape {list(out.shape)}, expected {list(x.shape)}.")
+    added = (out - x).reshape(-1, 1, d)
+    if not np.isclose(added, table[None], atol=1e-12, rtol=0.0).all(-1).any(-1).all():
+        return _fail(case, f"{what} - x is {_fmt(added)}, not rows of the loaded table ({_fmt(table)}): the "
+                     "output must come from the table the module keeps in its state.")
+    if shift is not None and not _close(run["nudged"], out + shift, 1e-12, 0.0):
+        rule = "moves by exactly 1: its one table is trainable" if shift else "stays: no optimiser step changes it"
+        return _fail(case, f"{what} after a step of 1 on every trainable parameter is {_fmt(run['nudged'])}, "
+                     f"before it {_fmt(out)}; the output {rule}.")
+    if fine and run["dtype"] != "float64":
+        return _fail(case, f"{what} has dtype {run['dtype']}, expected float64.")
     return Verdict(True)
 
 

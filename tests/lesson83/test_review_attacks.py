@@ -149,3 +149,25 @@ def test_a_tas_decision_clears_the_flags_on_the_next_run(graded: Path, suite: Su
     assert cleared["review"]["cleared"] and cleared["total"] >= record["total"]
     grade_batch(graded / "subs", out=graded / "out", progress=False)  # and the decision stays
     assert _record(graded, "2_cuda_dodge")["review"]["cleared"]
+
+
+CONSEQUENCE_CASES = ("pe_is_buffer", "follows_to", "hidden_pe_is_buffer", "hidden_follows_to")
+
+
+def test_a_forged_storage_fact_earns_nothing_even_once_a_ta_clears_the_flag(graded: Path) -> None:
+    """Evidence, not trust: the storage cases pay only where the output after a grader-chosen load_state_dict (and
+    .to(torch.float64)) is the one the grader predicts, which a plain attribute cannot give, whatever it reports."""
+    out = graded / "out"
+    decisions = out / DECISIONS_FILE
+    kept = decisions.read_text() if decisions.exists() else ""
+    decisions.write_text(kept + "".join(f"{name}: {_record(graded, name)['review']['digest']}\n"
+                                        for name in ("1a_gc_mark", "1b_frame_locals")))
+    grade_batch(graded / "subs", out=out, progress=False)
+    honest = _record(graded, "base_q3")
+    for name in ("1a_gc_mark", "1b_frame_locals"):
+        record = _record(graded, name)
+        assert record["review"]["cleared"], record["review"]
+        assert record["questions"]["q3_sinusoidal_module"] <= honest["questions"]["q3_sinusoidal_module"] + 1e-9
+        paid = {c["id"]: c["points"] for c in record["cases"] if c["id"].split("/")[-1].split(".")[-1]
+                in CONSEQUENCE_CASES}
+        assert len(paid) == len(CONSEQUENCE_CASES) and not any(paid.values()), paid
