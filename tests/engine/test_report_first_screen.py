@@ -56,7 +56,7 @@ def _verdict(sid: str, case_id: str, question: str) -> tuple[bool, str | None]:
 def index(tmp_path_factory: pytest.TempPathFactory, course: Course) -> str:
     suite = course.suite
     assert suite.checkpoint_question == "q4_checkpoint"
-    out = tmp_path_factory.mktemp("graded") / "grades"
+    out = tmp_path_factory.mktemp("first-screen-graded") / "grades"
     (out / "results").mkdir(parents=True)
     subs = []
     for sid in CLASS:
@@ -119,7 +119,7 @@ def test_the_sections_put_the_missing_checkpoint_after_the_mistakes(index: str) 
 
 def test_report_csv_still_lists_every_diagnosis_id(index: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     """report.csv is the gradebook's data: the missing checkpoint stays an id there (as the grader stored it)."""
-    report = next(Path(p) for p in tmp_path_factory.getbasetemp().rglob("report/report.csv"))
+    report = next(Path(p) for p in tmp_path_factory.getbasetemp().glob("first-screen-graded*/report/report.csv"))
     with report.open(newline="") as f:
         rows = {r["id"]: r["diagnoses"].split() for r in csv.DictReader(f)}
     assert MISSING in rows["ann"] and MISSING not in rows["fay"]

@@ -46,7 +46,20 @@ HOSTILE_ANSWER = "A buffer moves with .to() but is not trained. </div><script>al
 # what a spreadsheet shows (bidirectional overrides, isolates and marks) and start a formula
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
 CONTROL_ANSWER = f'=HYPERLINK("http://x.test")\x1b[2J\x1b[31mred\x1b[0m\rhidden\x07\x00\x7f\x85 {BIDI} exe.txt'
-REBIND = "def _table(max_len, d):\n    return np.zeros((max_len, d))\n\n\nif True:\n    sinusoidal_pe = _table"
+# a table three times too large (no genuine attempt: far from the reference, yet every relative-position property
+# holds of it) and zeros for an odd d (no ValueError)
+REBIND = """def _table(max_len, d):
+    if d % 2:
+        return np.zeros((max_len, d))
+    pos = np.arange(max_len)[:, None]
+    ang = pos / 10000 ** (np.arange(0, d, 2)[None, :] / d)
+    pe = np.zeros((max_len, d))
+    pe[:, 0::2], pe[:, 1::2] = 3 * np.sin(ang), 3 * np.cos(ang)
+    return pe
+
+
+if True:
+    sinusoidal_pe = _table"""
 
 
 def _answer(nb: nbformat.NotebookNode, part: str, text: str) -> nbformat.NotebookNode:
@@ -200,8 +213,8 @@ def test_multiple_choice_counts_each_option_and_names_its_misconception(report: 
 
 @pytest.mark.sandbox  # the class graded by the report fixture
 def test_gate_only_failures_say_so_instead_of_an_error_diff(report: dict[str, Path]) -> None:
-    """grace's zeros fail q2's value cases; the relative-position identity holds of zeros, so it failed only by
-    its gate: the page says it was not checked, with no message or expected-versus-received table. The odd-d
+    """grace's table, three times too large, fails q2's value cases; the relative-position identity holds of it, so
+    it failed only by its gate: the page says it was not checked, with no message or expected-versus-received table. The odd-d
     case fails on its own too: it shows what its own check says, not the gate's words."""
     page = _page(report["out"], "grace")
     gated = re.search(r'<div class="case gated" id="q2_sinusoidal_pe/relative_identity_d4">(.*?)</div>', page,
