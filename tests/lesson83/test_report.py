@@ -213,9 +213,9 @@ def test_multiple_choice_counts_each_option_and_names_its_misconception(report: 
 
 @pytest.mark.sandbox  # the class graded by the report fixture
 def test_gate_only_failures_say_so_instead_of_an_error_diff(report: dict[str, Path]) -> None:
-    """grace's table, three times too large, fails q2's value cases; the relative-position identity holds of it, so
-    it failed only by its gate: the page says it was not checked, with no message or expected-versus-received table. The odd-d
-    case fails on its own too: it shows what its own check says, not the gate's words."""
+    """grace's table, three times too large, fails q2's value cases; the relative-position identity holds of it,
+    so it failed only by its gate: the page says it was not checked, with no message or expected-versus-received
+    table. The odd-d case fails on its own too: it shows what its own check says, not the gate's words."""
     page = _page(report["out"], "grace")
     gated = re.search(r'<div class="case gated" id="q2_sinusoidal_pe/relative_identity_d4">(.*?)</div>', page,
                       re.S)
