@@ -14,7 +14,7 @@ from typing import Any
 from autograder.authoring.questions import Question
 from autograder.config import ROOT
 from autograder.grading.submissions import read_cells
-from autograder.report.text import _clip
+from autograder.report.text import clip_text
 from autograder.sandbox.notebook import SKIP_TAGS
 
 STUB_WORDS = "the stub is not filled in yet"  # what the probes say when a stub returned None or ...
@@ -294,7 +294,7 @@ def graded_bindings(found: list[Binding], name: str) -> list[Binding]:
 
 def _first_line(src: str, b: Binding) -> str:
     lines = src.split("\n")
-    return _clip(lines[b.line - 1].strip(), 120) if 0 < b.line <= len(lines) else ""
+    return clip_text(lines[b.line - 1].strip(), 120) if 0 < b.line <= len(lines) else ""
 
 
 @dataclass
@@ -311,7 +311,7 @@ class CodeView:
 
 def _lines(src: str, marked: set[int]) -> list[tuple[str, bool]]:
     """A cell's source (clipped) line by line, with whether each line (1-based) is in `marked`."""
-    return [(line, n in marked) for n, line in enumerate(_clip(src, CODE_CHARS).split("\n"), start=1)]
+    return [(line, n in marked) for n, line in enumerate(clip_text(src, CODE_CHARS).split("\n"), start=1)]
 
 
 def code_view(cells: list[tuple[int, str]], q: Question, why: str = "") -> CodeView:
@@ -354,5 +354,5 @@ def code_view(cells: list[tuple[int, str]], q: Question, why: str = "") -> CodeV
                 labels.setdefault(d.cell, []).append(f"{d.kind}, {d.where.split(', ')[1]}")
     view.warnings = list(dict.fromkeys(warnings))
     view.blocks = [(n, "; ".join(dict.fromkeys(labels[n])), _lines(source[n], marks[n])) for n in sorted(marks)]
-    view.old = [(n, _clip(source[n], CODE_CHARS)) for n in sorted(replaced) if n not in marks]
+    view.old = [(n, clip_text(source[n], CODE_CHARS)) for n in sorted(replaced) if n not in marks]
     return view

@@ -10,7 +10,7 @@ import numpy as np
 
 from autograder.authoring.suite import Suite
 from autograder.model import Case, CaseResult, SubmissionResult
-from autograder.report.text import _clip, _num, _text
+from autograder.report.text import _num, as_text, clip_text
 from autograder.runtime.checks_runtime import dumps, from_plain, to_plain
 
 GRID = 8  # at most GRID x GRID values of an array are shown
@@ -98,7 +98,7 @@ def _short(value: Any) -> str:
         text = json.dumps(to_plain(_arrays_named(value)))
     except (TypeError, ValueError, RecursionError):
         text = repr(value)
-    return _clip(text, 300)
+    return clip_text(text, 300)
 
 
 def _arrays_named(value: Any) -> Any:
@@ -132,7 +132,7 @@ def compare(case: Case | None, expected: Any, received: Any, *, atol: float, rto
     try:
         got = from_plain(received)
     except (TypeError, ValueError, KeyError) as exc:
-        return [_note(f"The stored output could not be decoded: {_text(exc)}")]
+        return [_note(f"The stored output could not be decoded: {as_text(exc)}")]
     if not isinstance(expected, dict) or not isinstance(got, dict):
         expected, got = {"value": expected}, {"value": got}
     if set(got) == {"error"}:
@@ -205,7 +205,7 @@ def detail(case: Case | None, expected: Any, received: Any, *, atol: float, rtol
         return shown + _traceback(received)
     except Exception as exc:  # noqa: BLE001 - stored data of any shape: the page is written all the same
         return [_note(f"The stored output of this case could not be shown ({type(exc).__name__}: "
-                      f"{_clip(_text(exc), 300)}).")]
+                      f"{clip_text(as_text(exc), 300)}).")]
 
 
 def _traceback(received: Any) -> list[dict[str, Any]]:
@@ -213,5 +213,5 @@ def _traceback(received: Any) -> list[dict[str, Any]]:
     if not isinstance(err, dict):
         return []
     where = f"\n  at {err.get('where')}" if err.get("where") else ""
-    return [{"kind": "raised", "text": f"{_text(err.get('type', '?'))}: {_clip(str(err.get('message', '')), 1000)}"
-                                       f"{_text(where)}"}]
+    raised = f"{as_text(err.get('type', '?'))}: {clip_text(str(err.get('message', '')), 1000)}"
+    return [{"kind": "raised", "text": f"{raised}{as_text(where)}"}]

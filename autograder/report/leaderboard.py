@@ -138,7 +138,7 @@ def leaderboard_pages(suite: Suite, students: list[Any], *, title: str,
                       roster: Path | None = None) -> dict[str, str]:
     """The report's leaderboard.html and, when a roster file is given (or lies in the grades folder), the page to
     post, public_leaderboard.html; {} when no student has a verified figure."""
-    from autograder.report.render import _render
+    from autograder.report.render import render_template
 
     board = ranked(suite, students)
     if not board:
@@ -154,9 +154,10 @@ def leaderboard_pages(suite: Suite, students: list[Any], *, title: str,
     pages = {}
     if roster is not None:
         public = public_rows(board, read_roster(roster))
-        pages["public_leaderboard.html"] = _render("public_leaderboard.html.j2", page_title=f"{title}: leaderboard",
-                                                   title=title, meta=m, board=public, axes=axes)
-    pages["leaderboard.html"] = _render(
+        pages["public_leaderboard.html"] = render_template("public_leaderboard.html.j2",
+                                                           page_title=f"{title}: leaderboard",
+                                                           title=title, meta=m, board=public, axes=axes)
+    pages["leaderboard.html"] = render_template(
         "leaderboard.html.j2", page_title=f"{title}: leaderboard", meta=m, board=board, axes=axes, axes_head=head,
         plots={p: plot(es, axis=m["axis"], metric=m["metric"]) for p, es in board.items()},
         n=len(students), n_ranked=len(ranked_ids), unverified=unverified, roster_file=ROSTER_FILE,

@@ -18,7 +18,7 @@ from autograder.grading.submissions import read_regular
 from autograder.model import CaseResult, Status, SubmissionResult
 from autograder.model import record_problem as stored_record_problem
 from autograder.report.code import STUB_WORDS, code_cells, read_notebook, stub_state, written_answers
-from autograder.report.text import _text
+from autograder.report.text import as_text
 
 UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"
@@ -146,31 +146,31 @@ def record_problem(record: Any) -> str:
     return stored_record_problem(record, derived=True)
 
 
-def _unusable(sid: str, why: str) -> dict[str, Any]:
+def unusable_record(sid: str, why: str) -> dict[str, Any]:
     return {"submission": sid, "status": Status.UNUSABLE, "cases": [], "questions": {}, "total": 0, "notes": [why]}
 
 
-def _read_record(path: Path) -> dict[str, Any]:
+def read_record(path: Path) -> dict[str, Any]:
     """A stored result read as data (a regular file under the cap), or an "unusable result" saying why not."""
     try:
         raw = read_regular(path, limit=MAX_RECORD_MB * 2**20, label=f"results/{path.name}")
         record = json.loads(raw.decode("utf-8", "replace"))
     except (OSError, ValueError, RecursionError) as exc:
-        return _unusable(path.stem, f"results/{_text(path.name)} could not be read: {_text(exc)[:300]}")
+        return unusable_record(path.stem, f"results/{as_text(path.name)} could not be read: {as_text(exc)[:300]}")
     why = record_problem(record)
-    return _unusable(path.stem, f"results/{_text(path.name)}: {why}") if why else record
+    return unusable_record(path.stem, f"results/{as_text(path.name)}: {why}") if why else record
 
 
-def _batch_rows(grades: Path) -> list[tuple[str, str | None, dict[str, Any]]]:
+def batch_rows(grades: Path) -> list[tuple[str, str | None, dict[str, Any]]]:
     """(id, result file, summary row) of the batch, in its order: summary.json's rows, else every stored result."""
     try:
         rows = json.loads((grades / "summary.json").read_text(encoding="utf-8"))["rows"]
-        out = [(_text(r["id"]), r.get("result"), r) for r in rows]
+        out = [(as_text(r["id"]), r.get("result"), r) for r in rows]
         if all(isinstance(f, str | None) for _, f, _ in out):
             return out
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         pass
-    return [(_text(p.stem), p.name, {}) for p in sorted((grades / "results").glob("*.json"))]
+    return [(as_text(p.stem), p.name, {}) for p in sorted((grades / "results").glob("*.json"))]
 
 
 def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None = None) -> list[Student]:
@@ -184,17 +184,17 @@ def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None =
     if not results.is_dir() and not (grades / "summary.json").exists():
         raise FileNotFoundError(f"{grades}: no results/ folder; run `{command()} grade` first")
     students = []
-    for sid, name, row in _batch_rows(grades):
+    for sid, name, row in batch_rows(grades):
         if not isinstance(name, str) or "/" in name or name.startswith("."):
-            message = _text(row.get("message") or "no stored result")
-            record = {"submission": sid, "status": _text(row.get("status") or Status.UNUSABLE), "cases": [],
+            message = as_text(row.get("message") or "no stored result")
+            record = {"submission": sid, "status": as_text(row.get("status") or Status.UNUSABLE), "cases": [],
                       "questions": {}, "total": 0, "notes": [message]}
         else:
-            record = _read_record(results / name)
+            record = read_record(results / name)
         try:
             student = Student(sid, record, _page_name(sid))
         except Exception as exc:  # noqa: BLE001 - a record record_problem let through but the results object refuses
-            record = _unusable(sid, f"results/{_text(name)}: not a stored result ({_text(exc)[:300]})")
+            record = unusable_record(sid, f"results/{as_text(name)}: not a stored result ({as_text(exc)[:300]})")
             student = Student(sid, record, _page_name(sid))
         if student.status not in (Status.UNREADABLE, Status.UNUSABLE) and record.get("path"):
             cells, student.code_problem = read_notebook(record.get("path"), grades, limits=limits)

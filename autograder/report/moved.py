@@ -11,8 +11,8 @@ from typing import Any
 
 from autograder.config import command
 from autograder.model import CaseResult, Status, SubmissionResult
-from autograder.report.model import _batch_rows, _read_record, _unusable
-from autograder.report.text import _clip, _text
+from autograder.report.model import batch_rows, read_record, unusable_record
+from autograder.report.text import as_text, clip_text
 
 PAGE = "compare.html"
 MESSAGE_CHARS = 600  # a changed case's message, clipped to this on the page
@@ -31,16 +31,16 @@ def read_run(grades: Path) -> dict[str, SubmissionResult]:
     if not (grades / "results").is_dir() and not (grades / "summary.json").is_file():
         raise NotGrades(f"--compare {grades}: not a grades folder (no results/ and no summary.json); {use}")
     run: dict[str, SubmissionResult] = {}
-    for sid, name, row in _batch_rows(grades):
+    for sid, name, row in batch_rows(grades):
         if isinstance(name, str) and "/" not in name and not name.startswith("."):
-            record = _read_record(grades / "results" / name)
+            record = read_record(grades / "results" / name)
         else:
-            record = _unusable(sid, _text(row.get("message") or "no stored result"))
-            record["status"] = _text(row.get("status") or Status.UNUSABLE)
+            record = unusable_record(sid, as_text(row.get("message") or "no stored result"))
+            record["status"] = as_text(row.get("status") or Status.UNUSABLE)
         try:
             run[sid] = SubmissionResult.from_dict(record)
         except Exception as exc:  # noqa: BLE001 - one record must never stop the page
-            run[sid] = SubmissionResult.from_dict(_unusable(sid, f"not a stored result ({_text(exc)[:300]})"))
+            run[sid] = SubmissionResult.from_dict(unusable_record(sid, f"not a stored result ({as_text(exc)[:300]})"))
     return run
 
 
@@ -109,7 +109,7 @@ def _changed_cases(old: SubmissionResult, new: SubmissionResult) -> list[CaseCha
         a, b = was.get(cid), now.get(cid)
         if _verdict(a) == _verdict(b):
             continue
-        said = [_clip(_text(c.message), MESSAGE_CHARS) if c is not None and not c.passed else "" for c in (a, b)]
+        said = [clip_text(as_text(c.message), MESSAGE_CHARS) if c is not None and not c.passed else "" for c in (a, b)]
         key = (_verdict(a), _verdict(b), *(m.replace(cid, "\0") for m in said))
         if key in out:
             out[key].ids.append(cid)
@@ -148,10 +148,10 @@ def compare_page(old_grades: Path, old: dict[str, SubmissionResult], students: l
                  *, grades: Path, title: str) -> dict[str, str]:
     """{PAGE: the page} comparing the run stored in `old_grades` (read by read_run into `old`) with this report's
     students (the run in `grades`)."""
-    from autograder.report.render import _render
+    from autograder.report.render import render_template
 
     moved = compare_runs(old, {s.id: s.result for s in students}, question_ids,
                          pages={s.id: s.page for s in students})
-    page = _render("moved.html.j2", page_title=f"{title}: before and after", m=moved, title=title,
+    page = render_template("moved.html.j2", page_title=f"{title}: before and after", m=moved, title=title,
                    before=str(old_grades.resolve()), after=str(grades), message_chars=MESSAGE_CHARS)
     return {PAGE: page}

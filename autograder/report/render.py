@@ -30,12 +30,12 @@ from autograder.report.model import (
     UNRECOGNISED,
     Cluster,
     Student,
-    _unusable,
     lesson_title,
     misconception,
     plain_math,
+    unusable_record,
 )
-from autograder.report.text import _clip, _score, _text, esc
+from autograder.report.text import _score, as_text, clip_text, esc
 
 HERE = Path(__file__).parent
 MESSAGE_CHARS = 4_000
@@ -61,14 +61,14 @@ def _templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
                              undefined=jinja2.StrictUndefined, finalize=_finalize)
-    env.filters |= {"score": _score, "clip": _clip, "quote": quote}
+    env.filters |= {"score": _score, "clip": clip_text, "quote": quote}
     return env
 
 
-def _render(template: str, *, page_title: str, **values: Any) -> str:
+def render_template(template: str, *, page_title: str, **values: Any) -> str:
     """A whole page from one of templates/ (`page_title`: text)."""
     return _templates().get_template(template).render(
-        page_title=_text(page_title), css=Markup(CSS), script=Markup(SCRIPT), script_hash=SCRIPT_HASH, **values)
+        page_title=as_text(page_title), css=Markup(CSS), script=Markup(SCRIPT), script_hash=SCRIPT_HASH, **values)
 
 
 def question_code(cells: list[tuple[int, str]], q: Question, why: str = "") -> str:
@@ -215,7 +215,7 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
     roster_head = [("student", "student", ""), ("status", "status", ""), ("total", "total", "num"),
                    *((q.id, names[q.id], "num") for q in ctx.questions),
                    *((q.id, f"{names[q.id]} (by hand)", "num") for q in manual), ("diagnoses", "diagnoses", "")]
-    return _render(
+    return render_template(
         "index.html.j2", page_title=f"{ctx.title} failure report", title=ctx.title, n=len(students),
         counts=sorted(counts.items(), key=lambda kv: (kv[0] != Status.GRADED, -kv[1])), graded=Status.GRADED,
         mean_total=sum(s.total for s in students) / len(students) if students else 0.0,
@@ -241,7 +241,7 @@ def written_page(ctx: _Ctx, q: Question, part_index: int, students: list[Student
     part = q.written[part_index]
     rows = [{"s": s, "answer": s.answers.get(part.part), "words": len((s.answers.get(part.part) or "").split()),
              "score": ctx.merged.get(s.id, {}).get(part.part)} for s in students]
-    return _render("written.html.j2", page_title=f"{part.part} · {ctx.title}", q=q, part=part,
+    return render_template("written.html.j2", page_title=f"{part.part} · {ctx.title}", q=q, part=part,
                    per_part=q.points / len(q.written), rows=rows,
                    answered=sum(bool(s.answers.get(part.part)) for s in students), manual_csv=MANUAL_CSV,
                    command=runnable_command(), message_chars=MESSAGE_CHARS)
@@ -253,8 +253,8 @@ def manual_csv(ctx: _Ctx, students: list[Student]) -> str:
     rows = [["id", *parts, "comment", *(f"{p} answer" for p in parts)]]
     for s in students:
         have = ctx.merged.get(s.id, {})
-        rows.append([_text(s.id), *(_score(have[p]) if p in have else "" for p in parts), "",
-                     *(_text(s.answers.get(p) or "") for p in parts)])
+        rows.append([as_text(s.id), *(_score(have[p]) if p in have else "" for p in parts), "",
+                     *(as_text(s.answers.get(p) or "") for p in parts)])
     return csv_text(rows)
 
 
@@ -311,7 +311,7 @@ def student_page(ctx: _Ctx, s: Student) -> str:
                  "picks": [ctx.known.get(d, (q.id, d))[1] for d in s.wrong_picks(q)],
                  "code": Markup(question_code(s.cells, q, s.code_problem))}
                 for q in ctx.questions if s.failed(q.id)]
-    return _render("student.html.j2", page_title=f"{s.id} · {ctx.title}", s=s, auto=ctx.suite.auto_points,
+    return render_template("student.html.j2", page_title=f"{s.id} · {ctx.title}", s=s, auto=ctx.suite.auto_points,
                    path=path, href=href, regrade_command=ctx.regrade, stale=_other_suite(ctx, s), scores=scores,
                    manual_scores=[(q, merged_value(q, ctx.merged.get(s.id, {}))) for q in ctx.manual],
                    sections=sections, message_chars=MESSAGE_CHARS,
@@ -323,8 +323,8 @@ def student_page(ctx: _Ctx, s: Student) -> str:
 def report_csv(students: list[Student], questions: list[Question]) -> str:
     """One row per student for a gradebook: id, status, total, per-question scores and the diagnosis ids."""
     rows = [["id", "status", "total", *(q.id for q in questions), "diagnoses"]]
-    rows += [[_text(s.id), _text(s.status), _score(s.total), *(_score(s.score(q.id)) for q in questions),
-              _text(" ".join(s.diagnosis_ids(questions)))] for s in students]
+    rows += [[as_text(s.id), as_text(s.status), _score(s.total), *(_score(s.score(q.id)) for q in questions),
+              as_text(" ".join(s.diagnosis_ids(questions)))] for s in students]
     return csv_text(rows)
 
 
@@ -334,15 +334,16 @@ def _student_page_or_note(ctx: _Ctx, s: Student) -> str:
     try:
         return student_page(ctx, s)
     except Exception as exc:  # noqa: BLE001 - one record must never stop the class report
-        why = f"the report could not show this result ({type(exc).__name__}: {_clip(_text(exc), 300)})"
-        s.use(_unusable(s.id, why) | {"path": s.record.get("path")})
+        why = f"the report could not show this result ({type(exc).__name__}: {clip_text(as_text(exc), 300)})"
+        s.use(unusable_record(s.id, why) | {"path": s.record.get("path")})
         s.cells = []
         return student_page(ctx, s)
 
 
 def _fallback(title: str, exc: Exception, **values: Any) -> str:
-    return _render("fallback.html.j2", page_title=title, error=f"{type(exc).__name__}: {_clip(_text(exc), 300)}",
-                   **{"heading": "", "students": [], **values})
+    return render_template("fallback.html.j2", page_title=title,
+                           error=f"{type(exc).__name__}: {clip_text(as_text(exc), 300)}",
+                           **{"heading": "", "students": [], **values})
 
 
 def _written_page_or_note(ctx: _Ctx, q: Question, n: int, students: list[Student]) -> str:

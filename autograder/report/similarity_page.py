@@ -34,7 +34,7 @@ def template_cells(suite: Suite) -> list[str]:
 def similarity_pages(suite: Suite, students: list[Any], *, grades: Path, title: str) -> dict[str, str]:
     """similarity.html and the decisions file to fill in (similarity_decisions.json), or {} for a class of fewer
     than two students with code or a checkpoint."""
-    from autograder.report.render import _render
+    from autograder.report.render import render_template
 
     template = template_cells(suite)
     parts = {c.id: c.part for c in suite.checkpoint_cases}
@@ -57,7 +57,7 @@ def similarity_pages(suite: Suite, students: list[Any], *, grades: Path, title: 
                 **decided(p.first, p.second)} for p in found.weights]
     listed += [{"pair": list(k), "kind": "no longer listed", **v} for k, v in decisions.items()
                if not any(sorted(x["pair"]) == list(k) for x in listed)]  # kept: a TA's word is never dropped
-    page = _render("similarity.html.j2", page_title=f"{title}: similarity", found=found, pages=pages,
+    page = render_template("similarity.html.j2", page_title=f"{title}: similarity", found=found, pages=pages,
                    decided=decided, figures=figures, problem=problem, decisions_file=DECISIONS_FILE,
                    code_threshold=CODE_THRESHOLD, weights_threshold=WEIGHTS_THRESHOLD, grades=str(grades))
     return {"similarity.html": page, DECISIONS_FILE: json.dumps({"decisions": listed}, indent=1) + "\n"}

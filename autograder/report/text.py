@@ -9,16 +9,16 @@ from typing import Any
 import numpy as np
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
     """str(value) that can be written as UTF-8: lone surrogates become escapes."""
     return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def esc(value: Any) -> str:
-    return html.escape(_text(value), quote=True)
+    return html.escape(as_text(value), quote=True)
 
 
-def _clip(text: str, limit: int) -> str:
+def clip_text(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters)"
 
 

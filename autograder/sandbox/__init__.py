@@ -23,7 +23,7 @@ long C call inside torch. It then runs the notebook again in a fresh child (fres
 cell. When a whole-notebook limit stops a cell, the cells before it run again and the probes still run.
 Each probe has its own limit and each question (a case id's prefix) a share of the probes' time: a probe past
 either is stopped the same way, and the probes not yet answered go to a fresh child (the same cells first, public
-before hidden), at most _MAX_PROBE_RUNS times (protocol.py). A forged cell frame can change which cell is left
+before hidden), at most MAX_PROBE_RUNS times (protocol.py). A forged cell frame can change which cell is left
 out, never what the probes find.
 
 Threat model. Student code is hostile and runs with the child's privileges.

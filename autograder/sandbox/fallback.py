@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from autograder.sandbox.isolation import (
-    _SHM_MB,
     SANDBOX_ENV,
-    _choose_sandbox,
-    _under,
+    SHM_MB,
+    choose_sandbox,
     hidden_tops,
+    is_under,
     uid_drop_problem,
 )
 from autograder.sandbox.limits import MIB
@@ -71,7 +71,7 @@ def choose_isolation(wanted: str = "auto", *, scratch: str | Path | None = None)
         wanted = os.environ[SANDBOX_ENV]
     if wanted not in ("auto", "bwrap", "none"):
         raise WorkerError(f"sandbox ({SANDBOX_ENV}) must be 'auto', 'bwrap' or 'none', got {wanted!r}")
-    sandbox, why = _choose_sandbox(wanted)
+    sandbox, why = choose_sandbox(wanted)
     if sandbox == "bwrap":
         return Isolation("bwrap", "bubblewrap")
     problem = uid_drop_problem(scratch=scratch)
@@ -103,11 +103,11 @@ def fallback_plan(path: Iterable[str], *, stage: str, rw: Iterable[str],
     secret = [*tops, str(Path(__file__).resolve().parents[2]), *(os.path.realpath(h) for h in hide)]
     prefixes = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.base_exec_prefix)})
     real = [os.path.realpath(p) for p in path if p and os.path.isdir(p)]
-    kept = [p for p in dict.fromkeys(real) if not any(_under(s, p) for s in secret)
-            and (any(_under(p, x) for x in prefixes) or not any(_under(p, h) for h in tops)
+    kept = [p for p in dict.fromkeys(real) if not any(is_under(s, p) for s in secret)
+            and (any(is_under(p, x) for x in prefixes) or not any(is_under(p, h) for h in tops)
                  or os.path.basename(p) in ("site-packages", "dist-packages"))]  # packages a .pth line adds
     stage = os.path.realpath(stage)
-    keep = [p for p in dict.fromkeys([stage, *prefixes, *kept]) if not any(_under(s, p) for s in secret)]
+    keep = [p for p in dict.fromkeys([stage, *prefixes, *kept]) if not any(is_under(s, p) for s in secret)]
     return {"tops": tops, "keep": keep, "rw": [os.path.realpath(p) for p in rw], "path": [stage, *kept]}
 
 
@@ -137,8 +137,8 @@ def enter_namespaces(plan: dict[str, Any]) -> str:
         for top in plan["tops"]:
             _mount(libc, "tmpfs", top, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
             done: list[str] = []
-            for p in (p for p in binds if _under(p, top) and p != top):
-                inside = any(_under(p, d) for d in done)  # already shown (read-only) by a folder above it
+            for p in (p for p in binds if is_under(p, top) and p != top):
+                inside = any(is_under(p, d) for d in done)  # already shown (read-only) by a folder above it
                 if inside and p not in rw:
                     continue
                 if not inside:
@@ -149,7 +149,7 @@ def enter_namespaces(plan: dict[str, Any]) -> str:
                 done.append(p)
             _mount(libc, None, top, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
         if os.path.isdir("/dev/shm"):
-            _mount(libc, "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,size={_SHM_MB * MIB}")
+            _mount(libc, "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,size={SHM_MB * MIB}")
     except OSError as exc:
         raise WorkerError(f"the worker's namespaces could not be laid out: {exc}") from exc
     finally:

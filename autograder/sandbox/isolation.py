@@ -46,7 +46,7 @@ _UID_BLOCKS = 2000 * 64  # blocks above _UID_BASE; a worker holds one, reserved 
 UID_LOCKS_ENV = env_name("UID_LOCKS")  # folder of the uid-block locks (default /run/lock/autograder-uid-blocks)
 # Without bubblewrap, the folders where a job's uid may leave files (anyone may write there); swept after each job.
 _SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
-_SHM_MB = 64  # the sandbox's own /dev/shm
+SHM_MB = 64  # the sandbox's own /dev/shm
 _IPC_RMID = 0
 _CLONE_NEWIPC = 0x08000000
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
@@ -184,7 +184,7 @@ def set_memory_limit(folder: str, limit: int) -> None:
         _write(memsw, str(limit))
 
 
-def _choose_sandbox(wanted: str) -> tuple[str, str]:
+def choose_sandbox(wanted: str) -> tuple[str, str]:
     if wanted == "none":
         return "none", f"sandbox: none requested (sandbox='none' or {SANDBOX_ENV}=none)"
     exe = shutil.which("bwrap")
@@ -253,7 +253,7 @@ def uid_drop_problem(*, scratch: str | Path | None = None) -> str:
     grader is not root, or a folder the child reads (the interpreter, the venv, `scratch`) is closed to others."""
     if os.geteuid() != 0:
         return "the grader is not root, so it cannot switch student code to another uid"
-    needed = [sys.prefix, sys.base_prefix, *(p for p in sys.path if p and _under(p, sys.prefix) and os.path.isdir(p))]
+    needed = [sys.prefix, sys.base_prefix, *(p for p in sys.path if p and is_under(p, sys.prefix) and os.path.isdir(p))]
     for path in dict.fromkeys([*needed, *([str(scratch)] if scratch else [])]):
         if not _world_readable(path):
             return f"{path} is not readable by other users (chmod -R o+rX it, and o+rx on its parents)"
@@ -292,7 +292,7 @@ def _reserve_uid_block(start: int) -> tuple[int, int]:
     raise WorkerError(f"all {_UID_BLOCKS} uid blocks are held by other graders on this host (locks in {folder})")
 
 
-def _under(path: str, root: str) -> bool:
+def is_under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
@@ -303,7 +303,7 @@ def hidden_tops(hide: tuple[str | Path, ...] = ()) -> list[str]:
     others = [os.path.join("/", d) for d in os.listdir("/") if os.path.join("/", d) not in _VISIBLE_ROOTS]
     hidden = sorted({os.path.realpath(p) for p in ("/tmp", "/root", "/home", repo, *others, *hide)
                      if os.path.isdir(p) and not os.path.islink(p)}, key=len)
-    return [h for h in hidden if not any(h != o and _under(h, o) for o in hidden)]
+    return [h for h in hidden if not any(h != o and is_under(h, o) for o in hidden)]
 
 
 def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
@@ -322,23 +322,23 @@ def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
     path: list[str] = []
     site: list[tuple[str, str]] = []
     for p in dict.fromkeys(os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)):
-        if any(_under(p, b) for b in base) and not (venv not in base and _under(p, venv)):
+        if any(is_under(p, b) for b in base) and not (venv not in base and is_under(p, venv)):
             path.append(p)
-        elif _under(p, venv) and venv not in base:
+        elif is_under(p, venv) and venv not in base:
             inside = f"{_SANDBOX_SITE}/{len(site)}"
             site.append((p, inside))
             path.append(inside)
-        elif not any(_under(p, h) for h in top):
+        elif not any(is_under(p, h) for h in top):
             path.append(p)
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--perms", "1777", "--size", str(_SHM_MB * MIB), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue",
+            "--perms", "1777", "--size", str(SHM_MB * MIB), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue",
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--new-session"]
     for h in top:
         argv += ["--tmpfs", h]
         for p in base:
-            if _under(p, h) and p != h:
-                parents = [str(d) for d in reversed(Path(p).parents) if _under(str(d), h) and str(d) != h]
+            if is_under(p, h) and p != h:
+                parents = [str(d) for d in reversed(Path(p).parents) if is_under(str(d), h) and str(d) != h]
                 argv += [a for d in parents for a in ("--perms", "0755", "--dir", d)] + ["--ro-bind", p, p]
         if h == "/tmp":
             argv += ["--ro-bind", str(stage), _SANDBOX_STAGE,

@@ -54,18 +54,18 @@ from autograder.sandbox.limits import (
 from autograder.sandbox.notebook import SKIP_TAGS, NotebookError, read_notebook
 from autograder.sandbox.protocol import (
     _CTL_BYTES,
-    _MAX_PROBE_RUNS,
     _MAX_TIME_STOPS,
+    MAX_PROBE_RUNS,
     MEMORY_GUARDS,
     ExecResult,
     Probe,
+    ProbeStops,
     WorkerError,
     _cell_name,
     _cells_job,
     _classify,
     _Conversation,
     _order_probes,
-    _ProbeStops,
     _time_note,
     _Transcript,
     group_of,
@@ -224,7 +224,7 @@ class WorkerPool:
         probes' time (question_s, counted over every run): a probe past either is stopped, earns nothing and does
         not run again, nor do the probes of a question whose share is spent; one stopped by a whole-notebook
         limit runs once more. The answers given so far are kept and the rest go to a fresh child (the same cells
-        first, public probes before hidden ones), at most _MAX_PROBE_RUNS times.
+        first, public probes before hidden ones), at most MAX_PROBE_RUNS times.
         """
         limits, source = self.limits, dict(cells)
         stopped: list[int] = []
@@ -233,7 +233,7 @@ class WorkerPool:
         cpu = 0.0
         hidden = {k for k, _, _ in probes[public:]}
         share = {group_of(k): limits.question_s for k, _, _ in probes}
-        stops, left = _ProbeStops(limits, probes), probes
+        stops, left = ProbeStops(limits, probes), probes
         cell_runs = probe_runs = 0
         while True:
             todo = [(i, s) for i, s in cells if i not in stopped and (cut is None or i < cut[0])]
@@ -256,7 +256,7 @@ class WorkerPool:
                 continue
             if over is None and (t.probe_over or (t.probe_running and whole)):
                 left = stops.after(t, left, share)
-                if left and probe_runs < _MAX_PROBE_RUNS:
+                if left and probe_runs < MAX_PROBE_RUNS:
                     probe_runs += 1
                     continue
                 stops.give_up(left, cell_runs + probe_runs + 1)

@@ -38,7 +38,7 @@ _CTL_BYTES = 1 << 16
 _MAX_TIME_STOPS = 3  # cells left out for the per-cell limit; one more too slow cell ends the notebook there
 # fresh runs of the notebook for the probes not yet answered, after a run was stopped among its probes (a probe over
 # its own limit or its question's share, or a whole-notebook limit); the probes still left after that do not run
-_MAX_PROBE_RUNS = 6
+MAX_PROBE_RUNS = 6
 # While the child still owes many answers to requests already sent, the grader reads its frames every few ms, not
 # at each one: about half the wake-ups of a notebook and a third less of the conversation's CPU. Nothing is lost or
 # late: the child writes on into the socket, and the last answers of a batch (which the child's next request or
@@ -507,7 +507,7 @@ def _calls(name: str, args: dict[str, Any]) -> str:
     return f"probe `{name}`" + (f", which calls `{str(named)[:60]}`" if named else "")
 
 
-class _ProbeStops:
+class ProbeStops:
     """The probes of a notebook run after run: which were answered, which never ran for time and why (in the
     grader's words), and what the student is told."""
 

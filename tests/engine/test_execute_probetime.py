@@ -20,7 +20,7 @@ from autograder.model import NOT_RUN, Status
 from autograder.release.sample import filled_notebook
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.pool import WorkerPool
-from autograder.sandbox.protocol import _MAX_PROBE_RUNS, ExecResult
+from autograder.sandbox.protocol import MAX_PROBE_RUNS, ExecResult
 
 PROBE_S, SHARE_S = 1, 2  # short, so that the tests stay quick
 LIMITS = Limits(wall_s=6, cell_s=2, cpu_s=6, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64,
@@ -46,7 +46,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ExecRes
         # stopped by the whole-notebook limit goes on in a fresh child and every probe is answered
         "wall": [(f"q{n}/m{k}", "medium", {}) for n in range(5) for k in range(2)],
         # more slow probes than fresh runs: the grader stops, the rest are not run
-        "many": [(f"q{n}/slow", "slow", {}) for n in range(_MAX_PROBE_RUNS + 3)] + [("qz/fast", "fast", {})],
+        "many": [(f"q{n}/slow", "slow", {}) for n in range(MAX_PROBE_RUNS + 3)] + [("qz/fast", "fast", {})],
     }
     try:
         with WorkerPool(2, limits=LIMITS, probe_module="fake_checks_probetime") as pool:
@@ -87,9 +87,9 @@ def test_a_whole_notebook_limit_among_the_probes_goes_on_in_a_fresh_child(runs: 
 def test_fresh_runs_are_capped(runs: dict[str, ExecResult]) -> None:
     res = runs["many"]
     stopped = [k for k, why in res.not_run.items() if "time limit of one check" in why]
-    assert len(stopped) == _MAX_PROBE_RUNS + 1, res.not_run
-    assert len(res.not_run) == _MAX_PROBE_RUNS + 4 and "qz/fast" in res.not_run
-    assert any(f"{_MAX_PROBE_RUNS + 1} times" in n for n in res.student_notes), res.student_notes
+    assert len(stopped) == MAX_PROBE_RUNS + 1, res.not_run
+    assert len(res.not_run) == MAX_PROBE_RUNS + 4 and "qz/fast" in res.not_run
+    assert any(f"{MAX_PROBE_RUNS + 1} times" in n for n in res.student_notes), res.student_notes
 
 
 # --------------------------------------------------------------------------- the grade command, a real notebook

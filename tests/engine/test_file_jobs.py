@@ -20,7 +20,7 @@ from test_execute_isolation import readable_python  # noqa: F401 - the fixture: 
 from autograder.config import ROOT
 from autograder.lesson import ENGINE_ROOT
 from autograder.sandbox.files import Verifier, reader_isolation
-from autograder.sandbox.isolation import _choose_sandbox
+from autograder.sandbox.isolation import choose_sandbox
 from autograder.sandbox.protocol import WorkerError
 
 pytestmark = pytest.mark.sandbox  # every test here starts a reader process
@@ -59,7 +59,7 @@ def reader_evaluate(request, data, state):
 
 def _bwrap_problem() -> str:
     try:
-        sandbox, why = _choose_sandbox("auto")
+        sandbox, why = choose_sandbox("auto")
     except WorkerError as err:
         return str(err)
     return "" if sandbox == "bwrap" else why
