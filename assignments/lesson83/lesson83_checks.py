@@ -53,7 +53,7 @@ LETTERS = ("A", "B", "C", "D")
 # Checks that compare with the reference value; the others judge a property of the student's output alone,
 # so their cases carry no reference value (a multiple-choice format check must not carry the answers).
 USES_EXPECTED = {"close", "learned_table", "grad_rows", "shape", "pair_close", "long_bias", "choice_correct",
-                 "lm_names"}
+                 "lm_names", "tied_head"}
 
 
 # --------------------------------------------------------------------------- probe helpers
@@ -844,20 +844,58 @@ def lm_prefix(env: dict[str, Any], pos: str, T: int, prefix: int, seed: int,
 
 @probe
 def lm_tied_head(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str, Any]:
-    """How the logits move when row 0 of token_emb (token 0 never occurs in the input) is shifted by 1."""
+    """The logits before and after row 0 of token_emb (token 0 never occurs in the input) is set to a vector the
+    grader chooses (`chosen_table`): a tied head moves token 0's logits, and only those, by what the grader
+    predicts from the reference under the same change."""
     torch = _torch()
     model, X = _lm(env, pos, seed), _tokens(seed, T)
     before = _logits(model, X)
+    d = LM_SMALL["num_hiddens"]
     with torch.no_grad():
-        model.token_emb.weight[0] += 1.0
-    after = _logits(model, X)
-    return {"own_column": float(np.abs(after[..., 0] - before[..., 0]).min()),
-            "other_columns": float(np.abs(after[..., 1:] - before[..., 1:]).max())}
+        model.token_emb.weight[0] = torch.from_numpy(chosen_table(1, d, seed)[0] * 2)
+    return {"before": before, "after": _logits(model, X)}
+
+
+NUDGE = 0.125  # what lm_structure adds to every trainable parameter after the chosen load (exact in float32)
+
+
+def _chosen_state(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str, Any]:
+    """A fresh model of scheme `pos` after load_state_dict (strict) of values the grader chooses for every floating
+    entry of its state dict, drawn from the entry's name as `_lm` fills parameters (a persistent table or a layer
+    of the student's own gets values that nothing predicts), its logits on seeded tokens (`value`), then the same
+    after every trainable parameter is nudged by NUDGE (`nudged`: a fixed table kept as a parameter moves). What
+    raised, else both: the grader compares them with the reference's under the same load and nudge."""
+    import zlib
+
+    torch, P = _torch(), _pristine()
+    try:
+        _seed(0)
+        model = _get(env, "TinyCharLM")(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL)
+        state = {}
+        for name, v in _module_state(model)["state_dict"].items():
+            if P.issubclass(P.type(v), P.TensorBase) and (P.is_floating(v) or P.is_complex(v)):
+                gen = torch.Generator().manual_seed(seed + zlib.crc32(name.encode()))
+                std = 1.0 if len(P.shape(v)) < 2 or "emb" in name else P.shape(v)[-1] ** -0.5
+                v = torch.randn(tuple(P.shape(v)), generator=gen, dtype=torch.float64).mul(std).to(P.dtype(v))
+            state[name] = v
+        model.load_state_dict(state, strict=True)
+        model.eval()
+        X = _tokens(seed, T, batch=1)
+        first = _logits(model, X)
+        with torch.no_grad():
+            for p in _module_state(model)["parameters"].values():
+                if P.requires_grad(p):
+                    p.add_(NUDGE)
+        second = _logits(model, X)
+    except Exception as exc:  # noqa: BLE001 - what raised is the evidence
+        return {"raised": type(exc).__name__, "message": str(exc)[:300]}
+    return {"raised": None, "value": first, "nudged": second}
 
 
 @probe
-def lm_structure(env: dict[str, Any], schemes: list[str]) -> dict[str, Any]:
-    """Per scheme: state-dict entries and parameters with their shapes, and the names of the buffers."""
+def lm_structure(env: dict[str, Any], schemes: list[str], T: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """Per scheme: state-dict entries and parameters with their shapes, and the names of the buffers; with T,
+    `loaded`: what these facts must do to the logits (_chosen_state)."""
     out = {}
     for pos in schemes:
         state = _module_state(MODELS.build(env, pos))
@@ -865,6 +903,8 @@ def lm_structure(env: dict[str, Any], schemes: list[str]) -> dict[str, Any]:
         out[pos] = {"state_dict": {k: list(shape(v)) for k, v in state["state_dict"].items()},
                     "parameters": {k: list(shape(v)) for k, v in state["parameters"].items()},
                     "buffers": sorted(state["buffers"])}
+        if T is not None:
+            out[pos]["loaded"] = _chosen_state(env, pos, T, seed)
     return out
 
 
@@ -1602,16 +1642,26 @@ def choice_correct(case: dict[str, Any], got: dict[str, Any], expected: dict[str
 
 @check
 def tied_head(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -> Verdict:
-    """Shifting embedding row 0 moves every logit of token 0 and no other logit."""
+    """Setting embedding row 0 moves every logit of token 0 and no other logit, and the logits after it are the
+    reference's under the same change."""
     if (msg := _error_message(got)) is not None:
         return _fail(case, msg)
-    if got["own_column"] > 1e-3 and got["other_columns"] < 1e-4:
-        return Verdict(True)
-    return _fail(case, "after adding 1 to token_emb.weight[0] the logits of token 0 moved by at least "
-                 f"{got['own_column']:.4g} and the other logits by up to {got['other_columns']:.4g}; a head "
-                 "tied to the embedding moves only token 0's logits. Compute the logits as "
-                 "F.linear(H, self.token_emb.weight), with no separate output layer.",
-                 case.get("known_cause"))
+    before, after = np.asarray(got["before"], dtype=np.float64), np.asarray(got["after"], dtype=np.float64)
+    want = np.asarray(expected["value"]["after"])
+    if before.shape != after.shape or after.shape != want.shape:
+        return _fail(case, f"the logits have shape {list(after.shape)}, expected {list(want.shape)}.")
+    own = float(np.abs(after[..., 0] - before[..., 0]).min())
+    other = float(np.abs(after[..., 1:] - before[..., 1:]).max())
+    if not (own > 1e-3 and other < 1e-4):
+        return _fail(case, "after a new token_emb.weight[0] the logits of token 0 moved by at least "
+                     f"{own:.4g} and the other logits by up to {other:.4g}; a head tied to the embedding moves "
+                     "only token 0's logits. Compute the logits as F.linear(H, self.token_emb.weight), with no "
+                     "separate output layer.", case.get("known_cause"))
+    if not _close(after, want, case["atol"], case["rtol"]):
+        return _fail(case, "after a new token_emb.weight[0] the logits are not the reference's under the same "
+                     f"change.\n  {_where(after, want, case['atol'], case['rtol'])}\n  The head must read the "
+                     "embedding matrix itself: F.linear(H, self.token_emb.weight).")
+    return Verdict(True)
 
 
 @check
@@ -1619,7 +1669,7 @@ def lm_names(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]
     """Per scheme, the state dict and the parameters have exactly the reference names and shapes."""
     if (msg := _error_message(got)) is not None:
         return _fail(case, msg)
-    want = expected["value"]
+    want = {pos: facts for pos, facts in expected["value"].items() if pos != "basis"}  # basis: builds_on's
     for pos, facts in want.items():
         mine = got[pos]
         if "pe" in mine["parameters"]:
@@ -1649,7 +1699,30 @@ def lm_names(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]
         if set(mine["parameters"]) != set(facts["parameters"]):
             return _fail(case, f"pos={pos!r}: trainable parameters {sorted(mine['parameters'])}, expected "
                          f"{sorted(facts['parameters'])}: rope, alibi and none add no parameters.")
+        if "loaded" in facts and (failed := _loaded_differs(case, pos, mine.get("loaded"), facts["loaded"])):
+            return failed
     return Verdict(True)
+
+
+def _loaded_differs(case: dict[str, Any], pos: str, run: dict[str, Any] | None, want: dict[str, Any]) -> Verdict | None:
+    """What the state-dict facts must do to the logits (lm_structure's `loaded`), against the reference under the
+    same load and nudge: a failing verdict, or None when they do it. A fact the child reports earns nothing
+    without it."""
+    run = run or {"raised": "KeyError", "message": "the probe returned no 'loaded'"}
+    what = f"pos={pos!r}: after load_state_dict() of values the grader chose for every entry of your state dict,"
+    if run["raised"]:
+        return _fail(case, f"{what} the model raised {run['raised']}: {run['message'].rstrip('. ')}. Its tables "
+                     "must be the module's own state, loaded by name.")
+    atol, rtol = case["atol"], case["rtol"]
+    for key, after in (("value", "the logits"), ("nudged", f"the logits after {NUDGE} is added to every "
+                                                           "trainable parameter")):
+        mine, ref = np.asarray(run[key], dtype=np.float64), np.asarray(want[key])
+        if mine.shape != ref.shape or not _close(mine, ref, atol, rtol):
+            rule = ("a table the model keeps outside its state, or an entry it does not use" if key == "value" else
+                    "a fixed table kept as a trainable parameter, or a parameter the model does not use")
+            detail = _where(mine, ref, atol, rtol) if mine.shape == ref.shape else f"shape {list(mine.shape)}"
+            return _fail(case, f"{what} {after} are not the reference's ({detail}): {rule}.")
+    return None
 
 
 @check

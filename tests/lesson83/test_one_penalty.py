@@ -150,7 +150,7 @@ class TinyCharLM(TinyCharLM):
             self.rope_sin = nn.Parameter(sin, requires_grad=False)
 ''')
     failed = {c.id for c in result.cases if not c.passed}
-    assert failed == {"m1_tinycharlm/state_dict_names", "m1_tinycharlm/hidden_state_dict_names"}, failed
+    assert failed == {"m1_tinycharlm/state_dict_rope", "m1_tinycharlm/hidden_state_dict_rope"}, failed
 
 
 # --------------------------------------------------------------------------- 32.4: which tensor was off device

@@ -76,6 +76,31 @@ def self_attention(*args, **kwargs):
     _hijack()
     return _self_attention(*args, **kwargs)
 '''
+# 1a on the milestone's structure facts: the same forged mark, then lm_structure's report rewritten to the
+# reference's (pe a buffer, no separate head) and lm_tied_head's logits to those of a tied head (token 0 moved).
+GC_STRUCTURE = GC_MARK.split("_storage, _device")[0] + '''
+_structure, _tied = _c.PROBES["lm_structure"], _c.PROBES["lm_tied_head"]
+
+def _reference_facts(out):
+    for facts in out.values():
+        for table in (facts["state_dict"], facts["parameters"]):
+            for k in [k for k in table if k.startswith("head.")]:
+                del table[k]
+        facts["parameters"].pop("pe", None)
+        if "pe" in facts["state_dict"] and "pe" not in facts["buffers"]:
+            facts["buffers"] = sorted([*facts["buffers"], "pe"])
+    return out
+
+def _tied_logits(out):
+    if "before" not in out:  # the facts the probe reported before issue 31
+        return dict(out, own_column=1.0, other_columns=0.0)
+    after = out["before"].copy()
+    after[..., 0] += 1.0
+    return dict(out, after=after)
+
+_c.PROBES["lm_structure"] = lambda env, **a: _reference_facts(_structure(env, **a))
+_c.PROBES["lm_tied_head"] = lambda env, **a: _tied_logits(_tied(env, **a))
+'''
 # 2: the tables moved to the inputs' device only where a GPU is missing (always, under the CPU trace): on a real
 # GPU the same code leaves them on the CPU and crashes at the first step.
 CUDA_DODGE = '''
@@ -93,7 +118,8 @@ def _mistake(mistake_id: str) -> str:
 
 
 BASELINES = {"base_q3": _mistake("pe_plain_attribute"), "base_m1": _mistake("lm_tables_on_cpu"),
-             "base_q6": _mistake("rope_attention_tables_on_cpu")}
+             "base_q6": _mistake("rope_attention_tables_on_cpu"), "base_m1_pe": _mistake("lm_pe_parameter"),
+             "base_m1_head": _mistake("lm_untied_head")}
 
 
 def _notebook(code: str, answers: dict[str, str], extra_cell: str = "") -> nbformat.NotebookNode:
@@ -115,6 +141,8 @@ def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> Path:
         "1a_gc_mark": _notebook(BASELINES["base_q3"], answers, GC_MARK),
         "1b_frame_locals": _notebook(BASELINES["base_q3"], answers, FRAME_LOCALS),
         "1c_frame_locals_devices": _notebook(BASELINES["base_m1"], answers, FRAME_LOCALS),
+        "1a_structure_pe": _notebook(BASELINES["base_m1_pe"], answers, GC_STRUCTURE),
+        "1a_structure_head": _notebook(BASELINES["base_m1_head"], answers, GC_STRUCTURE),
         "2_cuda_dodge": filled_notebook(TEMPLATE, extra={"rope_attention": cpu_tables + CUDA_DODGE}, answers=answers),
     }
     for name, nb in notebooks.items():
@@ -128,7 +156,8 @@ def _record(graded: Path, name: str) -> dict:
 
 
 COMPARED = {"1a_gc_mark": ("base_q3", "q3_sinusoidal_module"), "1b_frame_locals": ("base_q3", "q3_sinusoidal_module"),
-            "1c_frame_locals_devices": ("base_m1", "m1_tinycharlm"), "2_cuda_dodge": ("base_q6", "q6_rope_attention")}
+            "1c_frame_locals_devices": ("base_m1", "m1_tinycharlm"), "2_cuda_dodge": ("base_q6", "q6_rope_attention"),
+            "1a_structure_pe": ("base_m1_pe", "m1_tinycharlm"), "1a_structure_head": ("base_m1_head", "m1_tinycharlm")}
 
 
 @pytest.mark.parametrize("name", sorted(COMPARED))
@@ -171,3 +200,23 @@ def test_a_forged_storage_fact_earns_nothing_even_once_a_ta_clears_the_flag(grad
         paid = {c["id"]: c["points"] for c in record["cases"] if c["id"].split("/")[-1].split(".")[-1]
                 in CONSEQUENCE_CASES}
         assert len(paid) == len(CONSEQUENCE_CASES) and not any(paid.values()), paid
+
+
+def test_forged_structure_facts_earn_nothing_even_once_a_ta_clears_the_flag(graded: Path) -> None:
+    """Evidence, not trust, for the milestone: a state-dict case pays only where its scheme's logits after a load
+    the grader chose (and a nudge of every trainable parameter) are the reference's, and the tied-head case only
+    where the logits after a new embedding row 0 are; a trainable `pe` or a separate head cannot give them,
+    whatever lm_structure and lm_tied_head report."""
+    out = graded / "out"
+    attacks = {"1a_structure_pe": "base_m1_pe", "1a_structure_head": "base_m1_head"}
+    decisions = out / DECISIONS_FILE
+    kept = decisions.read_text() if decisions.exists() else ""
+    decisions.write_text(kept + "".join(f"{name}: {_record(graded, name)['review']['digest']}\n" for name in attacks))
+    grade_batch(graded / "subs", out=out, progress=False)
+    for name, base in attacks.items():
+        record, honest = _record(graded, name), _record(graded, base)
+        assert record["review"]["cleared"], record["review"]
+        assert record["questions"]["m1_tinycharlm"] <= honest["questions"]["m1_tinycharlm"] + 1e-9
+        lost = {c["id"] for c in honest["cases"] if c["points"] < c["max_points"]}
+        gained = {c["id"] for c in record["cases"] if c["id"] in lost and c["points"] > 0}
+        assert lost and not gained, gained
