@@ -861,19 +861,23 @@ NUDGE = 0.125  # what lm_structure adds to every trainable parameter after the c
 
 
 def _chosen_state(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str, Any]:
-    """A fresh model of scheme `pos` after load_state_dict (strict) of values the grader chooses for every floating
-    entry of its state dict, drawn from the entry's name as `_lm` fills parameters (a persistent table or a layer
-    of the student's own gets values that nothing predicts), its logits on seeded tokens (`value`), then the same
-    after every trainable parameter is nudged by NUDGE (`nudged`: a fixed table kept as a parameter moves). What
-    raised, else both: the grader compares them with the reference's under the same load and nudge."""
+    """The model of scheme `pos` (MODELS) after load_state_dict (strict) of values the grader chooses for every
+    floating entry of its state dict, drawn from the entry's name as `_lm` fills parameters (a persistent table or
+    a layer of the student's own gets values that nothing predicts), its logits on seeded tokens (`value`), then
+    the same after every trainable parameter is nudged by NUDGE (`nudged`: a fixed table kept as a parameter
+    moves). What raised, else both: the grader compares them with the reference's under the same load and nudge.
+    Every tensor of the state gets its values back after, so the model is as built again."""
     import zlib
 
     torch, P = _torch(), _pristine()
+    model = MODELS.build(env, pos)
+    held = _module_state(model)
+    kept = [(t, t.detach().clone()) for t in {id(t): t for t in (*held["state_dict"].values(),
+                                                                 *held["parameters"].values())}.values()
+            if P.issubclass(P.type(t), P.TensorBase)]
     try:
-        _seed(0)
-        model = _get(env, "TinyCharLM")(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL)
         state = {}
-        for name, v in _module_state(model)["state_dict"].items():
+        for name, v in held["state_dict"].items():
             if P.issubclass(P.type(v), P.TensorBase) and (P.is_floating(v) or P.is_complex(v)):
                 gen = torch.Generator().manual_seed(seed + zlib.crc32(name.encode()))
                 std = 1.0 if len(P.shape(v)) < 2 or "emb" in name else P.shape(v)[-1] ** -0.5
@@ -890,6 +894,10 @@ def _chosen_state(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str,
         second = _logits(model, X)
     except Exception as exc:  # noqa: BLE001 - what raised is the evidence
         return {"raised": type(exc).__name__, "message": str(exc)[:300]}
+    finally:  # the model as built again (its frozen tables too), so that MODELS may hand it out
+        with torch.no_grad():
+            for t, values in kept:
+                t.copy_(values)
     return {"raised": None, "value": first, "nudged": second}
 
 
