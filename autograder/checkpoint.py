@@ -34,16 +34,16 @@ from types import ModuleType
 
 from autograder.lesson import Lesson, LessonError, default_lesson, load_module
 from autograder.model import PartVerdict, Verdict  # re-exported: the plug-ins build them from here
-from autograder.sandbox.files import (  # the reader processes, for the plug-ins: checkpoint.run_child, ...
+from autograder.sandbox import (  # the reader processes, for the plug-ins: checkpoint.run_child, ...
     STARTUP_TIMEOUT_S,
     VERIFY_SLOTS,
     Verifier,
     VerifierError,
-    pool,
     reader_isolation,
     reader_limits_lowered,
     run_child,
 )
+from autograder.sandbox import reader_pool as pool
 
 __all__ = ["MISSING", "STARTUP_TIMEOUT_S", "UNREADABLE", "VERIFY_SLOTS", "PartVerdict", "Verdict", "Verifier",
            "VerifierError", "load_plugin", "main", "pool", "read_limited", "reader_isolation", "reader_limits_lowered",

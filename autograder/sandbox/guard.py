@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import importlib.util
@@ -10,10 +11,12 @@ import logging
 import operator
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from autograder import wire
-from autograder.sandbox.protocol import _CANARY
+from autograder.runtime import runtime_modules
+from autograder.sandbox.frames import CANARY
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +49,52 @@ _GUARDED = (
     ("os", "write"), ("os", "read"), ("os", "_exit"),
 )
 
-# the grader's own modules in the child: their globals (and function code) are recorded and restored
-HARNESS_MODULES = ("autograder.wire", *(f"autograder.sandbox.{m}" for m in (
-    "limits", "protocol", "isolation", "guard", "child", "zygote")))
-RUNTIME_MODULE = "checks_runtime"  # the checks runtime the probe module imports (autograder/lesson.py RUNTIME_NAME)
+SERVER_MODULE = "autograder.sandbox.zygote"  # what a worker starts: everything the child holds is imported from it
+
+
+def _imported(module: str, folder: Path) -> set[str]:
+    """The autograder.sandbox modules and autograder.wire that `module` (a file of this package) imports, at any
+    depth of its code (a function's import too: it may run in the zygote before any student code)."""
+    tree = ast.parse((folder / f"{module.rsplit('.', 1)[1]}.py").read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                 if isinstance(node, ast.ImportFrom) and not node.level else [])
+        found |= {n for n in names if n == "autograder.wire" or (n.startswith(__package__ + ".")
+                                                                 and (folder / f"{n.rsplit('.', 1)[1]}.py").is_file())}
+    return found
+
+
+def harness_modules() -> tuple[str, ...]:
+    """The grader's own modules in the child, derived from the package: autograder.wire and every module of
+    autograder.sandbox that the fork server (SERVER_MODULE) imports, directly or through another (sorted). Their
+    globals (and function code) are recorded and restored: a module added to the child's imports is guarded
+    without a list to edit."""
+    folder = Path(__file__).resolve().parent
+    found, todo = {SERVER_MODULE}, [SERVER_MODULE]
+    while todo:
+        for name in _imported(todo.pop(), folder) - found:
+            found.add(name)
+            if name.startswith(__package__ + "."):
+                todo.append(name)
+    return tuple(sorted(found))
+
+
+def guarded_runtime() -> tuple[str, ...]:
+    """The checks runtime's modules the probe module imports (autograder.runtime: every module shipped beside the
+    lesson's checks), guarded as the harness is."""
+    return runtime_modules()
+
+
+HARNESS_MODULES = harness_modules()
 _GUARDED_WHOLE = ("math", "operator")  # every attribute of these modules is recorded
-_GUARDED_MODULES = ("builtins", "sys", "os", "json", "json.encoder", "_json", "base64", "binascii", "math",
-                    "operator", "numpy", "numpy.testing", "numpy.linalg", "torch", "torch.testing", "torch.nn",
-                    *HARNESS_MODULES)
+GUARDED_MODULES = ("builtins", "sys", "os", "json", "json.encoder", "_json", "base64", "binascii", "math",
+                   "operator", "numpy", "numpy.testing", "numpy.linalg", "torch", "torch.testing", "torch.nn",
+                   *HARNESS_MODULES)
 
 
-
-class _Guard:
+class Guard:
     """Identities of what a cheat would patch, recorded in the zygote before any student code runs.
 
     Besides module attributes, builtins, sys.modules and the harness modules' globals, the guard holds the frame
@@ -86,12 +123,13 @@ class _Guard:
             module = importlib.import_module(mod)
             self.attrs += [(module, k, f"{mod}.{k}", v) for k, v in vars(module).items() if not k.startswith("__")]
         self.mark = _Mark()
-        self.attrs.append((self.mark, "nonce", _CANARY, self._MISSING))
+        self.attrs.append((self.mark, "nonce", CANARY, self._MISSING))
         self.modules = {m: sys.modules[m] for m in modules if m in sys.modules}
         self.builtins = vars(self.modules["builtins"])
         self.builtins_snap = dict(self.builtins)
         self.globals = [(vars(self.modules[m]), m, dict(vars(self.modules[m])))
-                        for m in (*HARNESS_MODULES, RUNTIME_MODULE, modules[-1]) if m in self.modules]
+                        for m in dict.fromkeys((*HARNESS_MODULES, *guarded_runtime(), modules[-1]))
+                        if m in self.modules]
         # the classes these modules define (the probes' helpers, the guard's own): their tables, and their methods'
         self.classes = [(c, len(vars(c)), tuple(vars(c).values()), dict(vars(c))) for _, name, snap in self.globals
                         for c in snap.values() if type(c) is type and c.__module__ == name]
@@ -198,7 +236,7 @@ class _Guard:
         """The check mark's report (see plant) and the guarded functions' code and defaults, repaired."""
         facts, mark = [], self.mark
         if mark.__dict__.get("nonce", self._MISSING) is not self._MISSING:
-            facts.append(f"{_CANARY} {mark.nonce}")
+            facts.append(f"{CANARY} {mark.nonce}")
             with contextlib.suppress(AttributeError, TypeError):
                 delattr(mark, "nonce")
         return facts + self._code_facts()
@@ -280,7 +318,7 @@ def _unchanged(table: Any, keys: tuple[Any, ...], values: tuple[Any, ...], is_: 
 
 
 class _Mark:
-    """Holds the grader's nonce between `_Guard.plant` and the sweep that must report it."""
+    """Holds the grader's nonce between `Guard.plant` and the sweep that must report it."""
 
     nonce: str | None = None
 

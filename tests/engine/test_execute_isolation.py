@@ -32,8 +32,7 @@ from autograder.config import ROOT
 from autograder.course import Course
 from autograder.model import Status
 from autograder.release.gradescope import gradescope_bundle, gradescope_venv, run_autograder
-from autograder.sandbox.isolation import SANDBOX_ENV
-from autograder.sandbox.limits import Limits
+from autograder.sandbox import SANDBOX_ENV, Limits
 
 pytestmark = pytest.mark.sandbox  # every test here runs notebooks in the grader's sandbox
 
@@ -49,8 +48,8 @@ RUN_ONE = '''
 import json, sys
 checkout, probes, limits, notebook = sys.argv[1:]
 sys.path[:0] = [checkout, probes]
-from autograder.sandbox.limits import Limits
-from autograder.sandbox.pool import WorkerPool
+from autograder.sandbox import Limits
+from autograder.sandbox import WorkerPool
 with WorkerPool(1, limits=Limits(**json.loads(limits)), probe_module="isolation_checks") as pool:
     res = pool.run(open(notebook, "rb").read(), probes=[("report", "report", {})])
 print(json.dumps(res.as_dict(), default=str))

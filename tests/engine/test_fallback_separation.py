@@ -33,8 +33,7 @@ import pytest
 from test_execute_isolation import LIMITS, make_venv, readable_python  # noqa: F401 - the fixture
 
 from autograder.config import ROOT
-from autograder.sandbox.fallback import ALLOW_UNSANDBOXED
-from autograder.sandbox.isolation import SANDBOX_ENV
+from autograder.sandbox import ALLOW_UNSANDBOXED, SANDBOX_ENV
 
 pytestmark = pytest.mark.sandbox
 
@@ -49,8 +48,8 @@ RUN_ROUNDS = '''
 import json, sys
 checkout, probes, limits, first, beside, after, hide, here = sys.argv[1:]
 sys.path[:0] = [checkout, probes, here]  # here: the class folder, on sys.path as `python -m` run from it puts it
-from autograder.sandbox.limits import Limits
-from autograder.sandbox.pool import WorkerPool
+from autograder.sandbox import Limits
+from autograder.sandbox import WorkerPool
 read = lambda p: open(p, "rb").read()
 with WorkerPool(2, limits=Limits(**json.loads(limits)), probe_module="isolation_checks",
                 hide=json.loads(hide)) as pool:
