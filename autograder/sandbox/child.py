@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from autograder import wire
 from autograder.sandbox.frames import HARNESS_FAILED, JOB_FD, LEN, SETUP_FAILED, recv_exact
-from autograder.sandbox.guard import Guard
+from autograder.sandbox.guard import TamperGuard
 from autograder.sandbox.isolation import confine_job, write_file
 from autograder.sandbox.limits import MIB, Limits
 
@@ -46,7 +46,7 @@ def _flush() -> None:
             stream.flush()
 
 
-def child_main(fds: list[int], limits: Limits, shell: Any, guard: Guard, run_probe: Any,
+def child_main(fds: list[int], limits: Limits, shell: Any, guard: TamperGuard, run_probe: Any,
            suspicious: list[str] | None, scratch: str, uid: int | None) -> NoReturn:
     """Runs in the forked child: confine, receive the cells from the grader, run them, then answer the
     grader's probe requests (a frame of public ones, then one of hidden ones) in order; exits without

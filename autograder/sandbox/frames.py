@@ -9,7 +9,7 @@ JOB_FD = 3  # the child's end of the job channel (its fds 0-2 are taken)
 SETUP_FAILED, HARNESS_FAILED = 70, 71  # the child's exit status when its set-up or the harness failed
 LEN = struct.Struct(">Q")  # every frame on the job channel: its length, then a wire message
 CTL_BYTES = 1 << 16  # the largest message on a worker's control socket
-CANARY = "guard check mark"  # the fact the guard reports for the grader's nonce after every probe (guard.Guard)
+CANARY = "guard check mark"  # the fact the guard reports for the grader's nonce after every probe (guard.TamperGuard)
 MEMORY_GUARDS = ("cgroup", "watchdog")  # what limits a submission's memory as a whole (the zygote's report)
 
 

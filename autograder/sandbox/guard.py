@@ -52,32 +52,53 @@ _GUARDED = (
 SERVER_MODULE = "autograder.sandbox.zygote"  # what a worker starts: everything the child holds is imported from it
 
 
-def _imported(module: str, folder: Path) -> set[str]:
-    """The autograder.sandbox modules and autograder.wire that `module` (a file of this package) imports, at any
-    depth of its code (a function's import too: it may run in the zygote before any student code)."""
-    tree = ast.parse((folder / f"{module.rsplit('.', 1)[1]}.py").read_text())
+def _source(module: str) -> Path | None:
+    """The file of an autograder module (a package's __init__.py), None when there is none."""
+    base = Path(__file__).resolve().parents[1].joinpath(*module.split(".")[1:])
+    return next((f for f in (base.with_suffix(".py"), base / "__init__.py")
+                 if f.is_file() and (module != "autograder" or f.name == "__init__.py")), None)
+
+
+def _imported(module: str) -> set[str]:
+    """The autograder modules that `module` imports, at any depth of its code (a function's import too: it may run in
+    the fork server before any student code), with the packages above them (imported with them)."""
+    path = _source(module)
     found: set[str] = set()
-    for node in ast.walk(tree):
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                 [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
-                 if isinstance(node, ast.ImportFrom) and not node.level else [])
-        found |= {n for n in names if n == "autograder.wire" or (n.startswith(__package__ + ".")
-                                                                 and (folder / f"{n.rsplit('.', 1)[1]}.py").is_file())}
+    for node in _run_time_nodes(ast.parse(path.read_text())) if path else ():
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            found |= {".".join(parts[:n]) for n in range(1, len(parts) + 1)
+                      if parts[0] == "autograder" and _source(".".join(parts[:n]))}
     return found
 
 
+def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of a module's tree but those under `if TYPE_CHECKING:` (imports a type checker alone follows)."""
+    nodes, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        skip = isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        todo += node.orelse if skip else ast.iter_child_nodes(node)  # type: ignore[attr-defined]
+    return nodes
+
+
 def harness_modules() -> tuple[str, ...]:
-    """The grader's own modules in the child, derived from the package: autograder.wire and every module of
-    autograder.sandbox that the fork server (SERVER_MODULE) imports, directly or through another (sorted). Their
-    globals (and function code) are recorded and restored: a module added to the child's imports is guarded
-    without a list to edit."""
-    folder = Path(__file__).resolve().parent
+    """The grader's own modules in the child, derived from the package: every autograder module that the fork server
+    (SERVER_MODULE) imports, directly or through another, and the packages above them (sorted). Their globals (and
+    function code) are recorded and restored: a module added to the child's imports is guarded without a list to
+    edit (tests/engine/test_harness_modules.py compares it with what a child has loaded)."""
     found, todo = {SERVER_MODULE}, [SERVER_MODULE]
     while todo:
-        for name in _imported(todo.pop(), folder) - found:
+        for name in _imported(todo.pop()) - found:
             found.add(name)
-            if name.startswith(__package__ + "."):
-                todo.append(name)
+            todo.append(name)
     return tuple(sorted(found))
 
 
@@ -94,7 +115,7 @@ GUARDED_MODULES = ("builtins", "sys", "os", "json", "json.encoder", "_json", "ba
                    *HARNESS_MODULES)
 
 
-class Guard:
+class TamperGuard:
     """Identities of what a cheat would patch, recorded in the zygote before any student code runs.
 
     Besides module attributes, builtins, sys.modules and the harness modules' globals, the guard holds the frame
@@ -318,7 +339,7 @@ def _unchanged(table: Any, keys: tuple[Any, ...], values: tuple[Any, ...], is_: 
 
 
 class _Mark:
-    """Holds the grader's nonce between `Guard.plant` and the sweep that must report it."""
+    """Holds the grader's nonce between `TamperGuard.plant` and the sweep that must report it."""
 
     nonce: str | None = None
 

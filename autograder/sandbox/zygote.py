@@ -26,7 +26,7 @@ from typing import Any
 from autograder import wire
 from autograder.sandbox.child import child_main, install_otter_stub, make_shell
 from autograder.sandbox.frames import CTL_BYTES
-from autograder.sandbox.guard import GUARDED_MODULES, Guard, guarded_runtime
+from autograder.sandbox.guard import GUARDED_MODULES, TamperGuard, guarded_runtime
 from autograder.sandbox.isolation import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
@@ -144,7 +144,7 @@ def serve_notebooks(config_text: str) -> None:
         install_otter_stub()
         shell = make_shell()
         unguarded = getattr(probes, "UNGUARDED", ())
-        guard = Guard([*GUARDED_MODULES, *guarded_runtime(), cfg["probe_module"]],
+        guard = TamperGuard([*GUARDED_MODULES, *guarded_runtime(), cfg["probe_module"]],
                        unguarded=[n for n in unguarded if type(n) is str] if type(unguarded) is tuple else [])
         suspicious = getattr(probes, "SUSPICIOUS", None)
         limits = Limits(**cfg["limits"])
@@ -179,7 +179,7 @@ def serve_notebooks(config_text: str) -> None:
     os._exit(0)  # skip interpreter teardown (seconds with torch loaded)
 
 
-def _run_job(fds: list[int], shell: Any, guard: Guard, run_probe: Any, suspicious: list[str] | None,
+def _run_job(fds: list[int], shell: Any, guard: TamperGuard, run_probe: Any, suspicious: list[str] | None,
              cfg: dict[str, Any], limits: Limits, n: int, ctl: socket.socket,
              memory: MemoryWatch) -> dict[str, Any]:
     try:

@@ -30,7 +30,7 @@ import gc
 from autograder.sandbox.frames import CANARY
 import lesson83_checks as _c
 
-G = next(o for o in gc.get_objects() if type(o).__name__ == "Guard")
+G = next(o for o in gc.get_objects() if type(o).__name__ == "TamperGuard")
 
 def _forged_sweep():
     nonce = G.mark.__dict__.pop("nonce", None)
