@@ -125,19 +125,19 @@ _EXPORTS = {
                                     "require_isolation")},
     **{n: ("pool", n) for n in ("WorkerPool", "execute_batch", "execute_submission")},
     **{n: ("zygote", n) for n in ("PRELOAD",)},
-    **{n: ("files", n) for n in ("STARTUP_TIMEOUT_S", "VERIFY_SLOTS", "Verifier", "VerifierError", "reader_isolation",
-                                 "reader_limits_lowered", "run_child")},
+    **{n: ("files", n) for n in ("STARTUP_TIMEOUT_S", "VERIFY_SLOTS", "ReaderFiles", "Verifier", "VerifierError",
+                                 "reader_isolation", "reader_limits_lowered", "run_child")},
     "reader_pool": ("files", "pool"),  # the readers of one plug-in file (files.pool: the name `pool` is a module here)
 }
 __all__ = ["ALLOW_UNSANDBOXED", "CELL_TIMEOUT_S", "CHECKPOINT_MEMORY_MB", "CPU_TIMEOUT_S", "ExecResult",
            "Isolation", "Limits", "MAX_NOTEBOOK_BYTES", "MAX_OUTPUT_KB", "MAX_PROBE_RUNS", "MAX_PROCESSES",
            "MEMORY_GUARDS", "MEMORY_GUARD_ENV", "MEMORY_MB", "MIB", "NotebookError", "PRELOAD", "PROBE_TIMEOUT_S",
-           "Probe", "QUESTION_TIMEOUT_S", "SANDBOX_ENV", "SKIP_TAGS", "STARTUP_TIMEOUT_S", "UID_LOCKS_ENV",
-           "UNSANDBOXED_HELP", "UPLOAD_CAP_MB", "UnsandboxedError", "VERIFY_SLOTS", "Verifier", "VerifierError",
-           "WALL_TIMEOUT_S", "WorkerError", "WorkerPool", "choose_isolation", "choose_sandbox", "execute_batch",
-           "execute_submission", "fit_hard", "group_of", "lowered_limits", "namespace_problem", "notebook_cells",
-           "permit_unsandboxed", "read_notebook", "reader_isolation", "reader_limits_lowered", "reader_pool",
-           "refuse_unsandboxed", "require_isolation", "run_child", "uid_drop_problem"]
+           "Probe", "QUESTION_TIMEOUT_S", "ReaderFiles", "SANDBOX_ENV", "SKIP_TAGS", "STARTUP_TIMEOUT_S",
+           "UID_LOCKS_ENV", "UNSANDBOXED_HELP", "UPLOAD_CAP_MB", "UnsandboxedError", "VERIFY_SLOTS", "Verifier",
+           "VerifierError", "WALL_TIMEOUT_S", "WorkerError", "WorkerPool", "choose_isolation", "choose_sandbox",
+           "execute_batch", "execute_submission", "fit_hard", "group_of", "lowered_limits", "namespace_problem",
+           "notebook_cells", "permit_unsandboxed", "read_notebook", "reader_isolation", "reader_limits_lowered",
+           "reader_pool", "refuse_unsandboxed", "require_isolation", "run_child", "uid_drop_problem"]
 
 
 def __getattr__(name: str) -> Any:
@@ -167,6 +167,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getatt
     from autograder.sandbox.files import (
         STARTUP_TIMEOUT_S,
         VERIFY_SLOTS,
+        ReaderFiles,
         Verifier,
         VerifierError,
         reader_isolation,

@@ -14,6 +14,7 @@ from typing import Any
 
 from autograder.sandbox.frames import WorkerError
 from autograder.sandbox.isolation import (
+    ENGINE_HOME,
     SANDBOX_ENV,
     SHM_MB,
     choose_sandbox,
@@ -125,7 +126,7 @@ def fallback_plan(path: Iterable[str], *, stage: str, rw: Iterable[str],
     checkout or the current folder on sys.path, which may hold reference/), and `rw` (the scratch folder)
     writable. Also the worker's sys.path: the stage, then the entries kept."""
     tops = hidden_tops(tuple(hide))
-    secret = [*tops, str(Path(__file__).resolve().parents[2]), *(os.path.realpath(h) for h in hide)]
+    secret = [*tops, str(ENGINE_HOME), *(os.path.realpath(h) for h in hide)]
     prefixes = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.base_exec_prefix)})
     real = [os.path.realpath(p) for p in path if p and os.path.isdir(p)]
     kept = [p for p in dict.fromkeys(real) if not any(is_under(s, p) for s in secret)

@@ -15,14 +15,16 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autograder.lesson import ENGINE_ROOT, Lesson
 from autograder.sandbox.fallback import choose_isolation, fallback_plan, refuse_unsandboxed
 from autograder.sandbox.frames import WorkerError
 from autograder.sandbox.isolation import (
     CGROUP_PREFIX,
+    ENGINE_HOME,
     SANDBOX_SCRATCH,
     SANDBOX_STAGE,
     UID_BASE,
@@ -55,7 +57,7 @@ def _threads() -> int:
 def _child_env() -> dict[str, str]:
     """The environment of a reader without bubblewrap: the grader's, the engine first on the path."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP", "PYTHONINSPECT")}
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(ENGINE_ROOT), os.environ.get("PYTHONPATH")))),
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(ENGINE_HOME), os.environ.get("PYTHONPATH")))),
                PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2", OMP_NUM_THREADS="1")
     return env
 
@@ -70,35 +72,43 @@ def _warn(msg: str) -> None:
         log.warning("%s", msg)
 
 
-def _stage(stage: Path, plugin: Path) -> tuple[str, list[Path]]:
-    """Copy the engine's modules, and the plug-in's assignment folder and reference/ folder (or the plug-in
-    alone, outside a course's assignments/NAME/), into `stage`, which bubblewrap shows read-only: the plug-in's
-    path inside the sandbox, and the staged files to remove once the reader has started (all but those shipped to
-    students)."""
-    engine = ENGINE_ROOT / "autograder"
+@dataclass(frozen=True)
+class ReaderFiles:
+    """What a checkpoint reader may read while it starts, given by its caller (the sandbox reads no course):
+    `folders`, copied into the stage's course folder (their path there -> the folder: the lesson's assignment folder
+    and reference/, or nothing beside the plug-in); `plugin`, the plug-in's path there; `shipped`, the paths there
+    that students have anyway (they stay once the reader has started; the rest is removed); `hide`, the folders the
+    uid fallback shows its children empty (the course)."""
+
+    folders: Mapping[str, Path]
+    plugin: str
+    shipped: frozenset[str] = frozenset()
+    hide: tuple[Path, ...] = ()
+
+
+def _stage(stage: Path, plugin: Path, files: ReaderFiles) -> tuple[str, list[Path]]:
+    """Copy the engine's modules, and the caller's folders (or the plug-in alone) into `stage`, which bubblewrap
+    shows read-only: the plug-in's path inside the sandbox, and the staged files to remove once the reader has
+    started (all but those shipped to students)."""
+    engine = ENGINE_HOME / "autograder"
     for path in engine.rglob("*.py"):
         if "__pycache__" not in path.parts:
             (stage / "autograder" / path.relative_to(engine)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, stage / "autograder" / path.relative_to(engine))
     course = stage / _STAGED_COURSE
-    if plugin.parent.parent.name == "assignments":
-        root, name = plugin.parents[2], plugin.parent.name
-        ignore = shutil.ignore_patterns("__pycache__", ".*")
-        shutil.copytree(root / "assignments" / name, course / "assignments" / name, ignore=ignore)
-        if (root / "reference").is_dir():
-            shutil.copytree(root / "reference", course / "reference", ignore=ignore)
-        shipped = {p.resolve().relative_to(root) for p in Lesson(name, root).shipped_files if p.is_relative_to(root)}
-        inside = f"{_STAGED_COURSE}/assignments/{name}/{plugin.name}"
-    else:
-        course.mkdir(parents=True)
-        shutil.copyfile(plugin, course / plugin.name)
-        shipped, inside = set(), f"{_STAGED_COURSE}/{plugin.name}"
+    course.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", ".*")
+    for inside, folder in files.folders.items():
+        shutil.copytree(folder, course / inside, ignore=ignore)
+    if not (course / files.plugin).is_file():
+        shutil.copyfile(plugin, course / files.plugin)
     for path in [stage, *stage.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    startup_only = [p for p in course.rglob("*") if p.is_file() and p.relative_to(course) not in shipped]
+    startup_only = [p for p in course.rglob("*") if p.is_file() and p.relative_to(course).as_posix() not in
+                    files.shipped]
     for path in startup_only:  # the reader's user alone, while they exist (a killed grader leaves them behind)
         path.chmod(0o600)
-    return f"{SANDBOX_STAGE}/{inside}", startup_only
+    return f"{SANDBOX_STAGE}/{_STAGED_COURSE}/{files.plugin}", startup_only
 
 
 class Verifier:
@@ -133,9 +143,10 @@ class Verifier:
     which isolation held: "bubblewrap", "unprivileged uid" or "none".
     """
 
-    def __init__(self, *, plugin: Path, threads: int = 1, startup_s: float = STARTUP_TIMEOUT_S,
+    def __init__(self, *, plugin: Path, files: ReaderFiles, threads: int = 1, startup_s: float = STARTUP_TIMEOUT_S,
                  sandbox: str = "auto", memory_guard: str = "auto") -> None:
         self.plugin, self.threads, self.startup_s = Path(plugin).resolve(), threads, startup_s
+        self.files = files
         self.wanted, self.memory_guard = sandbox, memory_guard
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup: dict[str, float] = {}  # seconds (wall) and cpu_s of the last start
@@ -185,7 +196,6 @@ class Verifier:
                                                         pids=Limits().processes + 1, wanted=self.memory_guard)
         drop = os.geteuid() == 0 if iso.sandbox == "bwrap" else iso.kind == "unprivileged uid"
         scratch = self._tmp / "scratch"
-        course = self.plugin.parents[2] if self.plugin.parent.parent.name == "assignments" else self.plugin.parent
         if self.sandbox == "none":
             why += ("; the checkpoint reader's children run as an unprivileged uid in namespaces of its own" if drop
                     else f"; UNSANDBOXED: the checkpoint reader runs as this process's user: {iso.problem}")
@@ -201,7 +211,7 @@ class Verifier:
                 "from autograder.sandbox.zygote import serve_files; serve_files(sys.argv[1])")
         if self.sandbox == "bwrap":
             stage = self._tmp / "stage"
-            plugin, startup_only = _stage(stage, self.plugin)
+            plugin, startup_only = _stage(stage, self.plugin, self.files)
             prefix, path, exe = bwrap_argv(stage, (), Limits(), cfg["cgroups"])
             cfg.update(path=[SANDBOX_STAGE, *path], plugin=plugin, scratch=SANDBOX_SCRATCH, own_ipc=True,
                        wipe=[SANDBOX_SCRATCH, "/dev/shm", "/dev/mqueue"], sweep=[])
@@ -210,16 +220,17 @@ class Verifier:
                    "HOME": SANDBOX_SCRATCH, "TMPDIR": SANDBOX_SCRATCH}
             return [*prefix, exe, "-I", "-c", code, json.dumps(cfg)], env, "/", startup_only
         os.makedirs(scratch, mode=0o711)
-        path, plugin, startup_only, confine = [str(ENGINE_ROOT), *(p for p in sys.path if p and os.path.isdir(p))], \
+        path, plugin, startup_only, confine = [str(ENGINE_HOME), *(p for p in sys.path if p and os.path.isdir(p))], \
             str(self.plugin), [], None
         if uid is not None:  # as under bubblewrap: the staged files, then namespaces that hide the rest
-            plugin, startup_only = _stage(self._tmp / "stage", self.plugin)
+            plugin, startup_only = _stage(self._tmp / "stage", self.plugin, self.files)
             plugin = str(self._tmp / "stage") + plugin.removeprefix(SANDBOX_STAGE)
-            confine = fallback_plan(path, stage=str(self._tmp / "stage"), rw=[str(scratch)], hide=(course,))
+            confine = fallback_plan(path, stage=str(self._tmp / "stage"), rw=[str(scratch)],
+                                    hide=self.files.hide)
             path = confine["path"]
         cfg.update(path=path, plugin=plugin, scratch=str(scratch), own_ipc=False, wipe=[str(scratch)],
                    sweep=shared_writable() if uid is not None else [], confine=confine)
-        return [sys.executable, "-c", code, json.dumps(cfg)], _child_env(), "/" if confine else str(ENGINE_ROOT), \
+        return [sys.executable, "-c", code, json.dumps(cfg)], _child_env(), "/" if confine else str(ENGINE_HOME), \
             startup_only
 
     def alive(self) -> bool:
@@ -284,8 +295,8 @@ class Verifier:
 class _Pool:
     """Up to `slots` verifiers, started when first needed and kept for the process (grade_batch, the tests)."""
 
-    def __init__(self, slots: int, *, plugin: Path) -> None:
-        self.plugin = plugin
+    def __init__(self, slots: int, *, make: Callable[[], Verifier]) -> None:
+        self.make = make
         self.slots = threading.BoundedSemaphore(slots)
         self.idle: list[Verifier] = []
         self.guard = threading.Lock()
@@ -294,7 +305,7 @@ class _Pool:
     def request(self, data: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
         with self.slots:
             with self.guard:
-                verifier = self.idle.pop() if self.idle else Verifier(plugin=self.plugin)
+                verifier = self.idle.pop() if self.idle else self.make()
             try:
                 for attempt in (1, 2):  # a reader that dies for reasons of its own is started again, once
                     try:
@@ -321,24 +332,26 @@ _POOLS: dict[Path, _Pool] = {}
 _POOLS_GUARD = threading.Lock()
 
 
-def pool(plugin: Path) -> _Pool:
-    """The process's pool of verifiers of one plug-in file (started when first needed, stopped at exit)."""
+def pool(plugin: Path, *, make: Callable[..., Verifier]) -> _Pool:
+    """The process's pool of verifiers of one plug-in file (started when first needed, stopped at exit); make:
+    a Verifier of the plug-in (make(plugin=...): the caller's, which gives it the files it stages)."""
     plugin = Path(plugin).resolve()
     with _POOLS_GUARD:
         if plugin not in _POOLS:
-            _POOLS[plugin] = _Pool(VERIFY_SLOTS, plugin=plugin)
+            _POOLS[plugin] = _Pool(VERIFY_SLOTS, make=lambda: make(plugin=plugin))
             atexit.register(_POOLS[plugin].close)
         return _POOLS[plugin]
 
 
-def run_child(data: bytes, request: dict[str, Any], *, plugin: Path, memory_mb: int, timeout_s: float,
-              verifier: Verifier | None = None) -> dict[str, Any]:
-    """Read and evaluate a file's bytes in a limited child of a verifier of `plugin` (the pool's unless one is
-    given); any failure comes back as {"error": ...}. The limits the operator's hard limits lowered are noted for
+def run_child(data: bytes, request: dict[str, Any], *, memory_mb: int, timeout_s: float,
+              readers: _Pool | None = None, verifier: Verifier | None = None) -> dict[str, Any]:
+    """Read and evaluate a file's bytes in a limited child of a verifier (`verifier`, else one of `readers`, a
+    pool); any failure comes back as {"error": ...}. The limits the operator's hard limits lowered are noted for
     reader_limits_lowered."""
     request = {**request, "memory_mb": memory_mb}
     if verifier is None:
-        found = pool(plugin).request(data, request, timeout_s=timeout_s)
+        assert readers is not None, "run_child needs a verifier or a pool of them"
+        found = readers.request(data, request, timeout_s=timeout_s)
     else:
         try:
             found = verifier.request(data, request, timeout_s=timeout_s)

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 MEMORY_GUARD_ENV = env_name("MEMORY_GUARD")  # "watchdog" forces the watchdog where "auto" would pick a cgroup
 SANDBOX_ENV = env_name("SANDBOX")  # "none" forces the fallback (no bubblewrap) where "auto" would pick bwrap
 CGROUP_PREFIX = "grader-cgroup-"  # one memory and one pids group per worker: PREFIX<pid>-<slot>
+# The folder the engine package is imported from (a checkout holds reference/ beside it): the engine's own files are
+# staged from it and the sandbox shows it empty. Nothing of a course is found from here: callers give it.
+ENGINE_HOME = Path(__file__).resolve().parents[2]
 _VISIBLE_ROOTS = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/proc", "/sys"}
 SANDBOX_STAGE = "/tmp/grader"
 SANDBOX_SCRATCH = "/tmp/scratch"
@@ -300,7 +303,7 @@ def is_under(path: str, root: str) -> bool:
 def hidden_tops(hide: tuple[str | Path, ...] = ()) -> list[str]:
     """The folders a sandbox shows empty: /tmp, /root, /home, this checkout, every top-level folder but the system's
     (_VISIBLE_ROOTS) and `hide`, without those inside another."""
-    repo = str(Path(__file__).resolve().parents[2])
+    repo = str(ENGINE_HOME)
     others = [os.path.join("/", d) for d in os.listdir("/") if os.path.join("/", d) not in _VISIBLE_ROOTS]
     hidden = sorted({os.path.realpath(p) for p in ("/tmp", "/root", "/home", repo, *others, *hide)
                      if os.path.isdir(p) and not os.path.islink(p)}, key=len)
