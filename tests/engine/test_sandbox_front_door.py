@@ -13,6 +13,7 @@ PACKAGE = "autograder.sandbox"
 FOLDERS = ("autograder", "tests", "assignments", "reference", "benchmarks", "student_templates")
 # Tests that test an internal module through its public names (the file, relative to the checkout: the modules).
 INTERNAL = {"tests/engine/test_execute_guard.py": {"guard", "frames"},  # the guard itself, and its check mark
+            "tests/engine/test_harness_modules.py": {"guard"},  # the guard's list of the child's modules
             "tests/engine/test_notebook.py": {"child"},  # the child's fast path through IPython
             "tests/engine/test_cluster_engine.py": {"isolation"},  # the uid blocks two graders reserve
             "tests/lesson83/test_batch.py": {"frames"}}  # an attack that forges frames on the child's channel
