@@ -45,10 +45,10 @@ Threat model. Student code is hostile and runs with the child's privileges.
   or env_name("SANDBOX") is none), as root, each job runs as a fresh uid (fallback.py): its worker entered a
   network namespace of its own and a mount namespace laid out as bubblewrap's (the same folders empty, its own
   /dev/shm) as it started, every process of the job's uid is killed after the job, and what that uid left in
-  the folders anyone may write to is removed; where the kernel refuses namespaces (no CAP_SYS_ADMIN) the log
-  says so and the job's uid reads what any user may (close the grader's files to others: the Gradescope
-  bundle's run_autograder runs `chmod o=` on the source and results folders). Where the uid cannot be dropped
-  (not root, or the interpreter is not readable by others) nothing starts (fallback.UnsandboxedError, with
+  the folders anyone may write to is removed; the job's uid reads what any user may (close the grader's files to
+  others: the Gradescope bundle's run_autograder runs `chmod o=` on the source and results folders). Where the
+  uid cannot be dropped (not root, or the interpreter is not readable by others), or the kernel refuses the
+  namespaces (no CAP_SYS_ADMIN: fallback.namespace_problem asks once) nothing starts (fallback.UnsandboxedError, with
   what to install or change) unless allowed (--allow-unsandboxed): then student code runs as the grader's
   user. ExecResult.isolation says which held: "bubblewrap", "unprivileged uid" or "none".
 - Limits: the submission as a whole is limited in memory and processes by a cgroup (v1 memory and pids
