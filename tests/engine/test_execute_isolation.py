@@ -84,7 +84,7 @@ def readable_python() -> Iterator[Path]:
         for i, python in enumerate(dict.fromkeys(c for c in candidates if os.access(c, os.X_OK))):
             exe = make_venv(folder / str(i), python)
             check = subprocess.run([str(exe), "-c", "import sys, tempfile; sys.path.insert(0, sys.argv[1]); "
-                                    "from autograder.sandbox.isolation import uid_drop_problem as p; "
+                                    "from autograder.sandbox import uid_drop_problem as p; "
                                     "print(p(scratch=tempfile.gettempdir()))", str(ROOT)],
                                    capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
             problem = check.stdout.strip() if check.returncode == 0 else check.stderr.strip()[-300:]
