@@ -8,6 +8,7 @@ import pytest
 from conftest import importable
 
 from autograder.lesson import RUNTIME_FILE, RUNTIME_NAME
+from autograder.model import Status
 from autograder.runtime import runtime_modules
 from autograder.sandbox import Limits, WorkerPool
 from autograder.sandbox.guard import HARNESS_MODULES, harness_modules
@@ -48,7 +49,7 @@ def test_the_guard_records_every_autograder_module_a_child_has_loaded(tmp_path_f
             WorkerPool(1, probe_module=module, modules={RUNTIME_NAME: RUNTIME_FILE},
                        limits=Limits(wall_s=30, cpu_s=20)) as pool:
         res = pool.run(nbformat.writes(notebook).encode(), probes=[("seen", "seen", {})])
-    assert res.status == "graded", (res.notes, res.outputs)
+    assert res.status == Status.GRADED, (res.notes, res.outputs)
     seen = res.outputs["seen"]["value"]
     loaded, recorded = set(seen["loaded"]), set(seen["recorded"])
     assert seen["harness"] == list(HARNESS_MODULES)
