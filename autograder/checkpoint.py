@@ -31,25 +31,61 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+from autograder import sandbox
 from autograder.lesson import Lesson, LessonError, default_lesson, load_module
 from autograder.model import PartVerdict, Verdict  # re-exported: the plug-ins build them from here
-from autograder.sandbox.files import (  # the reader processes, for the plug-ins: checkpoint.run_child, ...
+from autograder.sandbox import (  # the reader processes, for the plug-ins: checkpoint.run_child, ...
     STARTUP_TIMEOUT_S,
     VERIFY_SLOTS,
-    Verifier,
+    ReaderFiles,
     VerifierError,
-    pool,
     reader_isolation,
     reader_limits_lowered,
-    run_child,
 )
 
 __all__ = ["MISSING", "STARTUP_TIMEOUT_S", "UNREADABLE", "VERIFY_SLOTS", "PartVerdict", "Verdict", "Verifier",
            "VerifierError", "load_plugin", "main", "pool", "read_limited", "reader_isolation", "reader_limits_lowered",
-           "reads_checkpoint", "run_child"]
+           "reader_files", "reads_checkpoint", "run_child"]
 UNREADABLE = "checkpoint_unreadable"  # the problem of uploads that could not be read at all
 MISSING = "checkpoint_missing"  # the problem of a submission that uploaded no checkpoint: not a mistake in its code
+
+
+def reader_files(plugin: Path) -> ReaderFiles:
+    """What a reader of this plug-in stages (the sandbox reads no course): the plug-in's assignment folder and the
+    course's reference/ folder, of which only the files shipped to students stay once the reader has started; the
+    course folder hidden from its children. A plug-in outside a course's assignments/NAME/ is staged alone."""
+    plugin = Path(plugin).resolve()
+    if plugin.parent.parent.name != "assignments":
+        return ReaderFiles(folders={}, plugin=plugin.name, hide=(plugin.parent,))
+    root, name = plugin.parents[2], plugin.parent.name
+    folders = {f"assignments/{name}": root / "assignments" / name,
+               **({"reference": root / "reference"} if (root / "reference").is_dir() else {})}
+    shipped = {p.resolve().relative_to(root).as_posix() for p in Lesson(name, root).shipped_files
+               if p.resolve().is_relative_to(root)}
+    return ReaderFiles(folders=folders, plugin=f"assignments/{name}/{plugin.name}", shipped=frozenset(shipped),
+                       hide=(root,))
+
+
+class Verifier(sandbox.Verifier):
+    """A checkpoint reader of a plug-in file (autograder/sandbox/files.py), staged with the files reader_files gives."""
+
+    def __init__(self, *, plugin: Path, **options: Any) -> None:
+        super().__init__(plugin=plugin, files=reader_files(plugin), **options)
+
+
+def pool(plugin: Path) -> Any:
+    """The process's pool of readers of one plug-in file (started when first needed, stopped at exit)."""
+    return sandbox.reader_pool(plugin, make=Verifier)
+
+
+def run_child(data: bytes, request: dict[str, Any], *, plugin: Path, memory_mb: int, timeout_s: float,
+              verifier: sandbox.Verifier | None = None) -> dict[str, Any]:
+    """Read and evaluate a file's bytes in a limited child of a reader of `plugin` (the pool's unless one is given);
+    any failure comes back as {"error": ...}."""
+    return sandbox.run_child(data, request, memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier,
+                             readers=None if verifier is not None else pool(plugin))
 
 
 def load_plugin(lesson: Lesson) -> ModuleType:

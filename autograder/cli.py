@@ -25,7 +25,7 @@ from autograder.grading.summaries import grade_summary, not_graded
 from autograder.release import BuildError, release, stale_files
 from autograder.report import write_report
 from autograder.report.leaderboard import ROSTER_FILE, RosterError
-from autograder.sandbox.fallback import UNSANDBOXED_HELP, UnsandboxedError
+from autograder.sandbox import UNSANDBOXED_HELP, UnsandboxedError
 from autograder.selfcheck import selfcheck
 
 

@@ -12,7 +12,19 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, model_validator
 
 from autograder.lesson import Lesson, LessonError
-from autograder.sandbox import limits
+from autograder.sandbox import (
+    CELL_TIMEOUT_S,
+    CHECKPOINT_MEMORY_MB,
+    CPU_TIMEOUT_S,
+    MAX_OUTPUT_KB,
+    MAX_PROCESSES,
+    MEMORY_MB,
+    MIB,
+    PROBE_TIMEOUT_S,
+    QUESTION_TIMEOUT_S,
+    UPLOAD_CAP_MB,
+    WALL_TIMEOUT_S,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "grading_config.yaml"
@@ -61,26 +73,26 @@ class QuestionPoints(_Strict):
 
 
 class Execution(_Strict):
-    cell_timeout_s: float = Field(limits.CELL_TIMEOUT_S, gt=0,
+    cell_timeout_s: float = Field(CELL_TIMEOUT_S, gt=0,
                                   description="wall-clock limit of one cell: a cell still running then is stopped "
                                   "and skipped, and the rest of the notebook runs without it")
-    probe_timeout_s: float = Field(limits.PROBE_TIMEOUT_S, gt=0,
+    probe_timeout_s: float = Field(PROBE_TIMEOUT_S, gt=0,
                                    description="wall-clock limit of one check (a probe of the student's code): a probe "
                                    "still running then is stopped and earns nothing; the probes after it run in a "
                                    "fresh run of the notebook")
-    question_timeout_s: float = Field(limits.QUESTION_TIMEOUT_S, gt=0,
+    question_timeout_s: float = Field(QUESTION_TIMEOUT_S, gt=0,
                                       description="each question's share of the checks' time (all its probes, over "
                                       "every run): once it is spent, the question's probes not yet run earn nothing "
                                       "(not run: time limit); the other questions keep their own shares")
-    wall_timeout_s: float = Field(limits.WALL_TIMEOUT_S, gt=0,
+    wall_timeout_s: float = Field(WALL_TIMEOUT_S, gt=0,
                                   description="wall-clock limit of the whole notebook (all its cells and the probes); "
                                   "a last resort, above cell_timeout_s")
-    cpu_timeout_s: int = Field(limits.CPU_TIMEOUT_S, gt=0,
+    cpu_timeout_s: int = Field(CPU_TIMEOUT_S, gt=0,
                                description="CPU-time limit of the whole notebook; a last resort, above cell_timeout_s")
-    memory_mb: int = Field(limits.MEMORY_MB, gt=0, description="address-space limit per submission")
-    max_processes: int = Field(limits.MAX_PROCESSES, gt=0, description="process limit inside the sandbox")
-    max_file_mb: int = Field(limits.UPLOAD_CAP_MB, gt=0, description="largest file a submission may write")
-    max_output_kb: int = Field(limits.MAX_OUTPUT_KB, gt=0, description="captured output kept per submission")
+    memory_mb: int = Field(MEMORY_MB, gt=0, description="address-space limit per submission")
+    max_processes: int = Field(MAX_PROCESSES, gt=0, description="process limit inside the sandbox")
+    max_file_mb: int = Field(UPLOAD_CAP_MB, gt=0, description="largest file a submission may write")
+    max_output_kb: int = Field(MAX_OUTPUT_KB, gt=0, description="captured output kept per submission")
     workers: int = Field(2, gt=0, description="submissions graded in parallel")
 
     @model_validator(mode="after")
@@ -98,20 +110,20 @@ class Execution(_Strict):
 class Submissions(_Strict):
     """What the grader reads from a class folder: regular files only, each capped before it is read."""
 
-    max_notebook_mb: float = Field(20, gt=0, le=limits.UPLOAD_CAP_MB,
+    max_notebook_mb: float = Field(20, gt=0, le=UPLOAD_CAP_MB,
                                    description="largest notebook read (a file or a zip member); the sandbox refuses "
-                                   f"more than {limits.UPLOAD_CAP_MB}")
-    max_checkpoint_mb: float = Field(limits.UPLOAD_CAP_MB, gt=0,
+                                   f"more than {UPLOAD_CAP_MB}")
+    max_checkpoint_mb: float = Field(UPLOAD_CAP_MB, gt=0,
                                      description="largest checkpoint file read (each file the milestone declares)")
     max_zip_mb: float = Field(256, gt=0, description="largest zip opened (only its notebook and checkpoint "
                               "members are read, each under its own cap)")
-    checkpoint_memory_mb: int = Field(limits.CHECKPOINT_MEMORY_MB, gt=0,
+    checkpoint_memory_mb: int = Field(CHECKPOINT_MEMORY_MB, gt=0,
                                       description="memory of the child process that loads and evaluates an uploaded "
                                       "checkpoint (sizes declared inside it can lie)")
 
     def cap(self, what: str) -> int:
         """The cap of `what` ("notebook", "checkpoint" or "zip") in bytes."""
-        return int(getattr(self, f"max_{what}_mb") * limits.MIB)
+        return int(getattr(self, f"max_{what}_mb") * MIB)
 
 
 class PresetRule(_Strict):

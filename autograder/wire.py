@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from autograder import MIB, UPLOAD_CAP_MB
 from autograder.runtime.checks_runtime import ARRAY_TAG, array_plain
-from autograder.sandbox.limits import MIB, UPLOAD_CAP_MB
 
 MAX_BYTES = UPLOAD_CAP_MB * MIB
 MAX_DEPTH = 64

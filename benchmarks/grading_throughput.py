@@ -125,7 +125,7 @@ def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineR
     t0 = time.perf_counter()
     from autograder.config import load_config
     from autograder.grading.batch import grade_batch
-    from autograder.sandbox.pool import WorkerPool
+    from autograder.sandbox import WorkerPool
 
     import_s = time.perf_counter() - t0
     cpu_jobs: list[float] = []

@@ -23,7 +23,7 @@ from autograder.config import ROOT
 from autograder.course import Course
 from autograder.lesson import default_lesson
 from autograder.release import build, release
-from autograder.sandbox import pool
+from autograder.sandbox import WorkerPool
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -45,7 +45,7 @@ def _tier_is_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         return stop
 
     if "sandbox" not in marks:
-        monkeypatch.setattr(pool.WorkerPool, "__init__", refuse("starts the grader's sandbox", "sandbox"))
+        monkeypatch.setattr(WorkerPool, "__init__", refuse("starts the grader's sandbox", "sandbox"))
         monkeypatch.setattr(checkpoint.Verifier, "start", refuse("starts the checkpoint reader", "sandbox"))
     lesson = default_lesson()
     if "training" not in marks and lesson.trainer_file is not None:

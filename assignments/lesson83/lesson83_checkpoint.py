@@ -34,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 
 from autograder import checkpoint
 from autograder.lesson import Lesson
-from autograder.sandbox.limits import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB
+from autograder.sandbox import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB
 
 ROOT = Path(__file__).resolve().parents[2]  # the course folder: assignments/NAME/ holds this file
 # This plug-in's lesson: its milestone trainer (shipped next to the notebook) and the reference model class its

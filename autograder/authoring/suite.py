@@ -104,8 +104,8 @@ class Suite:
 
 # The engine's files whose change changes what the grader judges (paths under autograder/).
 ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "wire.py",
-                *(f"sandbox/{m}.py" for m in ("__init__", "limits", "notebook", "protocol", "isolation", "pool",
-                                               "zygote", "guard", "child", "files", "fallback")),
+                *(f"sandbox/{m}.py" for m in ("__init__", "limits", "notebook", "frames", "results", "worker",
+                                               "isolation", "pool", "zygote", "guard", "child", "files", "fallback")),
                 "authoring/suite.py", "grading/submissions.py", "grading/judge.py", "model.py", "grading/batch.py",
                 "grading/store.py", "grading/review.py", "grading/causes.py", "checkpoint.py", "lesson.py")
 

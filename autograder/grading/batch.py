@@ -25,10 +25,7 @@ from autograder.grading.review import decision_kept, read_decisions, reviewed
 from autograder.grading.store import failure_text, result_key, stored_key, write_tables
 from autograder.grading.submissions import Submission, find_submissions
 from autograder.model import SubmissionResult
-from autograder.sandbox.fallback import require_isolation
-from autograder.sandbox.limits import Limits
-from autograder.sandbox.pool import WorkerPool
-from autograder.sandbox.protocol import ExecResult
+from autograder.sandbox import ExecResult, Limits, WorkerPool, require_isolation
 
 
 @dataclass

@@ -9,10 +9,9 @@ import ast
 import re
 
 from autograder.authoring.suite import Suite
-from autograder.model import CaseResult
+from autograder.model import NOT_RUN, CaseResult
 from autograder.report.code import Binding, bindings, in_effect, stub_state
-from autograder.sandbox.notebook import NotebookError, read_notebook
-from autograder.sandbox.protocol import NOT_RUN
+from autograder.sandbox import NotebookError, read_notebook
 
 _SYNTAX = ("SyntaxError", "IndentationError", "TabError")
 STUB_TEXT = "not filled in yet"

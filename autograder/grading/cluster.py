@@ -16,8 +16,7 @@ from autograder.grading.batch import probe_order, sandbox_limits
 from autograder.grading.judge import judge_exec, judge_unreadable
 from autograder.grading.submissions import Submission
 from autograder.model import SubmissionResult
-from autograder.sandbox.fallback import choose_isolation, permit_unsandboxed
-from autograder.sandbox.pool import WorkerPool
+from autograder.sandbox import WorkerPool, choose_isolation, permit_unsandboxed
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from autograder.course import Course, default_course
 from autograder.grading.batch import grade_batch
 from autograder.grading.figures import gradescope_entries
-from autograder.sandbox.fallback import UnsandboxedError, require_isolation
+from autograder.sandbox import UnsandboxedError, require_isolation
 
 
 @dataclass

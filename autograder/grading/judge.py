@@ -11,10 +11,9 @@ from autograder.authoring.suite import Suite
 from autograder.checkpoint import UNREADABLE, load_plugin, reader_limits_lowered, reads_checkpoint
 from autograder.grading.causes import first_causes, named_functions
 from autograder.grading.submissions import Submission
-from autograder.model import CaseResult, PartVerdict, Status, SubmissionResult, Verdict
+from autograder.model import NOT_RUN, CaseResult, PartVerdict, Status, SubmissionResult, Verdict
 from autograder.runtime.checks_runtime import to_plain
-from autograder.sandbox.notebook import SKIP_TAGS
-from autograder.sandbox.protocol import NOT_RUN, ExecResult
+from autograder.sandbox import SKIP_TAGS, ExecResult
 
 
 def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],

@@ -82,8 +82,7 @@ class EngineOnlyExporter(NotebookExporter):
 def isolation_here() -> str:
     """The isolation the grader's workers would get on this machine: "bubblewrap", "unprivileged uid" or "none"
     (fallback.choose_isolation: the one choice every entry point shares, made before anything starts)."""
-    from autograder.sandbox.fallback import choose_isolation
-    from autograder.sandbox.protocol import WorkerError
+    from autograder.sandbox import WorkerError, choose_isolation
 
     try:
         return choose_isolation().kind
@@ -266,7 +265,7 @@ def nbgrader_autograde(folder: Path, *, out: Path | None = None, force: bool = F
                                    "reference's values of hidden cases, and students' kernels may read the course")
     isolation = isolation_here()
     if isolation == "none" and not allow_unsandboxed:
-        from autograder.sandbox.fallback import choose_isolation
+        from autograder.sandbox import choose_isolation
 
         raise NbgraderGradingError(choose_isolation().refusal() or (
             "refusing to grade: neither bubblewrap nor the uid drop (root, with a Python every user may read) "

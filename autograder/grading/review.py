@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from autograder.sandbox.notebook import NotebookError, read_notebook
+from autograder.sandbox import NotebookError, read_notebook
 
 # Modules a notebook may import: the numerical stack, the standard library's plain-data modules, the course's
 # notebook tools; the lesson's shipped modules are added by the caller.

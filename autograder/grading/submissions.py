@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 from autograder.config import Submissions
-from autograder.sandbox.notebook import NotebookError, notebook_cells
+from autograder.sandbox import NotebookError, notebook_cells
 
 MAX_FOLDER_ENTRIES = 10_000  # files and folders looked at inside one student's folder
 SKIP_DIRS = frozenset((".ipynb_checkpoints", "__MACOSX"))  # skipped in folders and zips alike

@@ -15,7 +15,7 @@ from autograder.authoring.questions import Question
 from autograder.config import ROOT
 from autograder.grading.submissions import read_cells
 from autograder.report.text import clip_text
-from autograder.sandbox.notebook import SKIP_TAGS
+from autograder.sandbox import SKIP_TAGS
 
 STUB_WORDS = "the stub is not filled in yet"  # what the probes say when a stub returned None or ...
 CODE_CHARS = 20_000  # per cell

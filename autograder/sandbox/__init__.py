@@ -12,7 +12,8 @@ runs them in-process with IPython's InteractiveShell and answers the grader's pr
 framed wire message (never a pickle) per answer. The grader reads stdout (capped) and the frames itself;
 judging happens in the grader.
 
-File jobs (files.py). An uploaded file (a milestone checkpoint) is read by a long-lived reader process started in
+File jobs (files.py). An uploaded file (a milestone checkpoint) is read by a long-lived reader process (the same
+fork server, zygote.serve_files) started in
 the same isolation (the same bubblewrap argv, or the uid fallback as root, or limits only; cgroups where writable),
 which forks a confined child per file; docs/checkpoint.md.
 
@@ -23,7 +24,7 @@ long C call inside torch. It then runs the notebook again in a fresh child (fres
 cell. When a whole-notebook limit stops a cell, the cells before it run again and the probes still run.
 Each probe has its own limit and each question (a case id's prefix) a share of the probes' time: a probe past
 either is stopped the same way, and the probes not yet answered go to a fresh child (the same cells first, public
-before hidden), at most MAX_PROBE_RUNS times (protocol.py). A forged cell frame can change which cell is left
+before hidden), at most MAX_PROBE_RUNS times (results.py). A forged cell frame can change which cell is left
 out, never what the probes find.
 
 Threat model. Student code is hostile and runs with the child's privileges.
@@ -44,10 +45,10 @@ Threat model. Student code is hostile and runs with the child's privileges.
   or env_name("SANDBOX") is none), as root, each job runs as a fresh uid (fallback.py): its worker entered a
   network namespace of its own and a mount namespace laid out as bubblewrap's (the same folders empty, its own
   /dev/shm) as it started, every process of the job's uid is killed after the job, and what that uid left in
-  the folders anyone may write to is removed; where the kernel refuses namespaces (no CAP_SYS_ADMIN) the log
-  says so and the job's uid reads what any user may (close the grader's files to others: the Gradescope
-  bundle's run_autograder runs `chmod o=` on the source and results folders). Where the uid cannot be dropped
-  (not root, or the interpreter is not readable by others) nothing starts (fallback.UnsandboxedError, with
+  the folders anyone may write to is removed; the job's uid reads what any user may (close the grader's files to
+  others: the Gradescope bundle's run_autograder runs `chmod o=` on the source and results folders). Where the
+  uid cannot be dropped (not root, or the interpreter is not readable by others), or the kernel refuses the
+  namespaces (no CAP_SYS_ADMIN: fallback.namespace_problem asks once) nothing starts (fallback.UnsandboxedError, with
   what to install or change) unless allowed (--allow-unsandboxed): then student code runs as the grader's
   user. ExecResult.isolation says which held: "bubblewrap", "unprivileged uid" or "none".
 - Limits: the submission as a whole is limited in memory and processes by a cgroup (v1 memory and pids
@@ -91,4 +92,120 @@ Threat model. Student code is hostile and runs with the child's privileges.
 - Infrastructure: a worker that fails for reasons that are not the student's (zygote killed, out of
   fds, job not sent) is restarted and the submission retried once; a second failure is the student's
   (Status.CRASHED). When no worker can be started at all, run() raises WorkerError.
+
+The front door. The rest of the engine (and the tests, the lessons, the benchmarks) imports the sandbox from here
+only: `from autograder.sandbox import WorkerPool, ExecResult, Limits, ...`; __all__ names what it may use. Each
+name is imported from its module when first asked for (the zygote and the child import only the modules they run).
+
+Files, one job each: frames.py (what grader and child share on the wire), limits.py (the limits), notebook.py (a
+submission's cells), isolation.py (the confinement primitives), fallback.py (the choice of isolation, the refusal,
+the uid fallback's namespaces), guard.py (the tamper guard), child.py (the child), zygote.py (the fork server of
+notebook and file jobs), results.py (what a run makes), worker.py (a worker and its conversation with a child),
+pool.py (the pool of workers), files.py (the checkpoint readers).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> (module of this package, its name there)
+_EXPORTS = {
+    **{n: ("limits", n) for n in ("MIB", "UPLOAD_CAP_MB", "CELL_TIMEOUT_S", "PROBE_TIMEOUT_S", "QUESTION_TIMEOUT_S",
+                                  "WALL_TIMEOUT_S", "CPU_TIMEOUT_S", "MEMORY_MB", "MAX_PROCESSES", "MAX_OUTPUT_KB",
+                                  "CHECKPOINT_MEMORY_MB", "Limits", "fit_hard", "lowered_limits")},
+    **{n: ("notebook", n) for n in ("SKIP_TAGS", "MAX_NOTEBOOK_BYTES", "NotebookError", "notebook_cells",
+                                    "read_notebook")},
+    **{n: ("frames", n) for n in ("WorkerError", "MEMORY_GUARDS")},
+    **{n: ("results", n) for n in ("ExecResult", "Probe", "MAX_PROBE_RUNS", "group_of")},
+    **{n: ("isolation", n) for n in ("SANDBOX_ENV", "MEMORY_GUARD_ENV", "UID_LOCKS_ENV", "choose_sandbox",
+                                     "uid_drop_problem")},
+    **{n: ("fallback", n) for n in ("ALLOW_UNSANDBOXED", "UNSANDBOXED_HELP", "Isolation", "UnsandboxedError",
+                                    "choose_isolation", "namespace_problem", "permit_unsandboxed", "refuse_unsandboxed",
+                                    "require_isolation")},
+    **{n: ("pool", n) for n in ("WorkerPool", "execute_batch", "execute_submission")},
+    **{n: ("zygote", n) for n in ("PRELOAD",)},
+    **{n: ("files", n) for n in ("STARTUP_TIMEOUT_S", "VERIFY_SLOTS", "ReaderFiles", "Verifier", "VerifierError",
+                                 "reader_isolation", "reader_limits_lowered", "run_child")},
+    "reader_pool": ("files", "pool"),  # the readers of one plug-in file (files.pool: the name `pool` is a module here)
+}
+__all__ = ["ALLOW_UNSANDBOXED", "CELL_TIMEOUT_S", "CHECKPOINT_MEMORY_MB", "CPU_TIMEOUT_S", "ExecResult",
+           "Isolation", "Limits", "MAX_NOTEBOOK_BYTES", "MAX_OUTPUT_KB", "MAX_PROBE_RUNS", "MAX_PROCESSES",
+           "MEMORY_GUARDS", "MEMORY_GUARD_ENV", "MEMORY_MB", "MIB", "NotebookError", "PRELOAD", "PROBE_TIMEOUT_S",
+           "Probe", "QUESTION_TIMEOUT_S", "ReaderFiles", "SANDBOX_ENV", "SKIP_TAGS", "STARTUP_TIMEOUT_S",
+           "UID_LOCKS_ENV", "UNSANDBOXED_HELP", "UPLOAD_CAP_MB", "UnsandboxedError", "VERIFY_SLOTS", "Verifier",
+           "VerifierError", "WALL_TIMEOUT_S", "WorkerError", "WorkerPool", "choose_isolation", "choose_sandbox",
+           "execute_batch", "execute_submission", "fit_hard", "group_of", "lowered_limits", "namespace_problem",
+           "notebook_cells", "permit_unsandboxed", "read_notebook", "reader_isolation", "reader_limits_lowered",
+           "reader_pool", "refuse_unsandboxed", "require_isolation", "run_child", "uid_drop_problem"]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module when first asked for."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _EXPORTS[name]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getattr__ imports them when asked
+    from autograder.sandbox.fallback import (
+        ALLOW_UNSANDBOXED,
+        UNSANDBOXED_HELP,
+        Isolation,
+        UnsandboxedError,
+        choose_isolation,
+        namespace_problem,
+        permit_unsandboxed,
+        refuse_unsandboxed,
+        require_isolation,
+    )
+    from autograder.sandbox.files import (
+        STARTUP_TIMEOUT_S,
+        VERIFY_SLOTS,
+        ReaderFiles,
+        Verifier,
+        VerifierError,
+        reader_isolation,
+        reader_limits_lowered,
+        run_child,
+    )
+    from autograder.sandbox.files import pool as reader_pool
+    from autograder.sandbox.frames import MEMORY_GUARDS, WorkerError
+    from autograder.sandbox.isolation import (
+        MEMORY_GUARD_ENV,
+        SANDBOX_ENV,
+        UID_LOCKS_ENV,
+        choose_sandbox,
+        uid_drop_problem,
+    )
+    from autograder.sandbox.limits import (
+        CELL_TIMEOUT_S,
+        CHECKPOINT_MEMORY_MB,
+        CPU_TIMEOUT_S,
+        MAX_OUTPUT_KB,
+        MAX_PROCESSES,
+        MEMORY_MB,
+        MIB,
+        PROBE_TIMEOUT_S,
+        QUESTION_TIMEOUT_S,
+        UPLOAD_CAP_MB,
+        WALL_TIMEOUT_S,
+        Limits,
+        fit_hard,
+        lowered_limits,
+    )
+    from autograder.sandbox.notebook import (
+        MAX_NOTEBOOK_BYTES,
+        SKIP_TAGS,
+        NotebookError,
+        notebook_cells,
+        read_notebook,
+    )
+    from autograder.sandbox.pool import WorkerPool, execute_batch, execute_submission
+    from autograder.sandbox.results import MAX_PROBE_RUNS, ExecResult, Probe, group_of
+    from autograder.sandbox.zygote import PRELOAD

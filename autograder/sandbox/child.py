@@ -7,22 +7,17 @@ import contextlib
 import io
 import logging
 import os
-import signal
 import sys
-import tempfile
 import time
 import traceback
 from functools import partial
 from typing import Any, NoReturn
 
 from autograder import wire
-from autograder.sandbox.guard import _Guard
-from autograder.sandbox.isolation import _PR_SET_PDEATHSIG, _apply_limits, _own_ipc_namespace, _prctl, _write
-from autograder.sandbox.limits import (
-    MIB,
-    Limits,
-)
-from autograder.sandbox.protocol import _HARNESS_FAILED, _JOB_FD, _LEN, _SETUP_FAILED, _recv_exact
+from autograder.sandbox.frames import HARNESS_FAILED, JOB_FD, LEN, SETUP_FAILED, recv_exact
+from autograder.sandbox.guard import TamperGuard
+from autograder.sandbox.isolation import confine_job, write_file
+from autograder.sandbox.limits import MIB, Limits
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +46,7 @@ def _flush() -> None:
             stream.flush()
 
 
-def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe: Any,
+def child_main(fds: list[int], limits: Limits, shell: Any, guard: TamperGuard, run_probe: Any,
            suspicious: list[str] | None, scratch: str, uid: int | None) -> NoReturn:
     """Runs in the forked child: confine, receive the cells from the grader, run them, then answer the
     grader's probe requests (a frame of public ones, then one of hidden ones) in order; exits without
@@ -60,7 +55,7 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
     # a patched json, base64, os or struct cannot strip or rewrite what the child reports.
     write, exit_, getpid, encode, decode, sanitize = os.write, os._exit, os.getpid, guard.encode, wire.decode, \
         wire.sanitize
-    pack_len, check_encoder, wire_error, view_of = _LEN.pack, guard.check_encoder, wire.WireError, memoryview
+    pack_len, check_encoder, wire_error, view_of = LEN.pack, guard.check_encoder, wire.WireError, memoryview
     res_cap = limits.result_mb * MIB
     me, parent = getpid(), os.getppid()
     # the child's CPU per step, reported in its frames for the benchmark's split: this thread's clock, exact; the
@@ -80,11 +75,11 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
             data = encode({**msg, "value": {"error": {"type": "WireError", "message": str(exc)[:300]}}}, res_cap)
         view = view_of(pack_len(len(data)) + data)
         while view:
-            view = view[write(_JOB_FD, view):]
+            view = view[write(JOB_FD, view):]
 
     def recv() -> dict[str, Any] | None:
-        head = _recv_exact(_JOB_FD, _LEN.size)
-        data = None if head is None else _recv_exact(_JOB_FD, _LEN.unpack(head)[0])
+        head = recv_exact(JOB_FD, LEN.size)
+        data = None if head is None else recv_exact(JOB_FD, LEN.unpack(head)[0])
         msg = None if data is None else decode(data, max_bytes=len(data))
         return msg if type(msg) is dict else None
 
@@ -95,32 +90,26 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
         os.dup2(null, 0)
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
-        os.dup2(job_fd, _JOB_FD)  # the zygote's fds 0-2 are taken, so neither channel is 0, 1 or 2
-        os.closerange(_JOB_FD + 1, 1 << 20)  # the control socket, the zygote's other fds
+        os.dup2(job_fd, JOB_FD)  # the zygote's fds 0-2 are taken, so neither channel is 0, 1 or 2
+        os.closerange(JOB_FD + 1, 1 << 20)  # the control socket, the zygote's other fds
         sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
                                                    errors="backslashreplace") for fd in (1, 2))
         # born in the worker's cgroups (the zygote lives there); first in line when memory runs out, before the zygote
         with contextlib.suppress(OSError):
-            _write("/proc/self/oom_score_adj", "1000")
-        os.chdir(scratch)
-        os.environ.update(HOME=scratch, TMPDIR=scratch, PWD=scratch)
-        tempfile.tempdir = scratch
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        _own_ipc_namespace()
-        _apply_limits(limits, uid)
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            write_file("/proc/self/oom_score_adj", "1000")
+        confine_job(scratch, limits, uid)
         if os.getppid() != parent:
-            exit_(_SETUP_FAILED)  # the zygote died before the line above
+            exit_(SETUP_FAILED)  # the zygote died before the line above
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(limits.threads)
         setup_cpu = clock()  # fork (page faults of the copy), limits, until the cells can be received
         job = recv()
         if job is None or job.get("t") != "cells":
-            exit_(_SETUP_FAILED)
+            exit_(SETUP_FAILED)
     except BaseException:  # noqa: BLE001
         with contextlib.suppress(BaseException):
             send({"t": "fail", "text": "sandbox setup failed: " + traceback.format_exc()[-400:]})
-        exit_(_SETUP_FAILED)
+        exit_(SETUP_FAILED)
 
     try:
         for i, src in job["cells"]:
@@ -173,10 +162,10 @@ def _child(fds: list[int], limits: Limits, shell: Any, guard: _Guard, run_probe:
     except BaseException:  # noqa: BLE001 - anything escaping the harness is a crash, reported as such
         with contextlib.suppress(BaseException):
             send({"t": "fail", "text": "the grading harness failed: " + traceback.format_exc()[-400:]})
-        exit_(_HARNESS_FAILED)
+        exit_(HARNESS_FAILED)
 
 
-def _install_otter_stub() -> None:
+def install_otter_stub() -> None:
     """Notebooks start with `grader = otter.Notebook(...)`; in the sandbox its checks and export do nothing."""
     import types
 
@@ -192,7 +181,7 @@ def _install_otter_stub() -> None:
     sys.modules["otter"] = stub
 
 
-def _make_shell() -> Any:
+def make_shell() -> Any:
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
@@ -203,13 +192,13 @@ def _make_shell() -> Any:
     shell = InteractiveShell.instance(config=config)
     shell.ask_exit = lambda: setattr(shell, "exit_now", True)  # exit() and quit() as in a kernel
     parsed: dict[str, Any] = {}  # the fast path's parse of the cell being run, for IPython's own parse of it
-    shell.transform_cell = partial(_transform_cell, shell.transform_cell, parsed=parsed, compiler=shell.compile)
+    shell.transform_cell = partial(transform_cell, shell.transform_cell, parsed=parsed, compiler=shell.compile)
     shell.compile.ast_parse = partial(_ast_parse, shell.compile.ast_parse, parsed=parsed, compiler=shell.compile)
     shell.should_run_async = partial(_should_run_async, shell.should_run_async)
     return shell
 
 
-def _transform_cell(ipython_transform: Any, raw_cell: str, *, parsed: dict[str, Any] | None = None,
+def transform_cell(ipython_transform: Any, raw_cell: str, *, parsed: dict[str, Any] | None = None,
                     compiler: Any = None) -> str:
     """IPython's input transformation, skipped where it returns the cell unchanged: a cell of several lines that
     starts with neither a blank line nor indentation and parses as Python holds no magic, shell escape, help

@@ -4,6 +4,7 @@ namespaces (no network, the grader's folders hidden, a /dev/shm of a worker's ow
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 from collections.abc import Iterable
@@ -11,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autograder.sandbox.frames import WorkerError
 from autograder.sandbox.isolation import (
+    ENGINE_HOME,
     SANDBOX_ENV,
     SHM_MB,
     choose_sandbox,
@@ -20,7 +23,6 @@ from autograder.sandbox.isolation import (
     uid_drop_problem,
 )
 from autograder.sandbox.limits import MIB
-from autograder.sandbox.protocol import WorkerError
 
 _CLONE_NEWNS, _CLONE_NEWNET = 0x00020000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
@@ -74,8 +76,32 @@ def choose_isolation(wanted: str = "auto", *, scratch: str | Path | None = None)
     sandbox, why = choose_sandbox(wanted)
     if sandbox == "bwrap":
         return Isolation("bwrap", "bubblewrap")
-    problem = uid_drop_problem(scratch=scratch)
+    problem = uid_drop_problem(scratch=scratch) or namespace_problem()
     return Isolation("none", "none" if problem else "unprivileged uid", why, problem)
+
+
+@functools.cache
+def namespace_problem() -> str:
+    """Why the uid fallback cannot give its workers namespaces of their own here ('' when it can): asked once per
+    process of a forked child that tries the unshare enter_namespaces does and exits (a few ms). Where the kernel
+    refuses it (root without CAP_SYS_ADMIN, as in some containers), jobs would reach the network and share /tmp:
+    that confines nothing, so the isolation is "none" (refused unless allowed)."""
+    if os.geteuid() != 0:
+        return ""  # no uid drop either: uid_drop_problem says why
+    unshare = ctypes.CDLL(None, use_errno=True).unshare  # looked up before the fork: the child only calls it
+    pid = os.fork()
+    if pid == 0:  # the child only: the grader's own namespaces stay as they are
+        code = 1
+        try:
+            code = 0 if unshare(_CLONE_NEWNET | _CLONE_NEWNS) == 0 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return ""
+    return ("the kernel refuses the uid fallback a network and mount namespace of its own (unshare needs "
+            "CAP_SYS_ADMIN: run the grader with it, e.g. a container started with --cap-add SYS_ADMIN, or where "
+            "bubblewrap works), so jobs would reach the network and share /tmp")
 
 
 def permit_unsandboxed(allowed: bool) -> None:
@@ -93,14 +119,14 @@ def refuse_unsandboxed(iso: Isolation, *, allowed: bool | None = None) -> None:
 
 def fallback_plan(path: Iterable[str], *, stage: str, rw: Iterable[str],
                   hide: Iterable[str | Path] = ()) -> dict[str, Any]:
-    """What a worker of the uid fallback shows its jobs (enter_namespaces), as _bwrap_argv does: every folder
+    """What a worker of the uid fallback shows its jobs (enter_namespaces), as bwrap_argv does: every folder
     bubblewrap shows empty (hidden_tops: /tmp, /root, /home, /var, /run, this checkout, `hide` ...) is an empty
     read-only tmpfs, with back in it, read-only, only the staged modules (`stage`), the interpreter (its
     prefixes) and the entries of `path` inside them, outside every hidden folder or named site-packages (not a
     checkout or the current folder on sys.path, which may hold reference/), and `rw` (the scratch folder)
     writable. Also the worker's sys.path: the stage, then the entries kept."""
     tops = hidden_tops(tuple(hide))
-    secret = [*tops, str(Path(__file__).resolve().parents[2]), *(os.path.realpath(h) for h in hide)]
+    secret = [*tops, str(ENGINE_HOME), *(os.path.realpath(h) for h in hide)]
     prefixes = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.base_exec_prefix)})
     real = [os.path.realpath(p) for p in path if p and os.path.isdir(p)]
     kept = [p for p in dict.fromkeys(real) if not any(is_under(s, p) for s in secret)

@@ -8,7 +8,6 @@ import itertools
 import json
 import logging
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -16,38 +15,28 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from autograder.lesson import ENGINE_ROOT, Lesson, load_module
 from autograder.sandbox.fallback import choose_isolation, fallback_plan, refuse_unsandboxed
+from autograder.sandbox.frames import WorkerError
 from autograder.sandbox.isolation import (
-    _PR_SET_CHILD_SUBREAPER,
-    _PR_SET_DUMPABLE,
-    _PR_SET_PDEATHSIG,
-    _SANDBOX_SCRATCH,
-    _SANDBOX_STAGE,
-    _UID_BASE,
-    _UIDS_PER_WORKER,
     CGROUP_PREFIX,
-    _apply_limits,
-    _bwrap_argv,
-    _count_tasks,
-    _own_ipc_namespace,
-    _prctl,
-    _remove_cgroup,
-    _reserve_uid_block,
-    _rlimits,
-    _shared_writable,
-    _vm_size,
-    _write,
-    clean_after_job,
+    ENGINE_HOME,
+    SANDBOX_SCRATCH,
+    SANDBOX_STAGE,
+    UID_BASE,
+    UIDS_PER_WORKER,
+    bwrap_argv,
     make_cgroups,
-    set_memory_limit,
+    remove_cgroup,
+    reserve_uid_block,
+    shared_writable,
 )
-from autograder.sandbox.limits import CHECKPOINT_MEMORY_MB, MIB, Limits, lowered_limits
-from autograder.sandbox.protocol import WorkerError
+from autograder.sandbox.limits import CHECKPOINT_MEMORY_MB, MIB, Limits
+from autograder.sandbox.zygote import read_line
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +57,7 @@ def _threads() -> int:
 def _child_env() -> dict[str, str]:
     """The environment of a reader without bubblewrap: the grader's, the engine first on the path."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP", "PYTHONINSPECT")}
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(ENGINE_ROOT), os.environ.get("PYTHONPATH")))),
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(ENGINE_HOME), os.environ.get("PYTHONPATH")))),
                PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2", OMP_NUM_THREADS="1")
     return env
 
@@ -77,55 +66,49 @@ class VerifierError(RuntimeError):
     """The reader process itself failed (not the file): it is restarted and the request retried once."""
 
 
-def _read_line(fd: int, deadline: float) -> bytes | None:
-    """One line from a pipe, or None at end of file or when the deadline (time.monotonic) passes."""
-    buf = b""
-    while not buf.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return None
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            return None
-        buf += chunk
-    return buf
-
-
 def _warn(msg: str) -> None:
     if msg and msg not in _WARNED:
         _WARNED.add(msg)
         log.warning("%s", msg)
 
 
-def _stage(stage: Path, plugin: Path) -> tuple[str, list[Path]]:
-    """Copy the engine's modules, and the plug-in's assignment folder and reference/ folder (or the plug-in
-    alone, outside a course's assignments/NAME/), into `stage`, which bubblewrap shows read-only: the plug-in's
-    path inside the sandbox, and the staged files to remove once the reader has started (all but those shipped to
-    students)."""
-    engine = ENGINE_ROOT / "autograder"
+@dataclass(frozen=True)
+class ReaderFiles:
+    """What a checkpoint reader may read while it starts, given by its caller (the sandbox reads no course):
+    `folders`, copied into the stage's course folder (their path there -> the folder: the lesson's assignment folder
+    and reference/, or nothing beside the plug-in); `plugin`, the plug-in's path there; `shipped`, the paths there
+    that students have anyway (they stay once the reader has started; the rest is removed); `hide`, the folders the
+    uid fallback shows its children empty (the course)."""
+
+    folders: Mapping[str, Path]
+    plugin: str
+    shipped: frozenset[str] = frozenset()
+    hide: tuple[Path, ...] = ()
+
+
+def _stage(stage: Path, plugin: Path, files: ReaderFiles) -> tuple[str, list[Path]]:
+    """Copy the engine's modules, and the caller's folders (or the plug-in alone) into `stage`, which bubblewrap
+    shows read-only: the plug-in's path inside the sandbox, and the staged files to remove once the reader has
+    started (all but those shipped to students)."""
+    engine = ENGINE_HOME / "autograder"
     for path in engine.rglob("*.py"):
         if "__pycache__" not in path.parts:
             (stage / "autograder" / path.relative_to(engine)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, stage / "autograder" / path.relative_to(engine))
     course = stage / _STAGED_COURSE
-    if plugin.parent.parent.name == "assignments":
-        root, name = plugin.parents[2], plugin.parent.name
-        ignore = shutil.ignore_patterns("__pycache__", ".*")
-        shutil.copytree(root / "assignments" / name, course / "assignments" / name, ignore=ignore)
-        if (root / "reference").is_dir():
-            shutil.copytree(root / "reference", course / "reference", ignore=ignore)
-        shipped = {p.resolve().relative_to(root) for p in Lesson(name, root).shipped_files if p.is_relative_to(root)}
-        inside = f"{_STAGED_COURSE}/assignments/{name}/{plugin.name}"
-    else:
-        course.mkdir(parents=True)
-        shutil.copyfile(plugin, course / plugin.name)
-        shipped, inside = set(), f"{_STAGED_COURSE}/{plugin.name}"
+    course.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", ".*")
+    for inside, folder in files.folders.items():
+        shutil.copytree(folder, course / inside, ignore=ignore)
+    if not (course / files.plugin).is_file():
+        shutil.copyfile(plugin, course / files.plugin)
     for path in [stage, *stage.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    startup_only = [p for p in course.rglob("*") if p.is_file() and p.relative_to(course) not in shipped]
+    startup_only = [p for p in course.rglob("*") if p.is_file() and p.relative_to(course).as_posix() not in
+                    files.shipped]
     for path in startup_only:  # the reader's user alone, while they exist (a killed grader leaves them behind)
         path.chmod(0o600)
-    return f"{_SANDBOX_STAGE}/{inside}", startup_only
+    return f"{SANDBOX_STAGE}/{_STAGED_COURSE}/{files.plugin}", startup_only
 
 
 class Verifier:
@@ -142,7 +125,7 @@ class Verifier:
     confined as the notebook workers are (sandbox/isolation.py), chosen the same way:
 
     - bubblewrap where it works (env_name("SANDBOX") none forces the fallback): the process runs inside the notebook
-      workers' sandbox (the same _bwrap_argv: no network, the system read-only, the repository, /tmp, /root, /home
+      workers' sandbox (the same bwrap_argv: no network, the system read-only, the repository, /tmp, /root, /home
       and every other top-level folder empty). It sees a staged copy of the engine, of the lesson's assignment folder
       and of its reference/ folder while reader_start runs; then every staged file of the lesson that is not shipped
       to students (the plug-in, reference/, the question files) is removed before the first file is read, so a child
@@ -160,9 +143,10 @@ class Verifier:
     which isolation held: "bubblewrap", "unprivileged uid" or "none".
     """
 
-    def __init__(self, *, plugin: Path, threads: int = 1, startup_s: float = STARTUP_TIMEOUT_S,
+    def __init__(self, *, plugin: Path, files: ReaderFiles, threads: int = 1, startup_s: float = STARTUP_TIMEOUT_S,
                  sandbox: str = "auto", memory_guard: str = "auto") -> None:
         self.plugin, self.threads, self.startup_s = Path(plugin).resolve(), threads, startup_s
+        self.files = files
         self.wanted, self.memory_guard = sandbox, memory_guard
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup: dict[str, float] = {}  # seconds (wall) and cpu_s of the last start
@@ -185,7 +169,7 @@ class Verifier:
         except (OSError, WorkerError) as err:
             self.close()
             raise VerifierError(f"the grader could not start its checkpoint reader ({err})") from err
-        ready = _read_line(self.proc.stdout.fileno(), time.monotonic() + self.startup_s)  # type: ignore[union-attr]
+        ready = read_line(self.proc.stdout.fileno(), time.monotonic() + self.startup_s)  # type: ignore[union-attr]
         if ready is None:
             self.close(wait_s=0)
             raise VerifierError(f"the grader's checkpoint reader did not start within {self.startup_s:g} s")
@@ -212,7 +196,6 @@ class Verifier:
                                                         pids=Limits().processes + 1, wanted=self.memory_guard)
         drop = os.geteuid() == 0 if iso.sandbox == "bwrap" else iso.kind == "unprivileged uid"
         scratch = self._tmp / "scratch"
-        course = self.plugin.parents[2] if self.plugin.parent.parent.name == "assignments" else self.plugin.parent
         if self.sandbox == "none":
             why += ("; the checkpoint reader's children run as an unprivileged uid in namespaces of its own" if drop
                     else f"; UNSANDBOXED: the checkpoint reader runs as this process's user: {iso.problem}")
@@ -221,32 +204,33 @@ class Verifier:
         _warn(guard_why and guard_why + "; the checkpoint reader's rlimits alone limit its memory")
         uid = None
         if drop:
-            block, self._uid_lock = _reserve_uid_block((os.getpid() % 2000) * 64 + 32 + slot % 32)
-            uid = _UID_BASE + block * _UIDS_PER_WORKER
-        cfg: dict[str, Any] = {"uid": uid, "uids": _UIDS_PER_WORKER, "cgroups": groups[0] if groups else {}}
+            block, self._uid_lock = reserve_uid_block((os.getpid() % 2000) * 64 + 32 + slot % 32)
+            uid = UID_BASE + block * UIDS_PER_WORKER
+        cfg: dict[str, Any] = {"uid": uid, "uids": UIDS_PER_WORKER, "cgroups": groups[0] if groups else {}}
         code = ("import sys, json; sys.path[:] = json.loads(sys.argv[1])['path']; "
-                "from autograder.sandbox.files import _serve_main; _serve_main(sys.argv[1])")
+                "from autograder.sandbox.zygote import serve_files; serve_files(sys.argv[1])")
         if self.sandbox == "bwrap":
             stage = self._tmp / "stage"
-            plugin, startup_only = _stage(stage, self.plugin)
-            prefix, path, exe = _bwrap_argv(stage, (), Limits(), cfg["cgroups"])
-            cfg.update(path=[_SANDBOX_STAGE, *path], plugin=plugin, scratch=_SANDBOX_SCRATCH, own_ipc=True,
-                       wipe=[_SANDBOX_SCRATCH, "/dev/shm", "/dev/mqueue"], sweep=[])
+            plugin, startup_only = _stage(stage, self.plugin, self.files)
+            prefix, path, exe = bwrap_argv(stage, (), Limits(), cfg["cgroups"])
+            cfg.update(path=[SANDBOX_STAGE, *path], plugin=plugin, scratch=SANDBOX_SCRATCH, own_ipc=True,
+                       wipe=[SANDBOX_SCRATCH, "/dev/shm", "/dev/mqueue"], sweep=[])
             env = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
                    "PYTHONDONTWRITEBYTECODE": "1", "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1",
-                   "HOME": _SANDBOX_SCRATCH, "TMPDIR": _SANDBOX_SCRATCH}
+                   "HOME": SANDBOX_SCRATCH, "TMPDIR": SANDBOX_SCRATCH}
             return [*prefix, exe, "-I", "-c", code, json.dumps(cfg)], env, "/", startup_only
         os.makedirs(scratch, mode=0o711)
-        path, plugin, startup_only, confine = [str(ENGINE_ROOT), *(p for p in sys.path if p and os.path.isdir(p))], \
+        path, plugin, startup_only, confine = [str(ENGINE_HOME), *(p for p in sys.path if p and os.path.isdir(p))], \
             str(self.plugin), [], None
         if uid is not None:  # as under bubblewrap: the staged files, then namespaces that hide the rest
-            plugin, startup_only = _stage(self._tmp / "stage", self.plugin)
-            plugin = str(self._tmp / "stage") + plugin.removeprefix(_SANDBOX_STAGE)
-            confine = fallback_plan(path, stage=str(self._tmp / "stage"), rw=[str(scratch)], hide=(course,))
+            plugin, startup_only = _stage(self._tmp / "stage", self.plugin, self.files)
+            plugin = str(self._tmp / "stage") + plugin.removeprefix(SANDBOX_STAGE)
+            confine = fallback_plan(path, stage=str(self._tmp / "stage"), rw=[str(scratch)],
+                                    hide=self.files.hide)
             path = confine["path"]
         cfg.update(path=path, plugin=plugin, scratch=str(scratch), own_ipc=False, wipe=[str(scratch)],
-                   sweep=_shared_writable() if uid is not None else [], confine=confine)
-        return [sys.executable, "-c", code, json.dumps(cfg)], _child_env(), "/" if confine else str(ENGINE_ROOT), \
+                   sweep=shared_writable() if uid is not None else [], confine=confine)
+        return [sys.executable, "-c", code, json.dumps(cfg)], _child_env(), "/" if confine else str(ENGINE_HOME), \
             startup_only
 
     def alive(self) -> bool:
@@ -264,7 +248,7 @@ class Verifier:
         except OSError as err:
             self.close(wait_s=0)
             raise VerifierError(f"the checkpoint reader stopped ({err})") from err
-        line = _read_line(proc.stdout.fileno(), time.monotonic() + timeout_s + 60)
+        line = read_line(proc.stdout.fileno(), time.monotonic() + timeout_s + 60)
         if line is None:
             self.close(wait_s=0)
             raise VerifierError("the checkpoint reader stopped answering")
@@ -280,7 +264,7 @@ class Verifier:
             if proc.stdin is not None:
                 with contextlib.suppress(OSError):
                     proc.stdin.close()
-            last = _read_line(proc.stdout.fileno(), time.monotonic() + wait_s) if proc.stdout and wait_s > 0 else None
+            last = read_line(proc.stdout.fileno(), time.monotonic() + wait_s) if proc.stdout and wait_s > 0 else None
             self.exit_cpu_s = json.loads(last).get("exit_cpu_s") if last else None
             if proc.stdout is not None:
                 proc.stdout.close()
@@ -292,7 +276,7 @@ class Verifier:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         for path in reversed(self._cgroups):
-            _remove_cgroup(path)
+            remove_cgroup(path)
         self._cgroups = []
         if self._uid_lock is not None:
             os.close(self._uid_lock)
@@ -311,8 +295,8 @@ class Verifier:
 class _Pool:
     """Up to `slots` verifiers, started when first needed and kept for the process (grade_batch, the tests)."""
 
-    def __init__(self, slots: int, *, plugin: Path) -> None:
-        self.plugin = plugin
+    def __init__(self, slots: int, *, make: Callable[[], Verifier]) -> None:
+        self.make = make
         self.slots = threading.BoundedSemaphore(slots)
         self.idle: list[Verifier] = []
         self.guard = threading.Lock()
@@ -321,7 +305,7 @@ class _Pool:
     def request(self, data: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
         with self.slots:
             with self.guard:
-                verifier = self.idle.pop() if self.idle else Verifier(plugin=self.plugin)
+                verifier = self.idle.pop() if self.idle else self.make()
             try:
                 for attempt in (1, 2):  # a reader that dies for reasons of its own is started again, once
                     try:
@@ -348,24 +332,26 @@ _POOLS: dict[Path, _Pool] = {}
 _POOLS_GUARD = threading.Lock()
 
 
-def pool(plugin: Path) -> _Pool:
-    """The process's pool of verifiers of one plug-in file (started when first needed, stopped at exit)."""
+def pool(plugin: Path, *, make: Callable[..., Verifier]) -> _Pool:
+    """The process's pool of verifiers of one plug-in file (started when first needed, stopped at exit); make:
+    a Verifier of the plug-in (make(plugin=...): the caller's, which gives it the files it stages)."""
     plugin = Path(plugin).resolve()
     with _POOLS_GUARD:
         if plugin not in _POOLS:
-            _POOLS[plugin] = _Pool(VERIFY_SLOTS, plugin=plugin)
+            _POOLS[plugin] = _Pool(VERIFY_SLOTS, make=lambda: make(plugin=plugin))
             atexit.register(_POOLS[plugin].close)
         return _POOLS[plugin]
 
 
-def run_child(data: bytes, request: dict[str, Any], *, plugin: Path, memory_mb: int, timeout_s: float,
-              verifier: Verifier | None = None) -> dict[str, Any]:
-    """Read and evaluate a file's bytes in a limited child of a verifier of `plugin` (the pool's unless one is
-    given); any failure comes back as {"error": ...}. The limits the operator's hard limits lowered are noted for
+def run_child(data: bytes, request: dict[str, Any], *, memory_mb: int, timeout_s: float,
+              readers: _Pool | None = None, verifier: Verifier | None = None) -> dict[str, Any]:
+    """Read and evaluate a file's bytes in a limited child of a verifier (`verifier`, else one of `readers`, a
+    pool); any failure comes back as {"error": ...}. The limits the operator's hard limits lowered are noted for
     reader_limits_lowered."""
     request = {**request, "memory_mb": memory_mb}
     if verifier is None:
-        found = pool(plugin).request(data, request, timeout_s=timeout_s)
+        assert readers is not None, "run_child needs a verifier or a pool of them"
+        found = readers.request(data, request, timeout_s=timeout_s)
     else:
         try:
             found = verifier.request(data, request, timeout_s=timeout_s)
@@ -385,127 +371,3 @@ def reader_isolation() -> str:
     """The weakest isolation of the readers this process started: "bubblewrap", "unprivileged uid" or "none";
     "" when none started."""
     return next((i for i in ("none", "unprivileged uid", "bubblewrap") if i in _ISOLATIONS), "")
-
-
-# ---------------------------------------------------------------------------------------------- the reader process
-
-
-def _fork_child(request: dict[str, Any], data: bytes, plugin: ModuleType, state: Any, cfg: dict[str, Any],
-                n: int) -> dict[str, Any]:
-    """In the reader: evaluate one file in a forked child confined as a notebook child (cgroups, own IPC, uid,
-    rlimits: memory_mb beyond the reader's size, timeout_s of CPU; a scratch folder), timeout_s of wall-clock
-    time; the child's answer with its CPU seconds, or an error. Its tree, scratch and IPC objects go after it."""
-    from autograder.sandbox.zygote import _kill_descendants, _kill_tree
-
-    uid = None if cfg["uid"] is None else cfg["uid"] + n % cfg["uids"]  # a fresh uid per file
-    since = time.time()
-    scratch = tempfile.mkdtemp(prefix="job-", dir=cfg["scratch"])  # a name that does not count the files
-    if uid is not None:
-        os.chown(scratch, uid, uid)
-    limits = Limits(memory_mb=int(request["memory_mb"]), cpu_s=int(request["timeout_s"]) + 1,
-                    threads=int(request.get("threads", 1)))
-    size = _vm_size()  # the child's size as it starts: a fork of this process
-    base = 1 if uid is not None else _count_tasks(os.getuid())
-    # what an operator's lower hard limits (ulimit) lower, said with the answer
-    lowered = {"limits_lowered": lowered_limits([(rlim, hard) for rlim, _, hard in _rlimits(limits, vm=size,
-                                                                                              base=base)],
-                                                who="the checkpoint reader", size=size)}
-    if cfg["cgroups"]:  # the child's tree: its own allocations and the pages of this process it copies on write
-        with contextlib.suppress(OSError), open("/proc/self/statm") as f:
-            limit = limits.memory_mb * MIB + int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            if abs(limit - cfg.get("memory_limit", 0)) > 16 * MIB:  # set again when it moves
-                set_memory_limit(cfg["cgroups"]["memory"], limit)
-                cfg["memory_limit"] = limit
-    read_end, write_end = os.pipe()
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # the child: nothing of the reader's protocol, confined, one answer, then exit
-        code = 0
-        try:
-            os.close(read_end)
-            os.setsid()
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(devnull, fd)
-            for folder in cfg["cgroups"].values():  # join the reader's cgroups while still allowed to
-                _write(os.path.join(folder, "cgroup.procs"), str(os.getpid()))
-            os.chdir(scratch)
-            os.environ.update(HOME=scratch, TMPDIR=scratch, PWD=scratch)
-            tempfile.tempdir = scratch
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            _own_ipc_namespace()
-            _apply_limits(limits, uid)  # never above the reader's own hard limits; the uid last
-            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != parent:
-                os._exit(1)
-            answer = json.dumps(plugin.reader_evaluate(request, data, state)).encode() + b"\n"
-            view = memoryview(answer)
-            while view:
-                view = view[os.write(write_end, view):]
-        except BaseException:  # noqa: BLE001 - the reader reports how the child ended
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    timeout_s = float(request["timeout_s"])
-    deadline = time.monotonic() + timeout_s
-    try:
-        line = _read_line(read_end, deadline)
-    finally:
-        os.close(read_end)
-    timed_out = line is None and time.monotonic() >= deadline
-    if line is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    _, status, usage = os.wait4(pid, 0)
-    _kill_tree(pid)  # what the child started: its session, then orphans (this process is their subreaper)
-    _kill_descendants()
-    clean_after_job(cfg["wipe"], uid, since, own_ipc=cfg["own_ipc"], sweep=cfg["sweep"])
-    cpu_s = usage.ru_utime + usage.ru_stime
-    if line is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        return {**json.loads(line), "cpu_s": cpu_s, **lowered}
-    if timed_out:
-        return {"error": f"reading and evaluating it took longer than the grader's limit of {timeout_s:g} s",
-                "cpu_s": cpu_s, **lowered}
-    why = (f"the reader stopped with signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else
-           f"the reader failed (exit status {os.WEXITSTATUS(status)})")
-    return {"error": f"{why}; loading it needs more than the grader's {request['memory_mb']} MB or crashes the "
-                     "reader", "cpu_s": cpu_s, **lowered}
-
-
-def _serve_main(config_text: str) -> None:
-    """The reader's loop (its configuration: JSON from Verifier._prepare): load the plug-in and start once (its
-    reader_start), say ready, then per request (a JSON line and the file's bytes on stdin) fork a confined child
-    and answer one line; exits when stdin closes."""
-    cfg = json.loads(config_text)
-    _prctl(_PR_SET_DUMPABLE, 0)  # a child of the same uid cannot read this process's memory or fds
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    path = Path(cfg["plugin"])
-    plugin = load_module(path.stem, path)
-    state = plugin.reader_start()
-    unconfined = ""
-    if cfg.get("confine"):  # the uid fallback: no network, the grader's folders hidden, once its start is done
-        from autograder.sandbox.fallback import enter_namespaces
-
-        unconfined = enter_namespaces(cfg["confine"])
-        if not unconfined:
-            cfg["wipe"].append("/dev/shm")
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    times = os.times()
-    stdout.write(json.dumps({"cpu_s": times.user + times.system, "unconfined": unconfined}).encode() + b"\n")
-    stdout.flush()
-    for n in itertools.count(1):
-        header = stdin.readline()
-        if not header:
-            break
-        request = json.loads(header)
-        data = stdin.read(request["size"])
-        stdout.write(json.dumps(_fork_child(request, data, plugin, state, cfg, n)).encode() + b"\n")
-        stdout.flush()
-    times = os.times()
-    with contextlib.suppress(OSError):
-        stdout.write(json.dumps({"exit_cpu_s": times.user + times.system + times.children_user
-                                 + times.children_system}).encode() + b"\n")
-        stdout.flush()
-    os._exit(0)  # skip interpreter teardown (seconds with torch loaded)
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import importlib.util
@@ -10,10 +11,12 @@ import logging
 import operator
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from autograder import wire
-from autograder.sandbox.protocol import _CANARY
+from autograder.runtime import runtime_modules
+from autograder.sandbox.frames import CANARY
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +49,73 @@ _GUARDED = (
     ("os", "write"), ("os", "read"), ("os", "_exit"),
 )
 
-# the grader's own modules in the child: their globals (and function code) are recorded and restored
-HARNESS_MODULES = ("autograder.wire", *(f"autograder.sandbox.{m}" for m in (
-    "limits", "protocol", "isolation", "guard", "child", "zygote")))
-RUNTIME_MODULE = "checks_runtime"  # the checks runtime the probe module imports (autograder/lesson.py RUNTIME_NAME)
+SERVER_MODULE = "autograder.sandbox.zygote"  # what a worker starts: everything the child holds is imported from it
+
+
+def _source(module: str) -> Path | None:
+    """The file of an autograder module (a package's __init__.py), None when there is none."""
+    base = Path(__file__).resolve().parents[1].joinpath(*module.split(".")[1:])
+    return next((f for f in (base.with_suffix(".py"), base / "__init__.py")
+                 if f.is_file() and (module != "autograder" or f.name == "__init__.py")), None)
+
+
+def _imported(module: str) -> set[str]:
+    """The autograder modules that `module` imports, at any depth of its code (a function's import too: it may run in
+    the fork server before any student code), with the packages above them (imported with them)."""
+    path = _source(module)
+    found: set[str] = set()
+    for node in _run_time_nodes(ast.parse(path.read_text())) if path else ():
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            found |= {".".join(parts[:n]) for n in range(1, len(parts) + 1)
+                      if parts[0] == "autograder" and _source(".".join(parts[:n]))}
+    return found
+
+
+def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of a module's tree but those under `if TYPE_CHECKING:` (imports a type checker alone follows)."""
+    nodes, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        skip = isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        todo += node.orelse if skip else ast.iter_child_nodes(node)  # type: ignore[attr-defined]
+    return nodes
+
+
+def harness_modules() -> tuple[str, ...]:
+    """The grader's own modules in the child, derived from the package: every autograder module that the fork server
+    (SERVER_MODULE) imports, directly or through another, and the packages above them (sorted). Their globals (and
+    function code) are recorded and restored: a module added to the child's imports is guarded without a list to
+    edit (tests/engine/test_harness_modules.py compares it with what a child has loaded)."""
+    found, todo = {SERVER_MODULE}, [SERVER_MODULE]
+    while todo:
+        for name in _imported(todo.pop()) - found:
+            found.add(name)
+            todo.append(name)
+    return tuple(sorted(found))
+
+
+def guarded_runtime() -> tuple[str, ...]:
+    """The checks runtime's modules the probe module imports (autograder.runtime: every module shipped beside the
+    lesson's checks), guarded as the harness is."""
+    return runtime_modules()
+
+
+HARNESS_MODULES = harness_modules()
 _GUARDED_WHOLE = ("math", "operator")  # every attribute of these modules is recorded
-_GUARDED_MODULES = ("builtins", "sys", "os", "json", "json.encoder", "_json", "base64", "binascii", "math",
-                    "operator", "numpy", "numpy.testing", "numpy.linalg", "torch", "torch.testing", "torch.nn",
-                    *HARNESS_MODULES)
+GUARDED_MODULES = ("builtins", "sys", "os", "json", "json.encoder", "_json", "base64", "binascii", "math",
+                   "operator", "numpy", "numpy.testing", "numpy.linalg", "torch", "torch.testing", "torch.nn",
+                   *HARNESS_MODULES)
 
 
-
-class _Guard:
+class TamperGuard:
     """Identities of what a cheat would patch, recorded in the zygote before any student code runs.
 
     Besides module attributes, builtins, sys.modules and the harness modules' globals, the guard holds the frame
@@ -86,12 +144,13 @@ class _Guard:
             module = importlib.import_module(mod)
             self.attrs += [(module, k, f"{mod}.{k}", v) for k, v in vars(module).items() if not k.startswith("__")]
         self.mark = _Mark()
-        self.attrs.append((self.mark, "nonce", _CANARY, self._MISSING))
+        self.attrs.append((self.mark, "nonce", CANARY, self._MISSING))
         self.modules = {m: sys.modules[m] for m in modules if m in sys.modules}
         self.builtins = vars(self.modules["builtins"])
         self.builtins_snap = dict(self.builtins)
         self.globals = [(vars(self.modules[m]), m, dict(vars(self.modules[m])))
-                        for m in (*HARNESS_MODULES, RUNTIME_MODULE, modules[-1]) if m in self.modules]
+                        for m in dict.fromkeys((*HARNESS_MODULES, *guarded_runtime(), modules[-1]))
+                        if m in self.modules]
         # the classes these modules define (the probes' helpers, the guard's own): their tables, and their methods'
         self.classes = [(c, len(vars(c)), tuple(vars(c).values()), dict(vars(c))) for _, name, snap in self.globals
                         for c in snap.values() if type(c) is type and c.__module__ == name]
@@ -198,7 +257,7 @@ class _Guard:
         """The check mark's report (see plant) and the guarded functions' code and defaults, repaired."""
         facts, mark = [], self.mark
         if mark.__dict__.get("nonce", self._MISSING) is not self._MISSING:
-            facts.append(f"{_CANARY} {mark.nonce}")
+            facts.append(f"{CANARY} {mark.nonce}")
             with contextlib.suppress(AttributeError, TypeError):
                 delattr(mark, "nonce")
         return facts + self._code_facts()
@@ -280,7 +339,7 @@ def _unchanged(table: Any, keys: tuple[Any, ...], values: tuple[Any, ...], is_: 
 
 
 class _Mark:
-    """Holds the grader's nonce between `_Guard.plant` and the sweep that must report it."""
+    """Holds the grader's nonce between `TamperGuard.plant` and the sweep that must report it."""
 
     nonce: str | None = None
 

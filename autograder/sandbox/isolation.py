@@ -24,37 +24,41 @@ from pathlib import Path
 from typing import Any
 
 from autograder import env_name
+from autograder.runtime import runtime_files
+from autograder.sandbox.frames import MEMORY_GUARDS, WorkerError
 from autograder.sandbox.limits import (
     MIB,
     Limits,
     fit_hard,
 )
-from autograder.sandbox.protocol import MEMORY_GUARDS, WorkerError
 
 log = logging.getLogger(__name__)
 
 MEMORY_GUARD_ENV = env_name("MEMORY_GUARD")  # "watchdog" forces the watchdog where "auto" would pick a cgroup
 SANDBOX_ENV = env_name("SANDBOX")  # "none" forces the fallback (no bubblewrap) where "auto" would pick bwrap
 CGROUP_PREFIX = "grader-cgroup-"  # one memory and one pids group per worker: PREFIX<pid>-<slot>
+# The folder the engine package is imported from (a checkout holds reference/ beside it): the engine's own files are
+# staged from it and the sandbox shows it empty. Nothing of a course is found from here: callers give it.
+ENGINE_HOME = Path(__file__).resolve().parents[2]
 _VISIBLE_ROOTS = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/proc", "/sys"}
-_SANDBOX_STAGE = "/tmp/grader"
-_SANDBOX_SCRATCH = "/tmp/scratch"
+SANDBOX_STAGE = "/tmp/grader"
+SANDBOX_SCRATCH = "/tmp/scratch"
 _SANDBOX_SITE = "/tmp/site"
-_UID_BASE = 1_500_000_000
-_UIDS_PER_WORKER = 1024  # each job of a worker runs under the next uid of its block
-_UID_BLOCKS = 2000 * 64  # blocks above _UID_BASE; a worker holds one, reserved by a lock no other grader can take
+UID_BASE = 1_500_000_000
+UIDS_PER_WORKER = 1024  # each job of a worker runs under the next uid of its block
+_UID_BLOCKS = 2000 * 64  # blocks above UID_BASE; a worker holds one, reserved by a lock no other grader can take
 UID_LOCKS_ENV = env_name("UID_LOCKS")  # folder of the uid-block locks (default /run/lock/autograder-uid-blocks)
 # Without bubblewrap, the folders where a job's uid may leave files (anyone may write there); swept after each job.
 _SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
 SHM_MB = 64  # the sandbox's own /dev/shm
 _IPC_RMID = 0
 _CLONE_NEWIPC = 0x08000000
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _SETRESUID = {"x86_64": 117, "aarch64": 147}  # the raw syscall, which changes one thread
 _CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 
 
-def _write(path: str, text: str) -> None:
+def write_file(path: str, text: str) -> None:
     with open(path, "w") as f:
         f.write(text)
 
@@ -102,7 +106,7 @@ def _kill_members(path: str) -> bool:
     return True
 
 
-def _remove_cgroup(path: str) -> None:
+def remove_cgroup(path: str) -> None:
     for _ in range(50):
         if not _kill_members(path):
             return
@@ -137,7 +141,7 @@ def make_cgroups(names: list[str], *, memory_bytes: int, pids: int,
                 made_all.append(path)
                 made[ctrl] = path
             set_memory_limit(made["memory"], memory_bytes)
-            _write(os.path.join(made["pids"], "pids.max"), str(pids))
+            write_file(os.path.join(made["pids"], "pids.max"), str(pids))
             groups.append(made)
     except OSError as exc:
         for path in reversed(made_all):
@@ -159,9 +163,9 @@ def place_in_cgroups(pid: int, groups: dict[str, str], *, processes: int) -> Non
         _kill_members(folder)
     tasks = len(os.listdir(f"/proc/{pid}/task"))
     if "pids" in groups:
-        _write(os.path.join(groups["pids"], "pids.max"), str(processes + 1 + tasks))
+        write_file(os.path.join(groups["pids"], "pids.max"), str(processes + 1 + tasks))
     for folder in groups.values():
-        _write(os.path.join(folder, "cgroup.procs"), str(pid))
+        write_file(os.path.join(folder, "cgroup.procs"), str(pid))
 
 
 def oom_kills(memory_group: str) -> int:
@@ -178,10 +182,10 @@ def set_memory_limit(folder: str, limit: int) -> None:
     OSError when the memory limit cannot be set."""
     memsw = os.path.join(folder, "memory.memsw.limit_in_bytes")
     with contextlib.suppress(OSError):  # raised first where memsw is below the new limit, lowered after otherwise
-        _write(memsw, str(limit))
-    _write(os.path.join(folder, "memory.limit_in_bytes"), str(limit))
+        write_file(memsw, str(limit))
+    write_file(os.path.join(folder, "memory.limit_in_bytes"), str(limit))
     with contextlib.suppress(OSError):
-        _write(memsw, str(limit))
+        write_file(memsw, str(limit))
 
 
 def choose_sandbox(wanted: str) -> tuple[str, str]:
@@ -202,9 +206,9 @@ def choose_sandbox(wanted: str) -> tuple[str, str]:
     return "none", f"sandbox: {msg}; falling back to the uid drop"
 
 
-def _stage_modules(stage: Path, probe_module: str, modules: Mapping[str, Path]) -> None:
-    """Copy only the package's __init__.py, wire.py, model.py (the status words), the runtime (wire's array layout),
-    the sandbox package and the
+def stage_modules(stage: Path, probe_module: str, modules: Mapping[str, Path]) -> None:
+    """Copy only the package's __init__.py, wire.py, model.py (the status words), the runtime modules (wire's array
+    layout; the guard's list of them), the sandbox package and the
     lesson's shipped modules (`modules`: top-level name -> file; the probe module is one of them, or found on
     sys.path) into a folder the sandbox sees read-only: the child imports the same files under the same names as
     the student's notebook does."""
@@ -214,7 +218,7 @@ def _stage_modules(stage: Path, probe_module: str, modules: Mapping[str, Path]) 
              "autograder/wire.py": (package / "wire.py").read_text(),
              "autograder/model.py": (package / "model.py").read_text(),
              "autograder/runtime/__init__.py": (package / "runtime" / "__init__.py").read_text(),
-             "autograder/runtime/checks_runtime.py": (package / "runtime" / "checks_runtime.py").read_text(),
+             **{f"autograder/runtime/{p.name}": p.read_text() for p in runtime_files().values()},
              **{f"autograder/sandbox/{p.name}": p.read_text() for p in sorted(here.glob("*.py"))}}
     for name, path in modules.items():
         if not name.isidentifier():
@@ -260,7 +264,7 @@ def uid_drop_problem(*, scratch: str | Path | None = None) -> str:
     return ""
 
 
-def _reserve_uid_block(start: int) -> tuple[int, int]:
+def reserve_uid_block(start: int) -> tuple[int, int]:
     """A block of uids that no other worker on this host holds, and the descriptor that holds it: the first block
     from `start` on whose lock file (one per block, in a folder only this user may write to) an exclusive flock
     can take. The kernel releases the lock when the descriptor closes or the process dies, even by SIGKILL, so
@@ -299,14 +303,14 @@ def is_under(path: str, root: str) -> bool:
 def hidden_tops(hide: tuple[str | Path, ...] = ()) -> list[str]:
     """The folders a sandbox shows empty: /tmp, /root, /home, this checkout, every top-level folder but the system's
     (_VISIBLE_ROOTS) and `hide`, without those inside another."""
-    repo = str(Path(__file__).resolve().parents[2])
+    repo = str(ENGINE_HOME)
     others = [os.path.join("/", d) for d in os.listdir("/") if os.path.join("/", d) not in _VISIBLE_ROOTS]
     hidden = sorted({os.path.realpath(p) for p in ("/tmp", "/root", "/home", repo, *others, *hide)
                      if os.path.isdir(p) and not os.path.islink(p)}, key=len)
     return [h for h in hidden if not any(h != o and is_under(h, o) for o in hidden)]
 
 
-def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
+def bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
                 cgroups: dict[str, str]) -> tuple[list[str], list[str], str]:
     """bubblewrap arguments, the sys.path the zygote should use inside, and the interpreter to run.
 
@@ -341,8 +345,8 @@ def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
                 parents = [str(d) for d in reversed(Path(p).parents) if is_under(str(d), h) and str(d) != h]
                 argv += [a for d in parents for a in ("--perms", "0755", "--dir", d)] + ["--ro-bind", p, p]
         if h == "/tmp":
-            argv += ["--ro-bind", str(stage), _SANDBOX_STAGE,
-                     "--perms", "0755", "--size", str(limits.scratch_mb * MIB), "--tmpfs", _SANDBOX_SCRATCH]
+            argv += ["--ro-bind", str(stage), SANDBOX_STAGE,
+                     "--perms", "0755", "--size", str(limits.scratch_mb * MIB), "--tmpfs", SANDBOX_SCRATCH]
             if site:
                 argv += ["--perms", "0755", "--dir", _SANDBOX_SITE]
             argv += [a for src, dst in site for a in ("--ro-bind", src, dst)]
@@ -354,7 +358,7 @@ def _bwrap_argv(stage: Path, hide: tuple[str | Path, ...], limits: Limits,
     return argv, path, exe
 
 
-def _zygote_host_pid(root: int, nspid: int) -> int:
+def zygote_host_pid(root: int, nspid: int) -> int:
     """The pid, in our namespace, of the process below `root` whose innermost pid is `nspid`."""
     kids: dict[int, list[int]] = collections.defaultdict(list)
     inner: dict[int, int] = {}
@@ -414,7 +418,7 @@ def _remove_ipc(uid: int | None, since: float, *, everything: bool) -> None:
                     os.seteuid(0)
 
 
-def _shared_writable() -> list[str]:
+def shared_writable() -> list[str]:
     """The folders (of _SHARED_WRITABLE and TMPDIR) that exist here and that others may write to."""
     found = [os.path.realpath(p) for p in (*_SHARED_WRITABLE, tempfile.gettempdir())]
     return [p for p in dict.fromkeys(found) if os.path.isdir(p) and os.stat(p).st_mode & 0o003 == 0o003]
@@ -500,7 +504,7 @@ def _rmtree(path: str) -> None:
     shutil.rmtree(path, onerror=fix)
 
 
-def _count_tasks(uid: int) -> int:
+def count_tasks(uid: int) -> int:
     n = 0
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -510,14 +514,14 @@ def _count_tasks(uid: int) -> int:
     return n
 
 
-def _vm_size(pid: int | str = "self") -> int:
+def vm_size(pid: int | str = "self") -> int:
     """The address space a process uses (VmSize, bytes); 0 when it cannot be read."""
     with contextlib.suppress(OSError, StopIteration, ValueError, IndexError), open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
     return 0
 
 
-def _rlimits(limits: Limits, *, vm: int, base: int) -> list[tuple[int, int, int]]:
+def rlimits(limits: Limits, *, vm: int, base: int) -> list[tuple[int, int, int]]:
     """A child's per-process limits as (rlim, soft, hard): vm is its size, base the tasks its uid runs already."""
     return [(resource.RLIMIT_AS, vm + limits.memory_mb * MIB, vm + limits.memory_mb * MIB),
             (resource.RLIMIT_NPROC, base + limits.processes, base + limits.processes),
@@ -525,18 +529,32 @@ def _rlimits(limits: Limits, *, vm: int, base: int) -> list[tuple[int, int, int]
             (resource.RLIMIT_NOFILE, 1024, 1024), (resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 1)]
 
 
-def _apply_limits(limits: Limits, uid: int | None) -> None:
-    base = 1 if uid is not None else _count_tasks(os.getuid())
-    for rlim, soft, hard in _rlimits(limits, vm=_vm_size(), base=base):  # never above the grader's own hard limits
+def apply_limits(limits: Limits, uid: int | None) -> None:
+    base = 1 if uid is not None else count_tasks(os.getuid())
+    for rlim, soft, hard in rlimits(limits, vm=vm_size(), base=base):  # never above the grader's own hard limits
         resource.setrlimit(rlim, fit_hard(rlim, soft, hard))
     if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
-def _own_ipc_namespace() -> None:
+def confine_job(scratch: str, limits: Limits, uid: int | None) -> None:
+    """In a job's forked child (notebook or file), before anything of the job runs: its scratch folder as cwd, HOME
+    and TMPDIR, SIGXFSZ ignored (a write past RLIMIT_FSIZE fails instead of killing), an IPC namespace of its own
+    (as root), the rlimits and the uid (apply_limits), and death with its parent (the caller then checks that the
+    parent is still the server that forked it)."""
+    os.chdir(scratch)
+    os.environ.update(HOME=scratch, TMPDIR=scratch, PWD=scratch)
+    tempfile.tempdir = scratch
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    own_ipc_namespace()
+    apply_limits(limits, uid)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def own_ipc_namespace() -> None:
     """Give this job's child an IPC namespace of its own (System V objects and POSIX message queues), so it finds
     nothing an earlier job made and leaves nothing for a later one. It needs CAP_SYS_ADMIN: as root without
     bubblewrap it works; inside bubblewrap the worker's namespace is emptied after each job instead (the zygote
@@ -545,7 +563,7 @@ def _own_ipc_namespace() -> None:
     libc.unshare(_CLONE_NEWIPC)  # EPERM without the capability: then the zygote's clean-up alone holds
 
 
-def _prctl(option: int, arg: int) -> None:
+def prctl(option: int, arg: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")

@@ -1,7 +1,7 @@
-"""Limits shared by the grader's modules, each defined once: the 64 MiB cap and the defaults of
-grading_config.yaml's limits (autograder/config.py) and of a sandboxed run (Limits below).
+"""Limits shared by the grader's modules, each defined once: the defaults of grading_config.yaml's limits
+(autograder/config.py) and of a sandboxed run (Limits below); the 64 MiB cap comes from the package's root.
 
-Imports only the standard library: the sandbox runs with this module (the sandbox package and wire.py import it there).
+Imports only the standard library and the package's root: the sandbox runs with this module.
 """
 
 from __future__ import annotations
@@ -10,12 +10,7 @@ import resource
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-MIB = 2**20
-
-# The cap on anything a submission hands over in one piece: a notebook the sandbox runs (submissions.
-# max_notebook_mb may only lower it), a file it writes, the probe results it sends back (the wire's message
-# cap), an uploaded checkpoint file.
-UPLOAD_CAP_MB = 64
+from autograder import MIB, UPLOAD_CAP_MB  # the cap on anything a submission hands over in one piece
 
 # One submission's run in the sandbox: defaults of grading_config.yaml's `execution` section and of Limits.
 CELL_TIMEOUT_S = 20.0

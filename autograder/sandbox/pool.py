@@ -3,88 +3,69 @@
 from __future__ import annotations
 
 import atexit
-import contextlib
 import itertools
-import json
 import logging
 import os
 import queue
-import selectors
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from autograder import wire
 from autograder.model import Status
-from autograder.sandbox.fallback import choose_isolation, fallback_plan, refuse_unsandboxed
+from autograder.sandbox.fallback import choose_isolation, refuse_unsandboxed
+from autograder.sandbox.frames import MEMORY_GUARDS, WorkerError
 from autograder.sandbox.isolation import (
-    _SANDBOX_SCRATCH,
-    _SANDBOX_STAGE,
-    _UID_BASE,
-    _UIDS_PER_WORKER,
     CGROUP_PREFIX,
     SANDBOX_ENV,
-    _bwrap_argv,
-    _count_tasks,
-    _remove_cgroup,
-    _reserve_uid_block,
-    _rlimits,
-    _shared_writable,
-    _stage_modules,
-    _vm_size,
-    _zygote_host_pid,
+    UID_BASE,
+    UIDS_PER_WORKER,
+    count_tasks,
     make_cgroups,
-    oom_kills,
-    place_in_cgroups,
+    remove_cgroup,
+    reserve_uid_block,
+    rlimits,
+    stage_modules,
+    vm_size,
 )
-from autograder.sandbox.limits import (
-    MIB,
-    Limits,
-    lowered_limits,
-)
+from autograder.sandbox.limits import MIB, Limits, lowered_limits
 from autograder.sandbox.notebook import SKIP_TAGS, NotebookError, read_notebook
-from autograder.sandbox.protocol import (
-    _CTL_BYTES,
-    _MAX_TIME_STOPS,
+from autograder.sandbox.results import (
     MAX_PROBE_RUNS,
-    MEMORY_GUARDS,
+    MAX_TIME_STOPS,
     ExecResult,
     Probe,
     ProbeStops,
-    WorkerError,
-    _cell_name,
-    _cells_job,
-    _classify,
-    _Conversation,
-    _order_probes,
-    _time_note,
-    _Transcript,
+    cell_name,
+    cells_job,
+    classify,
     group_of,
+    order_probes,
+    time_note,
 )
+from autograder.sandbox.worker import Worker, warn_once
 from autograder.sandbox.zygote import PRELOAD
 
 log = logging.getLogger(__name__)
-
-_WARNED: set[str] = set()
 
 
 class WorkerPool:
     """Warm sandboxed zygotes that run submissions in parallel, one at a time per worker."""
 
-    def __init__(self, size: int = 1, *, limits: Limits = Limits(), probe_module: str | None = None,
+    def __init__(self, size: int = 1, *, probe_module: str, limits: Limits = Limits(),
                  modules: Mapping[str, Path] | None = None, skip_tags: Iterable[str] = SKIP_TAGS,
                  hide: Iterable[str | Path] = (),
                  sandbox: str = "auto", preload: Iterable[str] = PRELOAD, start_timeout_s: float = 180.0,
                  memory_guard: str = "auto", allow_unsandboxed: bool | None = None):
+        """probe_module: the lesson's checks module (its name) that answers the probes; modules: the modules shipped
+        with it (top-level name -> file: the lesson's sandbox_modules, the checks runtime among them), staged for the
+        sandbox (the probe module too unless it is found on sys.path); hide: folders the sandbox shows empty (the
+        course); the sandbox reads no configuration: the caller gives what it runs."""
         if sandbox == "auto" and os.environ.get(SANDBOX_ENV):
             sandbox = os.environ[SANDBOX_ENV]
         if sandbox not in ("auto", "bwrap", "none"):
@@ -92,11 +73,6 @@ class WorkerPool:
         # allow_unsandboxed: run even where nothing confines student code (default: permit_unsandboxed's answer)
         if memory_guard not in ("auto", *MEMORY_GUARDS):
             raise ValueError(f"memory_guard must be 'auto', 'cgroup' or 'watchdog', got {memory_guard!r}")
-        if probe_module is None:  # the lesson of grading_config.yaml
-            from autograder.lesson import default_lesson
-
-            lesson = default_lesson()
-            probe_module, modules = lesson.checks_name, lesson.sandbox_modules
         self.limits, self.probe_module, self.skip_tags = limits, probe_module, tuple(skip_tags)
         self.lesson_modules = tuple(m for m in (modules or {}) if m != probe_module)  # imported by each zygote
         self._closed = False
@@ -107,7 +83,7 @@ class WorkerPool:
         size = max(1, size)
         self._slots = [next(_SLOTS) % 64 for _ in range(size)]  # this process's workers, all pools together
         try:
-            _stage_modules(stage, probe_module, modules or {})
+            stage_modules(stage, probe_module, modules or {})
             iso = choose_isolation(sandbox, scratch=self._tmp)
             refuse_unsandboxed(iso, allowed=allow_unsandboxed)
             self.sandbox, why = iso.sandbox, iso.why
@@ -122,26 +98,26 @@ class WorkerPool:
                     else f"; UNSANDBOXED: student code runs as this process's user, with its privileges: {iso.problem}")
         self.isolation = iso.kind
         for msg in (why, guard_why):
-            if msg and msg not in _WARNED:
-                _WARNED.add(msg)
-                log.warning("%s", msg)
+            warn_once(msg)
         workers = []
         self._uid_locks: list[int] = []
         for i in range(size):
             uid = None
             if drop:
                 try:
-                    block, fd = _reserve_uid_block((os.getpid() % 2000) * 64 + self._slots[i])
+                    block, fd = reserve_uid_block((os.getpid() % 2000) * 64 + self._slots[i])
                 except BaseException:
                     self.close()
                     raise
                 self._uid_locks.append(fd)
-                uid = _UID_BASE + block * _UIDS_PER_WORKER
-            workers.append(_Worker(i, self, stage, uid, tuple(hide), tuple(preload), start_timeout_s,
-                                   groups[i] if groups else {}))
+                uid = UID_BASE + block * UIDS_PER_WORKER
+            workers.append(Worker(i, limits=limits, sandbox=self.sandbox, probe_module=probe_module,
+                                  lesson_modules=self.lesson_modules, tmp=self._tmp, stage=stage, uid=uid,
+                                  hide=tuple(hide), preload=tuple(preload), start_timeout_s=start_timeout_s,
+                                  cgroups=groups[i] if groups else {}))
         self._workers = workers
         self.drops_privileges = workers[0].uid is not None
-        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._idle: queue.Queue[Worker] = queue.Queue()
         errors = []
         threads = [threading.Thread(target=lambda w=w: errors.append(w.start())) for w in workers]
         for t in threads:
@@ -156,14 +132,12 @@ class WorkerPool:
             self._idle.put(w)
         # An operator's lower hard limits (ulimit) hold for every child instead of the configured ones: said here,
         # in the log, and in each result's notes.
-        base = 1 if self.drops_privileges else _count_tasks(os.getuid())
-        vm = _vm_size(workers[0].zygote_pid or "self")
-        self.limits_lowered = lowered_limits([(rlim, hard) for rlim, _, hard in _rlimits(limits, vm=vm, base=base)],
+        base = 1 if self.drops_privileges else count_tasks(os.getuid())
+        vm = vm_size(workers[0].zygote_pid or "self")
+        self.limits_lowered = lowered_limits([(rlim, hard) for rlim, _, hard in rlimits(limits, vm=vm, base=base)],
                                              who="the sandbox", size=vm)
         for msg in self.limits_lowered:
-            if msg not in _WARNED:
-                _WARNED.add(msg)
-                log.warning("%s", msg)
+            warn_once(msg)
 
     def _make_cgroups(self, size: int, wanted: str) -> tuple[list[dict[str, str]], str]:
         """One memory and one pids cgroup (v1) per worker, or none and why (then the watchdog holds)."""
@@ -186,14 +160,14 @@ class WorkerPool:
         if self._closed:
             raise RuntimeError("the worker pool is closed")
         start = time.monotonic()
-        ordered, public = _order_probes(probes)
+        ordered, public = order_probes(probes)
         try:
             cells, skipped = read_notebook(source, skip_tags=self.skip_tags)
         except NotebookError as exc:
             return ExecResult(Status.UNREADABLE, notes=[str(exc)], wall_s=time.monotonic() - start,
                               sandbox=self.sandbox, memory_guard=self.memory_guard, isolation=self.isolation)
         try:  # the cells travel as one frame straight to the child; JSON escapes may make it larger
-            _cells_job(cells)
+            cells_job(cells)
         except wire.WireError as exc:
             return ExecResult(Status.UNREADABLE, notes=[f"the notebook's code cells cannot be sent: {exc}"],
                               wall_s=time.monotonic() - start, sandbox=self.sandbox,
@@ -213,12 +187,12 @@ class WorkerPool:
         result.notes.extend(self.limits_lowered)
         return result
 
-    def _run_timed(self, worker: _Worker, cells: list[tuple[int, str]],
+    def _run_timed(self, worker: Worker, cells: list[tuple[int, str]],
                    probes: list[tuple[str, str, dict[str, Any]]], public: int) -> ExecResult:
         """Run the notebook; when a time limit stops it in a cell, run it again in a fresh child without that cell;
         when one stops it among its probes, run the probes not yet answered in a fresh child.
 
-        A cell over the per-cell limit is left out and everything else runs (at most _MAX_TIME_STOPS such
+        A cell over the per-cell limit is left out and everything else runs (at most MAX_TIME_STOPS such
         cells). When a whole-notebook limit stops a cell, or one more cell is too slow, only the cells before
         it run again, then the probes. Each probe has its own limit (probe_s) and each question a share of the
         probes' time (question_s, counted over every run): a probe past either is stopped, earns nothing and does
@@ -237,7 +211,7 @@ class WorkerPool:
         cell_runs = probe_runs = 0
         while True:
             todo = [(i, s) for i, s in cells if i not in stopped and (cut is None or i < cut[0])]
-            raw = self._attempt(worker, _cells_job(todo), todo, left, sum(k not in hidden for k, _, _ in left), share)
+            raw = self._attempt(worker, cells_job(todo), todo, left, sum(k not in hidden for k, _, _ in left), share)
             if isinstance(raw, ExecResult):
                 return raw
             header, _, _, t = raw
@@ -247,9 +221,9 @@ class WorkerPool:
             over, limit = t.cell_over, "cell"
             if over is None and t.running is not None and whole:
                 over, limit = t.running, whole
-            if over is not None and cell_runs <= _MAX_TIME_STOPS:
+            if over is not None and cell_runs <= MAX_TIME_STOPS:
                 cell_runs += 1
-                if limit == "cell" and len(stopped) < _MAX_TIME_STOPS:
+                if limit == "cell" and len(stopped) < MAX_TIME_STOPS:
                     stopped.append(over)
                 else:
                     cut = (over, limit)
@@ -264,17 +238,17 @@ class WorkerPool:
         t.outputs = {**stops.answered, **t.outputs}
         for k, v in t.wall.items():
             stops.wall[k] = stops.wall.get(k, 0.0) + v
-        res = _classify(*raw, [p for p in probes if p[0] not in stops.not_run], limits, self.memory_guard)
-        said = [_time_note(i, "cell", source[i], limits) for i in stopped]
+        res = classify(*raw, [p for p in probes if p[0] not in stops.not_run], limits, self.memory_guard)
+        said = [time_note(i, "cell", source[i], limits) for i in stopped]
         if cut is not None:
-            said.append(_time_note(cut[0], cut[1], source[cut[0]], limits, cut=True, stops=len(stopped)))
+            said.append(time_note(cut[0], cut[1], source[cut[0]], limits, cut=True, stops=len(stopped)))
             if res.status == Status.GRADED:
                 res.status = Status.TIMED_OUT
         res.tampering = facts + [f for f in res.tampering if f not in facts]
         if res.status == Status.GRADED and res.tampering:
             res.status = Status.TAMPERING
         if over is not None:  # the last run was stopped too: the grader gives up there
-            said.append(f"{_cell_name(over, source[over], word='Cell')} was stopped by a time limit in the "
+            said.append(f"{cell_name(over, source[over], word='Cell')} was stopped by a time limit in the "
                         f"grader's last run of the notebook ({cell_runs + probe_runs + 1} runs in all): no check "
                         "could run")
         said += stops.said
@@ -288,7 +262,7 @@ class WorkerPool:
         res.timing = {**steps, "rest": max(0.0, cpu - own)}  # earlier runs of a stopped notebook count as rest
         return res
 
-    def _attempt(self, worker: _Worker, job: bytes, cells: list[tuple[int, str]],
+    def _attempt(self, worker: Worker, job: bytes, cells: list[tuple[int, str]],
                  probes: list[tuple[str, str, dict[str, Any]]], public: int,
                  share: dict[str, float]) -> tuple[Any, ...] | ExecResult:
         """One run of the cells in a fresh child: what the worker returned, or a crashed result when it failed twice.
@@ -328,7 +302,7 @@ class WorkerPool:
         for w in getattr(self, "_workers", []):
             w.stop()
         for path in reversed(self._cgroups):
-            _remove_cgroup(path)
+            remove_cgroup(path)
         self._cgroups = []
         for fd in getattr(self, "_uid_locks", []):  # the uid blocks are free again once the zygotes are stopped
             os.close(fd)
@@ -347,8 +321,8 @@ _SLOTS = itertools.count()
 _POOLS_LOCK = threading.Lock()
 
 
-def execute_submission(source: bytes, *, probes: list[Probe], limits: Limits = Limits(),
-                       skip_tags: Iterable[str] = SKIP_TAGS, probe_module: str | None = None,
+def execute_submission(source: bytes, *, probes: list[Probe], probe_module: str, limits: Limits = Limits(),
+                       skip_tags: Iterable[str] = SKIP_TAGS,
                        modules: Mapping[str, Path] | None = None,
                        hide: Iterable[str | Path] = ()) -> ExecResult:
     """Run one notebook on a warm one-worker pool kept for these options until the process exits."""
@@ -361,8 +335,8 @@ def execute_submission(source: bytes, *, probes: list[Probe], limits: Limits = L
     return pool.run(source, probes=probes)
 
 
-def execute_batch(items: Iterable[tuple[str, bytes]], *, probes: list[Probe], limits: Limits = Limits(),
-                  skip_tags: Iterable[str] = SKIP_TAGS, probe_module: str | None = None,
+def execute_batch(items: Iterable[tuple[str, bytes]], *, probes: list[Probe], probe_module: str,
+                  limits: Limits = Limits(), skip_tags: Iterable[str] = SKIP_TAGS,
                   modules: Mapping[str, Path] | None = None, workers: int | None = None,
                   hide: Iterable[str | Path] = ()) -> Iterator[tuple[str, ExecResult]]:
     """Run many (id, notebook bytes) pairs on a fresh pool (one worker per core by default)."""
@@ -375,193 +349,3 @@ def execute_batch(items: Iterable[tuple[str, bytes]], *, probes: list[Probe], li
 def _close_pools() -> None:
     for pool in _POOLS.values():
         pool.close()
-
-
-
-
-class _Worker:
-    """One zygote process and the control socket to it."""
-
-    def __init__(self, index: int, pool: WorkerPool, stage: Path, uid: int | None,
-                 hide: tuple[str | Path, ...], preload: tuple[str, ...], start_timeout_s: float,
-                 cgroups: dict[str, str]):
-        self.index, self.pool, self.stage, self.uid = index, pool, stage, uid
-        self.hide, self.preload, self.start_timeout_s, self.cgroups = hide, preload, start_timeout_s, cgroups
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.ctl: socket.socket | None = None
-        self.zygote_pid = 0
-        self.log_path = pool._tmp / f"worker{index}.log"
-
-    def start(self) -> str:
-        """Start the zygote and wait until it is warm; returns an error message, or '' when ready."""
-        limits = self.pool.limits
-        threads = str(limits.threads)
-        env = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-               "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
-               "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
-               # torch backs allocations of 2 MB and more with huge pages: each job is a fresh fork, so every large
-               # tensor (a long attention bias, a model's tables) is first-touched page by page otherwise
-               "THP_MEM_ALLOC_ENABLE": "1",
-               # glibc keeps freed blocks under 32 MB for reuse instead of unmapping them (and trimming the heap):
-               # a child allocates the same tensors probe after probe, and each fresh mapping is faulted in page by
-               # page again (about 17,000 minor faults a notebook, 10,000 with these)
-               "MALLOC_MMAP_THRESHOLD_": str(32 * MIB), "MALLOC_TRIM_THRESHOLD_": str(128 * MIB)}
-        confine = None
-        if self.pool.sandbox == "bwrap":
-            prefix, path, exe = _bwrap_argv(self.stage, self.hide, limits, self.cgroups)
-            stage, scratch, wipe = _SANDBOX_STAGE, _SANDBOX_SCRATCH, [_SANDBOX_SCRATCH, "/dev/shm", "/dev/mqueue"]
-            own_ipc = True
-        else:
-            prefix, path, exe = [], [p for p in sys.path if p and os.path.isdir(p)], sys.executable
-            stage, scratch = str(self.stage), str(self.pool._tmp / f"scratch{self.index}")
-            wipe, own_ipc = [scratch], False
-            os.makedirs(scratch, mode=0o711, exist_ok=True)
-            if self.uid is not None:  # the uid fallback: namespaces of the worker's own (fallback.enter_namespaces)
-                confine = fallback_plan(path, stage=stage, rw=[scratch], hide=self.hide)
-                stage, path = confine["path"][0], confine["path"][1:]
-        env.update(HOME=scratch, TMPDIR=scratch)
-        cfg = {"path": [stage, *path], "probe_module": self.pool.probe_module, "preload": list(self.preload),
-               "lesson_modules": list(self.pool.lesson_modules),
-               "scratch": scratch, "wipe": wipe, "uid": self.uid, "uids": _UIDS_PER_WORKER,
-               "limits": asdict(limits), "cgroups": self.cgroups, "own_ipc": own_ipc,
-               "sweep": [] if own_ipc or self.uid is None else _shared_writable(),
-               "confine": confine}
-        code = "import sys; sys.path[:] = __import__('json').loads(sys.argv[1])['path']; " \
-               "import autograder.sandbox.zygote as e; e._zygote_main(sys.argv[1])"
-        argv = [*prefix, exe, "-I", "-c", code, json.dumps(cfg)]
-        try:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        except OSError as exc:
-            return f"worker {self.index} did not start: {exc}"
-        try:
-            with open(self.log_path, "ab") as err:
-                self.proc = subprocess.Popen(argv, stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=err,
-                                             env=env, cwd="/", start_new_session=True)
-        except OSError as exc:
-            ours.close()
-            return f"worker {self.index} did not start: {exc}"
-        finally:
-            theirs.close()
-        self.ctl = ours
-        try:
-            ready = self._recv(time.monotonic() + self.start_timeout_s)
-        except WorkerError as exc:
-            self.kill()
-            return f"worker {self.index} did not start: {exc}; log: {self._log_tail()}"
-        if ready.get("ready") is not True or type(ready.get("pid")) is not int:
-            self.kill()
-            return f"worker {self.index} did not start: {str(ready)[:3000]}"
-        if ready.get("unconfined") and ready["unconfined"] not in _WARNED:  # said once: the jobs are not separated
-            _WARNED.add(ready["unconfined"])
-            log.warning("worker %d: %s", self.index, ready["unconfined"])
-        self.zygote_pid = (self.proc.pid if self.pool.sandbox == "none"
-                           else _zygote_host_pid(self.proc.pid, ready["pid"]))
-        if self.cgroups:
-            try:
-                place_in_cgroups(self.zygote_pid, self.cgroups, processes=limits.processes)
-            except OSError as exc:
-                self.kill()
-                return f"worker {self.index} did not start: it cannot be placed in its cgroups ({exc})"
-        return ""
-
-    def oom_kills(self) -> int:
-        """Processes the kernel has killed for memory in this worker's memory cgroup so far (0 without one)."""
-        return oom_kills(self.cgroups["memory"]) if self.cgroups.get("memory") else 0
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None and self.ctl is not None
-
-    def run(self, job: bytes, cells: list[tuple[int, str]], probes: list[tuple[str, str, dict[str, Any]]],
-            public: int, share: dict[str, float]) -> tuple[dict[str, Any], bytes, int, _Transcript]:
-        """One job: make the child's channels, hand them over, talk to the child, collect the facts."""
-        if not self.alive():
-            raise WorkerError("the worker is not running")
-        assert self.ctl is not None
-        try:
-            job_g, job_c = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        except OSError as exc:
-            raise WorkerError(f"cannot create the job channel: {exc}") from exc
-        try:
-            try:
-                out_r, out_w = os.pipe()
-            except OSError as exc:
-                job_c.close()
-                raise WorkerError(f"cannot create the output pipe: {exc}") from exc
-            try:
-                socket.send_fds(self.ctl, [wire.encode({"t": "job"})], [job_c.fileno(), out_w])
-            except OSError as exc:
-                os.close(out_r)
-                raise WorkerError(f"cannot send the job: {exc}") from exc
-            finally:
-                job_c.close()
-                os.close(out_w)
-            talk = _Conversation(self, job_g, out_r, job, cells, probes, public, share)
-            try:
-                return talk.run()
-            finally:
-                os.close(out_r)
-        finally:
-            job_g.close()
-
-    def _recv(self, deadline: float) -> dict[str, Any]:
-        """One message from the zygote, or WorkerError when it died, went silent or spoke nonsense."""
-        assert self.ctl is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.ctl, selectors.EVENT_READ)
-            while not sel.select(max(0.0, deadline - time.monotonic())):
-                if time.monotonic() >= deadline:
-                    raise WorkerError("the worker did not answer in time")
-        return self._read_ctl()
-
-    def _read_ctl(self) -> dict[str, Any]:
-        assert self.ctl is not None
-        try:
-            data = self.ctl.recv(_CTL_BYTES)
-        except OSError as exc:
-            raise WorkerError(f"the worker's control socket failed: {exc}") from exc
-        if not data:
-            raise WorkerError("the worker exited")
-        try:
-            msg = wire.decode(data, max_bytes=_CTL_BYTES)
-        except wire.WireError as exc:
-            raise WorkerError(f"malformed message from the worker: {exc}") from exc
-        if type(msg) is not dict:
-            raise WorkerError("malformed message from the worker")
-        if "error" in msg:
-            raise WorkerError(f"the worker failed: {str(msg['error'])[:300]}")
-        return msg
-
-    def restart(self) -> str:
-        self.kill()
-        err = self.start()
-        if err:
-            log.error("%s", err)
-        return err
-
-    def kill(self) -> None:
-        """Kill the worker; a zygote inside bubblewrap exits as its control socket closes."""
-        if self.ctl is not None:
-            self.ctl.close()
-            self.ctl = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.zygote_pid = 0
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.ctl is not None:
-            with contextlib.suppress(OSError):
-                self.ctl.shutdown(socket.SHUT_RDWR)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        self.kill()
-
-    def _log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-1500:].strip() or "(empty)"
-        except OSError:
-            return "(no log)"

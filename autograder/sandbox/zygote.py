@@ -1,4 +1,5 @@
-"""The zygote: imports the lesson once inside the sandbox, then forks and watches one child per job."""
+"""The fork server: a confined process that imports once (the lesson for notebook jobs, a plug-in for file jobs),
+then forks, watches and reaps one confined child per job (serve_notebooks, serve_files)."""
 
 from __future__ import annotations
 
@@ -6,32 +7,40 @@ import collections
 import contextlib
 import importlib
 import importlib.util
+import itertools
 import json
 import logging
 import os
+import select
 import selectors
 import signal
 import socket
+import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from autograder import wire
-from autograder.sandbox.child import _child, _install_otter_stub, _make_shell
-from autograder.sandbox.guard import _GUARDED_MODULES, RUNTIME_MODULE, _Guard
+from autograder.sandbox.child import child_main, install_otter_stub, make_shell
+from autograder.sandbox.frames import CTL_BYTES
+from autograder.sandbox.guard import GUARDED_MODULES, TamperGuard, guarded_runtime
 from autograder.sandbox.isolation import (
-    _PR_SET_CHILD_SUBREAPER,
-    _PR_SET_DUMPABLE,
-    _prctl,
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
     clean_after_job,
+    confine_job,
+    count_tasks,
     oom_kills,
+    prctl,
+    rlimits,
+    set_memory_limit,
+    vm_size,
+    write_file,
 )
-from autograder.sandbox.limits import (
-    MIB,
-    Limits,
-)
-from autograder.sandbox.protocol import _CTL_BYTES
+from autograder.sandbox.limits import MIB, Limits, lowered_limits
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +87,41 @@ def collapse_memory() -> int:
     return done
 
 
-def _zygote_main(config_text: str) -> None:
-    """Entry point inside the sandbox: import everything once, then fork and watch one child per job.
+def become_server() -> None:
+    """A fork server's first step: not dumpable (a child of the same uid cannot open its memory or fds through
+    /proc) and the subreaper of everything its children start (orphans come back to it, to be killed)."""
+    prctl(PR_SET_DUMPABLE, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def confine_server(cfg: dict[str, Any]) -> str:
+    """In the uid fallback (cfg["confine"], fallback.fallback_plan): enter the worker's namespaces (no network, the
+    grader's folders hidden, a /dev/shm of its own, then emptied after each job as bubblewrap's); '' when done or
+    not asked, else why not."""
+    if not cfg.get("confine"):
+        return ""
+    from autograder.sandbox.fallback import enter_namespaces
+
+    unconfined = enter_namespaces(cfg["confine"])
+    if not unconfined:
+        cfg["wipe"].append("/dev/shm")
+    return unconfined
+
+
+def open_job(cfg: dict[str, Any], n: int) -> tuple[int | None, float, str]:
+    """Before job n's fork: its uid (the next of the server's block; None without a uid drop), when it began (for
+    the IPC objects it makes) and a fresh scratch folder it owns, whose name does not count the jobs."""
+    uid = None if cfg["uid"] is None else cfg["uid"] + n % cfg["uids"]
+    since = time.time()
+    scratch = tempfile.mkdtemp(prefix="job-", dir=cfg["scratch"])
+    if uid is not None:
+        os.chown(scratch, uid, uid)
+    return uid, since, scratch
+
+
+def serve_notebooks(config_text: str) -> None:
+    """The notebook workers' fork server (the zygote), inside the sandbox: import everything once, then fork and
+    watch one child per job (its configuration: JSON from worker.Worker.start).
 
     The zygote only ever sees the child's fds and small control messages, never a job's cells or
     results, so nothing of one submission is in the memory the next child is forked from.
@@ -89,30 +131,24 @@ def _zygote_main(config_text: str) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    _prctl(_PR_SET_DUMPABLE, 0)
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    become_server()
     unconfined = ""
     try:
-        if cfg.get("confine"):  # the uid fallback (root, no bubblewrap): no network, the grader's folders hidden
-            from autograder.sandbox.fallback import enter_namespaces
-
-            unconfined = enter_namespaces(cfg["confine"])
-            if not unconfined:
-                cfg["wipe"].append("/dev/shm")  # its own: emptied after each job, as bubblewrap's
+        unconfined = confine_server(cfg)  # the uid fallback (root, no bubblewrap): no network, folders hidden
         for name in cfg["preload"]:
             importlib.import_module(name)
         probes = importlib.import_module(cfg["probe_module"])
         for name in cfg["lesson_modules"]:  # the notebook imports them (the trainer): once here, not in every child
             with contextlib.suppress(Exception):  # one that fails to import fails in the child, as before
                 importlib.import_module(name)
-        _install_otter_stub()
-        shell = _make_shell()
+        install_otter_stub()
+        shell = make_shell()
         unguarded = getattr(probes, "UNGUARDED", ())
-        guard = _Guard([*_GUARDED_MODULES, RUNTIME_MODULE, cfg["probe_module"]],
+        guard = TamperGuard([*GUARDED_MODULES, *guarded_runtime(), cfg["probe_module"]],
                        unguarded=[n for n in unguarded if type(n) is str] if type(unguarded) is tuple else [])
         suspicious = getattr(probes, "SUSPICIOUS", None)
         limits = Limits(**cfg["limits"])
-        memory = _MemoryWatch(cfg, limits)
+        memory = MemoryWatch(cfg, limits)
         collapse_memory()
     except BaseException:  # noqa: BLE001 - report any start-up failure to the grader
         ctl.send(wire.encode({"ready": False, "error": traceback.format_exc()[-3000:]}))
@@ -123,7 +159,7 @@ def _zygote_main(config_text: str) -> None:
     jobs = 0
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(ctl, _CTL_BYTES, 4)
+            data, fds, _, _ = socket.recv_fds(ctl, CTL_BYTES, 4)
         except OSError:
             break
         if not data:
@@ -143,15 +179,11 @@ def _zygote_main(config_text: str) -> None:
     os._exit(0)  # skip interpreter teardown (seconds with torch loaded)
 
 
-def _run_job(fds: list[int], shell: Any, guard: _Guard, run_probe: Any, suspicious: list[str] | None,
+def _run_job(fds: list[int], shell: Any, guard: TamperGuard, run_probe: Any, suspicious: list[str] | None,
              cfg: dict[str, Any], limits: Limits, n: int, ctl: socket.socket,
-             memory: _MemoryWatch) -> dict[str, Any]:
-    uid = None if cfg["uid"] is None else cfg["uid"] + n % cfg["uids"]  # a fresh uid per job
-    since = time.time()
+             memory: MemoryWatch) -> dict[str, Any]:
     try:
-        scratch = tempfile.mkdtemp(prefix="job-", dir=cfg["scratch"])  # a name that does not count the jobs
-        if uid is not None:
-            os.chown(scratch, uid, uid)
+        uid, since, scratch = open_job(cfg, n)
         memory.begin()
         start = time.monotonic()
         pid = os.fork()
@@ -160,7 +192,7 @@ def _run_job(fds: list[int], shell: Any, guard: _Guard, run_probe: Any, suspicio
             os.close(fd)
         return {"error": f"cannot start the job: {exc}"}
     if pid == 0:
-        _child(fds, limits, shell, guard, run_probe, suspicious, scratch, uid)
+        child_main(fds, limits, shell, guard, run_probe, suspicious, scratch, uid)
     for fd in fds:  # the child's ends are not ours to keep
         os.close(fd)
     header = _watch(pid, ctl, limits, start, memory)
@@ -168,7 +200,7 @@ def _run_job(fds: list[int], shell: Any, guard: _Guard, run_probe: Any, suspicio
     return header
 
 
-def _watch(pid: int, ctl: socket.socket, limits: Limits, start: float, memory: _MemoryWatch) -> dict[str, Any]:
+def _watch(pid: int, ctl: socket.socket, limits: Limits, start: float, memory: MemoryWatch) -> dict[str, Any]:
     """Wait for the child to exit or a limit to be hit; then kill its tree and return the facts.
 
     Any message from the grader during a job asks to stop the child; the control socket closing means
@@ -191,21 +223,21 @@ def _watch(pid: int, ctl: socket.socket, limits: Limits, start: float, memory: _
                 _, status, rusage = os.wait4(pid, 0)
             else:
                 try:
-                    msg = ctl.recv(_CTL_BYTES)
+                    msg = ctl.recv(CTL_BYTES)
                 except OSError:
                     msg = b""
                 if not msg:
-                    _kill_tree(pid)
-                    _kill_descendants()
+                    kill_tree(pid)
+                    kill_descendants()
                     os._exit(0)
                 killed = True
         if status is None and not killed and memory.over():
             over = memory.kind
             break
     if status is None:
-        _kill_tree(pid)
+        kill_tree(pid)
         _, status, rusage = os.wait4(pid, 0)
-    _kill_descendants()
+    kill_descendants()
     if not over and memory.kind == "cgroup" and memory.over():  # a process of the tree was OOM-killed
         over = memory.kind
     sel.close()
@@ -220,7 +252,7 @@ def _watch(pid: int, ctl: socket.socket, limits: Limits, start: float, memory: _
             "wall_s": time.monotonic() - start}
 
 
-def _kill_tree(pid: int) -> None:
+def kill_tree(pid: int) -> None:
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(OSError):
@@ -250,7 +282,7 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def _kill_descendants() -> None:
+def kill_descendants() -> None:
     """SIGKILL every process left below the zygote (it is a subreaper, so orphans come back to it)."""
     me = os.getpid()
     for _ in range(500):
@@ -266,7 +298,7 @@ def _kill_descendants() -> None:
         time.sleep(0.005)
 
 
-class _MemoryWatch:
+class MemoryWatch:
     """Memory of a submission as a whole: a cgroup's OOM-kill count, or a watchdog's sum over its processes."""
 
     def __init__(self, cfg: dict[str, Any], limits: Limits):
@@ -299,3 +331,130 @@ class _MemoryWatch:
             return (int(fields[1]) - int(fields[2])) * self.page  # resident minus file-backed/shared
         except (OSError, ValueError, IndexError):
             return 0
+
+
+# ------------------------------------------------------------------------------------------------ file jobs
+
+
+def _file_job(request: dict[str, Any], data: bytes, plugin: ModuleType, state: Any, cfg: dict[str, Any],
+                n: int) -> dict[str, Any]:
+    """In the reader: evaluate one file in a forked child confined as a notebook child (cgroups, own IPC, uid,
+    rlimits: memory_mb beyond the reader's size, timeout_s of CPU; a scratch folder), timeout_s of wall-clock
+    time; the child's answer with its CPU seconds, or an error. Its tree, scratch and IPC objects go after it."""
+    uid, since, scratch = open_job(cfg, n)  # a fresh uid per file
+    limits = Limits(memory_mb=int(request["memory_mb"]), cpu_s=int(request["timeout_s"]) + 1,
+                    threads=int(request.get("threads", 1)))
+    size = vm_size()  # the child's size as it starts: a fork of this process
+    base = 1 if uid is not None else count_tasks(os.getuid())
+    # what an operator's lower hard limits (ulimit) lower, said with the answer
+    lowered = {"limits_lowered": lowered_limits([(rlim, hard) for rlim, _, hard in rlimits(limits, vm=size,
+                                                                                              base=base)],
+                                                who="the checkpoint reader", size=size)}
+    if cfg["cgroups"]:  # the child's tree: its own allocations and the pages of this process it copies on write
+        with contextlib.suppress(OSError), open("/proc/self/statm") as f:
+            limit = limits.memory_mb * MIB + int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            if abs(limit - cfg.get("memory_limit", 0)) > 16 * MIB:  # set again when it moves
+                set_memory_limit(cfg["cgroups"]["memory"], limit)
+                cfg["memory_limit"] = limit
+    read_end, write_end = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing of the reader's protocol, confined, one answer, then exit
+        code = 0
+        try:
+            os.close(read_end)
+            os.setsid()
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            for folder in cfg["cgroups"].values():  # join the reader's cgroups while still allowed to
+                write_file(os.path.join(folder, "cgroup.procs"), str(os.getpid()))
+            confine_job(scratch, limits, uid)  # never above the reader's own hard limits; the uid last
+            if os.getppid() != parent:
+                os._exit(1)
+            answer = json.dumps(plugin.reader_evaluate(request, data, state)).encode() + b"\n"
+            view = memoryview(answer)
+            while view:
+                view = view[os.write(write_end, view):]
+        except BaseException:  # noqa: BLE001 - the reader reports how the child ended
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    timeout_s = float(request["timeout_s"])
+    deadline = time.monotonic() + timeout_s
+    try:
+        line = read_line(read_end, deadline)
+    finally:
+        os.close(read_end)
+    timed_out = line is None and time.monotonic() >= deadline
+    if line is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    kill_tree(pid)  # what the child started: its session, then orphans (this process is their subreaper)
+    kill_descendants()
+    clean_after_job(cfg["wipe"], uid, since, own_ipc=cfg["own_ipc"], sweep=cfg["sweep"])
+    cpu_s = usage.ru_utime + usage.ru_stime
+    if line is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return {**json.loads(line), "cpu_s": cpu_s, **lowered}
+    if timed_out:
+        return {"error": f"reading and evaluating it took longer than the grader's limit of {timeout_s:g} s",
+                "cpu_s": cpu_s, **lowered}
+    why = (f"the reader stopped with signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else
+           f"the reader failed (exit status {os.WEXITSTATUS(status)})")
+    return {"error": f"{why}; loading it needs more than the grader's {request['memory_mb']} MB or crashes the "
+                     "reader", "cpu_s": cpu_s, **lowered}
+
+
+def serve_files(config_text: str) -> None:
+    """The reader's loop (its configuration: JSON from Verifier._prepare): load the plug-in and start once (its
+    reader_start), say ready, then per request (a JSON line and the file's bytes on stdin) fork a confined child
+    and answer one line; exits when stdin closes."""
+    cfg = json.loads(config_text)
+    become_server()
+    plugin = _load_file(Path(cfg["plugin"]))
+    state = plugin.reader_start()
+    unconfined = confine_server(cfg)  # the uid fallback: no network, the grader's folders hidden, once started
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    times = os.times()
+    stdout.write(json.dumps({"cpu_s": times.user + times.system, "unconfined": unconfined}).encode() + b"\n")
+    stdout.flush()
+    for n in itertools.count(1):
+        header = stdin.readline()
+        if not header:
+            break
+        request = json.loads(header)
+        data = stdin.read(request["size"])
+        stdout.write(json.dumps(_file_job(request, data, plugin, state, cfg, n)).encode() + b"\n")
+        stdout.flush()
+    times = os.times()
+    with contextlib.suppress(OSError):
+        stdout.write(json.dumps({"exit_cpu_s": times.user + times.system + times.children_user
+                                 + times.children_system}).encode() + b"\n")
+        stdout.flush()
+    os._exit(0)  # skip interpreter teardown (seconds with torch loaded)
+
+
+def _load_file(path: Path) -> ModuleType:
+    """Import a reader's plug-in file under its own name (the reader process imports nothing else of the lesson)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_line(fd: int, deadline: float) -> bytes | None:
+    """One line from a pipe, or None at end of file or when the deadline (time.monotonic) passes."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return None
+        buf += chunk
+    return buf

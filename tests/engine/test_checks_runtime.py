@@ -144,8 +144,7 @@ PROBE = [("center", "call", {"fn": "center", "args": [[[1.0, 2.0], [3.0, 6.0]]]}
 def test_the_sandbox_runs_the_engine_runtime_and_guards_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The sandbox stages the engine's runtime next to the lesson's checks: a checks_runtime.py in the grader's
     working folder or on its sys.path changes nothing, and a notebook that patches the runtime is caught."""
-    from autograder.sandbox.limits import Limits
-    from autograder.sandbox.pool import WorkerPool
+    from autograder.sandbox import Limits, WorkerPool
 
     lesson = LESSONS[1]
     (tmp_path / f"{RUNTIME_NAME}.py").write_text(FAKE)

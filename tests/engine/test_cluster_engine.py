@@ -22,7 +22,7 @@ from autograder.grading.batch import grade_batch
 from autograder.grading.cluster import ClusterError, grade_on_cluster
 from autograder.grading.submissions import Submission
 from autograder.release.common import tool_env
-from autograder.sandbox.isolation import UID_LOCKS_ENV, _reserve_uid_block
+from autograder.sandbox.isolation import UID_LOCKS_ENV, reserve_uid_block
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 
@@ -215,9 +215,11 @@ def test_without_dask_the_cluster_path_says_how_to_install_it(monkeypatch: pytes
 
 UID_POOL = """
 import os, sys
-from autograder.sandbox.pool import WorkerPool
+from autograder.lesson import default_lesson
+from autograder.sandbox import WorkerPool
+lesson = default_lesson()
 os.getpid = lambda: 4242  # both processes: the same pid modulo 2000, as two graders on a busy host can have
-with WorkerPool(1, memory_guard="watchdog") as pool:
+with WorkerPool(1, probe_module=lesson.checks_name, modules=lesson.sandbox_modules, memory_guard="watchdog") as pool:
     print(pool._workers[0].uid if pool.drops_privileges else "no uid", flush=True)
     sys.stdin.read()
 """
@@ -239,24 +241,24 @@ def test_two_pools_on_one_host_get_disjoint_uid_blocks() -> None:
 def test_a_uid_block_is_free_again_when_its_holder_closes_or_dies(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(UID_LOCKS_ENV, str(tmp_path / "locks"))  # this test's own blocks
-    block, fd = _reserve_uid_block(7)
-    other, fd2 = _reserve_uid_block(7)
+    block, fd = reserve_uid_block(7)
+    other, fd2 = reserve_uid_block(7)
     assert (block, other) == (7, 8)
     os.close(fd)
-    again, fd3 = _reserve_uid_block(7)
+    again, fd3 = reserve_uid_block(7)
     assert again == 7
     for f in (fd2, fd3):
         os.close(f)
     holder = subprocess.Popen([sys.executable, "-c",
-                               "import sys; from autograder.sandbox.isolation import _reserve_uid_block; "
-                               "print(_reserve_uid_block(7)[0], flush=True); sys.stdin.read()"],
+                               "import sys; from autograder.sandbox.isolation import reserve_uid_block; "
+                               "print(reserve_uid_block(7)[0], flush=True); sys.stdin.read()"],
                               cwd=ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and int(holder.stdout.readline()) == 7
-    block, fd = _reserve_uid_block(7)
+    block, fd = reserve_uid_block(7)
     assert block == 8
     os.close(fd)
     holder.kill()  # SIGKILL: the kernel releases its lock
     holder.wait()
-    block, fd = _reserve_uid_block(7)
+    block, fd = reserve_uid_block(7)
     assert block == 7
     os.close(fd)

@@ -22,10 +22,15 @@ from autograder import wire
 from autograder.config import ROOT
 from autograder.lesson import RUNTIME_FILE, RUNTIME_NAME
 from autograder.model import RUN_STATUSES, Status
-from autograder.sandbox.limits import Limits
-from autograder.sandbox.notebook import read_notebook
-from autograder.sandbox.pool import WorkerPool, execute_batch, execute_submission
-from autograder.sandbox.protocol import ExecResult, WorkerError
+from autograder.sandbox import (
+    ExecResult,
+    Limits,
+    WorkerError,
+    WorkerPool,
+    execute_batch,
+    execute_submission,
+    read_notebook,
+)
 
 REPO = ROOT
 REFERENCE = REPO / "tests" / "fixtures" / "lesson_demo" / "reference" / "lesson_demo.py"

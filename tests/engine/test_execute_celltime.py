@@ -19,9 +19,7 @@ from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.model import Status
 from autograder.release.sample import filled_notebook
-from autograder.sandbox.limits import Limits
-from autograder.sandbox.pool import WorkerPool
-from autograder.sandbox.protocol import ExecResult
+from autograder.sandbox import ExecResult, Limits, WorkerPool
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 CELL_S = 2  # short, so that the tests stay quick; real limits are in a course's grading_config.yaml

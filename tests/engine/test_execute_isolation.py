@@ -32,8 +32,7 @@ from autograder.config import ROOT
 from autograder.course import Course
 from autograder.model import Status
 from autograder.release.gradescope import gradescope_bundle, gradescope_venv, run_autograder
-from autograder.sandbox.isolation import SANDBOX_ENV
-from autograder.sandbox.limits import Limits
+from autograder.sandbox import SANDBOX_ENV, Limits
 
 pytestmark = pytest.mark.sandbox  # every test here runs notebooks in the grader's sandbox
 
@@ -49,8 +48,8 @@ RUN_ONE = '''
 import json, sys
 checkout, probes, limits, notebook = sys.argv[1:]
 sys.path[:0] = [checkout, probes]
-from autograder.sandbox.limits import Limits
-from autograder.sandbox.pool import WorkerPool
+from autograder.sandbox import Limits
+from autograder.sandbox import WorkerPool
 with WorkerPool(1, limits=Limits(**json.loads(limits)), probe_module="isolation_checks") as pool:
     res = pool.run(open(notebook, "rb").read(), probes=[("report", "report", {})])
 print(json.dumps(res.as_dict(), default=str))
@@ -85,7 +84,7 @@ def readable_python() -> Iterator[Path]:
         for i, python in enumerate(dict.fromkeys(c for c in candidates if os.access(c, os.X_OK))):
             exe = make_venv(folder / str(i), python)
             check = subprocess.run([str(exe), "-c", "import sys, tempfile; sys.path.insert(0, sys.argv[1]); "
-                                    "from autograder.sandbox.isolation import uid_drop_problem as p; "
+                                    "from autograder.sandbox import uid_drop_problem as p; "
                                     "print(p(scratch=tempfile.gettempdir()))", str(ROOT)],
                                    capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
             problem = check.stdout.strip() if check.returncode == 0 else check.stderr.strip()[-300:]

@@ -18,9 +18,7 @@ from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.model import NOT_RUN, Status
 from autograder.release.sample import filled_notebook
-from autograder.sandbox.limits import Limits
-from autograder.sandbox.pool import WorkerPool
-from autograder.sandbox.protocol import MAX_PROBE_RUNS, ExecResult
+from autograder.sandbox import MAX_PROBE_RUNS, ExecResult, Limits, WorkerPool
 
 PROBE_S, SHARE_S = 1, 2  # short, so that the tests stay quick
 LIMITS = Limits(wall_s=6, cell_s=2, cpu_s=6, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64,

@@ -33,8 +33,7 @@ import pytest
 from test_execute_isolation import LIMITS, make_venv, readable_python  # noqa: F401 - the fixture
 
 from autograder.config import ROOT
-from autograder.sandbox.fallback import ALLOW_UNSANDBOXED
-from autograder.sandbox.isolation import SANDBOX_ENV
+from autograder.sandbox import ALLOW_UNSANDBOXED, SANDBOX_ENV
 
 pytestmark = pytest.mark.sandbox
 
@@ -49,8 +48,8 @@ RUN_ROUNDS = '''
 import json, sys
 checkout, probes, limits, first, beside, after, hide, here = sys.argv[1:]
 sys.path[:0] = [checkout, probes, here]  # here: the class folder, on sys.path as `python -m` run from it puts it
-from autograder.sandbox.limits import Limits
-from autograder.sandbox.pool import WorkerPool
+from autograder.sandbox import Limits
+from autograder.sandbox import WorkerPool
 read = lambda p: open(p, "rb").read()
 with WorkerPool(2, limits=Limits(**json.loads(limits)), probe_module="isolation_checks",
                 hide=json.loads(hide)) as pool:
@@ -287,7 +286,7 @@ def test_gradescope_and_the_checkpoint_reader_refuse_an_unreadable_interpreter(t
     assert proc.returncode == 1 and ALLOW_UNSANDBOXED in proc.stdout, proc.stdout + proc.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["score"] == 0 and results["tests"] == [] and "not readable" in results["extra_data"]["refused"]
-    reader = ("import sys; from pathlib import Path; from autograder.sandbox.files import Verifier, VerifierError\n"
+    reader = ("import sys; from pathlib import Path; from autograder.checkpoint import Verifier, VerifierError\n"
               "try:\n    Verifier(plugin=Path(sys.argv[1]), sandbox='none').start()\n"
               "except VerifierError as exc:\n    print(exc)\nelse:\n    print('started')\n")
     out = subprocess.run([str(python), "-c", reader, str(tmp_path / "plugin.py")], capture_output=True, text=True,
@@ -326,3 +325,46 @@ def test_cluster_refuses_before_its_first_batch(tmp_path: Path) -> None:
         assert "Dask worker tcp://127.0.0.1" in str(err.value) and "not readable" in str(err.value)
     finally:
         cluster.stop()
+
+
+NO_SYS_ADMIN = ["setpriv", "--bounding-set", "-sys_admin", "--inh-caps", "-sys_admin"]  # util-linux
+UNSHARE = ("import ctypes, os, sys; libc = ctypes.CDLL(None, use_errno=True); "
+           "sys.exit(0 if libc.unshare(0x40000000 | 0x00020000) == 0 else 1)")  # CLONE_NEWNET | CLONE_NEWNS
+
+
+def test_grade_refuses_where_the_kernel_refuses_the_fallbacks_namespaces(readable_python: Path,  # noqa: F811
+                                                                         tmp_path: Path) -> None:
+    """As root without CAP_SYS_ADMIN (dropped from the bounding set, as in some containers) the kernel refuses the
+    uid fallback a network and mount namespace of its own: jobs would reach the network and share /tmp. Forced off
+    bubblewrap, `grade` then refuses before the first submission and says what to change; with --allow-unsandboxed
+    it grades, and every row and the summary say unsandboxed. The real kernel, not a mock. Fails where the worker
+    only warns and grades on with the network and shared folders."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed: CAP_SYS_ADMIN cannot be dropped for the test")
+    python = [*NO_SYS_ADMIN, str(readable_python)]
+    assert subprocess.run([str(readable_python), "-c", UNSHARE]).returncode == 0, "root here cannot unshare at all"
+    assert subprocess.run([*python, "-c", UNSHARE]).returncode == 1, "setpriv did not take CAP_SYS_ADMIN away"
+    subs, out = tmp_path / "subs", tmp_path / "grades"
+    subs.mkdir()
+    (subs / "alice.ipynb").write_bytes(notebook("x = 1"))
+    (subs / "bob.ipynb").write_bytes(notebook("import os\nopen(os.path.expanduser('~/owned'), 'w').write('x')"))
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(tmp_path), SANDBOX_ENV: "none",
+           "PYTHONPATH": str(ROOT), "LESSON83_CACHE": "off"}
+
+    def grade(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*python, "-m", "autograder.cli", "--config", str(DEMO / "grading_config.yaml"),
+                               "grade", str(subs), "--out", str(out), "--quiet", *flags],
+                              capture_output=True, text=True, timeout=900, env=env, cwd=str(tmp_path))
+
+    refused = grade()
+    assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-3000:]
+    assert ALLOW_UNSANDBOXED in refused.stderr and "CAP_SYS_ADMIN" in refused.stderr, refused.stderr
+    assert not out.exists() and not (tmp_path / "owned").exists()  # nothing ran or was written
+    allowed = grade(ALLOW_UNSANDBOXED)
+    assert allowed.returncode == 0, allowed.stdout[-2000:] + allowed.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["rows"]) == 2, summary["rows"]
+    assert all(r["message"].startswith("graded WITHOUT a sandbox") for r in summary["rows"]), summary["rows"]
+    assert "sandbox: none, graded WITHOUT a sandbox" in allowed.stdout, allowed.stdout
+    results = [json.loads((out / "results" / r["result"]).read_text()) for r in summary["rows"]]
+    assert {(r["sandbox"], r["isolation"]) for r in results} == {("none", "none")}, results

@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 from test_execute_isolation import readable_python  # noqa: F401 - the fixture: a Python every user may read
 
+from autograder.checkpoint import Verifier
 from autograder.config import ROOT
 from autograder.lesson import ENGINE_ROOT
-from autograder.sandbox.files import Verifier, reader_isolation
-from autograder.sandbox.isolation import choose_sandbox
-from autograder.sandbox.protocol import WorkerError
+from autograder.sandbox import WorkerError, choose_sandbox, reader_isolation
 
 pytestmark = pytest.mark.sandbox  # every test here starts a reader process
 
@@ -124,7 +123,7 @@ RUN_READER = '''
 import json, sys
 checkout, plugin, request = sys.argv[1:]
 sys.path[:0] = [checkout]
-from autograder.sandbox.files import Verifier
+from autograder.checkpoint import Verifier
 with Verifier(plugin=plugin, sandbox="none") as verifier:
     found = verifier.request(b"a checkpoint", json.loads(request), timeout_s=30)
     print(json.dumps({"isolation": verifier.isolation, "found": found}))

@@ -21,7 +21,7 @@ from autograder.config import ROOT
 from autograder.course import Course
 from autograder.release.common import tool_env
 from autograder.release.sample import filled_notebook
-from autograder.sandbox.limits import MIB, fit_hard, lowered_limits
+from autograder.sandbox import MIB, fit_hard, lowered_limits
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 VM_KB = 3_000_000  # a shared server's address-space cap: enough for torch, below what the grader asks for

@@ -10,7 +10,7 @@ import pytest
 
 from autograder.config import ROOT
 from autograder.grading.submissions import read_cells
-from autograder.sandbox.notebook import NotebookError, read_notebook
+from autograder.sandbox import NotebookError, read_notebook
 
 CELLS = [{"cell_type": "code", "source": "x = 1", "metadata": {}, "outputs": [], "execution_count": None}]
 PLAIN = json.dumps({"cells": CELLS, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
@@ -47,7 +47,7 @@ def test_the_sandbox_skips_ipython_transforms_only_where_they_change_nothing() -
     student release; and it does skip IPython on plain multi-line cells."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from autograder.sandbox.child import _transform_cell
+    from autograder.sandbox.child import transform_cell
 
     shell = InteractiveShell.instance()
     templates = sorted(ROOT.glob("student_templates/*/*.ipynb"))  # every committed student release
@@ -55,10 +55,10 @@ def test_the_sandbox_skips_ipython_transforms_only_where_they_change_nothing() -
     cells = [*IPYTHON_SYNTAX, *PLAIN_CELLS, *("".join(c["source"]) for t in templates for c in read_cells(t)[0]
                                               if c["cell_type"] == "code")]
     for cell in cells:
-        assert _transform_cell(shell.transform_cell, cell) == shell.transform_cell(cell), cell
+        assert transform_cell(shell.transform_cell, cell) == shell.transform_cell(cell), cell
     calls: list[str] = []
     for cell in PLAIN_CELLS:
-        _transform_cell(calls.append, cell)
+        transform_cell(calls.append, cell)
     assert calls == []
 
 
@@ -75,12 +75,12 @@ def test_the_sandbox_parses_each_cell_once_and_asks_ipython_about_await_only_whe
 
     from IPython.core.interactiveshell import InteractiveShell
 
-    from autograder.sandbox.child import _make_shell
+    from autograder.sandbox.child import make_shell
 
     templates = sorted(ROOT.glob("student_templates/*/*.ipynb"))
     cells = [*IPYTHON_SYNTAX, *PLAIN_CELLS, *ASYNC_CELLS,
              *("".join(c["source"]) for t in templates for c in read_cells(t)[0] if c["cell_type"] == "code")]
-    ours = _make_shell()
+    ours = make_shell()
     stock = InteractiveShell()
     for cell in cells:
         transformed = ours.transform_cell(cell)

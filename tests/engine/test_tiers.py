@@ -14,7 +14,7 @@ from autograder.config import ROOT
 from autograder.lesson import default_lesson
 from autograder.release.common import TORCH_INDEX_URL, TORCH_VERSION
 from autograder.release.gradescope import setup_sh
-from autograder.sandbox import pool
+from autograder.sandbox import WorkerPool
 
 TIERS = {"sandbox", "build", "browser", "training", "deploy"}
 
@@ -37,7 +37,7 @@ def test_make_check_leaves_out_every_registered_tier() -> None:
 
 
 @pytest.mark.parametrize("start, marker", [
-    (lambda: pool.WorkerPool(1), "sandbox"),
+    (lambda: WorkerPool(1, probe_module=default_lesson().checks_name), "sandbox"),
     (lambda: load_plugin(default_lesson()).Verifier().start(), "sandbox"),
     (lambda: default_lesson().trainer.train(None, "rope", steps=1), "training"),
 ])

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import importable
 
-from autograder.sandbox.limits import Limits
-from autograder.sandbox.pool import WorkerPool
+from autograder.sandbox import Limits, WorkerPool
 
 PROBE = "def run_probe(env, name, args):\n    return {'value': env[name]()}\n"
 

@@ -37,7 +37,7 @@ from autograder.model import CaseResult, Status, SubmissionResult, spreadsheet_t
 from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle
 from autograder.release.sample import filled_notebook
-from autograder.sandbox.protocol import ExecResult, WorkerError
+from autograder.sandbox import ExecResult, WorkerError
 
 checks = default_lesson().checks
 CHECKPOINT_FILES = ("milestone.pt", "milestone.json")  # the files Lesson 83's milestone question declares
@@ -645,12 +645,12 @@ def _bomb_folder(path: Path, kit: dict) -> None:
 def _forged_frames(suite: Suite) -> str:
     """A cell that writes the reference's own answers for every public case to the child's channel."""
     from autograder import wire
-    from autograder.sandbox.protocol import _JOB_FD, _LEN
+    from autograder.sandbox.frames import JOB_FD, LEN
 
-    frames = b"".join(_LEN.pack(len(d)) + d for d in (
+    frames = b"".join(LEN.pack(len(d)) + d for d in (
         wire.encode({"t": "out", "key": c.id, "value": suite.expected[c.id]["value"], "oom": False,
                      "tamper": []}) for c in suite.cases if not c.hidden))
-    return f"import os\nos.write({_JOB_FD}, {frames!r})"
+    return f"import os\nos.write({JOB_FD}, {frames!r})"
 
 
 @pytest.mark.sandbox

@@ -25,11 +25,11 @@ from autograder.config import ROOT
 from autograder.lesson import default_lesson
 from autograder.model import Status
 from autograder.release.sample import filled_notebook
-from autograder.sandbox.limits import Limits
-from autograder.sandbox.pool import WorkerPool
-from autograder.sandbox.protocol import ExecResult
+from autograder.sandbox import ExecResult, Limits, WorkerPool
 
 checks = default_lesson().checks
+# what a pool runs, as the graders give it: the lesson's checks module and the modules shipped with it
+LESSON = {"probe_module": default_lesson().checks_name, "modules": default_lesson().sandbox_modules}
 
 LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
@@ -63,7 +63,7 @@ SINUSOIDAL = {
 @pytest.fixture(scope="module")
 def real_probes() -> dict[str, ExecResult]:
     probes = [("table", "call", {"fn": "sinusoidal_pe", "args": [6, 4]})]
-    with WorkerPool(1, limits=LIMITS) as pool:  # Lesson 83's probes
+    with WorkerPool(1, limits=LIMITS, **LESSON) as pool:  # Lesson 83's probes
         return dict(pool.run_many(((k, nb(src)) for k, src in SINUSOIDAL.items()), probes=probes))
 
 
@@ -180,7 +180,7 @@ def _apply(self, fn, recurse=True):
     return self
 
 FAKES = {"named_buffers": named_buffers, "state_dict": state_dict, "_apply": _apply}
-GUARD = next(o for o in gc.get_objects() if type(o).__name__ == "_Guard")
+GUARD = next(o for o in gc.get_objects() if type(o).__name__ == "TamperGuard")
 '''
 GC_RECORD = NN_LIES + '''
 def PATCH():
@@ -251,7 +251,7 @@ def storage() -> dict[str, ExecResult]:
              "gc_record": nb(GC_RECORD, PLAIN_TABLE), "gc_off": nb(GC_OFF, PLAIN_TABLE),
              "gc_empty": nb(GC_EMPTY, PLAIN_TABLE), "lying_class": nb(LYING_CLASS),
              "probe_classes": nb(PROBE_CLASSES, PLAIN_TABLE)}
-    with WorkerPool(1, limits=STORAGE_LIMITS) as pool:
+    with WorkerPool(1, limits=STORAGE_LIMITS, **LESSON) as pool:
         return dict(pool.run_many(cases.items(), probes=STORAGE))
 
 

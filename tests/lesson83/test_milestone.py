@@ -701,7 +701,7 @@ class WaitingPool:
         pass
 
     def run(self, source: bytes, *, probes: list) -> Any:
-        from autograder.sandbox.protocol import ExecResult
+        from autograder.sandbox import ExecResult
 
         WaitingPool.waited.append(WaitingPool.verifying.wait(20))
         return ExecResult(Status.GRADED, sandbox="fake")

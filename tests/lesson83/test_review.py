@@ -73,7 +73,7 @@ def test_honest_idioms_raise_no_flag(source: str, names: dict[str, list[str]]) -
 
 ATTACKS = {
     # 1a: the guard found with gc, its sweep replaced on the instance.
-    "1a_gc_guard": ("import gc\nG = next(o for o in gc.get_objects() if type(o).__name__ == '_Guard')\n"
+    "1a_gc_guard": ("import gc\nG = next(o for o in gc.get_objects() if type(o).__name__ == 'TamperGuard')\n"
                     "G.sweep = lambda: G.mark\n", "import"),
     # 1b: the harness frame's run_probe rebound through ctypes and the frame's locals.
     "1b_ctypes_frame": ("import ctypes, sys\nf = sys._getframe(1)\nf.f_locals['run_probe'] = print\n"

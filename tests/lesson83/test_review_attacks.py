@@ -27,14 +27,14 @@ TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 # probe registry rewritten to claim a buffer that moves with .to() and devices that match.
 GC_MARK = '''
 import gc
-from autograder.sandbox.protocol import _CANARY
+from autograder.sandbox.frames import CANARY
 import lesson83_checks as _c
 
-G = next(o for o in gc.get_objects() if type(o).__name__ == "_Guard")
+G = next(o for o in gc.get_objects() if type(o).__name__ == "TamperGuard")
 
 def _forged_sweep():
     nonce = G.mark.__dict__.pop("nonce", None)
-    return [f"{_CANARY} {nonce}"] if nonce is not None else []
+    return [f"{CANARY} {nonce}"] if nonce is not None else []
 
 G.sweep = _forged_sweep
 _storage, _device = _c.PROBES["module_storage"], _c.PROBES["lm_device"]
