@@ -9,9 +9,8 @@ from functools import cache
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from autograder.lesson import Lesson, LessonError
 from autograder.sandbox import limits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,7 +150,8 @@ class Cluster(_Strict):
 
 class GradingConfig(_Strict):
     assignment: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="the lesson: assignments/<assignment>/ "
-                            "and the files autograder/lesson.py names after it; also the Otter and nbgrader name")
+                            "and the files autograder/lesson.py names after it (found by autograder/course.py, "
+                            "never by parsing the config); also the Otter and nbgrader name")
     total_points: float = Field(gt=0, description="sum of all question points")
     tolerances: Tolerances = Tolerances()
     questions: dict[str, QuestionPoints]
@@ -159,35 +159,6 @@ class GradingConfig(_Strict):
     submissions: Submissions = Submissions()
     milestone: Milestone = Milestone()
     cluster: Cluster = Cluster()
-    _near: Path = PrivateAttr(ROOT)  # the folder of the config file: where its lesson is looked for first
-
-    @property
-    def lesson(self) -> Lesson:
-        """The lesson this config grades (autograder/lesson.py)."""
-        return Lesson.load(self.assignment, near=self._near)
-
-    @model_validator(mode="after")
-    def _lesson_exists_and_fits(self, info: ValidationInfo) -> GradingConfig:
-        """The lesson's folder exists, and the milestone's schemes and contexts are its trainer's (SCHEMES,
-        CONTEXTS)."""
-        self._near = (info.context or {}).get("near", ROOT)
-        rules = self.milestone
-        try:
-            lesson = self.lesson
-            if not rules.presets:  # a plug-in of other rules (autograder/checkpoint.py) needs no trainer
-                return self
-            trainer = lesson.trainer
-        except LessonError as exc:
-            raise ValueError(str(exc)) from None
-        for name, preset in rules.presets.items():
-            where = f"milestone.presets.{name}.thresholds"
-            for pos, bounds in preset.thresholds.items():
-                if pos not in trainer.SCHEMES:
-                    raise ValueError(f"{where}: unknown scheme {pos!r}; schemes are {', '.join(trainer.SCHEMES)}")
-                if bad := [c for c in bounds if c not in trainer.CONTEXTS]:
-                    raise ValueError(f"{where}.{pos}: contexts {bad} are not measured; use "
-                                     f"{', '.join(map(str, trainer.CONTEXTS))}")
-        return self
 
     @model_validator(mode="after")
     def _points_add_up(self) -> GradingConfig:
@@ -207,7 +178,7 @@ def load_config(path: Path = DEFAULT_CONFIG) -> GradingConfig:
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read the grading config: {exc}") from exc
     try:
-        return GradingConfig.model_validate(raw or {}, context={"near": path.resolve().parent})
+        return GradingConfig.model_validate(raw or {})
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

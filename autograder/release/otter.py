@@ -10,7 +10,7 @@ from typing import Any
 import nbformat
 import yaml
 
-from autograder.authoring.questions import Checkpoint, Question, checkpoint_of, lesson_of, shuffled
+from autograder.authoring.questions import Checkpoint, Question, checkpoint_of, shuffled
 from autograder.authoring.suite import Suite
 from autograder.config import command
 from autograder.lesson import Lesson
@@ -116,9 +116,8 @@ WRITERS: dict[str, CellWriter] = {"markdown": write_markdown, "code": write_code
 
 
 def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]], *,
-                 name: str) -> nbformat.NotebookNode:
+                 name: str, lesson: Lesson) -> nbformat.NotebookNode:
     """The Otter master notebook (solutions and all tests), in Otter Assign's v1 format."""
-    lesson = lesson_of(questions)
     config = {
         "name": name,
         "init_cell": True,
@@ -178,9 +177,9 @@ def build_otter(suite: Suite, work: Path) -> tuple[Path, Path]:
     """Run `otter assign` on the Otter master notebook in `work`: its output folder and its autograder zip (with
     a row for the milestone checkpoint, which that zip does not grade, when the checkpoint has points)."""
     config, questions = suite.config, suite.authored
-    name, lesson = config.assignment, config.lesson
+    name, lesson = config.assignment, suite.lesson
     master_dir = work / "otter-master"
-    write_nb(otter_master(questions, suite.expected, name=name), master_dir / f"{name}.ipynb")
+    write_nb(otter_master(questions, suite.expected, name=name, lesson=lesson), master_dir / f"{name}.ipynb")
     for f in lesson.shipped_files:
         shutil.copy(f, master_dir / f.name)
     otter_out = work / "otter"

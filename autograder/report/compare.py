@@ -177,7 +177,7 @@ def gate_of(suite: Suite, result: SubmissionResult, c: CaseResult) -> tuple[list
         return [], None
     failed = {x.id for x in result.failed()}
     blocked = [rid for rid in case.required if rid in failed]
-    checks = suite.config.lesson.checks
+    checks = suite.lesson.checks
     if not blocked or c.received is None or (c.expected is None and case.check in checks.USES_EXPECTED):
         return blocked, None
     try:

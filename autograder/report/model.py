@@ -221,10 +221,8 @@ def catalogue(suite: Suite) -> dict[str, tuple[str, str]]:
     checkpoint: dict[str, tuple[str, str]] = {}
     graded = [c.question for c in suite.checkpoint_cases]  # none unless the lesson grades a milestone
     if graded:
-        from autograder.checkpoint import load_plugin
-
-        checkpoint = {k: (graded[0], v) for k, v in load_plugin(suite.config.lesson).PROBLEMS.items()}
-    return known | {m.id: (m.question, m.description) for m in suite.config.lesson.mistakes} | checkpoint
+        checkpoint = {k: (graded[0], v) for k, v in suite.lesson.plugin.PROBLEMS.items()}
+    return known | {m.id: (m.question, m.description) for m in suite.lesson.mistakes} | checkpoint
 
 
 def clusters(students: list[Student], questions: list[Question]) -> dict[str, list[Cluster]]:

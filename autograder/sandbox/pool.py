@@ -80,7 +80,7 @@ _WARNED: set[str] = set()
 class WorkerPool:
     """Warm sandboxed zygotes that run submissions in parallel, one at a time per worker."""
 
-    def __init__(self, size: int = 1, *, limits: Limits = Limits(), probe_module: str | None = None,
+    def __init__(self, size: int = 1, *, limits: Limits = Limits(), probe_module: str,
                  modules: Mapping[str, Path] | None = None, skip_tags: Iterable[str] = SKIP_TAGS,
                  hide: Iterable[str | Path] = (),
                  sandbox: str = "auto", preload: Iterable[str] = PRELOAD, start_timeout_s: float = 180.0,
@@ -92,11 +92,6 @@ class WorkerPool:
         # allow_unsandboxed: run even where nothing confines student code (default: permit_unsandboxed's answer)
         if memory_guard not in ("auto", *MEMORY_GUARDS):
             raise ValueError(f"memory_guard must be 'auto', 'cgroup' or 'watchdog', got {memory_guard!r}")
-        if probe_module is None:  # the lesson of grading_config.yaml
-            from autograder.lesson import default_lesson
-
-            lesson = default_lesson()
-            probe_module, modules = lesson.checks_name, lesson.sandbox_modules
         self.limits, self.probe_module, self.skip_tags = limits, probe_module, tuple(skip_tags)
         self.lesson_modules = tuple(m for m in (modules or {}) if m != probe_module)  # imported by each zygote
         self._closed = False
@@ -348,7 +343,7 @@ _POOLS_LOCK = threading.Lock()
 
 
 def execute_submission(source: bytes, *, probes: list[Probe], limits: Limits = Limits(),
-                       skip_tags: Iterable[str] = SKIP_TAGS, probe_module: str | None = None,
+                       skip_tags: Iterable[str] = SKIP_TAGS, probe_module: str,
                        modules: Mapping[str, Path] | None = None,
                        hide: Iterable[str | Path] = ()) -> ExecResult:
     """Run one notebook on a warm one-worker pool kept for these options until the process exits."""
@@ -362,7 +357,7 @@ def execute_submission(source: bytes, *, probes: list[Probe], limits: Limits = L
 
 
 def execute_batch(items: Iterable[tuple[str, bytes]], *, probes: list[Probe], limits: Limits = Limits(),
-                  skip_tags: Iterable[str] = SKIP_TAGS, probe_module: str | None = None,
+                  skip_tags: Iterable[str] = SKIP_TAGS, probe_module: str,
                   modules: Mapping[str, Path] | None = None, workers: int | None = None,
                   hide: Iterable[str | Path] = ()) -> Iterator[tuple[str, ExecResult]]:
     """Run many (id, notebook bytes) pairs on a fresh pool (one worker per core by default)."""
