@@ -14,10 +14,11 @@ from autograder.authoring.questions import LETTERS, Choice, Question, shuffled
 from autograder.authoring.suite import Suite
 from autograder.checkpoint import MISSING
 from autograder.config import command
+from autograder.grading.bindings import stub_state
 from autograder.grading.submissions import read_regular
 from autograder.model import CaseResult, Status, SubmissionResult
 from autograder.model import record_problem as stored_record_problem
-from autograder.report.code import STUB_WORDS, code_cells, read_notebook, stub_state, written_answers
+from autograder.report.code import STUB_WORDS, code_cells, read_notebook, written_answers
 from autograder.report.text import as_text
 
 UNRECOGNISED = "unrecognised"
