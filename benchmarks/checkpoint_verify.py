@@ -37,11 +37,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from autograder.checkpoint import load_plugin
-from autograder.lesson import default_lesson
+from autograder.course import course_of
 from reference.lesson83_mistakes import MISTAKES, reference_namespace
 
-ms = load_plugin(default_lesson())  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
+ms = course_of().lesson.plugin  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
 
 lm = ms.LESSON.trainer  # lesson83_milestone
 

@@ -215,7 +215,7 @@ def _milestone_names(config: GradingConfig, lesson: Lesson) -> dict[str, Any]:
             "milestone_time": milestone_time(lesson)}
 
 
-def _render(text: str, path: Path, qid: str, config: GradingConfig, lesson: Lesson) -> str:
+def render_text(text: str, path: Path, qid: str, config: GradingConfig, lesson: Lesson) -> str:
     """Render a question's text: `ref` is the lesson's reference module, `checks` its checks module, `grading`
     the config; `lm`, `milestone_bounds` and `milestone_time` exist when the lesson has a milestone trainer."""
     import torch
@@ -443,10 +443,11 @@ def load_questions(config: GradingConfig, lesson: Lesson, directory: Path | None
     questions: list[Question] = []
     for path, fm, body in sorted(read, key=lambda r: (ORDER.get(r[1].kind, 1), r[0].stem)):
         fm.choices = [c.model_copy(update={  # choice texts are templates too (numbers from reference/)
-            "prompt": _render(c.prompt, path, fm.id, config, lesson),
-            "why": _render(c.why, path, fm.id, config, lesson),
-            "options": [_render(o, path, fm.id, config, lesson) for o in c.options],
-            "misconceptions": [_render(m, path, fm.id, config, lesson) for m in c.misconceptions]}) for c in fm.choices]
+            "prompt": render_text(c.prompt, path, fm.id, config, lesson),
+            "why": render_text(c.why, path, fm.id, config, lesson),
+            "options": [render_text(o, path, fm.id, config, lesson) for o in c.options],
+            "misconceptions": [render_text(m, path, fm.id, config, lesson) for m in c.misconceptions]})
+            for c in fm.choices]
         for c in fm.choices:
             c._lesson = lesson.name
         if fm.id in {q.id for q in questions}:
@@ -460,7 +461,7 @@ def load_questions(config: GradingConfig, lesson: Lesson, directory: Path | None
                      checkpoint=fm.checkpoint)
         if graded and not manual:
             q.cases = _cases(fm, config, lesson, path)
-        q.cells = split_cells(_render(body, path, fm.id, config, lesson), path, fm.id)
+        q.cells = split_cells(render_text(body, path, fm.id, config, lesson), path, fm.id)
         if graded:
             _heading_points(q, config)
         kinds = [c.kind for c in q.cells]

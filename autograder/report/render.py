@@ -76,14 +76,14 @@ def question_code(cells: list[tuple[int, str]], q: Question, why: str = "") -> s
     return _templates().get_template("code.html.j2").render(v=code_view(cells, q, why), q=q)
 
 
-def _blocks(blocks: list[dict[str, Any]]) -> Markup:
+def blocks_html(blocks: list[dict[str, Any]]) -> Markup:
     """compare.detail's blocks as HTML."""
     return Markup(_templates().get_template("compare.html.j2").render(blocks=blocks))
 
 
 def checkpoint_table(received: Any, *, rel_tol: float) -> str:
     """The checkpoint's values per context as HTML ("" when the output holds none): compare.checkpoint_rows."""
-    return str(_blocks(checkpoint_rows(received, rel_tol=rel_tol)))
+    return str(blocks_html(checkpoint_rows(received, rel_tol=rel_tol)))
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,7 @@ def _case(ctx: RenderContext, s: Student, c: CaseResult) -> dict[str, Any]:
     if out["alone"]:  # the stored message is the gate's: show what its own check says
         out["message"] = alone.message
     tol = ctx.suite.config.tolerances
-    out["detail"] = _blocks(detail(case, c.expected, c.received, atol=case.atol if case else tol.atol,
+    out["detail"] = blocks_html(detail(case, c.expected, c.received, atol=case.atol if case else tol.atol,
                                    rtol=case.rtol if case else tol.rtol, rel_tol=ctx.suite.config.milestone.rel_tol))
     return out
 

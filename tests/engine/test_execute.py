@@ -16,7 +16,6 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-from conftest import importable
 
 from autograder import wire
 from autograder.config import ROOT
@@ -26,6 +25,7 @@ from autograder.sandbox.limits import Limits
 from autograder.sandbox.notebook import read_notebook
 from autograder.sandbox.pool import WorkerPool, execute_batch, execute_submission
 from autograder.sandbox.protocol import ExecResult, WorkerError
+from helpers.probes import importable
 
 REPO = ROOT
 REFERENCE = REPO / "tests" / "fixtures" / "lesson_demo" / "reference" / "lesson_demo.py"

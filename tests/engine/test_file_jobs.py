@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_execute_isolation import readable_python  # noqa: F401 - the fixture: a Python every user may read
 
 from autograder.config import ROOT
 from autograder.lesson import ENGINE_ROOT
 from autograder.sandbox.files import Verifier, reader_isolation
 from autograder.sandbox.isolation import choose_sandbox
 from autograder.sandbox.protocol import WorkerError
+from helpers.isolation import readable_python  # noqa: F401 - the fixture: a Python every user may read
 
 pytestmark = pytest.mark.sandbox  # every test here starts a reader process
 

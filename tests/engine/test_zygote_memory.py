@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import importable
 
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.pool import WorkerPool
+from helpers.probes import importable
 
 PROBE = "def run_probe(env, name, args):\n    return {'value': env[name]()}\n"
 

@@ -17,19 +17,20 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_limits import grade_under_lower_ulimits  # the run under lowered ulimits, and its checks
 
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.lesson import default_lesson
+from autograder.course import course_of
 from autograder.model import Status
 from autograder.release.sample import filled_notebook
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.pool import WorkerPool
 from autograder.sandbox.protocol import ExecResult
+from helpers.ulimits import grade_under_lower_ulimits  # the run under lowered ulimits, and its checks
 
-checks = default_lesson().checks
+LESSON = course_of().lesson
+checks = LESSON.checks
 
 LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
@@ -63,7 +64,8 @@ SINUSOIDAL = {
 @pytest.fixture(scope="module")
 def real_probes() -> dict[str, ExecResult]:
     probes = [("table", "call", {"fn": "sinusoidal_pe", "args": [6, 4]})]
-    with WorkerPool(1, limits=LIMITS) as pool:  # Lesson 83's probes
+    with WorkerPool(1, limits=LIMITS, probe_module=LESSON.checks_name,  # Lesson 83's probes
+                    modules=LESSON.sandbox_modules) as pool:
         return dict(pool.run_many(((k, nb(src)) for k, src in SINUSOIDAL.items()), probes=probes))
 
 
@@ -251,7 +253,8 @@ def storage() -> dict[str, ExecResult]:
              "gc_record": nb(GC_RECORD, PLAIN_TABLE), "gc_off": nb(GC_OFF, PLAIN_TABLE),
              "gc_empty": nb(GC_EMPTY, PLAIN_TABLE), "lying_class": nb(LYING_CLASS),
              "probe_classes": nb(PROBE_CLASSES, PLAIN_TABLE)}
-    with WorkerPool(1, limits=STORAGE_LIMITS) as pool:
+    with WorkerPool(1, limits=STORAGE_LIMITS, probe_module=LESSON.checks_name,
+                    modules=LESSON.sandbox_modules) as pool:
         return dict(pool.run_many(cases.items(), probes=STORAGE))
 
 

@@ -11,12 +11,10 @@ import random
 import re
 import resource
 import shutil
-import struct
 import subprocess
 import sys
 import threading
 import time
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import NormalDist
@@ -27,14 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.checkpoint import load_plugin
 from autograder.config import ROOT, Milestone, load_config
-from autograder.lesson import default_lesson
+from autograder.course import course_of
 from autograder.model import Status
+from helpers.milestone import zip_bomb
 from reference.lesson83 import TinyCharLM, apply_rope, rope_cache, sinusoidal_pe
 from reference.lesson83_mistakes import MISTAKES
 
-ms = load_plugin(default_lesson())  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
+ms = course_of().lesson.plugin  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
 
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"  # a quick-preset run of the reference, committed
 lm = ms.LESSON.trainer  # lesson83_milestone
@@ -385,8 +383,8 @@ def test_training_and_verification_run_without_pydantic(tmp_path: Path) -> None:
     assert blocked.returncode != 0 and "blocked by the test" in blocked.stderr
     script = f'''
 from pathlib import Path
-from autograder.lesson import default_lesson
-lm = default_lesson().trainer
+from autograder.lesson import ENGINE_ROOT, lesson_named_in
+lm = lesson_named_in(ENGINE_ROOT / "grading_config.yaml").trainer  # no pydantic: the config is not parsed here
 from reference.lesson83 import TinyCharLM
 out = Path({str(tmp_path)!r})
 info = {{}}
@@ -519,25 +517,6 @@ def test_malformed_claims_give_a_verdict(tiny_checkpoint: tuple[Path, Path], tex
     assert not result["schemes"]["rope"]["passed"]
     assert result["schemes"]["rope"]["problem"] == "checkpoint_unreadable", result
 
-
-def zip_bomb(path: Path, *, mib: int) -> None:
-    """A milestone.pt whose one tensor record is deflate-compressed: about mib/230 MiB on disk, mib when read."""
-    small, numel = 70_000, mib * 2**20 // 4
-    buf = io.BytesIO()
-    torch.save({"config": {"preset": "quick", "vocab": list(lm.VOCAB)},
-                "state_dicts": {"rope": {"token_emb.weight": torch.zeros(small)}}}, buf)
-    src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as dst:
-        for item in src.infolist():
-            data = src.read(item.filename)
-            if item.filename.endswith("/data/0"):
-                with dst.open(item.filename, "w", force_zip64=True) as f:
-                    for _ in range(mib):
-                        f.write(bytes(2**20))
-                continue
-            if item.filename.endswith("data.pkl"):  # the pickle declares the large size, as the record holds
-                data = data.replace(b"J" + struct.pack("<i", small), b"J" + struct.pack("<i", numel))
-            dst.writestr(item.filename, data, compress_type=zipfile.ZIP_STORED)
 
 
 @pytest.mark.sandbox

@@ -19,14 +19,14 @@ import pytest
 
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.course import course_of
 from autograder.grading import store
 from autograder.grading.nbgrader import ALLOW_FLAG, NbgraderGradingError, cell_text, flag_note, nbgrader_autograde
-from autograder.lesson import default_lesson
 from autograder.release.common import case_json, tool_env
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.build]  # the tiers are in pyproject.toml
 
-LESSON = default_lesson()
+LESSON = course_of().lesson
 checks = LESSON.checks
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
 # The attack of issue 20: walk up to any file of expected values, take the Q8 key from it, and switch the
