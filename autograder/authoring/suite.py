@@ -104,18 +104,17 @@ ENGINE_ROOT = Path(__file__).resolve().parent.parent  # autograder/
 # What the fingerprint hashes of the engine: every module of these packages and these top-level modules, found in
 # the package (never a hand list of files): a module added to or renamed in them is covered by the next fingerprint.
 JUDGING_PACKAGES = ("authoring", "grading", "sandbox", "runtime")
-JUDGING_MODULES = ("wire.py", "model.py", "checkpoint.py", "lesson.py")
+JUDGING_MODULES = ("wire.py", "model.py", "checkpoint.py", "lesson.py", "config.py")
 
 
-def engine_files() -> tuple[str, ...]:
+def engine_files(root: Path = ENGINE_ROOT) -> tuple[str, ...]:
     """The engine's files whose change changes what the grader judges (paths under autograder/). The rule: every
     .py file of the packages that read the questions and compute expected values (authoring/), run and judge
     submissions and store their results (grading/), confine student code (sandbox/) and ship the checks runtime
-    (runtime/), and the top-level modules they share: the wire format, the typed data, the checkpoint engine and
-    the lesson descriptor (JUDGING_MODULES). The report, the release writers and the command line change no
-    judgement and are left out."""
-    found = [p.relative_to(ENGINE_ROOT).as_posix() for pkg in JUDGING_PACKAGES
-             for p in (ENGINE_ROOT / pkg).rglob("*.py")]
+    (runtime/), and the top-level modules they share: the wire format, the typed data, the checkpoint engine, the
+    lesson descriptor and the config's schema, whose defaults are limits and tolerances (JUDGING_MODULES). The report, the release writers and the command line change no
+    judgement and are left out. `root`: the folder holding the packages (autograder/)."""
+    found = [p.relative_to(root).as_posix() for pkg in JUDGING_PACKAGES for p in (root / pkg).rglob("*.py")]
     return tuple(sorted(found)) + JUDGING_MODULES
 
 
