@@ -112,8 +112,9 @@ def engine_files(root: Path = ENGINE_ROOT) -> tuple[str, ...]:
     .py file of the packages that read the questions and compute expected values (authoring/), run and judge
     submissions and store their results (grading/), confine student code (sandbox/) and ship the checks runtime
     (runtime/), and the top-level modules they share: the wire format, the typed data, the checkpoint engine, the
-    lesson descriptor and the config's schema, whose defaults are limits and tolerances (JUDGING_MODULES). The report, the release writers and the command line change no
-    judgement and are left out. `root`: the folder holding the packages (autograder/)."""
+    lesson descriptor and the config's schema, whose defaults are limits and tolerances (JUDGING_MODULES). The
+    report, the release writers and the command line change no judgement and are left out. `root`: the folder
+    holding the packages (autograder/)."""
     found = [p.relative_to(root).as_posix() for pkg in JUDGING_PACKAGES for p in (root / pkg).rglob("*.py")]
     return tuple(sorted(found)) + JUDGING_MODULES
 
