@@ -24,6 +24,7 @@ from autograder.release.common import (
     choices_markdown,
     code_cell,
     example_question,
+    grader_limits,
     md_cell,
     question_cells,
     replace_dir,
@@ -44,11 +45,11 @@ def public_cases_file(name: str) -> str:
 
 
 def nbgrader_public_cases(questions: list[Question], expected: dict[str, dict[str, Any]], *,
-                          lesson: Lesson) -> dict[str, list[Any]]:
+                          lesson: Lesson, limits: dict[str, float]) -> dict[str, list[Any]]:
     """PUBLIC_CASES: question id -> its public cases as their tests carry them (with their gates), in order."""
     cases = {c.id: c for q in questions for c in q.cases}
-    return {q.id: [json.loads(case_json(c, expected, cases, lesson=lesson)) for c in q.cases if not c.hidden]
-            for q in questions if q.cases}
+    return {q.id: [json.loads(case_json(c, expected, cases, lesson=lesson, limits=limits))
+                   for c in q.cases if not c.hidden] for q in questions if q.cases}
 
 
 def _nbgrader_check(q: Question) -> str:
@@ -212,7 +213,8 @@ def build_nbgrader(suite: Suite, work: Path) -> Path:
              src / f"{name}.ipynb")
     for f in lesson.shipped_files:
         shutil.copy(f, src / f.name)
-    (src / public_cases_file(name)).write_text(json.dumps(nbgrader_public_cases(questions, expected, lesson=lesson),
+    (src / public_cases_file(name)).write_text(json.dumps(nbgrader_public_cases(questions, expected, lesson=lesson,
+                                                                                limits=grader_limits(config)),
                                                           sort_keys=True, separators=(",", ":")) + "\n")
     (course / "nbgrader_config.py").write_text(nbgrader_config(name))
     _generate(course, name)

@@ -121,20 +121,24 @@ import torch
 torch.set_num_threads(int(sys.argv[1]))
 from autograder.authoring.content import expected_values
 from autograder.authoring.questions import load_questions
-from autograder.config import load_config
+from autograder.course import course_of
+from autograder.release.common import grader_limits
 from autograder.release.nbgrader import nbgrader_public_cases, nbgrader_source
 from autograder.release.otter import otter_master, otter_test
 lesson = course_of().lesson
+LIMITS = grader_limits(course_of().config)  # the grader's time limits each case carries
 questions = load_questions(course_of().config, lesson)
 expected = expected_values(questions, lesson=lesson)
 checks = lesson.checks
 parts = {"expected values": checks.dumps(expected)}
-for name, nb in (("otter master", otter_master(questions, expected, name="lesson83", lesson=lesson)),
+for name, nb in (("otter master", otter_master(questions, expected, name="lesson83", lesson=lesson, limits=LIMITS)),
                  ("nbgrader source", nbgrader_source(questions, expected, lesson=lesson))):
     parts[name] = json.dumps([[c.cell_type, c.source, c.metadata] for c in nb.cells], sort_keys=True)
-parts["nbgrader public cases"] = json.dumps(nbgrader_public_cases(questions, expected, lesson=lesson), sort_keys=True)
+parts["nbgrader public cases"] = json.dumps(nbgrader_public_cases(questions, expected, lesson=lesson, limits=LIMITS),
+                                           sort_keys=True)
 cases = {c.id: c for q in questions for c in q.cases}
-parts |= {f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}
+parts |= {f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson, limits=LIMITS)
+          for cid, c in cases.items()}
 print(json.dumps({k: hashlib.sha256(v.encode()).hexdigest() for k, v in parts.items()}))
 """
 
@@ -243,16 +247,18 @@ def _release_numbers(questions: list[Any]) -> dict[str, str]:
     """Every generated text that holds the questions' stored values: the grader's expected values, each case's
     Otter test file and nbgrader's hidden cases."""
     from autograder.authoring.content import expected_values
+    from autograder.release.common import grader_limits
     from autograder.release.nbgrader import nbgrader_public_cases
     from autograder.release.otter import otter_test
 
-    lesson = course_of().lesson
+    lesson, limits = course_of().lesson, grader_limits(course_of().config)
     expected = expected_values(questions, lesson=lesson)
     cases = {c.id: c for q in questions for c in q.cases}
     return {"expected values": lesson.checks.dumps(expected),
-            "nbgrader public cases": json.dumps(nbgrader_public_cases(questions, expected, lesson=lesson),
-                                                sort_keys=True),
-            **{f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}}
+            "nbgrader public cases": json.dumps(nbgrader_public_cases(questions, expected, lesson=lesson,
+                                                                      limits=limits), sort_keys=True),
+            **{f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson, limits=limits)
+               for cid, c in cases.items()}}
 
 
 @pytest.mark.build

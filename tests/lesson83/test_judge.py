@@ -18,12 +18,14 @@ from autograder.authoring.suite import Suite, reference_env
 from autograder.config import ROOT
 from autograder.course import course_of
 from autograder.grading.judge import grade_namespace, notebook_env
+from autograder.release.common import grader_limits
 from helpers.attempts import DO_NOTHING
 from reference.lesson83_mistakes import MISTAKES, reference_namespace
 from reference.variants import CORRECT_VARIANTS
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 LESSON = course_of().lesson
+LIMITS = grader_limits(course_of().config)  # the grader's time limits each case carries
 checks = LESSON.checks
 
 
@@ -107,7 +109,7 @@ def test_local_checks_and_exports_gate_properties_as_the_grader_does(suite: Suit
     assert gated
     result = {r.id: r for r in grade_namespace(suite, env, name=name).cases}
     for case in gated:
-        payload = case_json(case, suite.expected, cases, lesson=LESSON)
+        payload = case_json(case, suite.expected, cases, lesson=LESSON, limits=LIMITS)
         checks.run_case(reference_env(suite), payload)
         if result[case.id].passed:
             continue
@@ -176,7 +178,7 @@ def test_local_checks_judge_later_questions_against_the_students_own_earlier_out
     for mistake_id, case_id in (("pe_sin_cos_swapped", "q3_sinusoidal_module/forward_adds_table"),
                                 ("rope_interleaved", "q6_rope_attention/matches_reference")):
         mistake = next(m for m in MISTAKES if m.id == mistake_id)
-        payload = case_json(cases[case_id], suite.expected, cases, lesson=LESSON)
+        payload = case_json(cases[case_id], suite.expected, cases, lesson=LESSON, limits=LIMITS)
         assert "basis" not in checks.loads(payload)["expected"]["value"]  # no reference table ships for this
         checks.run_case({**reference_env(suite), **reference_namespace(mistake)}, payload)  # passes
 
@@ -284,7 +286,7 @@ def test_local_check_judges_a_gate_again_when_the_function_is_rebound(suite: Sui
     from autograder.release.common import case_json
 
     cases = {c.id: c for c in suite.cases}
-    table, raises = (case_json(cases[f"q2_sinusoidal_pe/{n}"], suite.expected, cases, lesson=LESSON)
+    table, raises = (case_json(cases[f"q2_sinusoidal_pe/{n}"], suite.expected, cases, lesson=LESSON, limits=LIMITS)
                      for n in ("table_d4", "odd_d_raises"))
     checks.MEMO.clear()
     env = dict(reference_env(suite))
@@ -325,7 +327,7 @@ def test_local_device_check_agrees_with_the_grader_after_an_in_place_op_on_atten
     assert not graded.passed and graded.diagnosis == "lm_tables_on_cpu", graded.message
     checks.MEMO.clear()
     with pytest.raises(AssertionError) as info:  # the learned model's trace fills the memo that none's then uses
-        checks.check_case(env, case_json(case, suite.expected, cases, lesson=LESSON))
+        checks.check_case(env, case_json(case, suite.expected, cases, lesson=LESSON, limits=LIMITS))
     assert "pos='none'" in str(info.value) and "on cpu" in str(info.value), str(info.value)
     checks.MEMO.clear()
 
