@@ -35,43 +35,20 @@ class Course:
 
     @cached_property
     def suite(self) -> Suite:
-        """Every graded case with its reference values, read from the lesson's sources the first time it is asked
-        for; the milestone's presets are checked against the lesson's trainer then (the config alone never imports
-        it)."""
+        """Every graded case with its reference values and the milestone's rules (validated by the lesson's plug-in:
+        the config alone never imports it nor the trainer), read from the lesson's sources the first time it is
+        asked for."""
         return self.read_suite()
 
     def read_suite(self, *, assignments: Path | None = None, reference_file: Path | None = None) -> Suite:
         """This course's suite read afresh, from the lesson's sources or from a copy of them (`assignments`,
-        `reference_file`); the milestone's presets are checked against the lesson's trainer first."""
-        check_milestone(self.config, self.lesson, path=self.path)
+        `reference_file`)."""
         return read_suite(self.path, self.config, self.lesson, assignments=assignments, reference_file=reference_file)
 
     @property
     def is_default(self) -> bool:
         """Whether this is the package's own grading_config.yaml (commands then need no --config)."""
         return self.path == DEFAULT_CONFIG.resolve()
-
-
-def check_milestone(config: GradingConfig, lesson: Lesson, *, path: Path) -> None:
-    """ConfigError unless the milestone's presets name only schemes and contexts of the lesson's trainer (SCHEMES,
-    CONTEXTS); a lesson whose plug-in has other rules (autograder/checkpoint.py) declares no presets and needs no
-    trainer."""
-    presets = config.milestone.presets
-    if not presets:
-        return
-    try:
-        trainer = lesson.trainer
-    except LessonError as exc:
-        raise ConfigError(f"{path}: invalid grading config:\n  milestone.presets: {exc}") from None
-    for name, preset in presets.items():
-        where = f"milestone.presets.{name}.thresholds"
-        for pos, bounds in preset.thresholds.items():
-            if pos not in trainer.SCHEMES:
-                raise ConfigError(f"{path}: invalid grading config:\n  {where}: unknown scheme {pos!r}; schemes are "
-                                  f"{', '.join(trainer.SCHEMES)}")
-            if bad := [c for c in bounds if c not in trainer.CONTEXTS]:
-                raise ConfigError(f"{path}: invalid grading config:\n  {where}.{pos}: contexts {bad} are not "
-                                  f"measured; use {', '.join(map(str, trainer.CONTEXTS))}")
 
 
 def course_of(path: Path = DEFAULT_CONFIG) -> Course:

@@ -81,7 +81,13 @@ class MilestonePlugin(Protocol):
     PROBLEMS: dict[str, str]  # problem id -> what it means and what to do (UNREADABLE and MISSING among them)
     UNVERIFIED: str  # what to do when the checkpoint could not be verified at all
 
-    def verify(self, files: dict[str, bytes], *, rules: Any, memory_mb: int) -> Verdict: ...
+    def parse_rules(self, section: dict[str, Any], *, where: str) -> Any:
+        """The config's milestone section (points and the plug-in's own keys) validated into the plug-in's rules (the
+        one definition of that schema); ValueError naming the key (`where`: the section's name). An attribute
+        `rel_tol`, when the rules have one, is the report's tolerance between a claimed and a recomputed figure."""
+
+    def verify(self, files: dict[str, bytes], *, rules: Any, memory_mb: int) -> Verdict:
+        """The uploaded files against the rules parse_rules returned; never raises for what the files hold."""
 
     def reader_start(self) -> Any: ...
 

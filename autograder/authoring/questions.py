@@ -192,7 +192,8 @@ def table(header: list[str], rows: Any, index: list[Any] | None = None) -> str:
 def milestone_bounds(config: GradingConfig, lesson: Lesson) -> str:
     """Markdown table of the checkpoint thresholds per preset, scheme and context (from the config)."""
     lm = lesson.trainer
-    presets = config.milestone.presets
+    rules = lesson.plugin.parse_rules(config.milestone.model_dump(), where="milestone") if lesson.plugin_file else None
+    presets = getattr(rules, "presets", {})
     header = ["scheme", *(f"`{name}` preset: perplexity at most" for name in presets)]
     rows = [[f"`{pos}`", *("; ".join(f"{bound:g} at {c}" for c, bound in sorted(rule.thresholds.get(pos, {}).items()))
                          or "no bound" for rule in presets.values())] for pos in lm.SCHEMES]

@@ -14,7 +14,7 @@ from typing import Any
 from autograder import COMMAND, env_name
 from autograder.authoring.content import expected_values
 from autograder.authoring.questions import Question, checkpoint_of, load_questions, mc_answers
-from autograder.config import GradingConfig
+from autograder.config import ConfigError, GradingConfig
 from autograder.lesson import Lesson
 from autograder.model import Case, CheckpointCase
 from autograder.runtime.checks_runtime import from_plain, to_plain
@@ -39,6 +39,7 @@ class Suite:
     questions: tuple[Question, ...]  # the authored questions, then the checkpoint's when it has points
     cases: tuple[Case, ...]
     fingerprint: str = ""  # suite_fingerprint of the files it was read from
+    milestone_rules: Any = None  # the config's milestone section as the lesson's plug-in parsed it (milestone_rules)
 
     @cached_property
     def expected(self) -> dict[str, dict[str, Any]]:
@@ -201,7 +202,23 @@ def read_suite(config_path: Path, config: GradingConfig, lesson: Lesson, *, assi
         assert milestone.checkpoint is not None
         questions.append(Question(milestone.checkpoint.id, milestone.checkpoint.title, milestone.path, [], [], [], [],
                                   points=config.milestone.points))
-    return Suite(config, lesson, tuple(questions), cases, fingerprint)
+    return Suite(config, lesson, tuple(questions), cases, fingerprint, milestone_rules(config_path, config, lesson))
+
+
+def milestone_rules(config_path: Path, config: GradingConfig, lesson: Lesson) -> Any:
+    """The config's milestone section parsed by the lesson's plug-in (parse_rules: the one definition of its
+    schema), or None when the section holds nothing but zero points (the plug-in is then never imported);
+    ConfigError naming the file and the key."""
+    section = config.milestone.model_dump()
+    if set(section) == {"points"} and not config.milestone.points:
+        return None
+    try:
+        if lesson.plugin_file is None and set(section) != {"points"}:
+            raise ValueError(f"milestone.{next(k for k in section if k != 'points')}: unknown key (lesson "
+                             f"{lesson.name} has no milestone plug-in to read it)")
+        return lesson.plugin.parse_rules(section, where="milestone")
+    except ValueError as exc:  # the plug-in's RulesError, LessonError
+        raise ConfigError(f"{config_path}: invalid grading config:\n  {exc}") from None
 
 
 def reference_env(suite: Suite) -> dict[str, Any]:

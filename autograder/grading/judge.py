@@ -156,7 +156,7 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
         verdict = Verdict(False, "; ".join(problems), UNREADABLE)
     else:
         try:
-            verdict = plugin.verify(files, rules=suite.config.milestone,
+            verdict = plugin.verify(files, rules=suite.milestone_rules,
                                     memory_mb=suite.config.submissions.checkpoint_memory_mb)
         except Exception as exc:  # noqa: BLE001 - hostile files (deep JSON, odd types) cost this part, not the batch
             verdict = Verdict(False, f"the checkpoint could not be verified ({type(exc).__name__}: "

@@ -282,9 +282,9 @@ def _case(ctx: RenderContext, s: Student, c: CaseResult) -> dict[str, Any]:
         return out
     if out["alone"]:  # the stored message is the gate's: show what its own check says
         out["message"] = alone.message
-    tol = ctx.suite.config.tolerances
+    tol, rules = ctx.suite.config.tolerances, ctx.suite.milestone_rules
     out["detail"] = blocks_html(detail(case, c.expected, c.received, atol=case.atol if case else tol.atol,
-                                   rtol=case.rtol if case else tol.rtol, rel_tol=ctx.suite.config.milestone.rel_tol))
+                                       rtol=case.rtol if case else tol.rtol, rel_tol=getattr(rules, "rel_tol", 0.0)))
     return out
 
 

@@ -4,7 +4,10 @@ stage takes that object; a stage given a Course reads no config file at all."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ import pytest
 from autograder import cli
 from autograder import course as course_module
 from autograder.authoring.suite import reference_env
-from autograder.config import DEFAULT_CONFIG, GradingConfig
+from autograder.config import DEFAULT_CONFIG, ROOT, GradingConfig
 from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.grading.judge import grade_namespace
@@ -128,3 +131,13 @@ def test_release_selfcheck_and_grade_of_a_course_never_read_the_package_config(t
                           progress=False)
     totals = {r["id"]: r["total"] for r in summary.rows}
     assert totals["reference"] == course.suite.auto_points and totals["blank"] == 0, totals
+
+
+def test_parsing_the_config_imports_no_trainer() -> None:
+    """Loading a course (the package's: Lesson 83 with its milestone) imports neither the lesson's milestone
+    trainer nor torch: the milestone's rules are the plug-in's, read with the suite."""
+    code = ("import sys; from autograder.course import Course; Course.load(); "
+            "print(sorted(m for m in sys.modules if m.endswith(('_milestone', '_checkpoint')) or m == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    assert out.strip() == "[]", out
