@@ -148,9 +148,9 @@ def class_scale(n: int, *, schemes: Sequence[str], windows: int, rounds: int = 2
     the summary lines and the checkpoints not passed."""
     import queue
 
-    from autograder.config import load_config
+    from autograder.course import course_of
 
-    memory_mb = load_config().submissions.checkpoint_memory_mb
+    memory_mb = course_of().config.submissions.checkpoint_memory_mb
     claims = (REFERENCE / "milestone.json").read_bytes()
     files, rules = perturbed(n), ms.load_rules()
     methods = {"before": "prefix", "new": "sample"}

@@ -28,7 +28,7 @@ from autograder.authoring.suite import Suite
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
 from autograder.course import Course, course_of
-from autograder.grading import batch, store
+from autograder.grading import batch, runner, store
 from autograder.grading.batch import grade_batch
 from autograder.grading.judge import notebook_env
 from autograder.grading.submissions import Submission, submission_ids
@@ -350,7 +350,7 @@ class FakePool:
 
 @pytest.fixture()
 def fake_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(batch, "WorkerPool", FakePool)
+    monkeypatch.setattr(runner, "WorkerPool", FakePool)  # the one place a pool is built (grading/runner.py)
     FakePool.broken = True
 
 

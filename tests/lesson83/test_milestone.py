@@ -697,7 +697,7 @@ class WaitingPool:
 @pytest.mark.sandbox
 def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from autograder.grading import batch
+    from autograder.grading import batch, runner
 
     verdict = {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": "quick", "credit": 1.0,
                "seconds": 0.0, "schemes": {pos: {"passed": True, "message": "ok"} for pos in lm.SCHEMES}}
@@ -706,7 +706,7 @@ def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Pa
         WaitingPool.verifying.set()
         return verdict
 
-    monkeypatch.setattr(batch, "WorkerPool", WaitingPool)
+    monkeypatch.setattr(runner, "WorkerPool", WaitingPool)
     monkeypatch.setattr(ms, "verify_checkpoint", verify)
     WaitingPool.verifying.clear()
     WaitingPool.waited.clear()
@@ -787,7 +787,7 @@ def test_a_verifier_killed_from_outside_is_started_again(tiny_checkpoint: tuple[
 @pytest.mark.sandbox
 def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two cores verify two checkpoints at once while the notebooks run (a class of 300 needs both)."""
-    from autograder.grading import batch
+    from autograder.grading import batch, runner
 
     verdict = {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": "quick", "credit": 1.0,
                "seconds": 0.0, "schemes": {pos: {"passed": True, "message": "ok"} for pos in lm.SCHEMES}}
@@ -803,7 +803,7 @@ def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypat
             WaitingPool.verifying.set()
         return verdict
 
-    monkeypatch.setattr(batch, "WorkerPool", WaitingPool)
+    monkeypatch.setattr(runner, "WorkerPool", WaitingPool)
     monkeypatch.setattr(ms, "verify_checkpoint", verify)
     monkeypatch.setattr(batch, "VERIFY_SLOTS", 2)
     WaitingPool.verifying.clear()
