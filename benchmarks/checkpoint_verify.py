@@ -148,7 +148,6 @@ def class_scale(n: int, *, schemes: Sequence[str], windows: int, rounds: int = 2
     the summary lines and the checkpoints not passed."""
     import queue
 
-    from autograder.course import course_of
 
     memory_mb = course_of().config.submissions.checkpoint_memory_mb
     claims = (REFERENCE / "milestone.json").read_bytes()
