@@ -195,6 +195,7 @@ def read_suite(config_path: Path, config: GradingConfig, lesson: Lesson, *, assi
     """The suite of a config (read from `config_path`), its lesson and the lesson's sources (or a copy of them),
     read afresh (Course.suite keeps one per course)."""
     fingerprint = suite_fingerprint(config_path, lesson, assignments=assignments, reference_file=reference_file)
+    rules = milestone_rules(config_path, config, lesson)  # first: a bad section is the config's error, named so
     questions = load_questions(config, lesson, assignments, reference_file)
     cases = tuple(c for q in questions for c in q.cases)
     if config.milestone.points:  # graded from uploaded files, not from the notebook: no probe cases
@@ -202,7 +203,7 @@ def read_suite(config_path: Path, config: GradingConfig, lesson: Lesson, *, assi
         assert milestone.checkpoint is not None
         questions.append(Question(milestone.checkpoint.id, milestone.checkpoint.title, milestone.path, [], [], [], [],
                                   points=config.milestone.points))
-    return Suite(config, lesson, tuple(questions), cases, fingerprint, milestone_rules(config_path, config, lesson))
+    return Suite(config, lesson, tuple(questions), cases, fingerprint, rules)
 
 
 def milestone_rules(config_path: Path, config: GradingConfig, lesson: Lesson) -> Any:
