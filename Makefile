@@ -47,18 +47,21 @@ report: setup
 
 demo: release selfcheck grade report
 
-# The quick tier, for contributors: ruff and every test of tests/engine and tests/lesson83 that needs no sandbox,
+# The quick tier, for contributors: ruff, the import contract (pyproject.toml [tool.importlinter]: the engine's layers,
+# no circles) and every test of tests/engine and tests/lesson83 that needs no sandbox,
 # release build, browser, training or deploy environment (the markers in pyproject.toml), on two processes; it
 # prints its time (under 2 minutes on two cores; tests/README.md says what goes where).
 QUICK := not (sandbox or build or browser or training or deploy)
 check: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-logo
 	@start=$$(date +%s); $(BIN)/pytest -q -n 2 -m "$(QUICK)" --durations=10; rc=$$?; \
 	echo "make check: $$(( $$(date +%s) - start )) s (load average $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null))"; exit $$rc
 
 # The full suite, as CI runs it (.ci/run), with the 25 slowest tests.
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/pytest -q --durations=25
 
 # dist/ but an nbgrader course that holds work (submissions, autograded or feedback folders, gradebook rows) and

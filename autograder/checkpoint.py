@@ -4,7 +4,8 @@ that load and evaluate an uploaded checkpoint (autograder/sandbox/files.py) are 
 A lesson with a milestone declares its checkpoint in the milestone question's front matter (`checkpoint: {id,
 title, files}`, autograder/authoring/questions.py) and provides a plug-in, assignments/NAME/NAME_checkpoint.py
 (Lesson.plugin_file; graders only: it is never shipped to students). The engine imports it only when the lesson
-grades a checkpoint (load_plugin). A plug-in module defines:
+grades a checkpoint (Lesson.plugin, the one loader; its typed contract is lesson.MilestonePlugin). A plug-in module
+defines:
 
     PARTS: Sequence[str]         the graded parts, each a case of the checkpoint's question (equal shares)
     PROBLEMS: dict[str, str]     problem id -> what it means and what to do: the report's checkpoint section.
@@ -30,11 +31,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from autograder import sandbox
-from autograder.lesson import Lesson, LessonError, default_lesson, load_module
+from autograder.lesson import ENGINE_ROOT, Lesson, lesson_named_in
 from autograder.model import PartVerdict, Verdict  # re-exported: the plug-ins build them from here
 from autograder.sandbox import (  # the reader processes, for the plug-ins: checkpoint.run_child, ...
     STARTUP_TIMEOUT_S,
@@ -46,7 +46,7 @@ from autograder.sandbox import (  # the reader processes, for the plug-ins: chec
 )
 
 __all__ = ["MISSING", "STARTUP_TIMEOUT_S", "UNREADABLE", "VERIFY_SLOTS", "PartVerdict", "Verdict", "Verifier",
-           "VerifierError", "load_plugin", "main", "pool", "read_limited", "reader_isolation", "reader_limits_lowered",
+           "VerifierError", "main", "pool", "read_limited", "reader_isolation", "reader_limits_lowered",
            "reader_files", "reads_checkpoint", "run_child"]
 UNREADABLE = "checkpoint_unreadable"  # the problem of uploads that could not be read at all
 MISSING = "checkpoint_missing"  # the problem of a submission that uploaded no checkpoint: not a mistake in its code
@@ -88,15 +88,6 @@ def run_child(data: bytes, request: dict[str, Any], *, plugin: Path, memory_mb: 
                              readers=None if verifier is not None else pool(plugin))
 
 
-def load_plugin(lesson: Lesson) -> ModuleType:
-    """The lesson's milestone plug-in, imported once per process; LessonError when the lesson has none."""
-    path = lesson.plugin_file
-    if path is None:
-        raise LessonError(f"{lesson.assignment_dir}: lesson {lesson.name} grades a checkpoint but has no plug-in "
-                          f"{lesson.plugin_name}.py: add it (autograder/checkpoint.py says what it defines)")
-    return load_module(lesson.plugin_name, path)
-
-
 def reads_checkpoint(files: Sequence[str], uploaded: dict[str, bytes]) -> bool:
     """Whether a submission's uploads give the reader a checkpoint to read: the first file a lesson declares
     is the one its reader loads."""
@@ -120,13 +111,14 @@ def read_limited(data: str | Path | bytes | None, name: str, limit: int) -> byte
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m autograder.checkpoint [--config PATH] ARGS...`: the command line of the lesson's plug-in (its
-    main(ARGS): e.g. train or verify a checkpoint), the lesson of the grading config (default: the package's).
+    main(ARGS): e.g. train or verify a checkpoint), the lesson of the grading config (default: the package's),
+    read with PyYAML alone (a GPU image has no pydantic).
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    config = None
+    config = ENGINE_ROOT / "grading_config.yaml"
     if args[:1] == ["--config"] and len(args) >= 2:
         config, args = Path(args[1]), args[2:]
-    plugin = load_plugin(default_lesson(config))
+    plugin = lesson_named_in(config).plugin
     return int(plugin.main(args))
 
 

@@ -9,9 +9,8 @@ from functools import cache
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from autograder.lesson import Lesson, LessonError
 from autograder.sandbox import (
     CELL_TIMEOUT_S,
     CHECKPOINT_MEMORY_MB,
@@ -126,27 +125,16 @@ class Submissions(_Strict):
         return int(getattr(self, f"max_{what}_mb") * MIB)
 
 
-class PresetRule(_Strict):
-    credit: float = Field(1.0, ge=0, le=1, description="share of a scheme's points a passing checkpoint earns")
-    thresholds: dict[str, dict[int, float]] = Field(
-        {}, description="scheme -> {context: largest re-evaluated perplexity that passes}")
+class Milestone(BaseModel):
+    """The milestone section. `points` is the engine's: the points of the checkpoint question (the one its
+    `checkpoint:` names). Every other key is the lesson's milestone plug-in's own rules, written once there: the
+    course hands the whole section to the plug-in's parse_rules (autograder/lesson.py: MilestonePlugin) when it
+    reads its suite, which rejects unknown keys as this schema does; a lesson without a plug-in takes no other
+    key."""
 
-
-class Milestone(_Strict):
+    model_config = ConfigDict(extra="allow", frozen=True)
     points: float = Field(0, ge=0, description="points of the checkpoint verification (the question its "
-                        "`checkpoint:` names)")
-    rel_tol: float = Field(0.02, gt=0, description="largest relative gap between milestone.json and re-evaluation")
-    verify_windows: int = Field(100, gt=0, le=3000, description="validation windows of the whole re-evaluation "
-                                "(the grader before issue 23; benchmarks/checkpoint_verify.py)")
-    sample_windows: int = Field(16, gt=0, le=3000, description="windows per scheme recomputed at random (secret "
-                                "seed) against milestone.json's per-window losses (docs/milestone.md)")
-    window_tol: float = Field(0.002, gt=0, description="largest gap, in nats per token, between a recomputed "
-                              "window's loss and its claim")
-    deficit_audit: float = Field(5.0, gt=0, description="each other window is recomputed with probability "
-                                 "deficit / (n (log(1 + rel_tol) - 2 window_tol) / deficit_audit), its deficit the "
-                                 "nats its claim lies below the loss predicted from the reference's: a lie that "
-                                 "moves a figure by rel_tol escapes with probability <= exp(-deficit_audit)")
-    presets: dict[str, PresetRule] = Field({}, description="accepted presets (full, quick) and their rules")
+                          "`checkpoint:` names)")
 
 
 class Cluster(_Strict):
@@ -163,7 +151,8 @@ class Cluster(_Strict):
 
 class GradingConfig(_Strict):
     assignment: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="the lesson: assignments/<assignment>/ "
-                            "and the files autograder/lesson.py names after it; also the Otter and nbgrader name")
+                            "and the files autograder/lesson.py names after it (found by autograder/course.py, "
+                            "never by parsing the config); also the Otter and nbgrader name")
     total_points: float = Field(gt=0, description="sum of all question points")
     tolerances: Tolerances = Tolerances()
     questions: dict[str, QuestionPoints]
@@ -171,35 +160,6 @@ class GradingConfig(_Strict):
     submissions: Submissions = Submissions()
     milestone: Milestone = Milestone()
     cluster: Cluster = Cluster()
-    _near: Path = PrivateAttr(ROOT)  # the folder of the config file: where its lesson is looked for first
-
-    @property
-    def lesson(self) -> Lesson:
-        """The lesson this config grades (autograder/lesson.py)."""
-        return Lesson.load(self.assignment, near=self._near)
-
-    @model_validator(mode="after")
-    def _lesson_exists_and_fits(self, info: ValidationInfo) -> GradingConfig:
-        """The lesson's folder exists, and the milestone's schemes and contexts are its trainer's (SCHEMES,
-        CONTEXTS)."""
-        self._near = (info.context or {}).get("near", ROOT)
-        rules = self.milestone
-        try:
-            lesson = self.lesson
-            if not rules.presets:  # a plug-in of other rules (autograder/checkpoint.py) needs no trainer
-                return self
-            trainer = lesson.trainer
-        except LessonError as exc:
-            raise ValueError(str(exc)) from None
-        for name, preset in rules.presets.items():
-            where = f"milestone.presets.{name}.thresholds"
-            for pos, bounds in preset.thresholds.items():
-                if pos not in trainer.SCHEMES:
-                    raise ValueError(f"{where}: unknown scheme {pos!r}; schemes are {', '.join(trainer.SCHEMES)}")
-                if bad := [c for c in bounds if c not in trainer.CONTEXTS]:
-                    raise ValueError(f"{where}.{pos}: contexts {bad} are not measured; use "
-                                     f"{', '.join(map(str, trainer.CONTEXTS))}")
-        return self
 
     @model_validator(mode="after")
     def _points_add_up(self) -> GradingConfig:
@@ -219,7 +179,7 @@ def load_config(path: Path = DEFAULT_CONFIG) -> GradingConfig:
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read the grading config: {exc}") from exc
     try:
-        return GradingConfig.model_validate(raw or {}, context={"near": path.resolve().parent})
+        return GradingConfig.model_validate(raw or {})
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

@@ -31,7 +31,10 @@ from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+if TYPE_CHECKING:
+    from autograder.model import Verdict
 
 ENGINE_ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("prose", "cases", "choices", "manual", "milestone")  # a question file's `kind:`
@@ -49,6 +52,46 @@ NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 class LessonError(ValueError):
     """A lesson's files are missing or incomplete; the message names the file."""
+
+
+class ChecksModule(Protocol):
+    """What the engine uses of a lesson's checks module, assignments/NAME/NAME_checks.py (Lesson.checks loads it).
+    It defines CHECKS_API itself, its probes and checks (registered with the runtime's @probe and @check), and takes
+    everything else from the shipped runtime (`from checks_runtime import *`: run_probe, judge, the codec ...); it
+    may define run_probe_exact (autograder/authoring/content.py). The engine also generates test cells that name
+    the runtime's multiple-choice trio (answers, choices_valid, choice_correct) and reads LETTERS from the lesson."""
+
+    LETTERS: str
+    USES_EXPECTED: Any
+
+    def run_probe(self, env: dict[str, Any], name: str, args: Any) -> Any: ...
+
+
+def members(protocol: type) -> list[str]:
+    """The names a module must define to satisfy `protocol` (its annotated attributes and its methods)."""
+    own = [n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")]
+    return [*protocol.__annotations__, *own]
+
+
+class MilestonePlugin(Protocol):
+    """A lesson's milestone plug-in, assignments/NAME/NAME_checkpoint.py (Lesson.plugin loads it; graders only,
+    never shipped): what autograder/checkpoint.py and docs/checkpoint.md describe."""
+
+    PARTS: Any  # Sequence[str]: the graded parts, each a case of the checkpoint's question (equal shares)
+    PROBLEMS: dict[str, str]  # problem id -> what it means and what to do (UNREADABLE and MISSING among them)
+    UNVERIFIED: str  # what to do when the checkpoint could not be verified at all
+
+    def parse_rules(self, section: dict[str, Any], *, where: str) -> Any:
+        """The config's milestone section (points and the plug-in's own keys) validated into the plug-in's rules (the
+        one definition of that schema); ValueError naming the key (`where`: the section's name). An attribute
+        `rel_tol`, when the rules have one, is the report's tolerance between a claimed and a recomputed figure."""
+
+    def verify(self, files: dict[str, bytes], *, rules: Any, memory_mb: int) -> Verdict:
+        """The uploaded files against the rules parse_rules returned; never raises for what the files hold."""
+
+    def reader_start(self) -> Any: ...
+
+    def reader_evaluate(self, request: Any, data: bytes, state: Any) -> dict[str, Any]: ...
 
 
 def load_module(name: str, path: Path) -> ModuleType:
@@ -193,7 +236,7 @@ class Lesson:
         return load_module(f"_{RUNTIME_NAME}_{self.name}_{key}", RUNTIME_FILE)
 
     @cached_property
-    def checks(self) -> ModuleType:
+    def checks(self) -> ChecksModule:
         """The checks module, its `from checks_runtime import ...` bound to this lesson's copy of the engine's runtime
         (never a checks_runtime.py of the working folder or of sys.path: a student's folder may hold one)."""
         runtime, before = self.runtime, sys.modules.get(RUNTIME_NAME)
@@ -213,7 +256,21 @@ class Lesson:
         if own:
             raise LessonError(f"{self.checks_file}: {', '.join(own)} must come from the runtime, not be defined "
                               f"again: start the module with `from {RUNTIME_NAME} import *`")
-        return module
+        return cast(ChecksModule, module)
+
+    @cached_property
+    def plugin(self) -> MilestonePlugin:
+        """The milestone plug-in, imported once per process, only when asked for (a lesson that grades a
+        checkpoint); LessonError when the lesson has none."""
+        path = self.plugin_file
+        if path is None:
+            raise LessonError(f"{self.assignment_dir}: lesson {self.name} grades a checkpoint but has no plug-in "
+                              f"{self.plugin_name}.py: add it (autograder/checkpoint.py says what it defines)")
+        module = load_module(self.plugin_name, path)
+        if missing := [n for n in members(MilestonePlugin) if not hasattr(module, n)]:
+            raise LessonError(f"{path}: a milestone plug-in must define {', '.join(missing)} "
+                              "(autograder/lesson.py: MilestonePlugin)")
+        return cast(MilestonePlugin, module)
 
     @cached_property
     def trainer(self) -> ModuleType:
@@ -285,12 +342,13 @@ def _load(name: str, near: Path) -> Lesson:
     raise LessonError(f"assignment {name!r}: no folder assignments/{name}/ in {near} or {ENGINE_ROOT}")
 
 
-def default_lesson(config_path: Path | None = None) -> Lesson:
-    """The lesson of a grading config (default: grading_config.yaml next to this package), read with PyYAML
-    alone (no pydantic)."""
+def lesson_named_in(config_path: Path) -> Lesson:
+    """The lesson a grading config names, read with PyYAML alone: only for the entry of a process that cannot parse
+    the config (the milestone plug-in's command line, `python -m autograder.checkpoint`, on a GPU image without
+    pydantic). Every other stage takes the lesson from its Course (autograder/course.py)."""
     import yaml
 
-    path = Path(config_path or ENGINE_ROOT / "grading_config.yaml")
+    path = Path(config_path)
     raw = yaml.safe_load(path.read_text())
     name = raw.get("assignment") if isinstance(raw, dict) else None
     if not isinstance(name, str):

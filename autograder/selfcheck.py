@@ -29,7 +29,7 @@ def selfcheck(*, course: Course | None = None, templates: Path | None = None) ->
     """Grade the reference solution and the committed blank student template in this process (`templates`: the
     folder of student releases, by default the lesson's student_templates/)."""
     suite = default_course(course).suite
-    lesson = suite.config.lesson
+    lesson = suite.lesson
     template = lesson.notebook if templates is None else templates / lesson.name / lesson.notebook.name
     ref = grade_namespace(suite, reference_env(suite), name="reference")
     env, _ = notebook_env(template)

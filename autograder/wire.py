@@ -130,13 +130,13 @@ def decode(data: bytes, *, max_bytes: int = MAX_BYTES) -> Any:
     # with no second walk over the result (most frames; brackets inside strings only make this rarer)
     shallow = data.count(b"[") + data.count(b"{") <= MAX_DEPTH
     try:
-        raw = json.loads(data.decode("utf-8"), object_pairs_hook=_arrays_read if shallow else _object_pairs,
-                         parse_constant=_constant)
+        raw = json.loads(data.decode("utf-8"), object_pairs_hook=_arrays_read if shallow else object_pairs,
+                         parse_constant=json_constant)
     except WireError:
         raise
     except (ValueError, RecursionError) as exc:
         raise WireError(f"not valid wire data: {exc}") from exc
-    return raw if shallow else _unpack(raw, 0)
+    return raw if shallow else unpack(raw, 0)
 
 
 def sanitize(obj: Any, *, depth: int = 0) -> Any:
@@ -200,7 +200,7 @@ def _pack(obj: Any, depth: int) -> Any:
     raise WireError(f"not plain data: {_type_name(t)}")
 
 
-def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:
@@ -212,24 +212,24 @@ def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _arrays_read(pairs: list[tuple[str, Any]]) -> Any:
-    """_object_pairs, and a tagged array read at once (what _unpack does in a second walk)."""
-    out = _object_pairs(pairs)
+    """object_pairs, and a tagged array read at once (what unpack does in a second walk)."""
+    out = object_pairs(pairs)
     return _array(out) if ARRAY_TAG in out else out
 
 
-def _constant(name: str) -> float:
+def json_constant(name: str) -> float:
     return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
 
 
-def _unpack(raw: Any, depth: int) -> Any:
+def unpack(raw: Any, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise WireError("data nested too deeply")
     if type(raw) is list:
-        return [_unpack(v, depth + 1) for v in raw]
+        return [unpack(v, depth + 1) for v in raw]
     if type(raw) is dict:
         if ARRAY_TAG in raw:
             return _array(raw)
-        return {k: _unpack(v, depth + 1) for k, v in raw.items()}
+        return {k: unpack(v, depth + 1) for k, v in raw.items()}
     return raw
 
 

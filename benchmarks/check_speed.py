@@ -70,10 +70,10 @@ def solution_namespace() -> dict[str, Any]:
     """The reference solution and the right multiple-choice answers, as a finished notebook holds them."""
     sys.path.insert(0, str(ROOT))
     from autograder.authoring.questions import load_questions, mc_answers
-    from autograder.config import load_config
+    from autograder.course import course_of
     from reference.lesson83_mistakes import reference_namespace
 
-    return reference_namespace() | mc_answers(load_questions(load_config()))
+    return reference_namespace() | mc_answers(load_questions(course_of().config, course_of().lesson))
 
 
 def time_checks(student: Path, *, questions: list[str] | None, repeats: int) -> list[dict[str, Any]]:

@@ -37,11 +37,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from autograder.checkpoint import load_plugin
-from autograder.lesson import default_lesson
+from autograder.course import course_of
 from reference.lesson83_mistakes import MISTAKES, reference_namespace
 
-ms = load_plugin(default_lesson())  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
+ms = course_of().lesson.plugin  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
 
 lm = ms.LESSON.trainer  # lesson83_milestone
 
@@ -149,9 +148,8 @@ def class_scale(n: int, *, schemes: Sequence[str], windows: int, rounds: int = 2
     the summary lines and the checkpoints not passed."""
     import queue
 
-    from autograder.config import load_config
 
-    memory_mb = load_config().submissions.checkpoint_memory_mb
+    memory_mb = course_of().config.submissions.checkpoint_memory_mb
     claims = (REFERENCE / "milestone.json").read_bytes()
     files, rules = perturbed(n), ms.load_rules()
     methods = {"before": "prefix", "new": "sample"}

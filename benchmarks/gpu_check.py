@@ -117,10 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     mods: dict[str, Any] = {}
 
     def imports() -> None:
-        from autograder.checkpoint import load_plugin
-        from autograder.lesson import default_lesson
+        from autograder.lesson import ENGINE_ROOT, lesson_named_in
 
-        ms = load_plugin(default_lesson())
+        ms = lesson_named_in(ENGINE_ROOT / "grading_config.yaml").plugin
         from benchmarks import milestone_speed as speed
         from reference.lesson83 import TinyCharLM
 

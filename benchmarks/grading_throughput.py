@@ -123,7 +123,7 @@ def otter_subset(subs: list[Path], *, k: int) -> list[Path]:
 def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineRun, float]:
     """Grade `folder` with grade_batch (force, no progress bar); returns the run and the import time."""
     t0 = time.perf_counter()
-    from autograder.config import load_config
+    from autograder.course import course_of
     from autograder.grading.batch import grade_batch
     from autograder.sandbox import WorkerPool
 
@@ -140,7 +140,7 @@ def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineR
         return result
 
     WorkerPool.run = timed_run  # type: ignore[method-assign]  # records each job's CPU (the zygote's wait4 rusage)
-    workers = workers or load_config().execution.workers
+    workers = workers or course_of().config.execution.workers
     t1 = time.perf_counter()
     self0 = resource.getrusage(resource.RUSAGE_SELF)
     try:

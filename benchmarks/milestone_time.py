@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autograder.lesson import default_lesson
+from autograder.lesson import ENGINE_ROOT, lesson_named_in
 from benchmarks.check_speed import start_load, stop_load
 from benchmarks.milestone_speed import same_logits
 from reference.lesson83 import TinyCharLM, apply_rope
@@ -50,7 +50,7 @@ from reference.lesson83 import TinyCharLM, apply_rope
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "benchmarks" / "figures"
 NAME = "lesson83_milestone_time"  # the figures file the notebook's milestone text is rendered from
-lm = default_lesson().trainer  # lesson83_milestone
+lm = lesson_named_in(ENGINE_ROOT / "grading_config.yaml").trainer  # lesson83_milestone
 
 
 class ExplicitSoftmaxLM(TinyCharLM):

@@ -9,19 +9,16 @@ fails and names the marker to add, so the quick tier stays quick.
 from __future__ import annotations
 
 import shutil
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
 from autograder import checkpoint
-from autograder.authoring.suite import Suite, load_suite
+from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.course import Course
-from autograder.lesson import default_lesson
+from autograder.course import Course, course_of
 from autograder.release import build, release
 from autograder.sandbox import WorkerPool
 
@@ -47,26 +44,15 @@ def _tier_is_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     if "sandbox" not in marks:
         monkeypatch.setattr(WorkerPool, "__init__", refuse("starts the grader's sandbox", "sandbox"))
         monkeypatch.setattr(checkpoint.Verifier, "start", refuse("starts the checkpoint reader", "sandbox"))
-    lesson = default_lesson()
+    lesson = course_of().lesson
     if "training" not in marks and lesson.trainer_file is not None:
         monkeypatch.setattr(lesson.trainer, "train", refuse("trains the milestone's model", "training"))
 
 
-@contextmanager
-def importable(tmp_path_factory: pytest.TempPathFactory, name: str, source: str) -> Iterator[str]:
-    """A module `name` holding `source`, importable (a probe module for the sandbox) while the block runs."""
-    folder = tmp_path_factory.mktemp("probes")
-    (folder / f"{name}.py").write_text(source)
-    sys.path.insert(0, str(folder))
-    try:
-        yield name
-    finally:
-        sys.path.remove(str(folder))
-
 
 @pytest.fixture(scope="session")
 def suite() -> Suite:
-    return load_suite()
+    return course_of().suite
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,10 @@
 """Lesson 83's milestone plug-in (autograder/checkpoint.py): train the reference TinyCharLM on the protocol, and
 verify submitted checkpoints on the CPU. The graders' own file: never shipped to students.
 
-This module and everything it imports run on a bare PyTorch image (no pydantic): the milestone rules are read
-from grading_config.yaml by a small reader here, with the same validation as autograder/config.py.
+This module and everything it imports run on a bare PyTorch image (no pydantic). It defines the milestone
+section's schema, once (MilestoneRules, parse_rules): the engine's config keeps only its `points` and hands the
+whole section to parse_rules (autograder/authoring/suite.py: milestone_rules); load_rules reads it from
+grading_config.yaml with PyYAML alone.
 A submitted milestone.pt is loaded and evaluated in a child process confined as a notebook's (the notebooks'
 sandbox, autograder/sandbox/files.py), with a memory, CPU-time and wall-clock limit, so a hostile file can only
 ever give a verdict; the child is forked from a pre-started verifier process
@@ -82,7 +84,8 @@ class PresetRule:
 
 @dataclass(frozen=True)
 class MilestoneRules:
-    """The milestone section of grading_config.yaml (the same keys and checks as config.Milestone)."""
+    """The milestone section of grading_config.yaml: the one definition of its keys and checks (the engine's
+    config.Milestone declares only `points` and leaves the rest to parse_rules)."""
 
     points: float = 0.0
     rel_tol: float = 0.02
@@ -664,7 +667,7 @@ def verify_checkpoint(pt: str | Path | bytes | None, claims: str | Path | bytes 
     """Verify a submitted checkpoint on the CPU against its claimed table and the thresholds.
 
     pt and claims are milestone.pt and milestone.json as paths or bytes (None: not submitted). rules are
-    the milestone section of the grading config (MilestoneRules or config.Milestone; default: read from
+    the milestone section of the grading config (MilestoneRules, as parse_rules returns them; default: read from
     grading_config.yaml): accepted presets with their credit and thresholds, rel_tol, sample_windows, window_tol,
     deficit_audit and verify_windows (max_windows overrides it; the whole re-evaluation only). milestone.pt is
     loaded (weights_only=True) and evaluated in a child process limited to memory_mb beyond the verifier's size

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from autograder.authoring.questions import ContentError, Question, lesson_of, mc_answers
+from autograder.authoring.questions import ContentError, Question, mc_answers
 from autograder.lesson import Lesson
 from autograder.model import Case
 from autograder.runtime.checks_runtime import one_torch_thread
@@ -87,7 +87,7 @@ def _shape_of(value: Any) -> str:
     return type(value).__name__
 
 
-def expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
+def expected_values(questions: list[Question], *, lesson: Lesson) -> dict[str, dict[str, Any]]:
     """Reference output of every case, plus the outputs of the catalogued mistakes that this case catches.
 
     Every stored float is rounded by `canonical` to the case's tolerances, the same values whether they
@@ -101,7 +101,7 @@ def expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
     rounded from run_probe's output.
     """
     with one_torch_thread():
-        return _expected_values(questions)
+        return _expected_values(questions, lesson)
 
 
 class _ReadLog(dict[str, Any]):
@@ -189,11 +189,10 @@ def _stored(lesson: Lesson, ns: dict[str, Any], case: Case, got: dict[str, Any],
                            f"run_probe: {exc}"[:2000]) from None
 
 
-def _expected_values(questions: list[Question]) -> dict[str, dict[str, Any]]:
+def _expected_values(questions: list[Question], lesson: Lesson) -> dict[str, dict[str, Any]]:
     """A mistake only redefines names; a probe that reads none of them on the reference (every read of the
     namespace is logged) takes the same path on the mistake and returns the same output, which its case does
     not catch, so that run is skipped. Every other mistake runs, in the catalogue's order."""
-    lesson = lesson_of(questions)
     checks, mistakes = lesson.checks, lesson.mistakes
     answers = mc_answers(questions)
     ref_ns = _reference_log(lesson, answers)

@@ -189,43 +189,43 @@ def table(header: list[str], rows: Any, index: list[Any] | None = None) -> str:
     return "\n".join(lines)
 
 
-def milestone_bounds(config: GradingConfig) -> str:
+def milestone_bounds(config: GradingConfig, lesson: Lesson) -> str:
     """Markdown table of the checkpoint thresholds per preset, scheme and context (from the config)."""
-    lm = config.lesson.trainer
-    presets = config.milestone.presets
+    lm = lesson.trainer
+    rules = lesson.plugin.parse_rules(config.milestone.model_dump(), where="milestone") if lesson.plugin_file else None
+    presets = getattr(rules, "presets", {})
     header = ["scheme", *(f"`{name}` preset: perplexity at most" for name in presets)]
     rows = [[f"`{pos}`", *("; ".join(f"{bound:g} at {c}" for c, bound in sorted(rule.thresholds.get(pos, {}).items()))
                          or "no bound" for rule in presets.values())] for pos in lm.SCHEMES]
     return table(header, rows)
 
 
-def milestone_time(config: GradingConfig) -> dict[str, Any] | None:
+def milestone_time(lesson: Lesson) -> dict[str, Any] | None:
     """The measured training time of the milestone, or None where the course has not measured it: the course's
     benchmarks/figures/NAME_milestone_time.json (written by its benchmark, so no time is typed into a text)."""
-    path = config.lesson.root / "benchmarks" / "figures" / f"{config.lesson.name}_milestone_time.json"
+    path = lesson.root / "benchmarks" / "figures" / f"{lesson.name}_milestone_time.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _milestone_names(config: GradingConfig) -> dict[str, Any]:
+def _milestone_names(config: GradingConfig, lesson: Lesson) -> dict[str, Any]:
     """Template names of a lesson with a milestone trainer: `lm`, the trainer, `milestone_bounds` and
     `milestone_time` (the measured time, or None)."""
-    if config.lesson.trainer_file is None:
+    if lesson.trainer_file is None:
         return {}
-    return {"lm": config.lesson.trainer, "milestone_bounds": milestone_bounds(config),
-            "milestone_time": milestone_time(config)}
+    return {"lm": lesson.trainer, "milestone_bounds": milestone_bounds(config, lesson),
+            "milestone_time": milestone_time(lesson)}
 
 
-def _render(text: str, path: Path, qid: str, config: GradingConfig) -> str:
+def render_text(text: str, path: Path, qid: str, config: GradingConfig, lesson: Lesson) -> str:
     """Render a question's text: `ref` is the lesson's reference module, `checks` its checks module, `grading`
     the config; `lm`, `milestone_bounds` and `milestone_time` exist when the lesson has a milestone trainer."""
     import torch
 
-    lesson = config.lesson
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     try:
         return env.from_string(text).render(ref=lesson.reference, checks=lesson.checks, np=np, torch=torch,
                                             math=math, fmt=fmt, table=table, grading=config,
-                                            **_milestone_names(config))
+                                            **_milestone_names(config, lesson))
     except Exception as exc:  # noqa: BLE001 - any template error is reported with its file
         raise ContentError(f"{path}: question {qid}: cannot render the text: {type(exc).__name__}: {exc}") \
             from exc
@@ -327,11 +327,11 @@ def _read(path: Path, lesson: Lesson) -> tuple[FrontMatter, str]:
         raise ContentError(f"{path}: question {qid}: invalid front matter:\n" + "\n".join(lines)) from None
 
 
-def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[Case]:
+def _cases(fm: FrontMatter, config: GradingConfig, lesson: Lesson, path: Path) -> list[Case]:
     specs = list(fm.cases)
     if fm.choices:
         names = [c.var for c in fm.choices]
-        context = {"checks": config.lesson.checks}
+        context = {"checks": lesson.checks}
         specs.append(CaseSpec.model_validate(
             {"name": "answers_valid", "weight": 0, "probe": "answers", "args": {"names": names},
              "check": "choices_valid", "revisit": "answer with a single letter string."}, context=context))
@@ -350,7 +350,7 @@ def _cases(fm: FrontMatter, config: GradingConfig, path: Path) -> list[Case]:
     points = [round(qcfg.points * s.weight / total_weight, 4) for s in specs]
     last = max(i for i, s in enumerate(specs) if s.weight > 0)
     points[last] = round(qcfg.points - sum(points) + points[last], 4)
-    known = {m.id: m for m in config.lesson.mistakes}
+    known = {m.id: m for m in lesson.mistakes}
     out = []
     for spec, pts in zip(specs, points):
         case = spec.model_dump()
@@ -432,11 +432,10 @@ def _check_kind(fm: FrontMatter, path: Path, config: GradingConfig) -> None:
 ORDER = {"prose": 0, "milestone": 2}  # prose first, then the questions, then the milestones that build on them
 
 
-def load_questions(config: GradingConfig, directory: Path | None = None,
+def load_questions(config: GradingConfig, lesson: Lesson, directory: Path | None = None,
                    reference_file: Path | None = None) -> list[Question]:
-    """Every question file in order, validated against the config and the reference (by default the
-    lesson's: config.lesson)."""
-    lesson = config.lesson
+    """Every question file of `lesson` (or of a copy of its sources, `directory`) in order, validated against the
+    config and the reference (by default the lesson's)."""
     directory = directory or lesson.assignment_dir
     reference_file = reference_file or lesson.reference_file
     read = [(path, *_read(path, lesson)) for path in sorted(directory.glob("*.md"))]
@@ -445,9 +444,11 @@ def load_questions(config: GradingConfig, directory: Path | None = None,
     questions: list[Question] = []
     for path, fm, body in sorted(read, key=lambda r: (ORDER.get(r[1].kind, 1), r[0].stem)):
         fm.choices = [c.model_copy(update={  # choice texts are templates too (numbers from reference/)
-            "prompt": _render(c.prompt, path, fm.id, config), "why": _render(c.why, path, fm.id, config),
-            "options": [_render(o, path, fm.id, config) for o in c.options],
-            "misconceptions": [_render(m, path, fm.id, config) for m in c.misconceptions]}) for c in fm.choices]
+            "prompt": render_text(c.prompt, path, fm.id, config, lesson),
+            "why": render_text(c.why, path, fm.id, config, lesson),
+            "options": [render_text(o, path, fm.id, config, lesson) for o in c.options],
+            "misconceptions": [render_text(m, path, fm.id, config, lesson) for m in c.misconceptions]})
+            for c in fm.choices]
         for c in fm.choices:
             c._lesson = lesson.name
         if fm.id in {q.id for q in questions}:
@@ -460,8 +461,8 @@ def load_questions(config: GradingConfig, directory: Path | None = None,
                      points=qcfg.points if qcfg else 0.0, manual=manual, kind=fm.kind, lesson=lesson,
                      checkpoint=fm.checkpoint)
         if graded and not manual:
-            q.cases = _cases(fm, config, path)
-        q.cells = split_cells(_render(body, path, fm.id, config), path, fm.id)
+            q.cases = _cases(fm, config, lesson, path)
+        q.cells = split_cells(render_text(body, path, fm.id, config, lesson), path, fm.id)
         if graded:
             _heading_points(q, config)
         kinds = [c.kind for c in q.cells]
@@ -511,11 +512,3 @@ def mc_answers(questions: list[Question]) -> dict[str, str]:
 def checkpoint_of(questions: list[Question] | tuple[Question, ...]) -> Checkpoint | None:
     """The milestone checkpoint that a question of the lesson declares, or None."""
     return next((q.checkpoint for q in questions if q.checkpoint is not None), None)
-
-
-def lesson_of(questions: list[Question] | tuple[Question, ...]) -> Lesson:
-    """The lesson the questions were loaded from (load_questions)."""
-    found = next((q.lesson for q in questions if q.lesson is not None), None)
-    if found is None:
-        raise ContentError("these questions were not loaded by load_questions: they name no lesson")
-    return found

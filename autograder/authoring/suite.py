@@ -14,8 +14,7 @@ from typing import Any
 from autograder import COMMAND, env_name
 from autograder.authoring.content import expected_values
 from autograder.authoring.questions import Question, checkpoint_of, load_questions, mc_answers
-from autograder.config import DEFAULT_CONFIG, GradingConfig
-from autograder.course import Course, course_of
+from autograder.config import ConfigError, GradingConfig
 from autograder.lesson import Lesson
 from autograder.model import Case, CheckpointCase
 from autograder.runtime.checks_runtime import from_plain, to_plain
@@ -24,9 +23,7 @@ from autograder.runtime.checks_runtime import from_plain, to_plain
 def checkpoint_shares(points: float, *, lesson: Lesson) -> dict[str, float]:
     """The milestone checkpoint's points per part its plug-in grades (PARTS: for example one per scheme): equal
     shares, the last one taking the rounding."""
-    from autograder.checkpoint import load_plugin  # the plug-in only when the lesson grades a checkpoint
-
-    schemes = tuple(load_plugin(lesson).PARTS)
+    schemes = tuple(lesson.plugin.PARTS)  # the plug-in only when the lesson grades a checkpoint
     share = [round(points / len(schemes), 4) for _ in schemes]
     share[-1] = round(points - sum(share[:-1]), 4)
     return dict(zip(schemes, share))
@@ -38,9 +35,11 @@ class Suite:
     report use. The reference values are computed (seconds) the first time they are asked for."""
 
     config: GradingConfig
+    lesson: Lesson  # the lesson the config grades (the course's: autograder/course.py)
     questions: tuple[Question, ...]  # the authored questions, then the checkpoint's when it has points
     cases: tuple[Case, ...]
     fingerprint: str = ""  # suite_fingerprint of the files it was read from
+    milestone_rules: Any = None  # the config's milestone section as the lesson's plug-in parsed it (milestone_rules)
 
     @cached_property
     def expected(self) -> dict[str, dict[str, Any]]:
@@ -97,17 +96,28 @@ class Suite:
         pts = self.config.milestone.points
         if not pts:
             return []
-        shares = checkpoint_shares(pts, lesson=self.config.lesson)
+        shares = checkpoint_shares(pts, lesson=self.lesson)
         qid = self.checkpoint_question
         return [CheckpointCase(f"{qid}/{pos}", qid, p, pos) for pos, p in shares.items()]
 
 
-# The engine's files whose change changes what the grader judges (paths under autograder/).
-ENGINE_FILES = ("authoring/questions.py", "authoring/content.py", "wire.py",
-                *(f"sandbox/{m}.py" for m in ("__init__", "limits", "notebook", "frames", "results", "worker",
-                                               "isolation", "pool", "zygote", "guard", "child", "files", "fallback")),
-                "authoring/suite.py", "grading/submissions.py", "grading/judge.py", "model.py", "grading/batch.py",
-                "grading/store.py", "grading/review.py", "grading/causes.py", "checkpoint.py", "lesson.py")
+ENGINE_ROOT = Path(__file__).resolve().parent.parent  # autograder/
+# What the fingerprint hashes of the engine: every module of these packages and these top-level modules, found in
+# the package (never a hand list of files): a module added to or renamed in them is covered by the next fingerprint.
+JUDGING_PACKAGES = ("authoring", "grading", "sandbox", "runtime")
+JUDGING_MODULES = ("wire.py", "model.py", "checkpoint.py", "lesson.py", "config.py")
+
+
+def engine_files(root: Path = ENGINE_ROOT) -> tuple[str, ...]:
+    """The engine's files whose change changes what the grader judges (paths under autograder/). The rule: every
+    .py file of the packages that read the questions and compute expected values (authoring/), run and judge
+    submissions and store their results (grading/), confine student code (sandbox/) and ship the checks runtime
+    (runtime/), and the top-level modules they share: the wire format, the typed data, the checkpoint engine, the
+    lesson descriptor and the config's schema, whose defaults are limits and tolerances (JUDGING_MODULES). The
+    report, the release writers and the command line change no judgement and are left out. `root`: the folder
+    holding the packages (autograder/)."""
+    found = [p.relative_to(root).as_posix() for pkg in JUDGING_PACKAGES for p in (root / pkg).rglob("*.py")]
+    return tuple(sorted(found)) + JUDGING_MODULES
 
 
 CACHE_ENV = env_name("CACHE")  # a folder for the expected-values cache; "off" turns the cache off
@@ -149,7 +159,8 @@ def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str,
                 return from_plain(data["expected"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # unreadable or another suite's: computed again below and rewritten
-    text = json.dumps({"fingerprint": suite.fingerprint, "expected": to_plain(expected_values(suite.authored))})
+    expected = expected_values(suite.authored, lesson=suite.lesson)
+    text = json.dumps({"fingerprint": suite.fingerprint, "expected": to_plain(expected)})
     if path is not None:
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -162,45 +173,55 @@ def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str,
     return from_plain(json.loads(text)["expected"])
 
 
-def suite_fingerprint(course: Course, *, assignments: Path | None = None, reference_file: Path | None = None) -> str:
-    """Changes whenever a question, the reference, a check, the executor or the config changes (by default the
+def suite_fingerprint(config_path: Path, lesson: Lesson, *, assignments: Path | None = None,
+                      reference_file: Path | None = None) -> str:
+    """Changes whenever a question, the reference, a check, the engine or the config changes (by default the
     lesson's own sources; `assignments` and `reference_file` stand in for a copy of them)."""
-    lesson = course.lesson
-    engine = Path(__file__).resolve().parent.parent  # autograder/
     lesson_files = lesson.source_files
     if assignments is not None:
         lesson_files = [f for f in lesson_files if f.parent != lesson.assignment_dir or f.suffix != ".md"]
         lesson_files += sorted(assignments.glob("*.md"))
     if reference_file is not None:
         lesson_files = [reference_file if f == lesson.reference_file else f for f in lesson_files]
-    files = [course.path, *lesson_files,
-             *(engine / m for m in ENGINE_FILES)]
+    files = [config_path, *lesson_files, *(ENGINE_ROOT / m for m in engine_files())]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 
 
-def read_suite(course: Course, *, assignments: Path | None = None, reference_file: Path | None = None) -> Suite:
-    """The suite of a course and an assignment's sources, read afresh (course.suite keeps one per course)."""
-    config = course.config
-    fingerprint = suite_fingerprint(course, assignments=assignments, reference_file=reference_file)
-    questions = load_questions(config, assignments, reference_file)
+def read_suite(config_path: Path, config: GradingConfig, lesson: Lesson, *, assignments: Path | None = None,
+               reference_file: Path | None = None) -> Suite:
+    """The suite of a config (read from `config_path`), its lesson and the lesson's sources (or a copy of them),
+    read afresh (Course.suite keeps one per course)."""
+    fingerprint = suite_fingerprint(config_path, lesson, assignments=assignments, reference_file=reference_file)
+    rules = milestone_rules(config_path, config, lesson)  # first: a bad section is the config's error, named so
+    questions = load_questions(config, lesson, assignments, reference_file)
     cases = tuple(c for q in questions for c in q.cases)
     if config.milestone.points:  # graded from uploaded files, not from the notebook: no probe cases
         milestone = next(q for q in questions if q.checkpoint is not None)  # load_questions: there is one
         assert milestone.checkpoint is not None
         questions.append(Question(milestone.checkpoint.id, milestone.checkpoint.title, milestone.path, [], [], [], [],
                                   points=config.milestone.points))
-    return Suite(config, tuple(questions), cases, fingerprint)
+    return Suite(config, lesson, tuple(questions), cases, fingerprint, rules)
 
 
-def load_suite(config_path: Path = DEFAULT_CONFIG) -> Suite:
-    """The suite for a config file (its course is kept per resolved path: computing reference values takes
-    seconds)."""
-    return course_of(config_path).suite
+def milestone_rules(config_path: Path, config: GradingConfig, lesson: Lesson) -> Any:
+    """The config's milestone section parsed by the lesson's plug-in (parse_rules: the one definition of its
+    schema), or None when the section holds nothing but zero points (the plug-in is then never imported);
+    ConfigError naming the file and the key."""
+    section = config.milestone.model_dump()
+    if set(section) == {"points"} and not config.milestone.points:
+        return None
+    try:
+        if lesson.plugin_file is None and set(section) != {"points"}:
+            raise ValueError(f"milestone.{next(k for k in section if k != 'points')}: unknown key (lesson "
+                             f"{lesson.name} has no milestone plug-in to read it)")
+        return lesson.plugin.parse_rules(section, where="milestone")
+    except ValueError as exc:  # the plug-in's RulesError, LessonError
+        raise ConfigError(f"{config_path}: invalid grading config:\n  {exc}") from None
 
 
 def reference_env(suite: Suite) -> dict[str, Any]:
     """The reference solution's namespace, with the right multiple-choice answers."""
-    return suite.config.lesson.namespace() | mc_answers(list(suite.questions))
+    return suite.lesson.namespace() | mc_answers(list(suite.questions))

@@ -13,19 +13,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from autograder.authoring.suite import Suite
 from autograder.checkpoint import VERIFY_SLOTS, reader_isolation, reader_limits_lowered, reads_checkpoint
 from autograder.config import Cluster as ClusterSettings
-from autograder.config import GradingConfig
 from autograder.course import Course, default_course
 from autograder.grading import store
 from autograder.grading.feedback import write_feedback
 from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreadable
 from autograder.grading.review import decision_kept, read_decisions, reviewed
+from autograder.grading.runner import make_pool, probe_order
 from autograder.grading.store import failure_text, result_key, stored_key, write_tables
 from autograder.grading.submissions import Submission, find_submissions
 from autograder.model import SubmissionResult
-from autograder.sandbox import ExecResult, Limits, WorkerPool, require_isolation
+from autograder.sandbox import ExecResult, WorkerPool, require_isolation
 
 
 @dataclass
@@ -82,21 +81,6 @@ def _run_isolated(pool: WorkerPool, todo: list[tuple[Submission, str]], probes: 
             sub, key = futures[fut]
             exc = fut.exception()
             yield sub, key, exc if exc is not None else fut.result()
-
-
-def sandbox_limits(config: GradingConfig) -> Limits:
-    """The sandbox's limits from the config's execution section."""
-    ex = config.execution
-    return Limits(wall_s=ex.wall_timeout_s, cell_s=ex.cell_timeout_s, cpu_s=ex.cpu_timeout_s, memory_mb=ex.memory_mb,
-                  probe_s=ex.probe_timeout_s, question_s=ex.question_timeout_s,
-                  processes=ex.max_processes, file_mb=ex.max_file_mb, output_kb=ex.max_output_kb)
-
-
-def probe_order(suite: Suite) -> list[tuple[Any, ...]]:
-    """The probes of a run, visible cases first: what a student sees never comes from a process that has run a
-    hidden probe."""
-    return [(c.id, c.probe, c.args, c.hidden)
-            for c in sorted(suite.cases, key=lambda c: c.hidden)]
 
 
 def _progress(done: int, total: int, start: float) -> None:
@@ -185,9 +169,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     n_workers = workers or config.execution.workers
     if runnable:  # the sandboxed workers start (seconds) while this process computes the reference values
         starter = ThreadPoolExecutor(1)
-        pool_starting = starter.submit(WorkerPool, n_workers, limits=sandbox_limits(config),
-                                       probe_module=config.lesson.checks_name,
-                                       modules=config.lesson.sandbox_modules,
+        pool_starting = starter.submit(make_pool, course, size=n_workers,
                                        hide=(submissions.resolve(), out.resolve()))
         starter.shutdown(wait=False)
     if todo:

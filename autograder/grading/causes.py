@@ -9,8 +9,8 @@ import ast
 import re
 
 from autograder.authoring.suite import Suite
+from autograder.grading.bindings import Binding, bindings, in_effect, stub_state
 from autograder.model import NOT_RUN, CaseResult
-from autograder.report.code import Binding, bindings, in_effect, stub_state
 from autograder.sandbox import NotebookError, read_notebook
 
 _SYNTAX = ("SyntaxError", "IndentationError", "TabError")

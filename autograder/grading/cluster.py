@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from autograder.authoring.suite import Suite, load_suite
+from autograder.authoring.suite import Suite
 from autograder.config import Cluster
-from autograder.course import Course
-from autograder.grading.batch import probe_order, sandbox_limits
+from autograder.course import Course, course_of
 from autograder.grading.judge import judge_exec, judge_unreadable
+from autograder.grading.runner import make_pool, probe_order
 from autograder.grading.submissions import Submission
 from autograder.model import SubmissionResult
 from autograder.sandbox import WorkerPool, choose_isolation, permit_unsandboxed
@@ -49,12 +49,10 @@ def _grader(config_path: str, hide: tuple[str, ...], allow_unsandboxed: bool = F
 
     with _GRADERS_LOCK:
         if (config_path, hide) not in _GRADERS:
-            suite = load_suite(Path(config_path))
+            course = course_of(Path(config_path))  # this process's one root: the config read here, once
+            suite = course.suite
             suite.expected  # noqa: B018 - the reference values, computed once per worker
-            lesson = suite.config.lesson
-            pool = WorkerPool(get_worker().state.nthreads, limits=sandbox_limits(suite.config),
-                              probe_module=lesson.checks_name, modules=lesson.sandbox_modules, hide=hide,
-                              allow_unsandboxed=allow_unsandboxed)
+            pool = make_pool(course, size=get_worker().state.nthreads, hide=hide, allow_unsandboxed=allow_unsandboxed)
             _GRADERS[(config_path, hide)] = (suite, pool)
         return _GRADERS[(config_path, hide)]
 

@@ -60,7 +60,7 @@ def _student_view(record: dict[str, Any]) -> dict[str, Any]:
 def likely_causes(suite: Suite, record: dict[str, Any]) -> dict[str, str]:
     """Case id -> the catalogued mistake a failed hidden case's output matched, in the catalogue's own words (a
     general description, never the case's values); the student-safe view says only what to revisit."""
-    known = {m.id: m.description for m in suite.config.lesson.mistakes}
+    known = {m.id: m.description for m in suite.lesson.mistakes}
     known |= {c.known_cause["id"]: c.known_cause["description"] for c in suite.cases if c.known_cause}
     return {c["id"]: known[c["diagnosis"]] for c in record.get("cases") or []
             if isinstance(c, dict) and c.get("hidden") and not c.get("passed") and c.get("diagnosis") in known}

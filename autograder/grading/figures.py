@@ -8,7 +8,6 @@ import math
 from typing import Any
 
 from autograder.authoring.suite import Suite
-from autograder.checkpoint import load_plugin
 
 DEFAULT_META = {"metric": "figure", "order": "asc", "axis": "", "part": "part", "note": ""}
 
@@ -18,7 +17,7 @@ def meta(suite: Suite) -> dict[str, str]:
     the lesson grades no checkpoint or says nothing."""
     if not suite.checkpoint_cases:
         return dict(DEFAULT_META)
-    return DEFAULT_META | dict(getattr(load_plugin(suite.config.lesson), "LEADERBOARD", {}))
+    return DEFAULT_META | dict(getattr(suite.lesson.plugin, "LEADERBOARD", {}))
 
 
 def axis_key(a: str) -> tuple[float, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder.authoring.suite import Suite
-from autograder.checkpoint import UNREADABLE, load_plugin, reader_limits_lowered, reads_checkpoint
+from autograder.checkpoint import UNREADABLE, reader_limits_lowered, reads_checkpoint
 from autograder.grading.causes import first_causes, named_functions
 from autograder.grading.submissions import Submission
 from autograder.model import NOT_RUN, CaseResult, PartVerdict, Status, SubmissionResult, Verdict
@@ -25,7 +25,7 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
     or their output is not a do-nothing one: checks.attempt_gap), recursively: a property such as "shuffling the
     input shuffles the output" also holds of code that returns zeros, but one wrong value must not zero it.
     """
-    checks = suite.config.lesson.checks
+    checks = suite.lesson.checks
     verdicts: dict[str, checks.Verdict] = {}
     plain = {c.id: c.plain() for c in suite.cases}  # the lesson's checks read a case as plain data
     for case in suite.cases:
@@ -150,12 +150,12 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
     cases = suite.checkpoint_cases
     if not cases:
         return []
-    plugin = load_plugin(suite.config.lesson)
+    plugin = suite.lesson.plugin
     if problems:
         verdict = Verdict(False, "; ".join(problems), UNREADABLE)
     else:
         try:
-            verdict = plugin.verify(files, rules=suite.config.milestone,
+            verdict = plugin.verify(files, rules=suite.milestone_rules,
                                     memory_mb=suite.config.submissions.checkpoint_memory_mb)
         except Exception as exc:  # noqa: BLE001 - hostile files (deep JSON, odd types) cost this part, not the batch
             verdict = Verdict(False, f"the checkpoint could not be verified ({type(exc).__name__}: "
@@ -179,7 +179,7 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
 
 def probe_namespace(suite: Suite, env: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Run every probe against a namespace in this process (for trusted code: the reference, templates)."""
-    run_probe = suite.config.lesson.checks.run_probe
+    run_probe = suite.lesson.checks.run_probe
     return {c.id: run_probe(env, c.probe, c.args) for c in suite.cases}
 
 

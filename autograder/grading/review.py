@@ -377,5 +377,5 @@ def reviewed(suite: Any, source: bytes | None, result: Any, *, cleared: str | No
     """Review a submission's notebook for `suite` (its graded names: the questions' solutions; its claim cases) and
     hold `result`'s claim cases while flags stand; the results JSON's `review` block."""
     graded = {name for q in suite.questions for name in getattr(q, "solution", ())}
-    flags = review_notebook(source, graded=graded, modules=suite.config.lesson.sandbox_modules)
+    flags = review_notebook(source, graded=graded, modules=suite.lesson.sandbox_modules)
     return hold_claims(result, {c.id for c in suite.cases if c.claim}, flags, cleared=cleared)

@@ -20,7 +20,6 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 import json  # noqa: E402
 
 from autograder.authoring.questions import mc_answers  # noqa: E402
-from autograder.authoring.suite import read_suite  # noqa: E402
 from autograder.config import ROOT, command  # noqa: E402
 from autograder.course import Course, default_course  # noqa: E402
 from autograder.release.common import BuildError, diff_trees, replace_dir, tool_env  # noqa: E402
@@ -52,10 +51,10 @@ def build(*, course: Course | None = None, assignments: Path | None = None,
     course's lesson's sources; `assignments` and `reference_file` stand in for a copy of them)."""
     course = default_course(course)
     own = assignments is not None or reference_file is not None  # a copy of the sources: read afresh
-    suite = read_suite(course, assignments=assignments, reference_file=reference_file) if own else course.suite
+    suite = course.read_suite(assignments=assignments, reference_file=reference_file) if own else course.suite
     config, questions = suite.config, suite.authored
     suite.computed_expected()  # a release never builds from cached values (and it refreshes the cache)
-    name, lesson = config.assignment, config.lesson
+    name, lesson = config.assignment, suite.lesson
     otter_out, otter_zip = build_otter(suite, work)
     nbgrader_course = build_nbgrader(suite, work)
 

@@ -9,15 +9,14 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import nbformat
 
 from autograder.authoring.questions import LETTERS, Question, shuffled
-from autograder.config import ROOT, command, load_config
+from autograder.config import ROOT, GradingConfig, command
 from autograder.lesson import Lesson
 from autograder.model import Case
 from autograder.runtime.checks_runtime import dumps
@@ -71,9 +70,11 @@ def case_data(case: Case, expected: dict[str, Any], *, lesson: Lesson) -> dict[s
     return keep | {"expected": expected}
 
 
-def case_json(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str, Case], *, lesson: Lesson) -> str:
+def case_json(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str, Case], *, lesson: Lesson,
+              limits: dict[str, float]) -> str:
     """The case as the test files carry it (the reference value only where the check compares with it), with
-    the value cases it requires (all of them, recursively), which run_case checks first as the grader does."""
+    the value cases it requires (all of them, recursively), which run_case checks first as the grader does, and
+    the grader's time limits (`limits`: grader_limits of the course's config)."""
     gate, todo = {}, case.required
     while todo:  # in the order the question file names them, as the grader's message does
         cid = todo.pop(0)
@@ -81,17 +82,13 @@ def case_json(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str, 
             gate[cid] = case_data(cases[cid], expected[cid], lesson=lesson)
             todo += cases[cid].required
     return dumps(case_data(case, expected[case.id], lesson=lesson) | {"gate": list(gate.values()),
-                                                                      "limits": grader_limits(lesson)})
+                                                                      "limits": limits})
 
 
-@cache
-def grader_limits(lesson: Lesson) -> dict[str, float]:
-    """The grader's time limits of one cell and one check (grading_config.yaml's `execution`, beside the lesson's
-    assignments/): each case of the release carries them, so the local check warns when a cell or a check takes
-    more than half of one."""
-    path = lesson.root / "grading_config.yaml"
-    ex = load_config(path).execution if path.is_file() else None
-    return {"cell_s": ex.cell_timeout_s, "probe_s": ex.probe_timeout_s} if ex else {}
+def grader_limits(config: GradingConfig) -> dict[str, float]:
+    """The grader's time limits of one cell and one check (the config's `execution`): each case of the release
+    carries them, so the local check warns when a cell or a check takes more than half of one."""
+    return {"cell_s": config.execution.cell_timeout_s, "probe_s": config.execution.probe_timeout_s}
 
 
 def choices_markdown(q: Question) -> str:
@@ -134,6 +131,7 @@ class Writing:
     cases: dict[str, Case]
     checkpoint_points: float = 0
     opened: bool = False
+    limits: dict[str, float] = field(default_factory=dict)  # grader_limits of the course's config
 
 
 def write_markdown(w: Writing, cell: Any) -> list[Any]:
@@ -148,14 +146,15 @@ CellWriter = Callable[[Writing, Any], list[Any]]
 
 
 def question_cells(questions: list[Question], expected: dict[str, dict[str, Any]], *,
-                   writers: dict[str, CellWriter], note: str, checkpoint_points: float = 0) -> list[Any]:
+                   writers: dict[str, CellWriter], note: str, checkpoint_points: float = 0,
+                   limits: dict[str, float] | None = None) -> list[Any]:
     """Every question's cells in a target's form, each written by the target's writer of its kind (`writers`:
     the one place where the Otter master and the nbgrader source differ), with the target's note on checking
     and submitting."""
     cases = {c.id: c for q in questions for c in q.cases}
     cells = []
     for q in questions:
-        w = Writing(q, expected, cases, checkpoint_points)
+        w = Writing(q, expected, cases, checkpoint_points, limits=limits or {})
         for cell in _target_cells(q, note):
             if cell.kind not in writers:
                 raise BuildError(f"{q.path}: question {q.id}: no writer for cells of kind {cell.kind!r}")

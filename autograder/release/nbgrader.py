@@ -11,9 +11,10 @@ from typing import Any
 
 import nbformat
 
-from autograder.authoring.questions import Checkpoint, Question, checkpoint_of, lesson_of, shuffled
+from autograder.authoring.questions import Checkpoint, Question, checkpoint_of, shuffled
 from autograder.authoring.suite import Suite
 from autograder.config import command
+from autograder.lesson import Lesson
 from autograder.release.common import (
     BuildError,
     CellWriter,
@@ -23,6 +24,7 @@ from autograder.release.common import (
     choices_markdown,
     code_cell,
     example_question,
+    grader_limits,
     md_cell,
     question_cells,
     replace_dir,
@@ -42,11 +44,12 @@ def public_cases_file(name: str) -> str:
     return f"{name}_public_cases.json"
 
 
-def nbgrader_public_cases(questions: list[Question], expected: dict[str, dict[str, Any]]) -> dict[str, list[Any]]:
+def nbgrader_public_cases(questions: list[Question], expected: dict[str, dict[str, Any]], *,
+                          lesson: Lesson, limits: dict[str, float]) -> dict[str, list[Any]]:
     """PUBLIC_CASES: question id -> its public cases as their tests carry them (with their gates), in order."""
-    cases, lesson = {c.id: c for q in questions for c in q.cases}, lesson_of(questions)
-    return {q.id: [json.loads(case_json(c, expected, cases, lesson=lesson)) for c in q.cases if not c.hidden]
-            for q in questions if q.cases}
+    cases = {c.id: c for q in questions for c in q.cases}
+    return {q.id: [json.loads(case_json(c, expected, cases, lesson=lesson, limits=limits))
+                   for c in q.cases if not c.hidden] for q in questions if q.cases}
 
 
 def _nbgrader_check(q: Question) -> str:
@@ -130,13 +133,13 @@ WRITERS: dict[str, CellWriter] = {"markdown": write_markdown, "code": write_code
                                   "tests": _nbgrader_tests}
 
 
-def nbgrader_source(questions: list[Question], expected: dict[str, dict[str, Any]], *,
+def nbgrader_source(questions: list[Question], expected: dict[str, dict[str, Any]], *, lesson: Lesson,
                     checkpoint_points: float = 0) -> nbformat.NotebookNode:
     """The nbgrader source notebook: solution cells, autograder test cells (hidden ones without their expected
     values), manually graded answers and, after the milestone, the checkpoint's hidden tests."""
     checkpoint = checkpoint_of(questions)
     files = checkpoint.files if checkpoint is not None else []
-    note = check_note("nbgrader", name=lesson_of(questions).name, example=example_question(questions), files=files)
+    note = check_note("nbgrader", name=lesson.name, example=example_question(questions), files=files)
     cells = [*question_cells(questions, expected, writers=WRITERS, note=note, checkpoint_points=checkpoint_points),
              md_cell(submit_text("nbgrader", files=files))]
     nb = nbformat.v4.new_notebook(cells=cells)
@@ -203,13 +206,15 @@ def build_nbgrader(suite: Suite, work: Path) -> Path:
     """The nbgrader course folder in `work` (source/, release/ by `nbgrader generate_assignment`,
     nbgrader_config.py)."""
     config, questions, expected = suite.config, suite.authored, suite.expected
-    name, lesson = config.assignment, config.lesson
+    name, lesson = config.assignment, suite.lesson
     course = work / "nbgrader"
     src = course / "source" / name
-    write_nb(nbgrader_source(questions, expected, checkpoint_points=config.milestone.points), src / f"{name}.ipynb")
+    write_nb(nbgrader_source(questions, expected, lesson=lesson, checkpoint_points=config.milestone.points),
+             src / f"{name}.ipynb")
     for f in lesson.shipped_files:
         shutil.copy(f, src / f.name)
-    (src / public_cases_file(name)).write_text(json.dumps(nbgrader_public_cases(questions, expected),
+    (src / public_cases_file(name)).write_text(json.dumps(nbgrader_public_cases(questions, expected, lesson=lesson,
+                                                                                limits=grader_limits(config)),
                                                           sort_keys=True, separators=(",", ":")) + "\n")
     (course / "nbgrader_config.py").write_text(nbgrader_config(name))
     _generate(course, name)

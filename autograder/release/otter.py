@@ -10,7 +10,7 @@ from typing import Any
 import nbformat
 import yaml
 
-from autograder.authoring.questions import Checkpoint, Question, checkpoint_of, lesson_of, shuffled
+from autograder.authoring.questions import Checkpoint, Question, checkpoint_of, shuffled
 from autograder.authoring.suite import Suite
 from autograder.config import command
 from autograder.lesson import Lesson
@@ -25,6 +25,7 @@ from autograder.release.common import (
     choices_markdown,
     code_cell,
     example_question,
+    grader_limits,
     md_cell,
     question_cells,
     raw_cell,
@@ -43,12 +44,13 @@ from autograder.release.student import check_note, export_cell, submit_text
 OTTER_REQUIREMENTS = (f"--extra-index-url {TORCH_INDEX_URL}", f"torch=={TORCH_VERSION}", "numpy==2.4.6")
 
 
-def otter_test(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str, Case], *, lesson: Lesson) -> str:
+def otter_test(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str, Case], *, lesson: Lesson,
+               limits: dict[str, float]) -> str:
     config = yaml.safe_dump({"hidden": case.hidden, "points": case.points}, sort_keys=True).strip()
     return (f'""" # BEGIN TEST CONFIG\n{config}\n""" # END TEST CONFIG\n'
             f"def test_{case.name}(env):\n"
             f"    from {lesson.checks_name} import check_case\n"
-            f"    case = {case_json(case, expected, cases, lesson=lesson)!r}\n"
+            f"    case = {case_json(case, expected, cases, lesson=lesson, limits=limits)!r}\n"
             f"    check_case(env, case)\n")
 
 
@@ -105,7 +107,7 @@ def _otter_written(w: Writing, cell: Any) -> list[Any]:
 def _otter_tests(w: Writing, cell: Any) -> list[Any]:
     """The question's test cells and its summary case, which close the question."""
     w.opened = False
-    tests = [code_cell(otter_test(c, w.expected, w.cases, lesson=w.q.lesson)) for c in w.q.cases]
+    tests = [code_cell(otter_test(c, w.expected, w.cases, lesson=w.q.lesson, limits=w.limits)) for c in w.q.cases]
     return [raw_cell("# BEGIN TESTS"), *tests, code_cell(_otter_summary_test(w.q)), raw_cell("# END TESTS"),
             raw_cell("# END QUESTION")]
 
@@ -116,9 +118,8 @@ WRITERS: dict[str, CellWriter] = {"markdown": write_markdown, "code": write_code
 
 
 def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]], *,
-                 name: str) -> nbformat.NotebookNode:
+                 name: str, lesson: Lesson, limits: dict[str, float]) -> nbformat.NotebookNode:
     """The Otter master notebook (solutions and all tests), in Otter Assign's v1 format."""
-    lesson = lesson_of(questions)
     config = {
         "name": name,
         "init_cell": True,
@@ -138,7 +139,7 @@ def otter_master(questions: list[Question], expected: dict[str, dict[str, Any]],
     files = checkpoint.files if checkpoint is not None else []
     note = check_note("otter", name=lesson.name, example=example_question(questions), files=files)
     cells = [raw_cell("# ASSIGNMENT CONFIG\n" + yaml.safe_dump(config, sort_keys=False)),
-             *question_cells(questions, expected, writers=WRITERS, note=note),
+             *question_cells(questions, expected, writers=WRITERS, note=note, limits=limits),
              md_cell(submit_text("otter", files=files)),
              code_cell(export_cell(lesson.name, files=files), tags=["otter_ignore"], deletable=False, editable=False)]
     nb = nbformat.v4.new_notebook(cells=cells)
@@ -178,9 +179,10 @@ def build_otter(suite: Suite, work: Path) -> tuple[Path, Path]:
     """Run `otter assign` on the Otter master notebook in `work`: its output folder and its autograder zip (with
     a row for the milestone checkpoint, which that zip does not grade, when the checkpoint has points)."""
     config, questions = suite.config, suite.authored
-    name, lesson = config.assignment, config.lesson
+    name, lesson = config.assignment, suite.lesson
     master_dir = work / "otter-master"
-    write_nb(otter_master(questions, suite.expected, name=name), master_dir / f"{name}.ipynb")
+    write_nb(otter_master(questions, suite.expected, name=name, lesson=lesson,
+                          limits=grader_limits(config)), master_dir / f"{name}.ipynb")
     for f in lesson.shipped_files:
         shutil.copy(f, master_dir / f.name)
     otter_out = work / "otter"

@@ -4,7 +4,8 @@ model (students, clusters, stored records), code (notebook cells, AST analysis),
 received), render (pages from templates/ and static/), write (the folder, swapped in atomically), moved (the
 compare page: what moved since an earlier run)."""
 
-from autograder.report.code import code_cells, code_view, read_notebook, stub_state, written_answers
+from autograder.grading.bindings import stub_state
+from autograder.report.code import code_cells, code_view, read_notebook, written_answers
 from autograder.report.compare import compare, detail, gate_of
 from autograder.report.model import (
     UNFINISHED,

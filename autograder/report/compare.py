@@ -10,7 +10,7 @@ import numpy as np
 
 from autograder.authoring.suite import Suite
 from autograder.model import Case, CaseResult, SubmissionResult
-from autograder.report.text import _num, as_text, clip_text
+from autograder.report.text import as_text, clip_text, num_text
 from autograder.runtime.checks_runtime import dumps, from_plain, to_plain
 
 GRID = 8  # at most GRID x GRID values of an array are shown
@@ -36,7 +36,7 @@ def _grid(arr: np.ndarray, bad: np.ndarray | None, at: tuple[int, ...], caption:
         return {"caption": f"{caption}: empty, shape {list(arr.shape)}", "rows": []}
     plane, _, row, col = _plane(arr, at)
     plane_bad = None if bad is None else _plane(bad, at)[0]
-    rows = [[(_num(plane[i, j]), bool(plane_bad is not None and plane_bad[i, j]))
+    rows = [[(num_text(plane[i, j]), bool(plane_bad is not None and plane_bad[i, j]))
              for j in _window(plane.shape[1], col)] for i in _window(plane.shape[0], row)]
     return {"caption": caption, "rows": rows}
 
@@ -177,7 +177,7 @@ def gate_of(suite: Suite, result: SubmissionResult, c: CaseResult) -> tuple[list
         return [], None
     failed = {x.id for x in result.failed()}
     blocked = [rid for rid in case.required if rid in failed]
-    checks = suite.config.lesson.checks
+    checks = suite.lesson.checks
     if not blocked or c.received is None or (c.expected is None and case.check in checks.USES_EXPECTED):
         return blocked, None
     try:

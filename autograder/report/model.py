@@ -14,10 +14,11 @@ from autograder.authoring.questions import LETTERS, Choice, Question, shuffled
 from autograder.authoring.suite import Suite
 from autograder.checkpoint import MISSING
 from autograder.config import command
+from autograder.grading.bindings import stub_state
 from autograder.grading.submissions import read_regular
 from autograder.model import CaseResult, Status, SubmissionResult
 from autograder.model import record_problem as stored_record_problem
-from autograder.report.code import STUB_WORDS, code_cells, read_notebook, stub_state, written_answers
+from autograder.report.code import STUB_WORDS, code_cells, read_notebook, written_answers
 from autograder.report.text import as_text
 
 UNRECOGNISED = "unrecognised"
@@ -221,10 +222,8 @@ def catalogue(suite: Suite) -> dict[str, tuple[str, str]]:
     checkpoint: dict[str, tuple[str, str]] = {}
     graded = [c.question for c in suite.checkpoint_cases]  # none unless the lesson grades a milestone
     if graded:
-        from autograder.checkpoint import load_plugin
-
-        checkpoint = {k: (graded[0], v) for k, v in load_plugin(suite.config.lesson).PROBLEMS.items()}
-    return known | {m.id: (m.question, m.description) for m in suite.config.lesson.mistakes} | checkpoint
+        checkpoint = {k: (graded[0], v) for k, v in suite.lesson.plugin.PROBLEMS.items()}
+    return known | {m.id: (m.question, m.description) for m in suite.lesson.mistakes} | checkpoint
 
 
 def clusters(students: list[Student], questions: list[Question]) -> dict[str, list[Cluster]]:

@@ -20,7 +20,7 @@ from autograder.authoring.suite import Suite
 from autograder.config import runnable_command
 from autograder.grading.store import merged_value
 from autograder.model import CaseResult, Status, csv_text, full_marks
-from autograder.report.code import _resolve, code_view
+from autograder.report.code import code_view, resolve_path
 from autograder.report.compare import checkpoint_rows, detail, gate_of
 from autograder.report.model import (
     APART,
@@ -35,7 +35,7 @@ from autograder.report.model import (
     plain_math,
     unusable_record,
 )
-from autograder.report.text import _score, as_text, clip_text, esc
+from autograder.report.text import as_text, clip_text, esc, score_text
 
 HERE = Path(__file__).parent
 MESSAGE_CHARS = 4_000
@@ -61,7 +61,7 @@ def _templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
                              undefined=jinja2.StrictUndefined, finalize=_finalize)
-    env.filters |= {"score": _score, "clip": clip_text, "quote": quote}
+    env.filters |= {"score": score_text, "clip": clip_text, "quote": quote}
     return env
 
 
@@ -76,18 +76,18 @@ def question_code(cells: list[tuple[int, str]], q: Question, why: str = "") -> s
     return _templates().get_template("code.html.j2").render(v=code_view(cells, q, why), q=q)
 
 
-def _blocks(blocks: list[dict[str, Any]]) -> Markup:
+def blocks_html(blocks: list[dict[str, Any]]) -> Markup:
     """compare.detail's blocks as HTML."""
     return Markup(_templates().get_template("compare.html.j2").render(blocks=blocks))
 
 
 def checkpoint_table(received: Any, *, rel_tol: float) -> str:
     """The checkpoint's values per context as HTML ("" when the output holds none): compare.checkpoint_rows."""
-    return str(_blocks(checkpoint_rows(received, rel_tol=rel_tol)))
+    return str(blocks_html(checkpoint_rows(received, rel_tol=rel_tol)))
 
 
 @dataclass(frozen=True)
-class _Ctx:
+class RenderContext:
     """What every page of one report is built from."""
 
     suite: Suite
@@ -116,7 +116,7 @@ NAMES_PER_MISTAKE = 5
 _APART_LABEL = {UNFINISHED: "unfinished", UNRECOGNISED: "unrecognised"} | dict.fromkeys(APART, "not uploaded")
 
 
-def _diag_text(ctx: _Ctx, d: str, qid: str) -> str:
+def _diag_text(ctx: RenderContext, d: str, qid: str) -> str:
     if d == UNFINISHED:
         return ("not attempted or left unfinished: a stub of this question still holds `...` (or returns None), "
                 "so there is nothing to diagnose.")
@@ -127,7 +127,7 @@ def _diag_text(ctx: _Ctx, d: str, qid: str) -> str:
     return text if home == qid else f"{text} (a {home} mistake that carries over into {qid})"
 
 
-def _carried(ctx: _Ctx, d: str, qid: str) -> str:
+def _carried(ctx: RenderContext, d: str, qid: str) -> str:
     home = ctx.known.get(d, (qid, ""))[0]
     return "" if d in UNDIAGNOSED or home == qid else f" ← {home.split('_')[0]}"
 
@@ -150,7 +150,7 @@ def column_names(questions: list[Question]) -> dict[str, str]:
     return {qid: name if taken.count(name) == 1 else qid for qid, name in short.items()}
 
 
-def _choices(ctx: _Ctx, q: Question, students: list[Student]) -> list[dict[str, Any]]:
+def _choices(ctx: RenderContext, q: Question, students: list[Student]) -> list[dict[str, Any]]:
     """Per multiple-choice item: how many students chose each option, the right one marked with its reason and
     each wrong one with its misconception (from the question's source), and who chose it."""
     ran = [s for s in students if s.ran]
@@ -169,7 +169,7 @@ def _choices(ctx: _Ctx, q: Question, students: list[Student]) -> list[dict[str, 
     return out
 
 
-def _question_row(ctx: _Ctx, q: Question, students: list[Student], groups: list[Cluster]) -> dict[str, Any]:
+def _question_row(ctx: RenderContext, q: Question, students: list[Student], groups: list[Cluster]) -> dict[str, Any]:
     """One row of the first screen's table: the mean, the share at full marks, the question's most common
     mistakes with their students, and apart from them who left it unfinished, whose failures match no
     catalogued mistake, and who handed in nothing to judge (APART: a checkpoint never uploaded)."""
@@ -190,7 +190,7 @@ def _question_row(ctx: _Ctx, q: Question, students: list[Student], groups: list[
             "names": NAMES_PER_MISTAKE}
 
 
-def _section(ctx: _Ctx, q: Question, students: list[Student], groups: list[Cluster]) -> dict[str, Any]:
+def _section(ctx: RenderContext, q: Question, students: list[Student], groups: list[Cluster]) -> dict[str, Any]:
     """A question's failures: its option tables, and one card per group (wrong picks are in the tables)."""
     cards = [{"cluster": c, "kind": f"cluster {_KIND[c.diagnosis]}" if c.diagnosis in _KIND else "cluster",
               "label": c.diagnosis + _carried(ctx, c.diagnosis, q.id), "desc": _diag_text(ctx, c.diagnosis, q.id),
@@ -200,7 +200,7 @@ def _section(ctx: _Ctx, q: Question, students: list[Student], groups: list[Clust
             "choices": _choices(ctx, q, students) if q.choices else []}
 
 
-def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluster]]) -> str:
+def index_page(ctx: RenderContext, students: list[Student], groups: dict[str, list[Cluster]]) -> str:
     """The class page: every student's scores, the questions, the failures by diagnosis, the written answers and
     the submissions that did not run."""
     counts: dict[str, int] = {}
@@ -236,7 +236,7 @@ def index_page(ctx: _Ctx, students: list[Student], groups: dict[str, list[Cluste
         message_chars=MESSAGE_CHARS)
 
 
-def written_page(ctx: _Ctx, q: Question, part_index: int, students: list[Student]) -> str:
+def written_page(ctx: RenderContext, q: Question, part_index: int, students: list[Student]) -> str:
     """One written part: the prompt, the model answer, and every student's answer (escaped) beside it."""
     part = q.written[part_index]
     rows = [{"s": s, "answer": s.answers.get(part.part), "words": len((s.answers.get(part.part) or "").split()),
@@ -247,18 +247,18 @@ def written_page(ctx: _Ctx, q: Question, part_index: int, students: list[Student
                    command=runnable_command(), message_chars=MESSAGE_CHARS)
 
 
-def manual_csv(ctx: _Ctx, students: list[Student]) -> str:
+def manual_csv(ctx: RenderContext, students: list[Student]) -> str:
     """The sheet a TA fills in: an id, one empty score column per written part, a comment, then the answers."""
     parts = ctx.parts
     rows = [["id", *parts, "comment", *(f"{p} answer" for p in parts)]]
     for s in students:
         have = ctx.merged.get(s.id, {})
-        rows.append([as_text(s.id), *(_score(have[p]) if p in have else "" for p in parts), "",
+        rows.append([as_text(s.id), *(score_text(have[p]) if p in have else "" for p in parts), "",
                      *(as_text(s.answers.get(p) or "") for p in parts)])
     return csv_text(rows)
 
 
-def _other_suite(ctx: _Ctx, s: Student) -> str:
+def _other_suite(ctx: RenderContext, s: Student) -> str:
     """What the page says when the student's result was judged against another version of the suite ("" when
     it was judged against this one, or has no cases)."""
     if not s.result.cases or s.result.fingerprint == ctx.suite.fingerprint:
@@ -270,7 +270,7 @@ def _other_suite(ctx: _Ctx, s: Student) -> str:
             "Grade the batch again to judge it against the current tests.")
 
 
-def _case(ctx: _Ctx, s: Student, c: CaseResult) -> dict[str, Any]:
+def _case(ctx: RenderContext, s: Student, c: CaseResult) -> dict[str, Any]:
     """One failed case of a student: its badges, whether a gate kept it from being checked, the message to show
     and its expected versus received."""
     case = next((x for x in ctx.suite.cases if x.id == c.id), None)
@@ -282,26 +282,26 @@ def _case(ctx: _Ctx, s: Student, c: CaseResult) -> dict[str, Any]:
         return out
     if out["alone"]:  # the stored message is the gate's: show what its own check says
         out["message"] = alone.message
-    tol = ctx.suite.config.tolerances
-    out["detail"] = _blocks(detail(case, c.expected, c.received, atol=case.atol if case else tol.atol,
-                                   rtol=case.rtol if case else tol.rtol, rel_tol=ctx.suite.config.milestone.rel_tol))
+    tol, rules = ctx.suite.config.tolerances, ctx.suite.milestone_rules
+    out["detail"] = blocks_html(detail(case, c.expected, c.received, atol=case.atol if case else tol.atol,
+                                       rtol=case.rtol if case else tol.rtol, rel_tol=getattr(rules, "rel_tol", 0.0)))
     return out
 
 
-def _file_link(ctx: _Ctx, s: Student) -> tuple[str, str]:
+def _file_link(ctx: RenderContext, s: Student) -> tuple[str, str]:
     """The student's submission file (notebook, zip or folder) as the grader read it, and its file: URL ("" when
     it is not found)."""
     path = s.record.get("path")
     if not isinstance(path, str) or not path:
         return "", ""
-    found = _resolve(path, ctx.grades)
+    found = resolve_path(path, ctx.grades)
     try:
         return path, found.resolve().as_uri() if found is not None else ""
     except (ValueError, OSError):
         return path, ""
 
 
-def student_page(ctx: _Ctx, s: Student) -> str:
+def student_page(ctx: RenderContext, s: Student) -> str:
     """One student: scores, each failed case (message, expected versus received, the code graded), the written
     answers and the notebook's output."""
     path, href = _file_link(ctx, s)
@@ -323,12 +323,12 @@ def student_page(ctx: _Ctx, s: Student) -> str:
 def report_csv(students: list[Student], questions: list[Question]) -> str:
     """One row per student for a gradebook: id, status, total, per-question scores and the diagnosis ids."""
     rows = [["id", "status", "total", *(q.id for q in questions), "diagnoses"]]
-    rows += [[as_text(s.id), as_text(s.status), _score(s.total), *(_score(s.score(q.id)) for q in questions),
+    rows += [[as_text(s.id), as_text(s.status), score_text(s.total), *(score_text(s.score(q.id)) for q in questions),
               as_text(" ".join(s.diagnosis_ids(questions)))] for s in students]
     return csv_text(rows)
 
 
-def _student_page_or_note(ctx: _Ctx, s: Student) -> str:
+def student_page_or_note(ctx: RenderContext, s: Student) -> str:
     """The student's page; when their stored result breaks it, a page saying so, and the student is marked
     "unusable result" so the index lists them with the reason."""
     try:
@@ -346,13 +346,13 @@ def _fallback(title: str, exc: Exception, **values: Any) -> str:
                            **{"heading": "", "students": [], **values})
 
 
-def _written_page_or_note(ctx: _Ctx, q: Question, n: int, students: list[Student]) -> str:
+def written_page_or_note(ctx: RenderContext, q: Question, n: int, students: list[Student]) -> str:
     try:
         return written_page(ctx, q, n, students)
     except Exception as exc:  # noqa: BLE001 - the rest of the report is written all the same
         return _fallback(q.written[n].part, exc, what="This page", where="the answers are on the students' pages.")
 
 
-def _plain_index(students: list[Student], exc: Exception, *, title: str) -> str:
+def plain_index(students: list[Student], exc: Exception, *, title: str) -> str:
     return _fallback(f"{title} failure report", exc, heading=f"{title} · failure report", what="The summary",
                      where="the students' pages are below.", students=students)

@@ -24,7 +24,7 @@ from autograder.report.similarity import (
 
 def template_cells(suite: Suite) -> list[str]:
     """The code cells of the students' template notebook ([] when it is not built)."""
-    path = suite.config.lesson.notebook
+    path = suite.lesson.notebook
     if not path.is_file():
         return []
     cells, _ = read_notebook(str(path), path.parent, limits=suite.config.submissions)

@@ -22,7 +22,7 @@ def clip_text(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters)"
 
 
-def _num(v: Any) -> str:
+def num_text(v: Any) -> str:
     if isinstance(v, bool | np.bool_):
         return str(bool(v))
     if isinstance(v, int | np.integer):
@@ -33,5 +33,5 @@ def _num(v: Any) -> str:
     return f"{f:.4f}" if abs(f) < 1e5 else f"{f:.4g}"
 
 
-def _score(v: float) -> str:
+def score_text(v: float) -> str:
     return f"{v:.2f}".rstrip("0").rstrip(".") if v % 1 else f"{v:g}"

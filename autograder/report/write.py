@@ -16,13 +16,13 @@ from autograder.report.model import Student, catalogue, choice_catalogue, cluste
 from autograder.report.moved import compare_page, read_run
 from autograder.report.render import (
     MANUAL_CSV,
-    _Ctx,
-    _plain_index,
-    _student_page_or_note,
-    _written_page_or_note,
+    RenderContext,
     index_page,
     manual_csv,
+    plain_index,
     report_csv,
+    student_page_or_note,
+    written_page_or_note,
 )
 
 MARKER = ".autograder-report"  # only a folder holding this file is ever replaced by a new report
@@ -73,15 +73,15 @@ def write_report(grades: Path, *, out: Path = Path("report"), course: Course | N
     except MergeError:
         merged = {}  # the grade table says why; the report is written all the same
     out = out.resolve()
-    ctx = _Ctx(suite, questions, catalogue(suite) | choice_catalogue(questions), grades.resolve(), merged,
+    ctx = RenderContext(suite, questions, catalogue(suite) | choice_catalogue(questions), grades.resolve(), merged,
                regrade_command(students, grades=grades.resolve(), out=out, course=course))
-    pages = {s.page: _student_page_or_note(ctx, s) for s in students}  # first: a page that fails marks its student
+    pages = {s.page: student_page_or_note(ctx, s) for s in students}  # first: a page that fails marks its student
     groups = clusters(students, questions)
     try:
         index = index_page(ctx, students, groups)
     except Exception as exc:  # noqa: BLE001 - last resort: a plain list of students, so the report is written
-        index = _plain_index(students, exc, title=ctx.title)
-    written = {p.part: _written_page_or_note(ctx, q, n, students) for q in manual for n, p in enumerate(q.written)}
+        index = plain_index(students, exc, title=ctx.title)
+    written = {p.part: written_page_or_note(ctx, q, n, students) for q in manual for n, p in enumerate(q.written)}
     extra = class_pages(suite, students, grades=grades.resolve(), title=ctx.title, roster=roster)
     if compare is not None and earlier is not None:
         extra |= compare_page(compare, earlier, students, [q.id for q in questions], grades=grades.resolve(),

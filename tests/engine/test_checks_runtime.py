@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 
 from autograder.config import ROOT
-from autograder.lesson import RUNTIME_FILE, RUNTIME_NAME, Lesson, LessonError, default_lesson
+from autograder.course import course_of
+from autograder.lesson import RUNTIME_FILE, RUNTIME_NAME, Lesson, LessonError
 from autograder.model import Status
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
-LESSONS = [default_lesson(), Lesson.load("lesson_demo", near=FIXTURE)]
+LESSONS = [course_of().lesson, Lesson.load("lesson_demo", near=FIXTURE)]
 # A checks_runtime.py as a student's folder could hold one: importing it leaves a mark and breaks every verdict.
 FAKE = ("import pathlib\npathlib.Path(__file__).with_name('FAKE_IMPORTED').write_text('yes')\n"
         "raise ImportError('the fake checks_runtime was imported')\n")

@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +20,8 @@ from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.grading.cluster import ClusterError, grade_on_cluster
 from autograder.grading.submissions import Submission
-from autograder.release.common import tool_env
 from autograder.sandbox.isolation import UID_LOCKS_ENV, reserve_uid_block
+from helpers.cluster import LocalCluster, dask_env, wait_for
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 
@@ -36,72 +35,8 @@ COPIES = 4
 UNREADABLE = {"copy0_notes.txt": b"my answers are in the notebook", "copy0_empty.zip": b"PK\x05\x06" + bytes(18)}
 SUBSET = (*(f"copy{n}_{name}" for n in range(COPIES) for name in SAMPLES),
           *(name.rsplit(".", 1)[0] for name in UNREADABLE))
-# On this shared 2-core machine a worker's event loop can stall for tens of seconds while it imports torch and
-# computes the reference values; Dask's default 30 s would drop it from the scheduler.
-DASK_ENV = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": "600s", "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "120s",
-            "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "600s"}
 
 
-def _env() -> dict[str, str]:
-    return tool_env() | DASK_ENV | {"PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT),
-                                                                             os.environ.get("PYTHONPATH"))))}
-
-
-def _wait_for(what: str, done: object, *, limit_s: float = 600) -> None:
-    deadline = time.monotonic() + limit_s  # a guard, not a timing: start-up is slow on a loaded machine
-    while not done():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"waited {limit_s:g} s for {what}"
-        time.sleep(0.2)
-
-
-class LocalCluster:
-    """`dask scheduler` and `dask worker` processes on 127.0.0.1, as a real deployment starts them."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp, self.file = tmp, tmp / "scheduler.json"
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.workers: list[subprocess.Popen[bytes]] = []
-
-    def _start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed when the process is
-        proc = subprocess.Popen([sys.executable, "-m", "dask", *args, "--scheduler-file", str(self.file)],
-                                cwd=self.tmp, env=_env(), stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        self.procs.append(proc)
-        return proc
-
-    def start(self, workers: int) -> LocalCluster:
-        self._start("scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard")
-        _wait_for("the scheduler", self.file.exists)
-        for i in range(workers):  # no nanny: a worker killed stays dead, as a lost machine does
-            self.workers.append(self._start(f"worker{i}", "worker", "--nthreads", "1", "--no-nanny",
-                                            "--memory-limit", "0", "--no-dashboard", "--name", f"w{i}",
-                                            "--preload", "autograder.grading.cluster"))
-        _wait_for("both workers", lambda: (self.tmp / "scheduler.log").read_text().count("Register worker") >= workers)
-        return self
-
-    @property
-    def address(self) -> str:
-        import json
-
-        return json.loads(self.file.read_text())["address"]
-
-    def log(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.tmp.glob("*.log")))
-
-    def stop(self) -> None:
-        """The workers first, then the scheduler: a worker told to stop while its scheduler closes can hang in
-        Dask's own close (seen once in CI: a minute until the kill)."""
-        for group in (self.workers, [p for p in self.procs if p not in self.workers]):
-            for proc in group:
-                if proc.poll() is None:
-                    proc.terminate()
-            for proc in group:
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +75,7 @@ def sample_class(tmp_path_factory: pytest.TempPathFactory, demo_course: Course) 
 
 def _grade(subs: Path, out: Path, config: Path, address: str, *flags: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "autograder.cli", "--config", str(config), "grade", str(subs),
-                             "--out", str(out), "--quiet", "--cluster", address, *flags], cwd=ROOT, env=_env(),
+                             "--out", str(out), "--quiet", "--cluster", address, *flags], cwd=ROOT, env=dask_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -171,7 +106,7 @@ def test_a_worker_killed_mid_class_loses_no_submission(
     subs, config, local = sample_class
     out = tmp_path / "out"
     run = _grade(subs, out, config, cluster.address)
-    _wait_for("a first result", lambda: run.poll() is not None or any((out / "results").glob("*.json")))
+    wait_for("a first result", lambda: run.poll() is not None or any((out / "results").glob("*.json")))
     victim = cluster.workers[0]
     assert run.poll() is None and victim.poll() is None, "the class ended before a worker could be lost"
     done_before = len(list((out / "results").glob("*.json")))
@@ -200,7 +135,7 @@ def test_an_unreachable_scheduler_is_a_clear_error(tmp_path: Path, sample_class:
 def test_the_plain_install_never_imports_dask() -> None:
     code = ("import sys, autograder.cli, autograder.grading.cluster; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dask_env(), capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]", out
 
@@ -215,11 +150,11 @@ def test_without_dask_the_cluster_path_says_how_to_install_it(monkeypatch: pytes
 
 UID_POOL = """
 import os, sys
-from autograder.lesson import default_lesson
+from autograder.course import course_of
 from autograder.sandbox import WorkerPool
-lesson = default_lesson()
 os.getpid = lambda: 4242  # both processes: the same pid modulo 2000, as two graders on a busy host can have
-with WorkerPool(1, probe_module=lesson.checks_name, modules=lesson.sandbox_modules, memory_guard="watchdog") as pool:
+lesson = course_of().lesson
+with WorkerPool(1, memory_guard="watchdog", probe_module=lesson.checks_name, modules=lesson.sandbox_modules) as pool:
     print(pool._workers[0].uid if pool.drops_privileges else "no uid", flush=True)
     sys.stdin.read()
 """
@@ -227,7 +162,7 @@ with WorkerPool(1, probe_module=lesson.checks_name, modules=lesson.sandbox_modul
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="student code runs under uids of its own only when the grader is root")
 def test_two_pools_on_one_host_get_disjoint_uid_blocks() -> None:
-    procs = [subprocess.Popen([sys.executable, "-c", UID_POOL], cwd=ROOT, env=_env(), stdin=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, "-c", UID_POOL], cwd=ROOT, env=dask_env(), stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
     try:
         firsts = [int(p.stdout.readline()) for p in procs]  # type: ignore[union-attr]
@@ -252,7 +187,7 @@ def test_a_uid_block_is_free_again_when_its_holder_closes_or_dies(tmp_path: Path
     holder = subprocess.Popen([sys.executable, "-c",
                                "import sys; from autograder.sandbox.isolation import reserve_uid_block; "
                                "print(reserve_uid_block(7)[0], flush=True); sys.stdin.read()"],
-                              cwd=ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                              cwd=ROOT, env=dask_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and int(holder.stdout.readline()) == 7
     block, fd = reserve_uid_block(7)
     assert block == 8

@@ -43,8 +43,8 @@ def test_the_array_layout_is_defined_once() -> None:
 
 def _walked(data: bytes):
     """wire.decode's general path: parse, then one walk that checks the depth and reads the arrays."""
-    return wire._unpack(json.loads(data.decode(), object_pairs_hook=wire._object_pairs,
-                                   parse_constant=wire._constant), 0)
+    return wire.unpack(json.loads(data.decode(), object_pairs_hook=wire.object_pairs,
+                                   parse_constant=wire.json_constant), 0)
 
 
 def _nested(depth: int, inner: str) -> bytes:

@@ -4,33 +4,60 @@ stage takes that object; a stage given a Course reads no config file at all."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from autograder import cli
+from autograder import course as course_module
 from autograder.authoring.suite import reference_env
-from autograder.config import GradingConfig
+from autograder.config import DEFAULT_CONFIG, ROOT, GradingConfig
 from autograder.course import Course
+from autograder.grading.batch import grade_batch
 from autograder.grading.judge import grade_namespace
+from autograder.release import release
 from autograder.report import write_report
+from autograder.selfcheck import selfcheck
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "lesson_demo"
 
 
 @pytest.fixture
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Every grading config validated from now on (load_config's one way in), by its `near` folder."""
+    """Every grading config validated from now on (load_config's one way in)."""
     seen: list[object] = []
     validate = GradingConfig.model_validate
 
     def counted(obj: object, **kwargs: object) -> GradingConfig:
-        seen.append((kwargs.get("context") or {}).get("near"))  # type: ignore[union-attr]
+        seen.append(obj)
         return validate(obj, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(GradingConfig, "model_validate", counted)
     return seen
+
+
+@pytest.fixture
+def no_package_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package's own grading_config.yaml cannot be read, and no stage may fall back to the package's course."""
+    package = DEFAULT_CONFIG.resolve()
+    for name in ("read_text", "read_bytes", "open"):
+        real = getattr(Path, name)
+
+        def guarded(self: Path, *args: object, _real: object = real, **kwargs: object) -> object:
+            if self.resolve() == package:
+                raise AssertionError(f"a stage read the package's own {package.name}")
+            return _real(self, *args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(Path, name, guarded)
+
+    def no_default(*_: object, **__: object) -> Course:
+        raise AssertionError("a stage looked for the package's own course")
+
+    monkeypatch.setattr(course_module, "course_of", no_default)
 
 
 def _graded(tmp_path: Path) -> tuple[Path, Path]:
@@ -52,7 +79,7 @@ def test_a_command_parses_its_config_once(tmp_path: Path, parses: list[object],
     parses.clear()
     assert cli.main(["--config", str(config), "report", str(grades), "--out", str(tmp_path / "report")]) == 0
     assert (tmp_path / "report" / "index.html").is_file(), capsys.readouterr()
-    assert parses == [config.parent], parses  # the report's suite, its fingerprint and lesson: all from one parse
+    assert len(parses) == 1, parses  # the report's suite, its fingerprint and lesson: all from one parse
 
 
 def test_a_stage_given_a_course_reads_no_config(tmp_path: Path, parses: list[object]) -> None:
@@ -61,3 +88,56 @@ def test_a_stage_given_a_course_reads_no_config(tmp_path: Path, parses: list[obj
     parses.clear()
     write_report(grades, out=tmp_path / "report", course=course)
     assert parses == []
+
+
+def test_the_course_is_the_one_root(tmp_path: Path) -> None:
+    """Config, lesson and suite come from the course: the suite's lesson is the course's (one object), and the
+    config alone knows no lesson (parsing it finds no lesson folder and imports no trainer)."""
+    course = Course.load(FIXTURE / "grading_config.yaml")
+    assert course.suite.lesson is course.lesson and course.suite.config is course.config
+    assert not hasattr(course.config, "lesson")
+
+
+def test_the_suite_module_never_imports_the_course() -> None:
+    import ast
+
+    from autograder.authoring import suite
+
+    tree = ast.parse(Path(suite.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "autograder.course" not in imported and not hasattr(suite, "load_suite")
+
+
+def test_the_report_of_a_course_never_reads_the_package_config(tmp_path: Path, no_package_config: None) -> None:
+    """A course built from the demo lesson's config: its suite, judging and report never read the package's
+    grading_config.yaml nor fall back to the package's course."""
+    config, grades = _graded(tmp_path)
+    write_report(grades, out=tmp_path / "report", course=Course.load(config))
+    assert (tmp_path / "report" / "index.html").is_file()
+
+
+@pytest.mark.sandbox
+@pytest.mark.build
+def test_release_selfcheck_and_grade_of_a_course_never_read_the_package_config(tmp_path: Path,
+                                                                                no_package_config: None) -> None:
+    """Release, self-check, then grade the sample class, of a course built from the demo lesson's config: the
+    sandbox's pool is built from the course (grading/runner.py), and nothing reads the package's
+    grading_config.yaml."""
+    config, _ = _graded(tmp_path)
+    course = Course.load(config)
+    release(course=course)
+    assert selfcheck(course=course).passed
+    summary = grade_batch(course.lesson.root / "dist" / "samples", out=tmp_path / "grades", course=course,
+                          progress=False)
+    totals = {r["id"]: r["total"] for r in summary.rows}
+    assert totals["reference"] == course.suite.auto_points and totals["blank"] == 0, totals
+
+
+def test_parsing_the_config_imports_no_trainer() -> None:
+    """Loading a course (the package's: Lesson 83 with its milestone) imports neither the lesson's milestone
+    trainer nor torch: the milestone's rules are the plug-in's, read with the suite."""
+    code = ("import sys; from autograder.course import Course; Course.load(); "
+            "print(sorted(m for m in sys.modules if m.endswith(('_milestone', '_checkpoint')) or m == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    assert out.strip() == "[]", out

@@ -11,33 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder.authoring.suite import load_suite
-from autograder.config import ROOT
-from autograder.course import Course
+from autograder.course import Course, course_of
+from helpers.demo import FIXTURE, MILESTONE, fitted_line
 
-FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 PLUGIN = "lesson_demo_checkpoint"
-MILESTONE = """---
-id: q4_line
-kind: milestone
-title: Fit a line
-solution: [center]
-checkpoint: {id: q4_checkpoint, title: "Q4 — the fitted line", files: [fit.json]}
-cases:
-  - name: small
-    probe: call
-    args: {fn: center, args: [[[1.0, 2.0], [3.0, 6.0]]]}
-    check: close
-    what: center([[1, 2], [3, 6]])
-    revisit: subtract the mean of each column (axis=0) from that column.
----
-## Q4. Fit a line (`q4_line`)
-
-Fit a line to the course's points and upload `fit.json` (slope, intercept, mse) next to the notebook.
-
-<!-- solution -->
-<!-- tests -->
-"""
 NOTEBOOK = json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
 
 
@@ -53,19 +30,11 @@ def course(tmp_path: Path) -> Path:
     return root
 
 
-def _line(points: list[list[float]]) -> tuple[float, float, float]:
-    """The least-squares line through the points and its mean squared error (what save_fit would write)."""
-    n = len(points)
-    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
-    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
-    intercept = my - slope * mx
-    return slope, intercept, sum((y - slope * x - intercept) ** 2 for x, y in points) / n
-
 
 def test_no_milestone_no_plugin(tmp_path: Path) -> None:
     """The demo lesson as it is declares no checkpoint: its suite has no checkpoint cases and nothing loads the
     plug-in that sits in its folder."""
-    suite = load_suite(FIXTURE / "grading_config.yaml")
+    suite = course_of(FIXTURE / "grading_config.yaml").suite
     assert suite.checkpoint_files == () and suite.checkpoint_cases == []
     assert PLUGIN not in sys.modules
 
@@ -81,7 +50,7 @@ def test_demo_checkpoint_is_graded_and_reported(course: Path, tmp_path: Path) ->
     assert suite.checkpoint_files == ("fit.json",) and suite.checkpoint_question == "q4_checkpoint"
     assert [c.id for c in suite.checkpoint_cases] == ["q4_checkpoint/fit", "q4_checkpoint/claim"]
     points = json.loads((course / "reference" / "lesson_demo_points.json").read_text())["points"]
-    slope, intercept, mse = _line(points)
+    slope, intercept, mse = fitted_line(points)
     fits = {"good": {"slope": slope, "intercept": intercept, "mse": mse},
             "bad": {"slope": 0.0, "intercept": intercept, "mse": mse}}  # a flat line, claiming the good one's error
     for name, fit in fits.items():

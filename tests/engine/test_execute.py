@@ -16,7 +16,6 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-from conftest import importable
 
 from autograder import wire
 from autograder.config import ROOT
@@ -31,6 +30,7 @@ from autograder.sandbox import (
     execute_submission,
     read_notebook,
 )
+from helpers.probes import importable
 
 REPO = ROOT
 REFERENCE = REPO / "tests" / "fixtures" / "lesson_demo" / "reference" / "lesson_demo.py"

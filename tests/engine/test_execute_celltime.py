@@ -4,7 +4,6 @@ module of the tests' own, then the grade command on the demo lesson's student no
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from autograder.grading.batch import grade_batch
 from autograder.model import Status
 from autograder.release.sample import filled_notebook
 from autograder.sandbox import ExecResult, Limits, WorkerPool
+from helpers.celltime import FAKE_CHECKS, demo_copy, nb
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 CELL_S = 2  # short, so that the tests stay quick; real limits are in a course's grading_config.yaml
@@ -31,19 +31,7 @@ VALUE = "def value():\n    return 1"
 PY_SLEEP = "import time\ntime.sleep(600)"
 C_SLEEP = "import ctypes\nctypes.CDLL(None).sleep(600)  # one C call: no Python-level alarm stops it"
 TORCH_LOOP = "import torch\nbig = torch.linalg.matrix_power(torch.rand(3000, 3000), 10**6)  # one long C call"
-FAKE_CHECKS = '''
-def run_probe(env, name, args):
-    fn = env.get(name)
-    if fn is None:
-        return {"error": {"type": "NameError", "message": f"{name} is not defined"}}
-    return {"value": fn(*args.get("args", []))}
-'''
 
-
-def nb(*cells: str) -> bytes:
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_markdown_cell("# A notebook"), *map(nbformat.v4.new_code_cell, cells)]
-    return nbformat.writes(notebook).encode()
 
 
 @pytest.fixture(scope="module")
@@ -107,27 +95,17 @@ def test_a_forged_cell_frame_only_changes_which_cell_is_left_out(runs: dict[str,
 # --------------------------------------------------------------------------- the grade command, real notebooks
 
 
-def _course(tmp: Path, **execution: float) -> Path:
-    """A copy of the demo course (tests/fixtures/lesson_demo) with these execution limits; its config's path."""
-    root = tmp / "lesson_demo"
-    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
-    raw = yaml.safe_load((root / "grading_config.yaml").read_text())
-    raw["execution"] |= execution
-    path = root / "grading_config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
 
 def test_config_keeps_the_cell_limit_below_the_notebook_limits(tmp_path: Path) -> None:
     wall = yaml.safe_load((FIXTURE / "grading_config.yaml").read_text())["execution"]["wall_timeout_s"]
     with pytest.raises(ConfigError, match="cell_timeout_s"):
-        load_config(_course(tmp_path, cell_timeout_s=wall))
+        load_config(demo_copy(tmp_path, cell_timeout_s=wall))
 
 
 @pytest.mark.build
 @pytest.mark.sandbox
 def test_a_correct_notebook_with_a_slow_cell_keeps_every_point(tmp_path: Path, demo_course: Course) -> None:
-    course = Course.load(_course(tmp_path, cell_timeout_s=CELL_S, wall_timeout_s=30, cpu_timeout_s=30,
+    course = Course.load(demo_copy(tmp_path, cell_timeout_s=CELL_S, wall_timeout_s=30, cpu_timeout_s=30,
                                  memory_mb=3072))
     suite = course.suite
     answers = mc_answers(list(suite.questions))

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_execute_celltime import FAKE_CHECKS, _course, nb
 
 from autograder.authoring.questions import mc_answers
 from autograder.course import Course
@@ -19,6 +18,7 @@ from autograder.grading.batch import grade_batch
 from autograder.model import NOT_RUN, Status
 from autograder.release.sample import filled_notebook
 from autograder.sandbox import MAX_PROBE_RUNS, ExecResult, Limits, WorkerPool
+from helpers.celltime import FAKE_CHECKS, demo_copy, nb
 
 PROBE_S, SHARE_S = 1, 2  # short, so that the tests stay quick
 LIMITS = Limits(wall_s=6, cell_s=2, cpu_s=6, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64,
@@ -96,7 +96,7 @@ def test_fresh_runs_are_capped(runs: dict[str, ExecResult]) -> None:
 @pytest.mark.build
 @pytest.mark.sandbox
 def test_a_slow_function_loses_only_the_questions_that_call_it(tmp_path: Path, demo_course: Course) -> None:
-    course = Course.load(_course(tmp_path, probe_timeout_s=PROBE_S, question_timeout_s=SHARE_S))
+    course = Course.load(demo_copy(tmp_path, probe_timeout_s=PROBE_S, question_timeout_s=SHARE_S))
     suite = course.suite
     notebook = filled_notebook(demo_course.lesson.notebook, answers=mc_answers(list(suite.questions)),
                                lesson=course.lesson)

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 
 import nbformat
 import pytest
-from conftest import importable
-from test_execute_celltime import FAKE_CHECKS  # a checks module whose probe calls a function by name
 
 from autograder.model import Status
 from autograder.sandbox import ExecResult, Limits, WorkerPool
+from helpers.celltime import FAKE_CHECKS  # a checks module whose probe calls a function by name
+from helpers.probes import importable
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 

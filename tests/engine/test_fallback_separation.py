@@ -30,10 +30,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_execute_isolation import LIMITS, make_venv, readable_python  # noqa: F401 - the fixture
 
 from autograder.config import ROOT
 from autograder.sandbox import ALLOW_UNSANDBOXED, SANDBOX_ENV
+from helpers.isolation import LIMITS, make_venv, readable_python  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.sandbox
 
@@ -298,20 +298,19 @@ def test_cluster_refuses_before_its_first_batch(tmp_path: Path) -> None:
     """A Dask worker whose Python other users cannot read, forced off bubblewrap: grading on the cluster stops
     before the first batch with the worker's address and what to change there."""
     pytest.importorskip("distributed", reason="the cluster extra is not installed: pip install '.[cluster]'")
-    import test_cluster_engine as tce
-
     from autograder.config import Cluster
     from autograder.course import Course
     from autograder.grading.cluster import ClusterError, grade_on_cluster
     from autograder.grading.submissions import Submission
+    from helpers.cluster import LocalCluster, dask_env
 
     python = _closed_python(tmp_path)
 
-    class BareCluster(tce.LocalCluster):
+    class BareCluster(LocalCluster):
         def _start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
             with open(self.tmp / f"{name}.log", "wb") as log:
                 proc = subprocess.Popen([str(python), "-m", "dask", *args, "--scheduler-file", str(self.file)],
-                                        cwd=self.tmp, env=tce._env() | {SANDBOX_ENV: "none"}, stdout=log,
+                                        cwd=self.tmp, env=dask_env() | {SANDBOX_ENV: "none"}, stdout=log,
                                         stderr=subprocess.STDOUT)
             self.procs.append(proc)
             return proc

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.authoring.suite import load_suite
 from autograder.config import ROOT
-from autograder.course import Course
+from autograder.course import Course, course_of
 from autograder.grading.feedback import FEEDBACK_DIR, write_feedback
 from autograder.grading.merge import merge_scores
 from autograder.grading.store import store_result, write_tables
@@ -27,7 +26,7 @@ SECRET_EXPECTED = [[271828.5, -314159.25]]
 def _graded(out: Path) -> tuple[list[Submission], dict[str, str]]:
     """Two stored results of the demo lesson: alice fails a visible and a hidden case (whose TA copy names its
     argument and expected value), bob passes everything; a third submission was not graded."""
-    suite = load_suite(DEMO)
+    suite = course_of(DEMO).suite
     subs = [Submission(sid, Path(f"{sid}.ipynb"), b"{}", result_name=f"{sid}.json") for sid in ("alice", "bob")]
     subs.append(Submission("carol", Path("carol.ipynb"), b"{}", result_name="carol.json"))
     for sub in subs[:2]:

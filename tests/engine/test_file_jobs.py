@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_execute_isolation import readable_python  # noqa: F401 - the fixture: a Python every user may read
 
 from autograder.checkpoint import Verifier
 from autograder.config import ROOT
 from autograder.lesson import ENGINE_ROOT
 from autograder.sandbox import WorkerError, choose_sandbox, reader_isolation
+from helpers.isolation import readable_python  # noqa: F401 - the fixture: a Python every user may read
 
 pytestmark = pytest.mark.sandbox  # every test here starts a reader process
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from conftest import importable
 
 from autograder.lesson import RUNTIME_FILE, RUNTIME_NAME
 from autograder.model import Status
 from autograder.runtime import runtime_modules
 from autograder.sandbox import Limits, WorkerPool
 from autograder.sandbox.guard import HARNESS_MODULES, harness_modules
+from helpers.probes import importable
 
 pytestmark = pytest.mark.sandbox
 

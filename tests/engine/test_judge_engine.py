@@ -98,10 +98,11 @@ def test_stub_failures_of_a_question_read_as_one_line(demo_course: Course) -> No
 
 
 def test_local_check_raises_with_the_message(suite: Suite, lesson: Lesson) -> None:
-    from autograder.release.common import case_json
+    from autograder.release.common import case_json, grader_limits
 
     case = next(c for c in suite.cases if c.id == "q1_center/hidden_tall")
-    payload = case_json(case, suite.expected, {c.id: c for c in suite.cases}, lesson=lesson)
+    payload = case_json(case, suite.expected, {c.id: c for c in suite.cases}, lesson=lesson,
+                        limits=grader_limits(suite.config))
     lesson.checks.run_case(reference_env(suite), payload)  # the reference passes silently
     with pytest.raises(AssertionError) as info:
         lesson.checks.run_case(_with(lesson, suite, "center_rows"), payload)
@@ -112,11 +113,13 @@ def test_otter_shows_a_failed_check_without_the_test_file_line(suite: Suite, les
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from otter.test_files.exception_test import ExceptionTestFile
 
+    from autograder.release.common import grader_limits
     from autograder.release.otter import otter_test
 
     monkeypatch.setitem(sys.modules, lesson.checks_name, lesson.checks)  # as the student's folder provides it
     cases = {c.id: c for c in suite.cases}
-    test = otter_test(cases["q1_center/small"], suite.expected, cases, lesson=lesson)
+    test = otter_test(cases["q1_center/small"], suite.expected, cases, lesson=lesson,
+                      limits=grader_limits(suite.config))
     test = test.partition("# END TEST CONFIG\n")[2]
     path = tmp_path / "q1_center.py"
     path.write_text("from otter.test_files import test_case\n\nOK_FORMAT = False\nname = 'q1_center'\n"

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_demo_milestone import FIXTURE, MILESTONE
 
 from autograder.course import Course
 from autograder.grading.figures import gradescope_entries
@@ -19,6 +18,7 @@ from autograder.report.leaderboard import RosterError, ranked, read_roster
 from autograder.report.model import Student
 from autograder.report.similarity import DECISIONS_FILE, code_pairs, read_decisions, weight_pairs
 from autograder.report.write import write_report
+from helpers.demo import FIXTURE, MILESTONE
 
 
 @pytest.fixture()

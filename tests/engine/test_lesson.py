@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from autograder.authoring.questions import ContentError, load_questions
-from autograder.config import ROOT, load_config
-from autograder.course import Course
+from autograder.config import ROOT
+from autograder.course import Course, course_of
 from autograder.lesson import RUNTIME_FILE, Lesson, LessonError
 from autograder.release.common import tool_env
 
@@ -65,7 +65,7 @@ def test_the_engine_names_no_lesson() -> None:
 
 
 def test_a_lesson_is_found_from_its_name_alone() -> None:
-    lesson = load_config(FIXTURE / "grading_config.yaml").lesson
+    lesson = Course.load(FIXTURE / "grading_config.yaml").lesson
     assert lesson == Lesson("lesson_demo", FIXTURE)
     assert lesson.checks_file == FIXTURE / "assignments" / "lesson_demo" / "lesson_demo_checks.py"
     assert lesson.trainer_file is None and lesson.data_files == []  # no milestone: nothing else is shipped
@@ -83,34 +83,36 @@ def test_editing_the_catalogue_data_changes_the_fingerprint(tmp_path: Path) -> N
     so the result cache (keyed on it) judges stored submissions again."""
     from autograder.authoring.suite import suite_fingerprint
 
-    lesson = load_config().lesson
+    lesson = course_of().lesson
     course = tmp_path / "course"
     shutil.copytree(lesson.assignment_dir, course / "assignments" / lesson.name)
     (course / "reference").mkdir()
     for path in (lesson.reference_file, lesson.mistakes_file, lesson.mistakes_file.with_suffix(".yaml")):
         shutil.copy(path, course / "reference")
     shutil.copy(ROOT / "grading_config.yaml", course)
-    before = suite_fingerprint(Course.load(course / "grading_config.yaml"))
+    copy = Course.load(course / "grading_config.yaml")
+    before = suite_fingerprint(copy.path, copy.lesson)
     data = course / "reference" / f"{lesson.name}_mistakes.yaml"
     data.write_text(data.read_text().replace("description: ", "description: (edited) ", 1))
-    assert suite_fingerprint(Course.load(course / "grading_config.yaml")) != before
+    assert suite_fingerprint(copy.path, copy.lesson) != before
 
 
 def test_question_kinds_come_from_the_front_matter(tmp_path: Path) -> None:
-    config = load_config(FIXTURE / "grading_config.yaml")
-    questions = {q.id: q for q in load_questions(config)}
+    demo = Course.load(FIXTURE / "grading_config.yaml")
+    config = demo.config
+    questions = {q.id: q for q in load_questions(config, demo.lesson)}
     assert [q.kind for q in questions.values()] == ["prose", "cases", "choices", "manual"]
     assert questions["q3_explain"].manual and not questions["q3_explain"].cases
     assert [c.id for c in questions["q2_pick"].cases] == ["q2_pick/answers_valid", "q2_pick/correct_column_sum"]
     src = tmp_path / "lesson_demo"
-    shutil.copytree(config.lesson.assignment_dir, src)
+    shutil.copytree(demo.lesson.assignment_dir, src)
     q1 = src / "q1_center.md"
     q1.write_text(q1.read_text().replace("kind: cases\n", ""))
     with pytest.raises(ContentError, match="kind"):
-        load_questions(config, src)
+        load_questions(config, demo.lesson, src)
     q1.write_text(q1.read_text().replace("id: q1_center\n", "id: q1_center\nkind: manual\n"))
     with pytest.raises(ContentError, match="needs `written:` parts"):
-        load_questions(config, src)
+        load_questions(config, demo.lesson, src)
 
 
 @pytest.mark.build

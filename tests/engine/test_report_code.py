@@ -67,9 +67,9 @@ def test_checkpoint_table_marks_disagreement_and_bounds() -> None:
 
 
 def test_compare_marks_the_wrong_value_and_a_shape_that_differs(suite: Suite) -> None:
-    from autograder.report.render import _blocks
+    from autograder.report.render import blocks_html
 
-    codec = suite.config.lesson.checks  # the lesson's copy of the runtime: the same codec the report reads with
+    codec = suite.lesson.checks  # the lesson's copy of the runtime: the same codec the report reads with
     want = np.arange(12.0).reshape(3, 4)
     got = want.copy()
     got[1, 2] += 1
@@ -79,7 +79,7 @@ def test_compare_marks_the_wrong_value_and_a_shape_that_differs(suite: Suite) ->
     marked = [[(i, j) for i, row in enumerate(g["rows"]) for j, (_, bad) in enumerate(row) if bad]
               for g in grids["grids"]]
     assert marked == [[(1, 2)], [(1, 2)]]
-    html_text = str(_blocks(report_module.compare(None, {"value": want}, codec.to_plain({"value": want.T}),
+    html_text = str(blocks_html(report_module.compare(None, {"value": want}, codec.to_plain({"value": want.T}),
                                                   atol=1e-6, rtol=0)))
     assert "<tr class=bad><td>shape</td><td>[3, 4]</td><td>[4, 3]</td></tr>" in html_text
     assert html_text.count('<table class="grid">') == 2

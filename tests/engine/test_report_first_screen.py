@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_demo_milestone import MILESTONE
 
 from autograder.checkpoint import MISSING
 from autograder.config import ROOT
@@ -23,6 +22,7 @@ from autograder.grading import store
 from autograder.grading.submissions import Submission
 from autograder.model import CaseResult, Status, SubmissionResult
 from autograder.report import write_report
+from helpers.demo import MILESTONE
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 # who failed what: the catalogued mistake on q1 (five students), a failure no mistake explains (one), and the

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.authoring.suite import Suite, load_suite, reference_env
+from autograder.authoring.suite import Suite, reference_env
 from autograder.config import runnable_command
-from autograder.course import Course
+from autograder.course import Course, course_of
 from autograder.grading.judge import grade_namespace
 from autograder.report import write_report
 from autograder.report.model import lesson_title
@@ -24,7 +24,7 @@ DEMO_CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "lesson_demo" /
 def lesson_words(suite: Suite) -> set[str]:
     """What a report written for one lesson only would name: the lesson's name and title, its question ids, the
     names its stubs and choices bind, its mistake ids, its milestone's case ids, schemes, model class and files."""
-    lesson = suite.config.lesson
+    lesson = suite.lesson
     title = lesson_title(suite)
     words = {lesson.name, title, title.split(":")[0]}
     words |= {q.id for q in suite.questions} | {n for q in suite.questions for n in q.solution}
@@ -40,7 +40,7 @@ def lesson_words(suite: Suite) -> set[str]:
 
 
 def test_the_report_code_names_nothing_of_the_default_lesson() -> None:
-    words = lesson_words(load_suite())
+    words = lesson_words(course_of().suite)
     assert len(words) > 20  # the lesson's words were found (a scan for nothing would pass)
     found = []
     for path in sorted(p for p in REPORT.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".css", ".js")):
@@ -55,7 +55,7 @@ def test_the_report_code_names_nothing_of_the_default_lesson() -> None:
 def demo_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo lesson's report of two results stored as the grader stores them: the reference and a blank
     notebook (every stub left empty)."""
-    suite = load_suite(DEMO_CONFIG)
+    suite = course_of(DEMO_CONFIG).suite
     grades = tmp_path_factory.mktemp("demo") / "grades"
     (grades / "results").mkdir(parents=True)
     for name, env in (("reference", reference_env(suite)), ("blank", {})):
@@ -66,7 +66,7 @@ def demo_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_demo_lessons_report_is_titled_from_the_demo_lesson(demo_report: Path) -> None:
-    demo = load_suite(DEMO_CONFIG)
+    demo = course_of(DEMO_CONFIG).suite
     title = lesson_title(demo)
     assert title == next(q.title for q in demo.questions if q.kind == "prose")  # the lesson's own heading
     pages = {p.relative_to(demo_report).as_posix(): p.read_text(encoding="utf-8")
@@ -75,7 +75,7 @@ def test_the_demo_lessons_report_is_titled_from_the_demo_lesson(demo_report: Pat
     assert f"<h1>{title} · failure report</h1>" in pages["index.html"]
     for name, page in pages.items():
         assert re.search(r"<title>[^<]*" + re.escape(title) + "[^<]*</title>", page), name
-    other = lesson_words(load_suite()) - lesson_words(demo)
+    other = lesson_words(course_of().suite) - lesson_words(demo)
     shown = [page.replace(runnable_command(), "COMMAND") for page in pages.values()]  # the package's own name
     named = {w for w in other for page in shown if re.search(r"(?<![\w.])" + re.escape(w) + r"(?!\w)", page)}
     assert named == set()
@@ -92,7 +92,7 @@ def test_a_page_that_cannot_be_built_becomes_a_note_and_the_rest_is_written(
 
     monkeypatch.setattr(write, "index_page", broken)
     monkeypatch.setattr(render, "written_page", broken)
-    suite = load_suite(DEMO_CONFIG)
+    suite = course_of(DEMO_CONFIG).suite
     grades = tmp_path / "grades"
     (grades / "results").mkdir(parents=True)
     (grades / "results" / "reference.json").write_text(

@@ -142,9 +142,9 @@ def test_a_case_is_typed_once_and_its_plain_view_is_what_the_checks_read() -> No
     get `plain()`: the question file's fields in their order, then id, question and points (the bytes of every
     generated test file depend on that order), lists for the tuples, no known_cause when there is none."""
     from autograder.authoring.questions import CaseSpec
-    from autograder.authoring.suite import load_suite
+    from autograder.course import course_of
 
-    suite = load_suite(ROOT / "tests" / "fixtures" / "lesson_demo" / "grading_config.yaml")
+    suite = course_of(ROOT / "tests" / "fixtures" / "lesson_demo" / "grading_config.yaml").suite
     assert suite.cases and all(isinstance(c, Case) for c in suite.cases)
     case = suite.cases[0]
     plain = case.plain()

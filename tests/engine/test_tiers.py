@@ -9,9 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from autograder.checkpoint import load_plugin
 from autograder.config import ROOT
-from autograder.lesson import default_lesson
+from autograder.course import course_of
 from autograder.release.common import TORCH_INDEX_URL, TORCH_VERSION
 from autograder.release.gradescope import setup_sh
 from autograder.sandbox import WorkerPool
@@ -37,9 +36,9 @@ def test_make_check_leaves_out_every_registered_tier() -> None:
 
 
 @pytest.mark.parametrize("start, marker", [
-    (lambda: WorkerPool(1, probe_module=default_lesson().checks_name), "sandbox"),
-    (lambda: load_plugin(default_lesson()).Verifier().start(), "sandbox"),
-    (lambda: default_lesson().trainer.train(None, "rope", steps=1), "training"),
+    (lambda: WorkerPool(1, probe_module="any_checks"), "sandbox"),
+    (lambda: course_of().lesson.plugin.Verifier().start(), "sandbox"),
+    (lambda: course_of().lesson.trainer.train(None, "rope", steps=1), "training"),
 ])
 def test_a_quick_test_that_starts_a_tier_is_told_its_marker(start: Callable[[], object], marker: str) -> None:
     with pytest.raises(pytest.fail.Exception, match=rf"is not marked {marker}: add @pytest.mark.{marker}"):

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import importable
 
 from autograder.sandbox import Limits, WorkerPool
+from helpers.probes import importable
 
 PROBE = "def run_probe(env, name, args):\n    return {'value': env[name]()}\n"
 

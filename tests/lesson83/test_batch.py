@@ -27,19 +27,18 @@ from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
-from autograder.course import Course
-from autograder.grading import batch, store
+from autograder.course import Course, course_of
+from autograder.grading import batch, runner, store
 from autograder.grading.batch import grade_batch
 from autograder.grading.judge import notebook_env
 from autograder.grading.submissions import Submission, submission_ids
-from autograder.lesson import default_lesson
 from autograder.model import CaseResult, Status, SubmissionResult, spreadsheet_text
 from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle
 from autograder.release.sample import filled_notebook
 from autograder.sandbox import ExecResult, WorkerError
 
-checks = default_lesson().checks
+checks = course_of().lesson.checks
 CHECKPOINT_FILES = ("milestone.pt", "milestone.json")  # the files Lesson 83's milestone question declares
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
@@ -351,7 +350,7 @@ class FakePool:
 
 @pytest.fixture()
 def fake_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(batch, "WorkerPool", FakePool)
+    monkeypatch.setattr(runner, "WorkerPool", FakePool)  # the one place a pool is built (grading/runner.py)
     FakePool.broken = True
 
 
@@ -634,7 +633,7 @@ HOSTILE: list[Hostile] = [  # the coordinator adds sandbox-level attacks here (H
 
 def _bomb_folder(path: Path, kit: dict) -> None:
     """The blank notebook with a milestone.pt that inflates past the checkpoint reader's memory limit."""
-    from test_milestone import zip_bomb
+    from helpers.milestone import zip_bomb
 
     path.mkdir()
     (path / "lesson83.ipynb").write_bytes(kit["blank"])
@@ -657,7 +656,7 @@ def _forged_frames(suite: Suite) -> str:
 def test_hostile_class_grades_to_completion(tmp_path: Path, suite: Suite, notebooks: dict[str, bytes]) -> None:
     subs, out = tmp_path / "class", tmp_path / "out"
     subs.mkdir()
-    from test_judge import DO_NOTHING
+    from helpers.attempts import DO_NOTHING
 
     kit = {**notebooks, "outside": tmp_path / "outside", "forge": _forged_frames(suite),
            "do_nothing": DO_NOTHING["zeros"]}

@@ -17,6 +17,7 @@ import pytest
 
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.course import course_of
 from autograder.release.common import TRAIN_TAG, diff_trees, tool_env
 
 TEMPLATES = ROOT / "student_templates" / "lesson83"
@@ -120,20 +121,24 @@ import torch
 torch.set_num_threads(int(sys.argv[1]))
 from autograder.authoring.content import expected_values
 from autograder.authoring.questions import load_questions
-from autograder.config import load_config
+from autograder.course import course_of
+from autograder.release.common import grader_limits
 from autograder.release.nbgrader import nbgrader_public_cases, nbgrader_source
 from autograder.release.otter import otter_master, otter_test
-questions = load_questions(load_config())
-expected = expected_values(questions)
-lesson = load_config().lesson
+lesson = course_of().lesson
+LIMITS = grader_limits(course_of().config)  # the grader's time limits each case carries
+questions = load_questions(course_of().config, lesson)
+expected = expected_values(questions, lesson=lesson)
 checks = lesson.checks
 parts = {"expected values": checks.dumps(expected)}
-for name, nb in (("otter master", otter_master(questions, expected, name="lesson83")),
-                 ("nbgrader source", nbgrader_source(questions, expected))):
+for name, nb in (("otter master", otter_master(questions, expected, name="lesson83", lesson=lesson, limits=LIMITS)),
+                 ("nbgrader source", nbgrader_source(questions, expected, lesson=lesson))):
     parts[name] = json.dumps([[c.cell_type, c.source, c.metadata] for c in nb.cells], sort_keys=True)
-parts["nbgrader public cases"] = json.dumps(nbgrader_public_cases(questions, expected), sort_keys=True)
+parts["nbgrader public cases"] = json.dumps(nbgrader_public_cases(questions, expected, lesson=lesson, limits=LIMITS),
+                                           sort_keys=True)
 cases = {c.id: c for q in questions for c in q.cases}
-parts |= {f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}
+parts |= {f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson, limits=LIMITS)
+          for cid, c in cases.items()}
 print(json.dumps({k: hashlib.sha256(v.encode()).hexdigest() for k, v in parts.items()}))
 """
 
@@ -170,18 +175,18 @@ def test_expected_values_skip_only_mistake_runs_that_cannot_be_caught(monkeypatc
 
     from autograder.authoring.content import expected_values
     from autograder.authoring.questions import load_questions, mc_answers
-    from autograder.config import load_config
     from reference.lesson83_mistakes import MISTAKES, Mistake, reference_namespace
 
-    lesson = load_config().lesson
+    lesson = course_of().lesson
     checks = lesson.checks
     planted = Mistake("patched_after_definition", "q3_sinusoidal_module", "defines nothing, patches the module",
                       "SinusoidalPE.forward = lambda self, x: x * 0\n")
     monkeypatch.setitem(lesson.__dict__, "mistakes", (*MISTAKES, planted))  # Lesson.mistakes is cached there
     model_cases = ("m1_tinycharlm/logits_sinusoidal", "m1_tinycharlm/logits_rope")
     questions = [dataclasses.replace(q, cases=[c for c in q.cases if q.id != "m1_tinycharlm" or c.id in model_cases])
-                 for q in load_questions(load_config()) if q.id in ("q3_sinusoidal_module", "m1_tinycharlm")]
-    expected = expected_values(questions)
+                 for q in load_questions(course_of().config, lesson)
+                 if q.id in ("q3_sinusoidal_module", "m1_tinycharlm")]
+    expected = expected_values(questions, lesson=lesson)
     answers = mc_answers(questions)
     every = {}
     for case in (c for q in questions for c in q.cases):
@@ -242,15 +247,18 @@ def _release_numbers(questions: list[Any]) -> dict[str, str]:
     """Every generated text that holds the questions' stored values: the grader's expected values, each case's
     Otter test file and nbgrader's hidden cases."""
     from autograder.authoring.content import expected_values
-    from autograder.authoring.questions import lesson_of
+    from autograder.release.common import grader_limits
     from autograder.release.nbgrader import nbgrader_public_cases
     from autograder.release.otter import otter_test
 
-    expected, lesson = expected_values(questions), lesson_of(questions)
+    lesson, limits = course_of().lesson, grader_limits(course_of().config)
+    expected = expected_values(questions, lesson=lesson)
     cases = {c.id: c for q in questions for c in q.cases}
     return {"expected values": lesson.checks.dumps(expected),
-            "nbgrader public cases": json.dumps(nbgrader_public_cases(questions, expected), sort_keys=True),
-            **{f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson) for cid, c in cases.items()}}
+            "nbgrader public cases": json.dumps(nbgrader_public_cases(questions, expected, lesson=lesson,
+                                                                      limits=limits), sort_keys=True),
+            **{f"test file of {cid}": otter_test(c, expected, cases, lesson=lesson, limits=limits)
+               for cid, c in cases.items()}}
 
 
 @pytest.mark.build
@@ -262,11 +270,10 @@ def test_a_few_ulps_of_another_cpu_change_no_stored_value(monkeypatch: pytest.Mo
     import numpy as np
 
     from autograder.authoring.questions import load_questions
-    from autograder.config import load_config
 
-    config = load_config()
-    checks = config.lesson.checks
-    questions = [q for q in load_questions(config)  # the questions whose probes compute in float32
+    course = course_of()
+    checks = course.lesson.checks
+    questions = [q for q in load_questions(course.config, course.lesson)  # those whose probes compute in float32
                  if q.id in ("q3_sinusoidal_module", "q4_learned_pe", "q5_rope", "q7_alibi", "m1_tinycharlm")]
     run, run_exact, rng = checks.run_probe, checks.run_probe_exact, np.random.default_rng(19)
     noisy = {"run_probe": lambda env, name, args: _moved_by_ulps(run(env, name, args), rng, scalars=np.float32),
@@ -291,9 +298,8 @@ def test_staleness_test_fails_when_a_stored_value_moves_beyond_its_tolerance(
     one stored logit moved by twice its tolerance, a move that fails the reference on its own case."""
     import numpy as np
 
-    from autograder.config import load_config
 
-    lesson = load_config().lesson
+    lesson = course_of().lesson
     committed = tmp_path / "lesson83"
     shutil.copytree(TEMPLATES, committed, ignore=shutil.ignore_patterns("__pycache__"))
     fresh = {"student": TEMPLATES}  # what a fresh build gives: the committed release (its own test says so)

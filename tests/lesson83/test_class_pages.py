@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from autograder.authoring.questions import mc_answers
-from autograder.authoring.suite import Suite, load_suite
-from autograder.checkpoint import load_plugin
+from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.course import course_of
 from autograder.grading.batch import grade_batch
 from autograder.grading.feedback import FEEDBACK_DIR
 from autograder.grading.figures import gradescope_entries
@@ -29,7 +29,7 @@ TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 
 @pytest.fixture(scope="module")
 def suite() -> Suite:
-    return load_suite()
+    return course_of().suite
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, 
     notebook per catalogued mistake and the cheats) graded and reported, with a roster for the page to post."""
     tmp = tmp_path_factory.mktemp("class")
     subs = tmp / "subs"
-    write_samples(TEMPLATE, subs, answers=mc_answers(list(suite.questions)), lesson=suite.config.lesson,
+    write_samples(TEMPLATE, subs, answers=mc_answers(list(suite.questions)), lesson=suite.lesson,
                   checkpoint_files=suite.checkpoint_files)
     grades = tmp / "grades"
     grade_batch(subs, out=grades, progress=False)
@@ -102,8 +102,8 @@ def test_no_feedback_file_holds_a_hidden_case_or_the_key(graded: dict[str, Path]
 
 def _heldout(suite: Suite) -> dict[str, dict[str, float]]:
     """The reference checkpoint's held-out perplexity per scheme and context, computed here from its weights."""
-    plugin = load_plugin(suite.config.lesson)
-    config, states = plugin.load_checkpoint((suite.config.lesson.checkpoint_dir / "milestone.pt").read_bytes())
+    plugin = suite.lesson.plugin
+    config, states = plugin.load_checkpoint((suite.lesson.checkpoint_dir / "milestone.pt").read_bytes())
     tokens = plugin.heldout_tokens()
     out = {}
     for pos, state in states.items():

@@ -11,10 +11,11 @@ import yaml
 
 from autograder.authoring.questions import ContentError, load_questions, shuffled
 from autograder.config import ROOT, ConfigError, load_config
+from autograder.course import Course, course_of
 from autograder.release import release
 
 CONFIG = ROOT / "grading_config.yaml"
-LESSON = load_config(CONFIG).lesson
+LESSON = Course.load(CONFIG).lesson
 ASSIGNMENT_DIR, REFERENCE_FILE = LESSON.assignment_dir, LESSON.reference_file
 
 
@@ -44,8 +45,9 @@ def test_points_that_do_not_add_up(tmp_path: Path) -> None:
 
 def test_milestone_rules_are_checked(tmp_path: Path) -> None:
     path = _config(tmp_path, "        rope: {128: 6.0}", "        rope: {1024: 6.0}\n        relative: {128: 1}")
+    course = Course.load(path)  # parsing the config imports no trainer: the course checks the presets with its suite
     with pytest.raises(ConfigError) as info:
-        load_config(path)
+        course.suite  # noqa: B018
     assert "milestone.presets.full.thresholds" in str(info.value) and "1024" in str(info.value)
 
 
@@ -62,7 +64,7 @@ def test_question_without_tests(tmp_path: Path) -> None:
     front, body = text.split("\n---\n", 1)
     q2.write_text(front.split("\ncases:")[0] + "\n---\n" + body)
     with pytest.raises(ContentError) as info:
-        load_questions(load_config(), src)
+        load_questions(course_of().config, course_of().lesson, src)
     assert "q2_sinusoidal_pe.md" in str(info.value) and "has no tests" in str(info.value)
 
 
@@ -72,7 +74,7 @@ def test_unknown_probe_or_check_is_named(tmp_path: Path, field: str, name: str) 
     q2 = src / "q2_sinusoidal_pe.md"
     q2.write_text(q2.read_text().replace(f"    {field}: {name}\n", f"    {field}: no_such_{field}\n", 1))
     with pytest.raises(ContentError) as info:
-        load_questions(load_config(), src)
+        load_questions(course_of().config, course_of().lesson, src)
     msg = str(info.value)
     assert "q2_sinusoidal_pe.md" in msg and f"unknown {field} 'no_such_{field}'" in msg and name in msg
 
@@ -83,7 +85,7 @@ def test_solution_marker_left_open(tmp_path: Path) -> None:
     cut = text.index("def rope_cache")
     ref.write_text(text[:cut] + text[cut:].replace("    # END SOLUTION\n", "", 1))
     with pytest.raises(ContentError) as info:
-        load_questions(load_config(), ASSIGNMENT_DIR, ref)
+        load_questions(course_of().config, course_of().lesson, ASSIGNMENT_DIR, ref)
     msg = str(info.value)
     assert str(ref) in msg and "q5_rope" in msg and "never closed" in msg
 
@@ -117,7 +119,7 @@ def test_numbers_in_prose_are_computed_not_typed() -> None:
 
 
 def test_multiple_choice_answers_are_shuffled() -> None:
-    questions = load_questions(load_config())
+    questions = load_questions(course_of().config, course_of().lesson)
     letters = [shuffled(c)[1] for q in questions for c in q.choices]
     assert len(letters) == 5 and len(set(letters)) >= 3
 
@@ -146,7 +148,7 @@ def test_requires_names_cases_of_the_same_question_without_cycles(tmp_path: Path
                                                                   words: list[str]) -> None:
     src = _with_requires(tmp_path, case, requires)
     with pytest.raises(ContentError) as info:
-        load_questions(load_config(), src)
+        load_questions(course_of().config, course_of().lesson, src)
     msg = str(info.value)
     assert "q2_sinusoidal_pe.md" in msg and "question q2_sinusoidal_pe" in msg
     for word in words:
@@ -158,7 +160,7 @@ def test_every_property_case_is_gated_on_a_value_case() -> None:
     USES_EXPECTED = LESSON.checks.USES_EXPECTED
     properties = {"pair_equal", "pair_differ", "raises_value_error", "buffer_not_parameter", "follows_to",
                   "learned_table", "grad_rows", "shape", "lm_names", "tied_head", "lm_same_device", "fn_same_device"}
-    for q in load_questions(load_config()):
+    for q in load_questions(course_of().config, course_of().lesson):
         for case in q.cases:
             if case.check in properties:
                 assert case.requires, f"{case.id} ({case.check}) has no `requires:`"
@@ -181,7 +183,7 @@ def test_submission_limits_are_checked(tmp_path: Path) -> None:
 def test_the_milestone_checkpoint_is_declared_by_its_question(tmp_path: Path) -> None:
     """The checkpoint's id, title and files come from the milestone question's front matter: without that
     declaration a config that gives the checkpoint points is refused, and no other kind may declare one."""
-    questions = load_questions(load_config())
+    questions = load_questions(course_of().config, course_of().lesson)
     milestone = next(q for q in questions if q.kind == "milestone")
     assert milestone.checkpoint is not None and milestone.checkpoint.files  # what the release and grader use
     src = _assignments(tmp_path)
@@ -191,10 +193,10 @@ def test_the_milestone_checkpoint_is_declared_by_its_question(tmp_path: Path) ->
     assert declaration is not None
     m1.write_text(text.replace(declaration.group(), "\n"))
     with pytest.raises(ContentError, match=r"milestone.points .* add `checkpoint: \{id, title, files\}`"):
-        load_questions(load_config(), src)
+        load_questions(course_of().config, course_of().lesson, src)
     m1.write_text(text.replace("kind: milestone", "kind: cases"))
     with pytest.raises(ContentError, match="only a question of kind milestone declares a `checkpoint:`"):
-        load_questions(load_config(), src)
+        load_questions(course_of().config, course_of().lesson, src)
     m1.write_text(text.replace("files: [milestone.pt,", "files: [../milestone.pt,"))
     with pytest.raises(ContentError, match="a checkpoint file is a plain file name"):
-        load_questions(load_config(), src)
+        load_questions(course_of().config, course_of().lesson, src)

@@ -29,14 +29,14 @@ import pytest
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.lesson import default_lesson
+from autograder.course import course_of
 from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle, gradescope_venv
 from autograder.release.sample import filled_notebook
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
-LESSON = default_lesson()
+LESSON = course_of().lesson
 checks = LESSON.checks
 GRADESCOPE_VENV = gradescope_venv(LESSON.name)
 CACHE = Path(os.environ.get("LESSON83_DEPLOY_CACHE", Path.home() / ".cache" / "lesson83-deploy"))

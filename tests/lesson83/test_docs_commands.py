@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from autograder.config import ROOT
-from autograder.lesson import default_lesson
+from autograder.course import course_of
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -205,7 +205,7 @@ def test_design_names_live_modules_and_every_verb_of_the_cli() -> None:
 def test_the_readme_lists_every_file_students_get() -> None:
     """The README's "Open the notebook" line names every file and folder of the student release (it left out
     checks_runtime.py, which lesson83_checks.py imports): the release folder, and the lesson's shipped files."""
-    lesson = default_lesson()
+    lesson = course_of().lesson
     readme = (ROOT / "README.md").read_text()
     bullet = readme.split("**Open the notebook:**", 1)[1].split("\n- ", 1)[0]
     named = {n.rstrip("/") for n in re.findall(r"`([\w-]+(?:\.(?:py|ipynb|txt|json|csv)|/))`", bullet)}

@@ -17,19 +17,18 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_limits import grade_under_lower_ulimits  # the run under lowered ulimits, and its checks
 
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.lesson import default_lesson
+from autograder.course import course_of
 from autograder.model import Status
 from autograder.release.sample import filled_notebook
 from autograder.sandbox import ExecResult, Limits, WorkerPool
+from helpers.ulimits import grade_under_lower_ulimits  # the run under lowered ulimits, and its checks
 
-checks = default_lesson().checks
-# what a pool runs, as the graders give it: the lesson's checks module and the modules shipped with it
-LESSON = {"probe_module": default_lesson().checks_name, "modules": default_lesson().sandbox_modules}
+LESSON = course_of().lesson
+checks = LESSON.checks
 
 LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"

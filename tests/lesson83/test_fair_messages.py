@@ -118,11 +118,11 @@ def test_grades_csv_says_why_every_graded_submission_lost_points(graded: tuple[P
 
 
 def test_the_notebook_shows_each_questions_time_share_beside_the_cell_limit(suite: Suite) -> None:
-    from autograder.authoring.questions import _render
+    from autograder.authoring.questions import render_text
 
     ex = suite.config.execution
-    intro = suite.config.lesson.assignment_dir / "00_intro.md"
-    text = _render(intro.read_text(), intro, "00_intro", suite.config)
+    intro = suite.lesson.assignment_dir / "00_intro.md"
+    text = render_text(intro.read_text(), intro, "00_intro", suite.config, suite.lesson)
     cell = text.index(f"A single cell may run for at most {ex.cell_timeout_s:g} s")
     share = text.index(f"the checks of one question for at most {ex.question_timeout_s:g} s together")
     assert 0 < share - cell < 600 and f"at most {ex.probe_timeout_s:g} s" in text[cell:share]

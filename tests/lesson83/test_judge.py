@@ -5,7 +5,6 @@ data) is tested on the demo lesson: tests/engine/test_judge_engine.py."""
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 from functools import cache
 
@@ -17,13 +16,16 @@ from torch import nn
 
 from autograder.authoring.suite import Suite, reference_env
 from autograder.config import ROOT
+from autograder.course import course_of
 from autograder.grading.judge import grade_namespace, notebook_env
-from autograder.lesson import default_lesson
+from autograder.release.common import grader_limits
+from helpers.attempts import DO_NOTHING
 from reference.lesson83_mistakes import MISTAKES, reference_namespace
 from reference.variants import CORRECT_VARIANTS
 
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
-LESSON = default_lesson()
+LESSON = course_of().lesson
+LIMITS = grader_limits(course_of().config)  # the grader's time limits each case carries
 checks = LESSON.checks
 
 
@@ -81,279 +83,16 @@ def test_storage_mistakes_say_which(suite: Suite) -> None:
 
 # --------------------------------------------------------------------------- code that computes nothing
 
-# Notebooks whose every stub does nothing (zeros, identities, its first argument, an unconditional
-# ValueError) yet fakes the facts that property checks read: buffers, length checks, equal or differing
-# pairs, a tied head. None may earn a point on any question.
-_LM_SKELETON = '''
-class TinyCharLM(nn.Module):
-    SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
-
-    def __init__(self, vocab_size, num_hiddens=128, num_heads=4, num_blks=2, pos="rope", max_len=512,
-                 bias=False):
-        super().__init__()
-        self.pos, self.num_heads, self.max_len = pos, num_heads, max_len
-        self.head_dim = num_hiddens // num_heads
-        self.token_emb = nn.Embedding(vocab_size, num_hiddens)
-        if pos == "learned":
-            self.pos_emb = nn.Embedding(max_len, num_hiddens)
-        if pos == "sinusoidal":
-            self.register_buffer("pe", torch.zeros(max_len, num_hiddens))
-        self.blks = nn.ModuleList(
-            nn.ModuleDict({"qkv": nn.Linear(num_hiddens, 3 * num_hiddens, bias=bias),
-                           "proj": nn.Linear(num_hiddens, num_hiddens, bias=bias)})
-            for _ in range(num_blks))
-
-    def add_positions(self, H):
-        return H
-
-    def attend(self, q, k, v):
-        return ATTEND
-''' + "".join(f"\n{inspect.getsource(getattr(LESSON.reference.TinyCharLM, name))}" for name in ("hidden", "forward"))
 # hidden and forward: the template gives them as they are, the reference's own
-
-_MODULES = '''
-class SinusoidalPE(nn.Module):
-    def __init__(self, d_model, max_len=512):
-        super().__init__()
-        self.max_len = max_len
-        self.register_buffer("pe", torch.zeros(max_len, d_model))
-
-    def forward(self, x):
-        if x.shape[1] > self.max_len:
-            raise ValueError(f"sequence length {x.shape[1]} is longer than max_len={self.max_len}")
-        return x + self.pe[: x.shape[1]]
-
-
-class LearnedPE(nn.Module):
-    def __init__(self, max_len, d_model):
-        super().__init__()
-        self.max_len = max_len
-        self.table = nn.Embedding(max_len, d_model)
-
-    def forward(self, x):
-        if x.shape[1] > self.max_len:
-            raise ValueError(f"sequence length {x.shape[1]} is longer than max_len={self.max_len}")
-        return x
-'''
-
-DO_NOTHING = {
-    "zeros": _MODULES + _LM_SKELETON.replace("ATTEND", "torch.zeros_like(v)") + '''
-def self_attention(X, W_q, W_k, W_v, causal=False):
-    return torch.zeros(X.shape[-2], W_v.shape[-1], dtype=X.dtype)
-
-def sinusoidal_pe(max_len, d):
-    if d % 2:
-        raise ValueError("d must be even")
-    return np.zeros((max_len, d))
-
-def rope_cache(seq_len, d, base=10000.0):
-    if d % 2:
-        raise ValueError("d must be even")
-    return torch.zeros(seq_len, d // 2), torch.zeros(seq_len, d // 2)
-
-def apply_rope(x, cos, sin):
-    return torch.zeros_like(x)
-
-def rope_attention(q, k, v, causal=True):
-    return torch.zeros_like(v)
-
-def alibi_slopes(num_heads):
-    return torch.zeros(num_heads)
-
-def alibi_bias(num_heads, seq_len):
-    return torch.zeros(num_heads, seq_len, seq_len)
-
-def alibi_attention(q, k, v):
-    return torch.zeros_like(v)
-''',
-    "identities": _MODULES + _LM_SKELETON.replace("ATTEND", "v") + '''
-def self_attention(X, W_q, W_k, W_v, causal=False):
-    return X @ W_v
-
-def sinusoidal_pe(max_len, d):
-    if d % 2:
-        raise ValueError("d must be even")
-    return np.ones((max_len, d))
-
-def rope_cache(seq_len, d, base=10000.0):
-    if d % 2:
-        raise ValueError("d must be even")
-    return torch.ones(seq_len, d // 2), torch.zeros(seq_len, d // 2)
-
-def apply_rope(x, cos, sin):
-    return x
-
-def rope_attention(q, k, v, causal=True):
-    return v
-
-def alibi_slopes(num_heads):
-    return torch.ones(num_heads)
-
-def alibi_bias(num_heads, seq_len):
-    return torch.zeros(num_heads, seq_len, seq_len)
-
-def alibi_attention(q, k, v):
-    return v
-''',
-    "queries": _MODULES + _LM_SKELETON.replace("ATTEND", "q") + '''
-def self_attention(X, W_q, W_k, W_v, causal=False):
-    return X @ W_q
-
-def sinusoidal_pe(max_len, d):
-    return np.zeros((max_len, d))
-
-def rope_cache(seq_len, d, base=10000.0):
-    return torch.ones(seq_len, d // 2), torch.zeros(seq_len, d // 2)
-
-def apply_rope(x, cos, sin):
-    return x
-
-def rope_attention(q, k, v, causal=True):
-    return q
-
-def alibi_slopes(num_heads):
-    return torch.ones(num_heads)
-
-def alibi_bias(num_heads, seq_len):
-    return torch.zeros(num_heads, seq_len, seq_len)
-
-def alibi_attention(q, k, v):
-    return q
-''',
-    "return_first_argument": _LM_SKELETON.replace("ATTEND", "q") + '''
-class SinusoidalPE(nn.Module):
-    def __init__(self, d_model, max_len=512):
-        super().__init__()
-
-    def forward(self, x):
-        return x
-
-
-class LearnedPE(SinusoidalPE):
-    pass
-
-def self_attention(X, W_q, W_k, W_v, causal=False):
-    return X
-
-def sinusoidal_pe(max_len, d):
-    return max_len
-
-def rope_cache(seq_len, d, base=10000.0):
-    return seq_len
-
-def apply_rope(x, cos, sin):
-    return x
-
-def rope_attention(q, k, v, causal=True):
-    return q
-
-def alibi_slopes(num_heads):
-    return num_heads
-
-def alibi_bias(num_heads, seq_len):
-    return num_heads
-
-def alibi_attention(q, k, v):
-    return q
-''',
-    "always_value_error": '''
-MESSAGE = "d must be even; sequence length 12 is longer than max_len=10"
-
-class SinusoidalPE(nn.Module):
-    def __init__(self, d_model, max_len=512):
-        super().__init__()
-
-    def forward(self, x):
-        raise ValueError(MESSAGE)
-
-
-class LearnedPE(SinusoidalPE):
-    pass
-
-
-class TinyCharLM(nn.Module):
-    def __init__(self, *args, **kwargs):
-        raise ValueError(MESSAGE)
-
-def self_attention(*args, **kwargs):
-    raise ValueError(MESSAGE)
-
-sinusoidal_pe = rope_cache = apply_rope = rope_attention = self_attention
-alibi_slopes = alibi_bias = alibi_attention = self_attention
-''',
-    "forged_facts": _MODULES + _LM_SKELETON.replace("ATTEND", "v") + '''
-def self_attention(X, W_q, W_k, W_v, causal=False):
-    if causal:
-        return torch.randn(X.shape[-2], W_v.shape[-1], dtype=X.dtype)
-    return torch.zeros(X.shape[-2], W_v.shape[-1], dtype=X.dtype)
-
-def sinusoidal_pe(max_len, d):
-    if d % 2:
-        raise ValueError("d must be even")
-    return np.zeros((max_len, d))
-
-def rope_cache(seq_len, d, base=10000.0):
-    if d % 2:
-        raise ValueError("d must be even")
-    return torch.ones(seq_len, d // 2), torch.zeros(seq_len, d // 2)
-
-def apply_rope(x, cos, sin):
-    return x
-
-def rope_attention(q, k, v, causal=True):
-    return torch.zeros_like(v)
-
-def alibi_slopes(num_heads):
-    return torch.zeros(num_heads)
-
-def alibi_bias(num_heads, seq_len):
-    return torch.zeros(num_heads, seq_len, seq_len)
-
-def alibi_attention(q, k, v):
-    return torch.zeros_like(v)
-''',
-    # Constants of the right shape, and modules that add a constant: neither changes with position or input.
-    "constants": _MODULES.replace("return x\n", "return x + 0.5\n").replace("torch.zeros(max_len, d_model)",
-                                                                       "torch.full((max_len, d_model), 0.25)")
-    + _LM_SKELETON.replace("ATTEND", "torch.full_like(v, 0.5)") + '''
-def self_attention(X, W_q, W_k, W_v, causal=False):
-    return torch.full((X.shape[-2], W_v.shape[-1]), 0.5, dtype=X.dtype)
-
-def sinusoidal_pe(max_len, d):
-    if d % 2:
-        raise ValueError("d must be even")
-    return np.full((max_len, d), 0.5)
-
-def rope_cache(seq_len, d, base=10000.0):
-    if d % 2:
-        raise ValueError("d must be even")
-    return torch.full((seq_len, d // 2), 0.6), torch.full((seq_len, d // 2), 0.8)
-
-def apply_rope(x, cos, sin):
-    return x
-
-def rope_attention(q, k, v, causal=True):
-    return torch.full_like(v, 0.5)
-
-def alibi_slopes(num_heads):
-    return torch.full((num_heads,), 0.5)
-
-def alibi_bias(num_heads, seq_len):
-    return torch.full((num_heads, seq_len, seq_len), -0.5)
-
-def alibi_attention(q, k, v):
-    return torch.full_like(v, 0.5)
-''',
-}
 
 
 @cache
 def _do_nothing_scores(name: str) -> tuple[dict[str, float], tuple[str, ...]]:
-    from autograder.authoring.suite import load_suite
+    from autograder.course import course_of
 
     env = {"np": np, "torch": torch, "nn": nn, "F": F, "math": math}
     exec(DO_NOTHING[name], env)  # noqa: S102
-    result = grade_namespace(load_suite(), env, name=name)
+    result = grade_namespace(course_of().suite, env, name=name)
     return result.question_scores(), tuple(c.message for c in result.cases)
 
 
@@ -370,7 +109,7 @@ def test_local_checks_and_exports_gate_properties_as_the_grader_does(suite: Suit
     assert gated
     result = {r.id: r for r in grade_namespace(suite, env, name=name).cases}
     for case in gated:
-        payload = case_json(case, suite.expected, cases, lesson=LESSON)
+        payload = case_json(case, suite.expected, cases, lesson=LESSON, limits=LIMITS)
         checks.run_case(reference_env(suite), payload)
         if result[case.id].passed:
             continue
@@ -439,7 +178,7 @@ def test_local_checks_judge_later_questions_against_the_students_own_earlier_out
     for mistake_id, case_id in (("pe_sin_cos_swapped", "q3_sinusoidal_module/forward_adds_table"),
                                 ("rope_interleaved", "q6_rope_attention/matches_reference")):
         mistake = next(m for m in MISTAKES if m.id == mistake_id)
-        payload = case_json(cases[case_id], suite.expected, cases, lesson=LESSON)
+        payload = case_json(cases[case_id], suite.expected, cases, lesson=LESSON, limits=LIMITS)
         assert "basis" not in checks.loads(payload)["expected"]["value"]  # no reference table ships for this
         checks.run_case({**reference_env(suite), **reference_namespace(mistake)}, payload)  # passes
 
@@ -547,7 +286,7 @@ def test_local_check_judges_a_gate_again_when_the_function_is_rebound(suite: Sui
     from autograder.release.common import case_json
 
     cases = {c.id: c for c in suite.cases}
-    table, raises = (case_json(cases[f"q2_sinusoidal_pe/{n}"], suite.expected, cases, lesson=LESSON)
+    table, raises = (case_json(cases[f"q2_sinusoidal_pe/{n}"], suite.expected, cases, lesson=LESSON, limits=LIMITS)
                      for n in ("table_d4", "odd_d_raises"))
     checks.MEMO.clear()
     env = dict(reference_env(suite))
@@ -588,7 +327,7 @@ def test_local_device_check_agrees_with_the_grader_after_an_in_place_op_on_atten
     assert not graded.passed and graded.diagnosis == "lm_tables_on_cpu", graded.message
     checks.MEMO.clear()
     with pytest.raises(AssertionError) as info:  # the learned model's trace fills the memo that none's then uses
-        checks.check_case(env, case_json(case, suite.expected, cases, lesson=LESSON))
+        checks.check_case(env, case_json(case, suite.expected, cases, lesson=LESSON, limits=LIMITS))
     assert "pos='none'" in str(info.value) and "on cpu" in str(info.value), str(info.value)
     checks.MEMO.clear()
 
@@ -916,7 +655,7 @@ def test_a_lookup_table_of_the_public_answers_earns_nothing(suite: Suite) -> Non
     student's checks) and zeros elsewhere (issue #32 finding 10): a public case pays only once a hidden value case of
     its question holds, and no hidden case calls a graded function with the arguments of a public one, so it earns
     nothing on any question (it earned the public share before)."""
-    run_probe = suite.config.lesson.checks.run_probe
+    run_probe = suite.lesson.checks.run_probe
     table: dict = {}
     recording = _lookup_env(suite, table, record=True)
     for case in suite.cases:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -11,12 +12,10 @@ import random
 import re
 import resource
 import shutil
-import struct
 import subprocess
 import sys
 import threading
 import time
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import NormalDist
@@ -27,25 +26,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.checkpoint import load_plugin
-from autograder.config import ROOT, Milestone, load_config
-from autograder.lesson import default_lesson
+from autograder.config import ROOT
+from autograder.course import course_of
 from autograder.model import Status
+from helpers.milestone import zip_bomb
 from reference.lesson83 import TinyCharLM, apply_rope, rope_cache, sinusoidal_pe
 from reference.lesson83_mistakes import MISTAKES
 
-ms = load_plugin(default_lesson())  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
+ms = course_of().lesson.plugin  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
 
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"  # a quick-preset run of the reference, committed
 lm = ms.LESSON.trainer  # lesson83_milestone
 QUICK = lm.PRESETS["quick"]
 
 
-def rules(**thresholds: dict[int, float]) -> Milestone:
-    """The configured milestone rules with the quick preset's thresholds replaced."""
-    base = load_config().milestone
-    quick = base.presets["quick"].model_copy(update={"thresholds": thresholds})
-    return base.model_copy(update={"presets": {**base.presets, "quick": quick}})
+def rules(**thresholds: dict[int, float]) -> Any:
+    """The configured milestone rules (the plug-in's MilestoneRules) with the quick preset's thresholds replaced."""
+    base = course_of().suite.milestone_rules
+    quick = dataclasses.replace(base.presets["quick"], thresholds=thresholds)
+    return dataclasses.replace(base, presets={**base.presets, "quick": quick})
 
 
 def model_with_large_weights(pos: str, seed: int = 0) -> TinyCharLM:
@@ -231,7 +230,7 @@ def test_verify_tiny_checkpoint(tiny_checkpoint: tuple[Path, Path], tmp_path: Pa
         "checkpoint_above_bound" and rope["problem"] is None
 
     other = rules()
-    other = other.model_copy(update={"presets": {"full": other.presets["quick"]}})
+    other = dataclasses.replace(other, presets={"full": other.presets["quick"]})
     result = ms.verify_checkpoint(pt.read_bytes(), js, schemes=("rope",), rules=other, max_windows=20)
     assert not result["ok"] and "preset 'quick' earns no points" in result["message"]
 
@@ -350,13 +349,14 @@ def image_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "blocker"), str(ROOT)])}
 
 
-def test_rules_reader_matches_the_config_schema() -> None:
-    plain, typed = ms.load_rules(), load_config().milestone
-    keys = ("points", "rel_tol", "verify_windows", "sample_windows", "window_tol", "deficit_audit")
-    assert [getattr(plain, k) for k in keys] == [getattr(typed, k) for k in keys]
-    assert set(plain.presets) == set(typed.presets)
-    for name, rule in plain.presets.items():
-        assert rule.credit == typed.presets[name].credit and rule.thresholds == typed.presets[name].thresholds
+def test_the_milestone_schema_is_written_once() -> None:
+    """The engine's config declares only the milestone's points; the rest of the section is the plug-in's, parsed
+    by its parse_rules for the grader and by load_rules (PyYAML alone) on a GPU image: the same rules."""
+    from autograder.config import Milestone
+
+    assert set(Milestone.model_fields) == {"points"}
+    parsed = course_of().suite.milestone_rules
+    assert isinstance(parsed, ms.MilestoneRules) and parsed == ms.load_rules() and parsed.presets
 
 
 @pytest.mark.parametrize(("section", "words"), [
@@ -385,8 +385,8 @@ def test_training_and_verification_run_without_pydantic(tmp_path: Path) -> None:
     assert blocked.returncode != 0 and "blocked by the test" in blocked.stderr
     script = f'''
 from pathlib import Path
-from autograder.lesson import default_lesson
-lm = default_lesson().trainer
+from autograder.lesson import ENGINE_ROOT, lesson_named_in
+lm = lesson_named_in(ENGINE_ROOT / "grading_config.yaml").trainer  # no pydantic: the config is not parsed here
 from reference.lesson83 import TinyCharLM
 out = Path({str(tmp_path)!r})
 info = {{}}
@@ -520,25 +520,6 @@ def test_malformed_claims_give_a_verdict(tiny_checkpoint: tuple[Path, Path], tex
     assert result["schemes"]["rope"]["problem"] == "checkpoint_unreadable", result
 
 
-def zip_bomb(path: Path, *, mib: int) -> None:
-    """A milestone.pt whose one tensor record is deflate-compressed: about mib/230 MiB on disk, mib when read."""
-    small, numel = 70_000, mib * 2**20 // 4
-    buf = io.BytesIO()
-    torch.save({"config": {"preset": "quick", "vocab": list(lm.VOCAB)},
-                "state_dicts": {"rope": {"token_emb.weight": torch.zeros(small)}}}, buf)
-    src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as dst:
-        for item in src.infolist():
-            data = src.read(item.filename)
-            if item.filename.endswith("/data/0"):
-                with dst.open(item.filename, "w", force_zip64=True) as f:
-                    for _ in range(mib):
-                        f.write(bytes(2**20))
-                continue
-            if item.filename.endswith("data.pkl"):  # the pickle declares the large size, as the record holds
-                data = data.replace(b"J" + struct.pack("<i", small), b"J" + struct.pack("<i", numel))
-            dst.writestr(item.filename, data, compress_type=zipfile.ZIP_STORED)
-
 
 @pytest.mark.sandbox
 def test_compressed_checkpoint_is_read_in_a_limited_child(tmp_path: Path) -> None:
@@ -669,7 +650,7 @@ def test_same_weights_asked_twice_at_once_run_one_child(tiny_checkpoint: tuple[P
 
     monkeypatch.setattr(ms, "_run_child", slow_child)
     with ThreadPoolExecutor(2) as ex:
-        no_flags = rules().model_copy(update={"deficit_audit": 1e-9})  # the drawn windows only: one child
+        no_flags = dataclasses.replace(rules(), deficit_audit=1e-9)  # the drawn windows only: one child
         monkeypatch.setattr(ms, "sample_size", lambda *a, k0, **kw: k0)
         results = list(ex.map(lambda data: ms.verify_checkpoint(data, js, schemes=("rope",), rules=no_flags),
                               (pt, pt.read_bytes())))
@@ -716,7 +697,7 @@ class WaitingPool:
 @pytest.mark.sandbox
 def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from autograder.grading import batch
+    from autograder.grading import batch, runner
 
     verdict = {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": "quick", "credit": 1.0,
                "seconds": 0.0, "schemes": {pos: {"passed": True, "message": "ok"} for pos in lm.SCHEMES}}
@@ -725,7 +706,7 @@ def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Pa
         WaitingPool.verifying.set()
         return verdict
 
-    monkeypatch.setattr(batch, "WorkerPool", WaitingPool)
+    monkeypatch.setattr(runner, "WorkerPool", WaitingPool)
     monkeypatch.setattr(ms, "verify_checkpoint", verify)
     WaitingPool.verifying.clear()
     WaitingPool.waited.clear()
@@ -737,14 +718,14 @@ def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Pa
         shutil.copy(CHECKPOINT / name, student / name)
     summary = batch.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
     assert WaitingPool.waited == [True], "the checkpoint was verified only after its sandboxed run"
-    assert [r["m1_checkpoint"] for r in summary.rows] == [load_config().milestone.points]
+    assert [r["m1_checkpoint"] for r in summary.rows] == [course_of().config.milestone.points]
 
 
 @pytest.mark.sandbox
 def test_committed_checkpoints_keep_their_verdicts_at_the_configured_windows() -> None:
     """100 windows in one pass (grading_config.yaml): the reference still agrees with room to spare, and the
     sample class's inflated claims (x 0.9) still disagree."""
-    config = load_config().milestone
+    config = course_of().suite.milestone_rules
     claims = json.loads((CHECKPOINT / "milestone.json").read_text())
     result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", CHECKPOINT / "milestone.json", rules=config)
     assert all(r["passed"] and max(r["rel_diff"].values()) < config.rel_tol / 2 for r in result["schemes"].values())
@@ -806,7 +787,7 @@ def test_a_verifier_killed_from_outside_is_started_again(tiny_checkpoint: tuple[
 @pytest.mark.sandbox
 def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two cores verify two checkpoints at once while the notebooks run (a class of 300 needs both)."""
-    from autograder.grading import batch
+    from autograder.grading import batch, runner
 
     verdict = {"ok": True, "message": "checkpoint loaded", "problem": None, "preset": "quick", "credit": 1.0,
                "seconds": 0.0, "schemes": {pos: {"passed": True, "message": "ok"} for pos in lm.SCHEMES}}
@@ -822,7 +803,7 @@ def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypat
             WaitingPool.verifying.set()
         return verdict
 
-    monkeypatch.setattr(batch, "WorkerPool", WaitingPool)
+    monkeypatch.setattr(runner, "WorkerPool", WaitingPool)
     monkeypatch.setattr(ms, "verify_checkpoint", verify)
     monkeypatch.setattr(batch, "VERIFY_SLOTS", 2)
     WaitingPool.verifying.clear()
@@ -836,7 +817,7 @@ def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypat
             shutil.copy(CHECKPOINT / file, student / file)
     summary = batch.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
     assert met == [True, True], "the two checkpoints were not verified at the same time"
-    assert [r["m1_checkpoint"] for r in summary.rows] == [load_config().milestone.points] * 2
+    assert [r["m1_checkpoint"] for r in summary.rows] == [course_of().config.milestone.points] * 2
 
 
 # --------------------------------------------------------------------------- verification by sampled windows (issue 23)
@@ -878,7 +859,7 @@ def test_claimed_perplexities_are_the_exp_mean_of_the_claimed_windows() -> None:
 
 @pytest.mark.sandbox
 def test_honest_reference_passes_with_a_few_windows() -> None:
-    config = load_config().milestone
+    config = course_of().suite.milestone_rules
     result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", CHECKPOINT / "milestone.json", rules=config,
                                   rng=random.Random(3))
     rows = result["schemes"].values()
@@ -891,7 +872,7 @@ def test_a_concentrated_lie_is_caught_by_the_deficit_audit(monkeypatch: pytest.M
     """3% of the windows claimed at loss 0 (every perplexity over 5% too low): the random sample misses them (the
     seed is chosen so), the audit of windows claimed far below the reference-based prediction catches them;
     without the audit (and with the random sample alone) the lie would pass."""
-    config, claims = load_config().milestone, _claims()
+    config, claims = course_of().suite.milestone_rules, _claims()
     n = len(claims["window_loss"]["rope"]["128"])
     lied = sorted(set(range(0, n, 7)) - _drawn(5, n=n, k=config.sample_windows))[: 3 * n // 100]
     data = _lie(claims, lambda i, v: 0.0 if i in lied else v)
@@ -901,7 +882,7 @@ def test_a_concentrated_lie_is_caught_by_the_deficit_audit(monkeypatch: pytest.M
     for row in result["schemes"].values():
         assert row["problem"] == "checkpoint_claims_disagree" and row["flagged"] >= len(lied), row
         assert "recomputed windows differ" in row["message"] and row["whole"]
-    no_flags = config.model_copy(update={"deficit_audit": 1e-9})
+    no_flags = dataclasses.replace(config, deficit_audit=1e-9)
     monkeypatch.setattr(ms, "sample_size", lambda *a, k0, **kw: k0)  # no more uniform draws either
     escaped = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=no_flags, rng=random.Random(5))
     assert all(r["passed"] for r in escaped["schemes"].values()), "the seed should miss the lied windows"
@@ -912,7 +893,7 @@ def test_a_spread_lie_is_caught_by_the_random_sample(monkeypatch: pytest.MonkeyP
     """Every window claimed 0.04 nats lower (every perplexity 4% too low): any drawn window shows it, and the
     figures re-evaluated as a whole then disagree."""
     monkeypatch.setattr(ms, "sample_size", lambda *a, k0, **kw: k0)
-    config = load_config().milestone.model_copy(update={"deficit_audit": 1e-9})
+    config = dataclasses.replace(course_of().suite.milestone_rules, deficit_audit=1e-9)
     data = _lie(_claims(), lambda i, v: v - 0.04)
     result = ms.verify_checkpoint(CHECKPOINT / "milestone.pt", data, rules=config, rng=random.Random(1))
     assert {r["problem"] for r in result["schemes"].values()} == {"checkpoint_claims_disagree"}

@@ -14,11 +14,10 @@ import torch
 from torch import nn
 
 from autograder.authoring import questions
-from autograder.checkpoint import load_plugin
-from autograder.config import ROOT, load_config
-from autograder.lesson import default_lesson
+from autograder.config import ROOT
+from autograder.course import course_of
 
-ms = load_plugin(default_lesson())  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
+ms = course_of().lesson.plugin  # the milestone plug-in: assignments/lesson83/lesson83_checkpoint.py
 
 pytestmark = pytest.mark.training  # the tiers are in pyproject.toml
 
@@ -166,7 +165,7 @@ FIGURES = ROOT / "benchmarks" / "figures" / "lesson83_milestone_time.json"
 def quick_preset_text(figures: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch) -> str:
     """The notebook's milestone text where it describes the quick preset, rendered with these figures."""
     monkeypatch.setattr(questions, "milestone_time", lambda config: figures)
-    m1 = next(q for q in questions.load_questions(load_config()) if q.id == "m1_tinycharlm")
+    m1 = next(q for q in questions.load_questions(course_of().config, course_of().lesson) if q.id == "m1_tinycharlm")
     return next(c.source for c in m1.cells if c.kind == "markdown" and '**`"quick"`**' in c.source)
 
 

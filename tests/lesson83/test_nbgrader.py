@@ -19,14 +19,15 @@ import pytest
 
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.course import course_of
 from autograder.grading import store
 from autograder.grading.nbgrader import ALLOW_FLAG, NbgraderGradingError, cell_text, flag_note, nbgrader_autograde
-from autograder.lesson import default_lesson
-from autograder.release.common import case_json, tool_env
+from autograder.release.common import case_json, grader_limits, tool_env
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.build]  # the tiers are in pyproject.toml
 
-LESSON = default_lesson()
+LESSON = course_of().lesson
+LIMITS = grader_limits(course_of().config)  # the grader's time limits each case carries
 checks = LESSON.checks
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
 # The attack of issue 20: walk up to any file of expected values, take the Q8 key from it, and switch the
@@ -174,9 +175,9 @@ def test_nothing_a_student_kernel_can_read_holds_a_hidden_value(graded: dict[str
     assert not [p for p in files if "hidden" in p.name]
     by_id = {c.id: c for c in suite.cases}
     public = "\n".join(c.source for c in _read(course, "release").cells)
-    seen = set().union(*(_secret_forms(case_json(c, suite.expected, by_id, lesson=LESSON)) for c in suite.cases
-                         if not c.hidden))
-    secrets = {c.id: {f for f in _secret_forms(case_json(c, suite.expected, by_id, lesson=LESSON))
+    seen = set().union(*(_secret_forms(case_json(c, suite.expected, by_id, lesson=LESSON, limits=LIMITS))
+                         for c in suite.cases if not c.hidden))
+    secrets = {c.id: {f for f in _secret_forms(case_json(c, suite.expected, by_id, lesson=LESSON, limits=LIMITS))
                          if f not in public and f not in seen} for c in suite.cases if c.hidden}
     valued = [cid for cid in secrets if "value" in suite.expected[cid]]
     assert all(secrets[cid] for cid in valued), [cid for cid in valued if not secrets[cid]]

@@ -9,7 +9,7 @@ import pytest
 
 from autograder.authoring.questions import load_questions
 from autograder.authoring.suite import Suite, reference_env
-from autograder.config import load_config
+from autograder.course import course_of
 from autograder.grading.judge import grade_namespace
 from reference.lesson83_mistakes import reference_namespace
 
@@ -42,7 +42,7 @@ def test_every_required_message_word_is_asked_for_by_its_question_text() -> None
     """A `words:` entry of a case (what a ValueError's message must contain) must be asked for by the question's
     student-facing text (its rendered markdown cells), in a sentence that names ValueError."""
     unasked = []
-    for q in load_questions(load_config()):
+    for q in load_questions(course_of().config, course_of().lesson):
         prose = " ".join(c.source for c in q.cells if c.kind == "markdown")
         sentences = [s for s in re.split(r"(?<=[.!?])\s+", prose) if "ValueError" in s]
         for case in q.cases:

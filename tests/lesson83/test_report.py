@@ -20,8 +20,9 @@ import nbformat
 import pytest
 
 from autograder.authoring.questions import mc_answers, shuffled
-from autograder.authoring.suite import Suite, load_suite
+from autograder.authoring.suite import Suite
 from autograder.config import DEFAULT_CONFIG, ROOT
+from autograder.course import course_of
 from autograder.grading.batch import grade_batch
 from autograder.release.sample import filled_notebook
 from autograder.report import (
@@ -85,7 +86,7 @@ def _with_mistake(mistake_id: str, answers: dict[str, str], *, tail: str = "") -
 
 @pytest.fixture(scope="module")
 def suite() -> Suite:
-    return load_suite(DEFAULT_CONFIG)  # the cache entry grade_batch and write_report use: computed once
+    return course_of(DEFAULT_CONFIG).suite  # the cache entry grade_batch and write_report use: computed once
 
 
 @pytest.fixture(scope="module")

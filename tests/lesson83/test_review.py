@@ -32,7 +32,7 @@ TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 @pytest.fixture(scope="module")
 def names(suite: Suite) -> dict[str, list[str]]:
     return {"graded": sorted({n for q in suite.questions for n in q.solution}),
-            "modules": list(suite.config.lesson.sandbox_modules)}
+            "modules": list(suite.lesson.sandbox_modules)}
 
 
 def flags_of(source: str, names: dict[str, list[str]]) -> list[str]:
@@ -42,7 +42,7 @@ def flags_of(source: str, names: dict[str, list[str]]) -> list[str]:
 # --------------------------------------------------------------------------- no flag on honest notebooks
 
 def test_the_reference_and_the_release_raise_no_flag(suite: Suite, names: dict[str, list[str]]) -> None:
-    assert flags_of(suite.config.lesson.reference_file.read_text(), names) == []
+    assert flags_of(suite.lesson.reference_file.read_text(), names) == []
     assert [f.text() for f in review_notebook(TEMPLATE.read_bytes(), **names)] == []
 
 

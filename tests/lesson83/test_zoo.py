@@ -7,11 +7,12 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
-from zoo import GARBAGE, NEAR_MISSES
 
-from autograder.authoring.suite import Suite, load_suite, reference_env
+from autograder.authoring.suite import Suite, reference_env
+from autograder.course import course_of
 from autograder.grading.judge import grade_namespace
 from autograder.model import SubmissionResult
+from helpers.zoo import GARBAGE, NEAR_MISSES
 from reference.lesson83_mistakes import MISTAKES, reference_namespace
 
 GATED = ("earns its points only once", "waits for", "hidden cases show")  # what a closed gate says
@@ -19,7 +20,7 @@ GATED = ("earns its points only once", "waits for", "hidden cases show")  # what
 
 @cache
 def _graded(kind: str, name: str) -> SubmissionResult:
-    suite = load_suite()
+    suite = course_of().suite
     if kind == "garbage":
         env: dict = {}
         exec(GARBAGE[name], env)  # noqa: S102 - test code
@@ -61,6 +62,6 @@ def test_a_full_width_rope_cache_loses_only_its_shape_and_value_cases(suite: Sui
 
 
 def test_declared_normalisations_are_known_to_the_checks(suite: Suite) -> None:
-    known = set(suite.config.lesson.checks.NORMALISATIONS)
+    known = set(suite.lesson.checks.NORMALISATIONS)
     assert {n for c in suite.cases for n in c.near} <= known
     assert all(not c.near and c.within is None for c in suite.cases if c.requires)  # only value cases declare them
