@@ -308,9 +308,9 @@ def test_staleness_test_fails_when_a_stored_value_moves_beyond_its_tolerance(
 
     test_file = committed / "tests" / "m1_tinycharlm.py"
     text = test_file.read_text()
-    literal = next(node.value.value for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Assign)
-                   and node.targets[0].id == "case" and "m1_tinycharlm/logits_learned" in node.value.value)
-    case = lesson.checks.loads(literal)
+    literal, case = next((node.value.value, case) for node in ast.walk(ast.parse(text))
+                         if isinstance(node, ast.Assign) and node.targets[0].id == "case"
+                         and (case := lesson.checks.loads(node.value.value))["id"] == "m1_tinycharlm/logits_learned")
     value = case["expected"]["value"]["value"]
     got = lesson.checks.run_probe(lesson.namespace(), case["probe"], case["args"])
     assert lesson.checks.judge(case, got, case["expected"]).passed
