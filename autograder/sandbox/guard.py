@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from autograder import wire
+from autograder.runtime import runtime_modules
 from autograder.sandbox.protocol import _CANARY
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ _GUARDED = (
 # the grader's own modules in the child: their globals (and function code) are recorded and restored
 HARNESS_MODULES = ("autograder.wire", *(f"autograder.sandbox.{m}" for m in (
     "limits", "protocol", "isolation", "guard", "child", "zygote")))
-RUNTIME_MODULE = "checks_runtime"  # the checks runtime the probe module imports (autograder/lesson.py RUNTIME_NAME)
+RUNTIME_MODULES = runtime_modules()  # the runtime modules a probe module may import (autograder/runtime/*.py)
 _GUARDED_WHOLE = ("math", "operator")  # every attribute of these modules is recorded
 _GUARDED_MODULES = ("builtins", "sys", "os", "json", "json.encoder", "_json", "base64", "binascii", "math",
                     "operator", "numpy", "numpy.testing", "numpy.linalg", "torch", "torch.testing", "torch.nn",
@@ -91,7 +92,7 @@ class _Guard:
         self.builtins = vars(self.modules["builtins"])
         self.builtins_snap = dict(self.builtins)
         self.globals = [(vars(self.modules[m]), m, dict(vars(self.modules[m])))
-                        for m in (*HARNESS_MODULES, RUNTIME_MODULE, modules[-1]) if m in self.modules]
+                        for m in (*HARNESS_MODULES, *RUNTIME_MODULES, modules[-1]) if m in self.modules]
         # the classes these modules define (the probes' helpers, the guard's own): their tables, and their methods'
         self.classes = [(c, len(vars(c)), tuple(vars(c).values()), dict(vars(c))) for _, name, snap in self.globals
                         for c in snap.values() if type(c) is type and c.__module__ == name]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder import env_name
+from autograder.runtime import runtime_files
 from autograder.sandbox.limits import (
     MIB,
     Limits,
@@ -214,7 +215,7 @@ def _stage_modules(stage: Path, probe_module: str, modules: Mapping[str, Path]) 
              "autograder/wire.py": (package / "wire.py").read_text(),
              "autograder/model.py": (package / "model.py").read_text(),
              "autograder/runtime/__init__.py": (package / "runtime" / "__init__.py").read_text(),
-             "autograder/runtime/checks_runtime.py": (package / "runtime" / "checks_runtime.py").read_text(),
+             **{f"autograder/runtime/{p.name}": p.read_text() for p in runtime_files().values()},
              **{f"autograder/sandbox/{p.name}": p.read_text() for p in sorted(here.glob("*.py"))}}
     for name, path in modules.items():
         if not name.isidentifier():

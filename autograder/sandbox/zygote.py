@@ -19,7 +19,7 @@ from typing import Any
 
 from autograder import wire
 from autograder.sandbox.child import _child, _install_otter_stub, _make_shell
-from autograder.sandbox.guard import _GUARDED_MODULES, RUNTIME_MODULE, _Guard
+from autograder.sandbox.guard import _GUARDED_MODULES, RUNTIME_MODULES, _Guard
 from autograder.sandbox.isolation import (
     _PR_SET_CHILD_SUBREAPER,
     _PR_SET_DUMPABLE,
@@ -108,7 +108,7 @@ def _zygote_main(config_text: str) -> None:
         _install_otter_stub()
         shell = _make_shell()
         unguarded = getattr(probes, "UNGUARDED", ())
-        guard = _Guard([*_GUARDED_MODULES, RUNTIME_MODULE, cfg["probe_module"]],
+        guard = _Guard([*_GUARDED_MODULES, *RUNTIME_MODULES, cfg["probe_module"]],
                        unguarded=[n for n in unguarded if type(n) is str] if type(unguarded) is tuple else [])
         suspicious = getattr(probes, "SUSPICIOUS", None)
         limits = Limits(**cfg["limits"])
