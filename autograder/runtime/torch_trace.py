@@ -56,7 +56,7 @@ def student_line() -> str:
 
 
 # Ops whose output on `meta` is a new tensor (never a view or an input) with a layout that follows from the
-# metadata of their arguments alone; lm_device's traces run each distinct call of these once.
+# metadata of their arguments alone; a trace with a memo runs each distinct call of these once.
 FRESH_OPS = frozenset({
     "scaled_dot_product_attention", "linear", "embedding", "matmul", "bmm", "mm", "outer", "softmax", "log_softmax",
     "add", "sub", "mul", "div", "true_divide", "neg", "pow", "exp", "sin", "cos", "sqrt", "rsqrt", "where",
@@ -73,7 +73,7 @@ def meta_memo(func: Callable[..., Any], args: Any, kwargs: dict[str, Any], layou
     microseconds (add) to milliseconds (attention) to derive it, every call, and one model's two blocks repeat
     the same calls. The first call with given metadata runs torch's own kernel (and raises as it does); a later
     one returns an empty tensor of the layout that call produced. A call with an argument of any other kind (an
-    object of the student's own, say) is always run. The memo is the caller's (lm_device: one per probe, or
+    object of the student's own, say) is always run. The memo is the caller's (a probe's own, LAYOUTS, or
     MEMO.layouts while a local check runs), never a module-level table: the grader's guard reads a changed module
     table as tampering."""
     torch = _torch()
@@ -367,8 +367,8 @@ def twin(model: Any) -> Any:
     objects and containers throughout, every registered parameter a new Parameter over the same values, every
     other tensor (registered buffers included: `.to` replaces them in the twin's own tables) the same object.
     Aliases keep their meaning: a parameter, buffer or module referred to from anywhere else in the model is the
-    twin's one there too. Nothing is computed or copied in bulk (building an ALiBi model computes (4, 256, 256)
-    tables; copying every tensor of it would cost as much)."""
+    twin's one there too. Nothing is computed or copied in bulk (a model whose build computes large tables would
+    cost as much again)."""
     torch = _torch()
     modules = list(modules_of(model))  # the modules `.to` walks: the _modules tables, recursively
     aliases: dict[int, Any] = {id(m): object.__new__(type(m)) for m in modules}
@@ -408,7 +408,7 @@ def modules_of(model: Any) -> Any:
 class Layouts:
     """The memo of `meta` output layouts (`meta_memo`) that the probes share in one process: an entry is a fact
     about torch (an op's output layout for given argument layouts), the same whichever probe or notebook made it,
-    so the device traces of lm_device and fn_device, public and hidden cases alike, reuse each other's. An
+    so the device traces of every probe, public and hidden cases alike, reuse each other's. An
     attribute of an object, never a module-level table (the grader's guard reads a changed module table as
     tampering)."""
 
