@@ -70,6 +70,26 @@ def test_the_lesson_uses_the_kit_with_a_short_checks_module() -> None:
     assert set(lesson.runtime.CHECKS) >= {"close", "pair_equal", "choices_valid", "choice_correct", "kept_as_buffer"}
 
 
+def test_each_lesson_binds_its_own_copy_of_the_kit_never_a_students_file(tmp_path: Path) -> None:
+    """Two lessons in one process get their own copies of the kit, each bound to that lesson's runtime (their
+    registries never mix), and a torch_kit.py (or any runtime module) in the working folder is never imported."""
+    fake = "import pathlib\npathlib.Path(__file__).with_name('FAKE_IMPORTED').write_text('yes')\nraise ImportError\n"
+    for name in runtime_files():
+        (tmp_path / f"{name}.py").write_text(fake)
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); sys.path.insert(0, {str(ROOT)!r})\n"
+            "from pathlib import Path\nfrom autograder.lesson import Lesson, default_lesson\n"
+            f"mine, other = Lesson.load('lesson_torch', near=Path({str(FIXTURE)!r})), default_lesson()\n"
+            "a, b = mine.checks, other.checks\n"
+            "kit = mine.runtime_copies['generic_checks']\n"
+            "print(kit is not other.runtime_copies['generic_checks'], kit.check.__module__ == mine.runtime.__name__,"
+            " 'kept_as_buffer' in mine.runtime.CHECKS, 'kept_as_buffer' in other.runtime.CHECKS,"
+            " 'lm_names' in mine.runtime.CHECKS, a.close is kit.close)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "True", "True", "False", "False", "True"], done.stdout
+    assert not (tmp_path / "FAKE_IMPORTED").exists()
+
+
 @pytest.fixture(scope="module")
 def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The lesson's Gradescope bundle unpacked (a course folder whose only lesson is lesson_torch), released there."""
