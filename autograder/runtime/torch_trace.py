@@ -125,7 +125,7 @@ def shaped_on_cpu(func: Callable[..., Any], name: str, args: Any, kwargs: dict[s
     """The output on `meta` of an op of CPU_SHAPED whose tensors are all small and on `meta`, taken from the same
     call on CPU zeros of the same layouts, or None to run torch's own `meta` kernel. Those kernels are Python
     reference ops (a hundred microseconds to a millisecond a call); the CPU's take microseconds, and both derive
-    the output's shape, dtype and strides by the same rules (tests/lesson83/test_meta_shortcuts.py compares them on
+    the output's shape, dtype and strides by the same rules (the tests' test_meta_shortcuts.py compares them on
     thousands of calls; only the strides of dimensions of size 1, which address nothing, may differ). A call the
     CPU refuses runs torch's own kernel, so it fails as it does on `meta`. `contiguous`: the output's strides are
     those of a contiguous tensor, as `meta` gives them where the CPU's kernel may choose others (attention)."""
