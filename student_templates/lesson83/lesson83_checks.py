@@ -361,6 +361,9 @@ LM_VOCAB = 28  # <unk>, space, a-z
 LM_SMALL = {"num_hiddens": 32, "num_heads": 4, "num_blks": 2, "max_len": 256}  # cheap to run on a CPU
 
 
+# TinyCharLM(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL) per scheme, built right after torch.manual_seed(0) and handed
+# out again while provably as built (the kit's ModelCache): one local check builds the five models 17 times, one
+# graded job 20 times, and an ALiBi model builds (4, 256, 256) tables. lm_device moves a twin of each to `meta`.
 MODELS = ModelCache("TinyCharLM", lambda pos: {"vocab_size": LM_VOCAB, "pos": pos, **LM_SMALL})
 
 
@@ -390,7 +393,7 @@ def _lm(env: dict[str, Any], pos: str, seed: int = 0) -> Any:
     return model.eval()
 
 
-FILLS = Fills()
+FILLS = Fills()  # the values _lm fills parameters with, per (seed, name, shape): drawn once per process
 
 
 def _tokens(seed: int, T: int, batch: int = 2):
