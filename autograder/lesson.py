@@ -7,6 +7,7 @@ config's own folder has no assignments/NAME/, as for a config copied elsewhere t
     assignments/NAME/*.md                 the question sources; each declares its `kind:` in its front matter
     assignments/NAME/NAME_checks.py       the probes and checks, shipped next to the notebook (CHECKS_API), with the
                                           engine's checks runtime (autograder/runtime/checks_runtime.py) beside it
+                                          and the runtime's kit modules it imports (autograder/runtime/*.py)
     assignments/NAME/NAME_milestone.py    optional: the milestone trainer, shipped next to the notebook
     assignments/NAME/NAME_checkpoint.py   optional: the milestone plug-in that verifies uploaded checkpoints
                                           (autograder/checkpoint.py; the graders' own, never shipped)
@@ -23,15 +24,20 @@ verifier imports it on a bare PyTorch image.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import hashlib
 import importlib.util
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from autograder.runtime import runtime_files
 
 if TYPE_CHECKING:
     from autograder.model import Verdict
@@ -45,6 +51,7 @@ KINDS = ("prose", "cases", "choices", "manual", "milestone")  # a question file'
 CHECKS_API = ("LETTERS", "USES_EXPECTED")
 RUNTIME_NAME = "checks_runtime"  # the runtime's module name, next to the notebook and in the sandbox
 RUNTIME_FILE = ENGINE_ROOT / "autograder" / "runtime" / f"{RUNTIME_NAME}.py"
+# The runtime's other modules (the kit: autograder/runtime/*.py) ship and run only with a lesson that imports them.
 # Optional in a checks module: run_probe_exact(env, name, args), run_probe's output with its floats computed in
 # float64, from which the release rounds the values it stores (autograder/authoring/content.py: expected_values).
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -182,12 +189,13 @@ class Lesson:
     def shipped_files(self) -> list[Path]:
         """Everything shipped next to the notebook: the checks and their runtime, the trainer and the data (nothing
         of reference/)."""
-        return [RUNTIME_FILE, self.checks_file, *filter(None, [self.trainer_file]), *self.data_files]
+        return [*self.runtime_modules.values(), self.checks_file, *filter(None, [self.trainer_file]),
+                *self.data_files]
 
     @property
     def sandbox_modules(self) -> dict[str, Path]:
         """Module name -> file of the lesson's modules the sandboxed child imports (the shipped ones)."""
-        out = {RUNTIME_NAME: RUNTIME_FILE, self.checks_name: self.checks_file}
+        out = {**self.runtime_modules, self.checks_name: self.checks_file}
         if self.trainer_file:
             out[self.trainer_name] = self.trainer_file
         return out
@@ -226,28 +234,49 @@ class Lesson:
         return [self.reference_file, self.mistakes_file, *filter(None, [self.mistakes_data]), *self.question_files,
                 *self.sandbox_modules.values(), *filter(None, [self.plugin_file])]
 
+    @cached_property
+    def runtime_modules(self) -> dict[str, Path]:
+        """Module name -> file of the runtime modules the lesson ships and runs: the checks runtime, then the kit
+        modules its checks module imports (directly or through each other), each after those it imports."""
+        files = runtime_files()
+        out: dict[str, Path] = {RUNTIME_NAME: files[RUNTIME_NAME]}
+
+        def visit(path: Path) -> None:
+            for name in imported_modules(path):
+                if name in files and name not in out:
+                    visit(files[name])
+                    out[name] = files[name]
+
+        visit(self.checks_file)
+        return out
+
     # ------------------------------------------------------------------ modules
 
     @cached_property
-    def runtime(self) -> ModuleType:
-        """This lesson's own copy of the engine's checks runtime: its registries hold this lesson's probes and
-        checks only (two lessons, or two copies of one, in one process never mix them)."""
+    def runtime_copies(self) -> dict[str, ModuleType]:
+        """This lesson's own copies of the runtime modules it uses: their registries hold this lesson's probes and
+        checks only (two lessons, or two copies of one, in one process never mix them); each kit copy imports the
+        lesson's copies of the others."""
         key = hashlib.sha256(str(self.checks_file.resolve()).encode()).hexdigest()[:12]
-        return load_module(f"_{RUNTIME_NAME}_{self.name}_{key}", RUNTIME_FILE)
+        out: dict[str, ModuleType] = {}
+        with _bound(out):
+            for name, path in self.runtime_modules.items():
+                out[name] = sys.modules[name] = load_module(f"_{name}_{self.name}_{key}", path)
+        return out
+
+    @property
+    def runtime(self) -> ModuleType:
+        """This lesson's own copy of the engine's checks runtime (see runtime_copies)."""
+        return self.runtime_copies[RUNTIME_NAME]
 
     @cached_property
     def checks(self) -> ChecksModule:
-        """The checks module, its `from checks_runtime import ...` bound to this lesson's copy of the engine's runtime
-        (never a checks_runtime.py of the working folder or of sys.path: a student's folder may hold one)."""
-        runtime, before = self.runtime, sys.modules.get(RUNTIME_NAME)
-        sys.modules[RUNTIME_NAME] = runtime
-        try:
+        """The checks module, its `from checks_runtime import ...` (and its imports of the kit) bound to this lesson's
+        copies of the engine's runtime (never a checks_runtime.py of the working folder or of sys.path: a student's
+        folder may hold one)."""
+        runtime, copies = self.runtime, self.runtime_copies
+        with _bound(copies):
             module = load_module(self.checks_name, self.checks_file)
-        finally:
-            if before is None:
-                sys.modules.pop(RUNTIME_NAME, None)
-            else:
-                sys.modules[RUNTIME_NAME] = before
         missing = [n for n in CHECKS_API if not hasattr(module, n)]
         if missing:
             raise LessonError(f"{self.checks_file}: a checks module must define {', '.join(missing)}")
@@ -330,6 +359,34 @@ class Lesson:
             if isinstance(meta, dict) and meta.get("kind") == "milestone" and meta.get("solution"):
                 return getattr(self.reference, meta["solution"][0])
         raise LessonError(f"{self.assignment_dir}: no question of kind milestone names its model in `solution:`")
+
+
+def imported_modules(path: Path) -> list[str]:
+    """The top-level modules a Python file imports (`import a.b` and `from a import b` give a; relative imports
+    none), in the order written."""
+    out: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append(node.module.split(".")[0])
+    return out
+
+
+@contextlib.contextmanager
+def _bound(modules: dict[str, ModuleType]) -> Iterator[None]:
+    """sys.modules[name] = module for each entry of `modules` for the block; every runtime module's earlier entry
+    (or none) put back after it, entries the block added included."""
+    before = {n: sys.modules.get(n) for n in runtime_files()}
+    sys.modules.update(modules)
+    try:
+        yield
+    finally:
+        for name, module in before.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
 
 
 @cache

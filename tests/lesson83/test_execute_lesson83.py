@@ -6,7 +6,7 @@ tests/engine/test_execute*.py, on probe modules of the tests' own and the demo l
 - `lm_causal` on TinyCharLM: a returned tensor changed later does not change what the probe saw;
 - Q3's `module_storage` on SinusoidalPE (issue #20): a patched JSON encoder that strips the tamper facts and rewrites
   answers, the guard found with gc and its record overwritten (or the guard switched off), a class that lies about
-  its own storage, the probe module's own classes (ModelCache, _State) patched;
+  its own storage, the classes the probe module uses (the kit's ModelCache, ModelState) patched;
 - an operator's lower ulimits with Lesson 83's checkpoint reader, which loads a torch checkpoint (milestone.pt)
   under the lowered address space.
 """
@@ -208,12 +208,14 @@ def PATCH():
 
 PATCH()
 '''
-# The probes' own classes patched: the model cache told that any model is as built, the state-reading functions.
+# The probes' own classes patched (the kit's, which the probe module imports): the model cache told that any model
+# is as built, the state-reading functions.
 PROBE_CLASSES = NO_PATCH + '''
 import lesson83_checks as c
+import torch_kit
 
 c.ModelCache.build = lambda self, env, pos: None
-c._State.same = lambda self, model: True
+torch_kit.ModelState.same = lambda self, model: True
 '''
 # (c) a class that keeps its table as a plain attribute and says otherwise.
 LYING_CLASS = '''
@@ -284,7 +286,7 @@ def test_a_patched_class_of_the_probe_module_is_flagged(storage):
     res = storage["probe_classes"]
     assert res.status == Status.TAMPERING, res.notes
     assert any("ModelCache was changed" in f for f in res.tampering), res.tampering
-    assert any("_State was changed" in f for f in res.tampering), res.tampering
+    assert any("ModelState was changed" in f for f in res.tampering), res.tampering
 
 
 @pytest.mark.parametrize("case", ["gc_record", "lying_class"])

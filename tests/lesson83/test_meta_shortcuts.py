@@ -1,4 +1,4 @@
-"""The device trace's shortcuts on `meta` (lesson83_checks._attention_on_meta and _shaped_on_cpu): every call of
+"""The device trace's shortcuts on `meta` (the kit's torch_trace.attention_on_meta and shaped_on_cpu): every call of
 scaled_dot_product_attention and of the elementwise, triangle, softmax and joining ops gives what torch's own
 `meta` kernel gives (shape, strides, dtype, whether it needs grad, or the same kind of error) over shapes, strides,
 masks, causal flags, grad modes and dtypes; the probes' usual calls take the shortcut, large ones never do."""
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from autograder.course import course_of
 
-checks = course_of().lesson.checks
+trace = course_of().lesson.runtime_copies["torch_trace"]  # the kit as Lesson 83 runs it
 B, H, T, D = 2, 4, 6, 8
 DTYPES = {"bool": torch.bool, "float": torch.float32, "double": torch.float64}
 
@@ -60,7 +60,7 @@ def test_the_shortcut_gives_what_torch_gives_on_meta() -> None:
         args, kwargs = (q, k, v), {"attn_mask": m, "is_causal": causal}
         with torch.set_grad_enabled(grad_mode):
             want = _outcome(lambda: F.scaled_dot_product_attention(*args, **kwargs))  # noqa: B023
-            got = _outcome(lambda: checks._meta_memo(F.scaled_dot_product_attention, args, kwargs, {}))  # noqa: B023
+            got = _outcome(lambda: trace.meta_memo(F.scaled_dot_product_attention, args, kwargs, {}))  # noqa: B023
         if got != want:
             differ.append(f"{qshape} S={S} transposed={transposed} {dtype} mask={mask} causal={causal} "
                           f"grad={grad_mode},{q_grad},{m_grad} Ev={Ev}: torch {want}, shortcut {got}")
@@ -70,12 +70,12 @@ def test_the_shortcut_gives_what_torch_gives_on_meta() -> None:
 def test_the_probes_usual_calls_take_the_shortcut() -> None:
     q = _tensor((B, H, T, D), transposed=True, grad=True)
     for kwargs in ({"is_causal": True}, {"attn_mask": _tensor((1, H, T, T))}, {"attn_mask": _tensor((T, T))}):
-        out = checks._attention_on_meta(F.scaled_dot_product_attention, (q, q, q), kwargs)
+        out = trace.attention_on_meta(F.scaled_dot_product_attention, (q, q, q), kwargs)
         assert out is not None and (tuple(out.shape), out.requires_grad) == ((B, H, T, D), True), kwargs
     big = _tensor((B, H, 4096, D))  # large inputs: torch's own kernel, never CPU zeros of that size
-    assert checks._attention_on_meta(F.scaled_dot_product_attention, (big, big, big), {}) is None
+    assert trace.attention_on_meta(F.scaled_dot_product_attention, (big, big, big), {}) is None
     causal_mask = {"attn_mask": _tensor((T, T)), "is_causal": True}
-    assert checks._attention_on_meta(F.scaled_dot_product_attention, (q, q, q), causal_mask) is None
+    assert trace.attention_on_meta(F.scaled_dot_product_attention, (q, q, q), causal_mask) is None
 
 
 def _strided(shape: tuple[int, ...], kind: str, dtype: torch.dtype, grad: bool) -> torch.Tensor:
@@ -118,8 +118,8 @@ def test_elementwise_ops_are_shaped_on_the_cpu_as_torch_shapes_them_on_meta() ->
         func = BINARY[name]
         with torch.set_grad_enabled(grad_mode):
             want = _layout(lambda: func(a, b))  # noqa: B023
-            got = _layout(lambda: checks._meta_memo(func, (a, b), {}, {}))  # noqa: B023
-            scalar = _layout(lambda: func(a, 2.5)), _layout(lambda: checks._meta_memo(func, (a, 2.5), {}, {}))  # noqa: B023
+            got = _layout(lambda: trace.meta_memo(func, (a, b), {}, {}))  # noqa: B023
+            scalar = _layout(lambda: func(a, 2.5)), _layout(lambda: trace.meta_memo(func, (a, 2.5), {}, {}))  # noqa: B023
         if got != want or scalar[0] != scalar[1]:
             differ.append(f"{name} {sa}{ka} {sb}{kb} {da} {db} grad={grad_mode}: torch {want} {scalar[0]}, "
                           f"shortcut {got} {scalar[1]}")
@@ -145,7 +145,7 @@ def test_other_ops_are_shaped_on_the_cpu_as_torch_shapes_them_on_meta() -> None:
         args = make(a, b)
         with torch.set_grad_enabled(grad_mode):
             want = _layout(lambda: func(*args))  # noqa: B023
-            got = _layout(lambda: checks._meta_memo(func, args, {}, {}))  # noqa: B023
+            got = _layout(lambda: trace.meta_memo(func, args, {}, {}))  # noqa: B023
         if got != want:
             differ.append(f"{name} {sa}{ka} {kb} grad={grad_mode}: torch {want}, shortcut {got}")
     assert differ == [], "\n".join(differ[:10])
@@ -154,9 +154,9 @@ def test_other_ops_are_shaped_on_the_cpu_as_torch_shapes_them_on_meta() -> None:
 def test_the_usual_ops_take_the_cpu_shortcut_and_large_ones_do_not() -> None:
     a = _strided((2, 4, 6, 6), "T", torch.float32, True)
     for name, func, args in [("mul", torch.mul, (a, a)), ("triu", torch.triu, (a, 1)), ("cat", torch.cat, ([a, a],))]:
-        out = checks._shaped_on_cpu(func, name, args, {})
+        out = trace.shaped_on_cpu(func, name, args, {})
         assert out is not None and out.requires_grad and out.device.type == "meta", name
     big = _tensor((300, 300))
-    assert checks._shaped_on_cpu(torch.mul, "mul", (big, big), {}) is None  # never CPU zeros of that size
+    assert trace.shaped_on_cpu(torch.mul, "mul", (big, big), {}) is None  # never CPU zeros of that size
     tall, wide = _tensor((300, 1)), _tensor((1, 300))  # small inputs, a large broadcast output
-    assert checks._shaped_on_cpu(torch.add, "add", (tall, wide), {}) is None
+    assert trace.shaped_on_cpu(torch.add, "add", (tall, wide), {}) is None
