@@ -77,8 +77,8 @@ def test_each_lesson_binds_its_own_copy_of_the_kit_never_a_students_file(tmp_pat
     for name in runtime_files():
         (tmp_path / f"{name}.py").write_text(fake)
     code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); sys.path.insert(0, {str(ROOT)!r})\n"
-            "from pathlib import Path\nfrom autograder.lesson import Lesson, default_lesson\n"
-            f"mine, other = Lesson.load('lesson_torch', near=Path({str(FIXTURE)!r})), default_lesson()\n"
+            "from pathlib import Path\nfrom autograder.course import course_of\nfrom autograder.lesson import Lesson\n"
+            f"mine, other = Lesson.load('lesson_torch', near=Path({str(FIXTURE)!r})), course_of().lesson\n"
             "a, b = mine.checks, other.checks\n"
             "kit = mine.runtime_copies['generic_checks']\n"
             "print(kit is not other.runtime_copies['generic_checks'], kit.check.__module__ == mine.runtime.__name__,"
