@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from helpers.attempts import LM_CLASS
+
 _IMPORTS = "import math\nimport numpy as np\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
 
 # Finding 3's notebook: no attention, no sinusoid, no rotation and no slope anywhere.
@@ -62,24 +64,7 @@ def alibi_bias(num_heads, seq_len):
 def alibi_attention(q, k, v):
     return torch.cumsum(v, dim=-2) / torch.arange(1, v.shape[-2] + 1, dtype=v.dtype)[:, None]
 
-class TinyCharLM(nn.Module):
-    SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
-
-    def __init__(self, vocab_size, num_hiddens=128, num_heads=4, num_blks=2, pos="rope", max_len=512,
-                 bias=False):
-        super().__init__()
-        self.pos, self.num_heads, self.max_len = pos, num_heads, max_len
-        self.head_dim = num_hiddens // num_heads
-        self.token_emb = nn.Embedding(vocab_size, num_hiddens)
-        if pos == "learned":
-            self.pos_emb = nn.Embedding(max_len, num_hiddens)
-        if pos == "sinusoidal":
-            self.register_buffer("pe", torch.zeros(max_len, num_hiddens))
-        self.blks = nn.ModuleList(
-            nn.ModuleDict({"qkv": nn.Linear(num_hiddens, 3 * num_hiddens, bias=bias),
-                           "proj": nn.Linear(num_hiddens, num_hiddens, bias=bias)})
-            for _ in range(num_blks))
-
+''' + LM_CLASS + '''
     def forward(self, X):
         H = self.token_emb(X)
         H = torch.cumsum(H, dim=1) / torch.arange(1, X.shape[1] + 1, dtype=H.dtype)[None, :, None]
