@@ -21,6 +21,7 @@ from autograder.config import ROOT
 from autograder.course import Course, course_of
 from autograder.release import build, release
 from autograder.sandbox import WorkerPool
+from helpers.isolation import readable_python  # noqa: F401 - a fixture of the uid fallback's tests, shared from here
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -775,11 +775,11 @@ def _loaded_differs(case: dict[str, Any], pos: str, run: dict[str, Any] | None, 
     atol, rtol = case["atol"], case["rtol"]
     for key, after in (("value", "the logits"), ("nudged", f"the logits after {NUDGE} is added to every "
                                                            "trainable parameter")):
-        mine, ref = np.asarray(run[key], dtype=np.float64), np.asarray(want[key])
-        if mine.shape != ref.shape or not _close(mine, ref, atol, rtol):
+        mine, theirs = np.asarray(run[key], dtype=np.float64), np.asarray(want[key])
+        if mine.shape != theirs.shape or not _close(mine, theirs, atol, rtol):
             rule = ("a table the model keeps outside its state, or an entry it does not use" if key == "value" else
                     "a fixed table kept as a trainable parameter, or a parameter the model does not use")
-            detail = _where(mine, ref, atol, rtol) if mine.shape == ref.shape else f"shape {list(mine.shape)}"
+            detail = _where(mine, theirs, atol, rtol) if mine.shape == theirs.shape else f"shape {list(mine.shape)}"
             return _fail(case, f"{what} {after} are not the reference's ({detail}): {rule}.")
     return None
 

@@ -62,7 +62,8 @@ SINUSOIDAL = {
 @pytest.fixture(scope="module")
 def real_probes() -> dict[str, ExecResult]:
     probes = [("table", "call", {"fn": "sinusoidal_pe", "args": [6, 4]})]
-    with WorkerPool(1, limits=LIMITS, **LESSON) as pool:  # Lesson 83's probes
+    with WorkerPool(1, limits=LIMITS, probe_module=LESSON.checks_name,  # Lesson 83's probes
+                    modules=LESSON.sandbox_modules) as pool:
         return dict(pool.run_many(((k, nb(src)) for k, src in SINUSOIDAL.items()), probes=probes))
 
 
@@ -252,7 +253,8 @@ def storage() -> dict[str, ExecResult]:
              "gc_record": nb(GC_RECORD, PLAIN_TABLE), "gc_off": nb(GC_OFF, PLAIN_TABLE),
              "gc_empty": nb(GC_EMPTY, PLAIN_TABLE), "lying_class": nb(LYING_CLASS),
              "probe_classes": nb(PROBE_CLASSES, PLAIN_TABLE)}
-    with WorkerPool(1, limits=STORAGE_LIMITS, **LESSON) as pool:
+    with WorkerPool(1, limits=STORAGE_LIMITS, probe_module=LESSON.checks_name,
+                    modules=LESSON.sandbox_modules) as pool:
         return dict(pool.run_many(cases.items(), probes=STORAGE))
 
 
