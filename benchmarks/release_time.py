@@ -38,7 +38,7 @@ BASELINE = "8fa2479"  # main before issue 13 item 5 (the release took about 60 s
 SMOKE_QUESTIONS = ("00_intro", "q2_sinusoidal_pe")
 EXTERNAL = ("otter assign", "nbgrader generate_assignment")
 # Stage -> the functions of autograder.release whose time it is (wrapped by name in every module of the package
-# that binds them, so the same wrappers time an older autograder/build.py; a name missing there is skipped).
+# that binds them, so the same wrappers time an older layout of the package; a name missing there is skipped).
 STAGES: dict[str, tuple[str, ...]] = {
     "load questions": ("load_config", "load_questions"),
     "expected values": ("expected_values",),
