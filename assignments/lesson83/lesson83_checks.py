@@ -375,22 +375,28 @@ def _lm(env: dict[str, Any], pos: str, seed: int = 0) -> Any:
     student made non-trainable (a frozen nn.Parameter holding a fixed table) keeps its values: that storage
     mistake is the state-dict case's to judge, not every logits case's.
     """
-    import zlib
-
     torch = _torch()
     model = MODELS.build(env, pos)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
-            if not p.requires_grad:
-                continue
-            key = (seed, name, tuple(p.shape))
-            fill = FILLS.values.get(key)
-            if fill is None:
-                gen = torch.Generator().manual_seed(seed + zlib.crc32(name.encode()))
-                std = 1.0 if p.dim() < 2 or "emb" in name else p.shape[-1] ** -0.5
-                fill = FILLS.values[key] = torch.randn(p.shape, generator=gen, dtype=torch.float64) * std
-            p.copy_(fill)
+            if p.requires_grad:
+                p.copy_(_fill(seed, name, tuple(p.shape)))
     return model.eval()
+
+
+def _fill(seed: int, name: str, shape: tuple[int, ...]) -> Any:
+    """The float64 values a tensor called `name` of `shape` is filled with for `seed` (drawn from the name, std 1
+    for embeddings and vectors, 1/sqrt(fan_in) otherwise), drawn once per process (FILLS)."""
+    import zlib
+
+    key = (seed, name, shape)
+    fill = FILLS.values.get(key)
+    if fill is None:
+        torch = _torch()
+        gen = torch.Generator().manual_seed(seed + zlib.crc32(name.encode()))
+        std = 1.0 if len(shape) < 2 or "emb" in name else shape[-1] ** -0.5
+        fill = FILLS.values[key] = torch.randn(shape, generator=gen, dtype=torch.float64) * std
+    return fill
 
 
 FILLS = Fills()  # the values _lm fills parameters with, per (seed, name, shape): drawn once per process
@@ -466,8 +472,6 @@ def _chosen_state(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str,
     the same after every trainable parameter is nudged by NUDGE (`nudged`: a fixed table kept as a parameter
     moves). What raised, else both: the grader compares them with the reference's under the same load and nudge.
     Every tensor of the state gets its values back after, so the model is as built again."""
-    import zlib
-
     torch, P = _torch(), _pristine()
     model = MODELS.build(env, pos)
     held = _module_state(model)
@@ -478,9 +482,7 @@ def _chosen_state(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str,
         state = {}
         for name, v in held["state_dict"].items():
             if P.issubclass(P.type(v), P.TensorBase) and (P.is_floating(v) or P.is_complex(v)):
-                gen = torch.Generator().manual_seed(seed + zlib.crc32(name.encode()))
-                std = 1.0 if len(P.shape(v)) < 2 or "emb" in name else P.shape(v)[-1] ** -0.5
-                v = torch.randn(tuple(P.shape(v)), generator=gen, dtype=torch.float64).mul(std).to(P.dtype(v))
+                v = _fill(seed, name, tuple(P.shape(v))).to(P.dtype(v))
             state[name] = v
         model.load_state_dict(state, strict=True)
         model.eval()
