@@ -17,14 +17,13 @@ from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command, runnab
 from autograder.course import Course
 from autograder.grading import batch
 from autograder.grading.cluster import ClusterError
-from autograder.grading.feedback import FEEDBACK_DIR
+from autograder.grading.gradebook import ROSTER_FILE, Gradebook, MergeError
 from autograder.grading.gradescope import grade_gradescope
 from autograder.grading.merge import merge_scores
-from autograder.grading.store import MergeError
 from autograder.grading.summaries import grade_summary, not_graded
 from autograder.release import BuildError, release, stale_files
 from autograder.report import write_report
-from autograder.report.leaderboard import ROSTER_FILE, RosterError
+from autograder.report.leaderboard import RosterError
 from autograder.sandbox import UNSANDBOXED_HELP, UnsandboxedError
 from autograder.selfcheck import selfcheck
 
@@ -79,7 +78,7 @@ def cmd_grade(args: argparse.Namespace, course: Course) -> int:
     print(grade_summary(summary, points=course.suite.question_points()))
     flag = "" if course.is_default else f" --config {shlex.quote(str(course.path))}"
     print(f"TA report: {runnable_command()}{flag} report {shlex.quote(str(Path(args.out).resolve()))}")
-    print(f"Feedback to hand out, one page per student: {Path(args.out).resolve() / FEEDBACK_DIR}/")
+    print(f"Feedback to hand out, one page per student: {Gradebook(Path(args.out).resolve()).feedback_dir}/")
     return 1 if not_graded(summary) else 0
 
 
@@ -134,7 +133,7 @@ def cmd_merge(args: argparse.Namespace, course: Course) -> int:
     print(f"merged: {merged} (scores kept for {done['students']} student(s) in merged_scores.json)")
     if done["ignored"]:
         print(f"ignored columns: {', '.join(done['ignored'])}")
-    print(f"grades: {args.grades / 'grades.csv'}")
+    print(f"grades: {Gradebook(args.grades).grades_csv}")
     return 0
 
 

@@ -1,9 +1,10 @@
-"""Grading a class: the batch run (the sandboxed runs, here or on a cluster, judging each one), storing each result
-and the tables through store.py."""
+"""Grading a class, as its steps: select, reuse, run (here or on a cluster), judge, review, store, tables, feedback;
+every file it reads or writes goes through the Gradebook."""
 
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -14,15 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from autograder.checkpoint import VERIFY_SLOTS, reader_isolation, reader_limits_lowered, reads_checkpoint
-from autograder.config import Cluster as ClusterSettings
 from autograder.course import Course, default_course
-from autograder.grading import store
 from autograder.grading.feedback import write_feedback
+from autograder.grading.gradebook import Gradebook, Record, RunFacts, record_key
 from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreadable
-from autograder.grading.review import decision_kept, read_decisions, reviewed
+from autograder.grading.review import decision_kept, review_decisions, reviewed
 from autograder.grading.runner import make_pool, probe_order
-from autograder.grading.store import failure_text, result_key, stored_key, write_tables
 from autograder.grading.submissions import Submission, find_submissions
+from autograder.grading.tables import UNSANDBOXED, Tables, failure_text, stored_records, write_tables
 from autograder.model import SubmissionResult
 from autograder.sandbox import ExecResult, WorkerPool, require_isolation
 
@@ -32,7 +32,7 @@ class BatchSummary:
     """What a batch run did: per-status counts, mean score per question, and where the files are."""
 
     out: Path
-    rows: list[dict[str, Any]]
+    tables: Tables  # the rows, the summary and the records they were made from
     graded_now: int
     reused: int
     sandbox: str
@@ -41,6 +41,11 @@ class BatchSummary:
     # this process's CPU seconds per submission judged here: {"judge": [...], "store": [...]} (benchmarks)
     cpu: dict[str, list[float]] = field(default_factory=lambda: {"judge": [], "store": []})
     kept: int = 0  # with `only`: the other submissions whose stored results were kept as they were
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """grades.csv's rows (id, total, a cell per question, status, message)."""
+        return self.tables.rows
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -72,6 +77,71 @@ def select(subs: list[Submission], only: list[str], *, where: Path) -> set[str]:
     return {by_name[i] for i in only}
 
 
+@dataclass
+class Plan:
+    """What a batch will do: the submissions to run (with their keys), the records it keeps or reuses, and the
+    submissions it cannot grade (id -> why)."""
+
+    todo: list[tuple[Submission, str]] = field(default_factory=list)
+    records: dict[str, Record] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    reused: int = 0
+    kept: int = 0
+
+
+def plan_batch(subs: list[Submission], book: Gradebook, *, chosen: set[str] | None, force: bool, fingerprint: str,
+               files: list[str], decisions: dict[str, str]) -> Plan:
+    """Reuse or run each submission: a stored record whose key (notebook, checkpoint files, suite) and TA decision
+    still hold is reused (unless `force`); with `chosen` (--only) the others keep their stored records as they are."""
+    plan = Plan()
+    for sub in subs:
+        if chosen is not None and sub.id not in chosen:  # left as it is: its stored result, if any, is its row
+            if book.has_record(sub.result_name):
+                plan.kept += 1
+                plan.records |= stored_records(book, [sub], plan.failed)
+            else:
+                plan.failed[sub.id] = "not graded yet: left out by --only; run the grade command without --only"
+            continue
+        key = record_key(sub, fingerprint, files)
+        stored = None if chosen is not None or force else book.stored_record(sub.result_name, key)
+        if stored is not None and decision_kept(stored.review, decisions.get(sub.id)):
+            plan.reused += 1
+            plan.records[sub.id] = stored
+        else:
+            plan.todo.append((sub, key))
+    return plan
+
+
+class Storer:
+    """Judge, review and store one submission at a time: its record is written atomically as soon as it is known
+    and kept for the tables; a failure of the grader itself becomes that submission's reason, not the batch's."""
+
+    def __init__(self, course: Course, book: Gradebook, plan: Plan, decisions: dict[str, str]) -> None:
+        self.suite, self.book, self.plan, self.decisions = course.suite, book, plan, decisions
+        self.revisit = self.suite.revisit()
+        self.cpu: dict[str, list[float]] = {"judge": [], "store": []}  # thread CPU of judging and storing each
+
+    def save(self, sub: Submission, key: str, judge: Callable[[], SubmissionResult], run: RunFacts | None) -> None:
+        try:
+            t0 = time.thread_time()
+            result = judge()
+            review = reviewed(self.suite, sub.source, result, cleared=self.decisions.get(sub.id))
+            t1 = time.thread_time()
+            read = bool(reader_isolation()) and reads_checkpoint(self.suite.checkpoint_files, sub.files)
+            record = Record(key, os.path.abspath(sub.path), result, result.gradescope(revisit=self.revisit), run,
+                            review, reader_isolation() if read else "")  # as run.isolation says the notebook's
+            self.book.write_record(sub.result_name, record)
+            self.plan.records[sub.id] = record
+            self.cpu["judge"].append(t1 - t0)
+            self.cpu["store"].append(time.thread_time() - t1)
+        except Exception as exc:  # noqa: BLE001 - the grader failed on this one; the others go on
+            self.plan.failed[sub.id] = (f"the grader failed on this submission ({failure_text(exc)}); run the grade "
+                                        "command again")
+
+    def fail(self, sub: Submission, why: str) -> None:
+        self.plan.failed[sub.id] = why
+
+
 def _run_isolated(pool: WorkerPool, todo: list[tuple[Submission, str]], probes: list[tuple[Any, ...]],
                   workers: int) -> Iterator[tuple[Submission, str, ExecResult | BaseException]]:
     """Run each submission on the pool; yields (submission, key, result or the exception pool.run raised)."""
@@ -94,9 +164,10 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
                 workers: int | None = None, course: Course | None = None, progress: bool = True,
                 entries: list[Submission] | None = None, cluster: str | None = None,
                 only: list[str] | None = None, allow_unsandboxed: bool = False) -> BatchSummary:
-    """Grade every submission under `submissions` into `out`: results/<file>.json, grades.csv, summary.json
-    (`entries`: the submissions already read, in place of every entry of `submissions`, e.g. an nbgrader
-    course's `submitted/<student>/<assignment>/` folders; `submissions` is then only hidden from the sandbox).
+    """Grade every submission under `submissions` into the grades folder `out` (the Gradebook: results/, grades.csv,
+    summary.json, feedback/; `entries`: the submissions already read, in place of every entry of `submissions`,
+    e.g. an nbgrader course's `submitted/<student>/<assignment>/` folders; `submissions` is then only hidden from
+    the sandbox).
 
     Every input is isolated: whatever goes wrong reading, running, judging or storing one becomes that row's
     status and message, and the batch goes on; grades.csv and summary.json are always written. A failure of
@@ -114,63 +185,43 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     """
     course = default_course(course)
     config, suite = course.config, course.suite
-    if not (cluster or config.cluster.address):  # a cluster's workers are asked before their first batch
-        require_isolation(allow_unsandboxed=allow_unsandboxed)  # refuses here, before anything is read or written
-    fingerprint, files = suite.fingerprint, suite.checkpoint_files
-    subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions,
-                                                                 files=files)
-    chosen = select(subs, only, where=submissions) if only is not None else None
-    results_dir = out / "results"
-    results_dir.mkdir(parents=True, exist_ok=True)
-    failed: dict[str, str] = {}  # id -> why the grader could not grade it in this run
-    cpu: dict[str, list[float]] = {"judge": [], "store": []}  # thread CPU of judging and storing each result
-    todo, reused, kept = [], 0, 0
-    decisions = read_decisions(out)  # a TA's cleared review flags: a new decision judges that submission again
-    for sub in subs:
-        if chosen is not None and sub.id not in chosen:  # left as it is: its stored result, if any, is its row
-            if (results_dir / sub.result_name).is_file():
-                kept += 1
-            else:
-                failed[sub.id] = "not graded yet: left out by --only; run the grade command without --only"
-            continue
-        key = result_key(sub, fingerprint, files)
-        if chosen is None and not force and stored_key(results_dir / sub.result_name) == key \
-                and decision_kept(results_dir / sub.result_name, decisions.get(sub.id)):
-            reused += 1
-        else:
-            todo.append((sub, key))
-
-    def save(sub: Submission, key: str, judge: Callable[[], SubmissionResult], extra: dict[str, Any]) -> None:
-        try:
-            t0 = time.thread_time()
-            result = judge()
-            extra = {**extra, "review": reviewed(suite, sub.source, result, cleared=decisions.get(sub.id))}
-            t1 = time.thread_time()
-            if reader_isolation() and reads_checkpoint(suite.checkpoint_files, sub.files):
-                extra = {**extra, "checkpoint_isolation": reader_isolation()}  # as "isolation" says the notebook's
-            store.store_result(results_dir, sub, key, result, extra, revisit=suite.revisit())
-            cpu["judge"].append(t1 - t0)
-            cpu["store"].append(time.thread_time() - t1)
-        except Exception as exc:  # noqa: BLE001 - the grader failed on this one; the others go on
-            failed[sub.id] = f"the grader failed on this submission ({failure_text(exc)}); run the grade command again"
-
-    sandbox, lowered = "not started", []
     address = cluster or config.cluster.address
-    if address and todo:
-        sandbox = _grade_on_cluster(address, todo, course=course, fingerprint=fingerprint,
-                                    settings=config.cluster, hide=(submissions.resolve(), out.resolve()),
-                                    save=save, failed=failed, progress=progress, allow_unsandboxed=allow_unsandboxed)
-        rows = write_tables(suite, subs, out, failed=failed)
-        write_feedback(suite, out)
-        return BatchSummary(out, rows, len(todo) - len(set(failed) & {s.id for s, _ in todo}), reused, sandbox,
-                            list(suite.question_points()), cpu=cpu, kept=kept)
+    if not address:  # a cluster's workers are asked before their first batch
+        require_isolation(allow_unsandboxed=allow_unsandboxed)  # refuses here, before anything is read or written
+    subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions,
+                                                                files=suite.checkpoint_files)
+    chosen = select(subs, only, where=submissions) if only is not None else None
+    book = Gradebook(out)
+    book.results_dir.mkdir(parents=True, exist_ok=True)
+    decisions = review_decisions(book)  # a TA's cleared review flags: a new decision judges that submission again
+    plan = plan_batch(subs, book, chosen=chosen, force=force, fingerprint=suite.fingerprint,
+                      files=suite.checkpoint_files, decisions=decisions)
+    storer = Storer(course, book, plan, decisions)
+    hide = (submissions.resolve(), out.resolve())
+    if address and plan.todo:
+        sandbox, lowered = _grade_on_cluster(address, plan.todo, course=course, hide=hide, storer=storer,
+                                             progress=progress, allow_unsandboxed=allow_unsandboxed), []
+    else:
+        sandbox, lowered = _grade_here(plan.todo, course=course, hide=hide, storer=storer,
+                                       workers=workers or config.execution.workers, progress=progress)
+    tables = write_tables(suite, subs, book, records=plan.records, failed=plan.failed, limits_lowered=lowered)
+    write_feedback(suite, book, tables)  # feedback/<id>.html: each student's safe view
+    graded_now = len(plan.todo) - len(set(plan.failed) & {s.id for s, _ in plan.todo})
+    return BatchSummary(out, tables, graded_now, plan.reused, sandbox, list(suite.question_points()), lowered,
+                        storer.cpu, plan.kept)
+
+
+def _grade_here(todo: list[tuple[Submission, str]], *, course: Course, hide: tuple[Path, ...], storer: Storer,
+                workers: int, progress: bool) -> tuple[str, list[str]]:
+    """Run, judge and store `todo` on a local pool of sandboxed workers; (the sandbox used, the limits an
+    operator's ulimit lowered)."""
+    suite = course.suite
+    sandbox, lowered = "not started", []
     runnable = [(s, k) for s, k in todo if s.source is not None]
     pool_starting = None
-    n_workers = workers or config.execution.workers
     if runnable:  # the sandboxed workers start (seconds) while this process computes the reference values
         starter = ThreadPoolExecutor(1)
-        pool_starting = starter.submit(make_pool, course, size=n_workers,
-                                       hide=(submissions.resolve(), out.resolve()))
+        pool_starting = starter.submit(make_pool, course, size=workers, hide=hide)
         starter.shutdown(wait=False)
     if todo:
         suite.expected  # noqa: B018 - the reference values, computed now while the sandboxed workers start
@@ -182,63 +233,55 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
             ahead.submit(judge_checkpoint, suite, sub.files)
     for sub, key in todo:
         if sub.source is None:
-            save(sub, key, partial(judge_unreadable, suite, sub), {})
+            storer.save(sub, key, partial(judge_unreadable, suite, sub), None)
     if pool_starting is not None:
-        probes = probe_order(suite)
         try:
             pool = pool_starting.result()
         except Exception as exc:  # noqa: BLE001 - no sandbox: every runnable submission is left for a re-run
             for sub, _ in runnable:
-                failed[sub.id] = (f"not graded: the sandbox could not start ({failure_text(exc)}); "
-                                  "run the grade command again")
+                storer.fail(sub, f"not graded: the sandbox could not start ({failure_text(exc)}); run the grade "
+                                 "command again")
         else:
             start, done = time.monotonic(), 0
             with pool:
                 sandbox, lowered = pool.sandbox, list(pool.limits_lowered)
                 if pool.isolation == "none":  # allowed unsandboxed: the summary says so, as every row does
-                    sandbox = f"none, {store.UNSANDBOXED}"
-                for sub, key, res in _run_isolated(pool, runnable, probes, n_workers):
+                    sandbox = f"none, {UNSANDBOXED}"
+                for sub, key, res in _run_isolated(pool, runnable, probe_order(suite), workers):
                     done += 1
                     if isinstance(res, BaseException):
-                        failed[sub.id] = (f"not graded: the sandbox failed while running it ({failure_text(res)}); "
-                                          "nothing was stored, run the grade command again")
+                        storer.fail(sub, f"not graded: the sandbox failed while running it ({failure_text(res)}); "
+                                         "nothing was stored, run the grade command again")
                     else:
-                        save(sub, key, partial(judge_exec, suite, sub, res),
-                             {"stdout": res.stdout, "wall_s": round(res.wall_s, 3), "sandbox": res.sandbox,
-                               "memory_guard": res.memory_guard, "isolation": res.isolation})
+                        storer.save(sub, key, partial(judge_exec, suite, sub, res), RunFacts.of(res))
                     if progress:
                         _progress(done, len(runnable), start)
             if progress:
                 print(file=sys.stderr)
     ahead.shutdown(cancel_futures=True)
-    read = any(reads_checkpoint(suite.checkpoint_files, s.files) for s, _ in todo)
-    lowered += reader_limits_lowered() if read else []
-    rows = write_tables(suite, subs, out, failed=failed, limits_lowered=lowered)
-    write_feedback(suite, out)  # feedback/<id>.html: each student's safe view
-    return BatchSummary(out, rows, len(todo) - len(set(failed) & {s.id for s, _ in todo}), reused, sandbox,
-                        list(suite.question_points()), lowered, cpu, kept)
+    if any(reads_checkpoint(suite.checkpoint_files, s.files) for s, _ in todo):
+        lowered += reader_limits_lowered()
+    return sandbox, lowered
 
 
-def _grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, course: Course, fingerprint: str,
-                      settings: ClusterSettings, hide: tuple[Path, ...],
-                      save: Callable[[Submission, str, Callable[[], SubmissionResult], dict[str, Any]], None],
-                      failed: dict[str, str], progress: bool, allow_unsandboxed: bool = False) -> str:
+def _grade_on_cluster(address: str, todo: list[tuple[Submission, str]], *, course: Course, hide: tuple[Path, ...],
+                      storer: Storer, progress: bool, allow_unsandboxed: bool = False) -> str:
     """Grade `todo` on the Dask cluster at `address`, storing each result here as it comes back; the sandboxes
     the workers used ("bwrap", "none", or both)."""
     from autograder.grading.cluster import grade_on_cluster
 
     start, done, sandboxes = time.monotonic(), 0, set()
-    for sub, key, got in grade_on_cluster(address, todo, course=course, fingerprint=fingerprint,
-                                          settings=settings, hide=tuple(map(str, hide)),
+    for sub, key, got in grade_on_cluster(address, todo, course=course, fingerprint=course.suite.fingerprint,
+                                          settings=course.config.cluster, hide=tuple(map(str, hide)),
                                           allow_unsandboxed=allow_unsandboxed):
         done += 1
         if isinstance(got, str):
-            failed[sub.id] = got
+            storer.fail(sub, got)
         else:
-            result, extra = got
-            sandboxes.add(f"none, {store.UNSANDBOXED}" if extra.get("isolation") == "none" else
-                          extra.get("sandbox") or "")
-            save(sub, key, lambda result=result: result, extra)
+            result, run = got
+            if run is not None:
+                sandboxes.add(f"none, {UNSANDBOXED}" if run.isolation == "none" else run.sandbox)
+            storer.save(sub, key, lambda result=result: result, run)
         if progress:
             _progress(done, len(todo), start)
     if progress:

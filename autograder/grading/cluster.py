@@ -12,6 +12,7 @@ from typing import Any
 from autograder.authoring.suite import Suite
 from autograder.config import Cluster
 from autograder.course import Course, course_of
+from autograder.grading.gradebook import RunFacts
 from autograder.grading.judge import judge_exec, judge_unreadable
 from autograder.grading.runner import make_pool, probe_order
 from autograder.grading.submissions import Submission
@@ -20,7 +21,7 @@ from autograder.sandbox import WorkerPool, choose_isolation, permit_unsandboxed
 
 log = logging.getLogger(__name__)
 
-Graded = tuple[SubmissionResult, dict[str, Any]]  # a result and what the local run stores beside it
+Graded = tuple[SubmissionResult, RunFacts | None]  # a result and the sandbox's facts stored beside it
 INSTALL_HINT = "pip install '.[cluster]' (Dask distributed) on this machine and on every worker"
 
 
@@ -77,7 +78,7 @@ def grade_chunk(config_path: str, fingerprint: str, subs: list[Submission],
     for sub in subs:
         if sub.source is None:
             try:
-                out.append((judge_unreadable(suite, sub), {}))
+                out.append((judge_unreadable(suite, sub), None))
             except Exception as exc:  # noqa: BLE001 - the grader failed on this one; the others go on
                 out.append(f"the grader failed on this submission ({_why(exc)}); run the grade command again")
             continue
@@ -88,9 +89,7 @@ def grade_chunk(config_path: str, fingerprint: str, subs: list[Submission],
                        "the grade command again")
             continue
         try:
-            out.append((judge_exec(suite, sub, res),
-                        {"stdout": res.stdout, "wall_s": round(res.wall_s, 3), "sandbox": res.sandbox,
-                         "memory_guard": res.memory_guard, "isolation": res.isolation}))
+            out.append((judge_exec(suite, sub, res), RunFacts.of(res)))
         except Exception as exc:  # noqa: BLE001
             out.append(f"the grader failed on this submission ({_why(exc)}); run the grade command again")
     return out

@@ -4,7 +4,6 @@ verdict and what to revisit, never its inputs or expected values) and the scores
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -15,10 +14,10 @@ from typing import Any
 import jinja2
 
 from autograder.authoring.suite import Suite
-from autograder.grading.store import MergeError, merged_scores, merged_value
+from autograder.grading.gradebook import Gradebook, Record
 from autograder.grading.submissions import result_file_name
+from autograder.grading.tables import Tables, merged_or_problem, merged_value
 
-FEEDBACK_DIR = "feedback"
 MARKER = ".autograder-feedback"  # only a folder holding this file is ever replaced
 HERE = Path(__file__).parent
 
@@ -48,22 +47,22 @@ def feedback_name(result_name: str) -> str:
     return result_name.removesuffix(".json") + ".html"
 
 
-def _student_view(record: dict[str, Any]) -> dict[str, Any]:
+def _student_view(record: Record) -> dict[str, Any]:
     """The student-safe part of a stored result: its Gradescope view and the per-question scores (numbers)."""
-    view = record.get("gradescope")
-    if not isinstance(view, dict) or not isinstance(view.get("tests"), list):
+    view = record.gradescope
+    if not isinstance(view.get("tests"), list):
         raise ValueError("its stored result has no student view; run the grade command again with --force")
     return {"tests": [t for t in view["tests"] if isinstance(t, dict)], "output": str(view.get("output") or ""),
-            "status": str(record.get("status") or ""), "questions": record.get("questions") or {}}
+            "status": record.result.status, "questions": record.result.question_scores()}
 
 
-def likely_causes(suite: Suite, record: dict[str, Any]) -> dict[str, str]:
+def likely_causes(suite: Suite, record: Record) -> dict[str, str]:
     """Case id -> the catalogued mistake a failed hidden case's output matched, in the catalogue's own words (a
     general description, never the case's values); the student-safe view says only what to revisit."""
     known = {m.id: m.description for m in suite.lesson.mistakes}
     known |= {c.known_cause["id"]: c.known_cause["description"] for c in suite.cases if c.known_cause}
-    return {c["id"]: known[c["diagnosis"]] for c in record.get("cases") or []
-            if isinstance(c, dict) and c.get("hidden") and not c.get("passed") and c.get("diagnosis") in known}
+    return {c.id: known[c.diagnosis] for c in record.result.cases
+            if c.hidden and not c.passed and c.diagnosis in known}
 
 
 def _questions(suite: Suite, view: dict[str, Any], merged: dict[str, float]) -> list[QuestionFeedback]:
@@ -82,7 +81,7 @@ def _questions(suite: Suite, view: dict[str, Any], merged: dict[str, float]) -> 
     return out
 
 
-def render_feedback(suite: Suite, sid: str, record: dict[str, Any] | None, merged: dict[str, float], *,
+def render_feedback(suite: Suite, sid: str, record: Record | None, merged: dict[str, float], *,
                     problem: str = "") -> str:
     """One student's feedback page (`record`: the stored result; None with `problem` when there is none)."""
     view = _student_view(record) if record is not None else None
@@ -94,34 +93,30 @@ def render_feedback(suite: Suite, sid: str, record: dict[str, Any] | None, merge
                               pending=[q.id for q in questions if q.score is None])
 
 
-def write_feedback(suite: Suite, out: Path) -> Path:
-    """Write out/feedback/: one page per row of out/summary.json, built in a temporary folder and swapped in whole
-    (a re-run or `merge` replaces it; a folder it did not write is never replaced). Returns the folder."""
-    rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["rows"]
-    try:
-        merged = merged_scores(out)
-    except MergeError:
-        merged = {}  # grades.csv's summary says why; feedback is written without the merged scores
-    dest = out / FEEDBACK_DIR
+def write_feedback(suite: Suite, book: Gradebook, tables: Tables) -> Path:
+    """Write the grades folder's feedback/: one page per row of the summary (from the records the tables were made
+    from), built in a temporary folder and swapped in whole (a re-run or `merge` replaces it; a folder it did not
+    write is never replaced). Returns the folder."""
+    merged, _ = merged_or_problem(book)  # when it cannot be read, grades.csv's summary says why
+    dest = book.feedback_dir
     if dest.exists() and not (dest / MARKER).exists():
         raise FileExistsError(f"{dest} exists and was not written by the grader; move it away and grade again")
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".{FEEDBACK_DIR}.tmp-"))
+    tmp = Path(tempfile.mkdtemp(dir=book.folder, prefix=f".{dest.name}.tmp-"))
     try:
-        for row in rows:
-            sid, result = str(row["id"]), row.get("result")
-            if result:
+        for row in tables.summary.rows:
+            record = tables.records.get(row.id) if row.result else None
+            if record is not None:
                 try:
-                    record = json.loads((out / "results" / result).read_text(encoding="utf-8"))
-                    page = render_feedback(suite, sid, record, merged.get(sid, {}))
-                except (OSError, ValueError, KeyError, TypeError):  # the grader's words stay in grades.csv
-                    page = render_feedback(suite, sid, None, {}, problem="its stored result could not be read")
+                    page = render_feedback(suite, row.id, record, merged.get(row.id, {}))
+                except (ValueError, KeyError, TypeError):  # the grader's words stay in grades.csv
+                    page = render_feedback(suite, row.id, None, {}, problem="its stored result could not be read")
             else:  # the grader failed on it: its reason (the grader's own, for TAs) stays in grades.csv
-                page = render_feedback(suite, sid, None, {}, problem="the grader could not grade it")
-            name = feedback_name(result or result_file_name(sid, sid.encode("utf-8", "surrogateescape")))
+                page = render_feedback(suite, row.id, None, {}, problem="the grader could not grade it")
+            name = feedback_name(row.result or result_file_name(row.id, row.id.encode("utf-8", "surrogateescape")))
             (tmp / name).write_text(page, encoding="utf-8", errors="backslashreplace")
         (tmp / MARKER).write_text("written by the grader; the whole folder is replaced on the next run\n")
         tmp.chmod(0o755)
-        old = out / f".{FEEDBACK_DIR}.old"
+        old = dest.with_name(f".{dest.name}.old")
         if old.exists():
             shutil.rmtree(old)
         if dest.exists():

@@ -45,20 +45,20 @@ def grade_gradescope(submission: Path, results: Path, *, course: Course | None =
                         copy_function=lambda src, dst: shutil.copy2(src, dst) if os.path.isfile(src) else None)
         summary = grade_batch(subs, out=Path(tmp) / "out", force=True, course=course, progress=False,
                               allow_unsandboxed=allow_unsandboxed)
-        row = json.loads((Path(tmp) / "out" / "summary.json").read_text())["rows"][0]
-        if row["result"] is None:  # the grader failed (not the student): say so, and let Gradescope show an error
-            out = {"score": 0, "output": f"Not graded: {row['message']} Ask your instructor to re-run the "
-                                          "autograder.", "stdout_visibility": "hidden", "tests": []}
-            record = {"status": row["status"], "total": 0}
-        else:
-            record = json.loads((Path(tmp) / "out" / "results" / row["result"]).read_text())
-            out = record["gradescope"]
-            out.setdefault("extra_data", {})["isolation"] = record.get("isolation", "")
-            board = gradescope_entries(default_course(course).suite, record)  # verified figures only
-            if board:
-                out["leaderboard"] = board
+    row = summary.tables.summary.rows[0]
+    graded = summary.tables.records.get(row.id) if row.result is not None else None
+    if graded is None:  # the grader failed (not the student): say so, and let Gradescope show an error
+        out = {"score": 0, "output": f"Not graded: {row.message} Ask your instructor to re-run the "
+                                      "autograder.", "stdout_visibility": "hidden", "tests": []}
+        status, total, isolation = row.status, 0.0, "not started"
+    else:
+        out = dict(graded.gradescope)
+        out["extra_data"] = {**out.get("extra_data", {}), "isolation": graded.isolation}
+        board = gradescope_entries(default_course(course).suite, graded.to_json())  # verified figures only
+        if board:
+            out["leaderboard"] = board
+        status, total, isolation = graded.result.status, graded.result.total, graded.isolation or "not started"
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(out, indent=1))
-    return GradescopeRun(row["result"] is not None,
-                         f"status: {record['status']}; score {record['total']:g}; sandbox: {summary.sandbox}; "
-                         f"isolation: {record.get('isolation', 'not started')}")
+    return GradescopeRun(graded is not None, f"status: {status}; score {total:g}; sandbox: {summary.sandbox}; "
+                                             f"isolation: {isolation}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import difflib
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,9 @@ from autograder.authoring.suite import Suite
 from autograder.config import command
 from autograder.course import Course, default_course
 from autograder.grading.feedback import write_feedback
-from autograder.grading.store import MERGED_FILE, MergeError, merged_scores, write_atomic, write_tables
+from autograder.grading.gradebook import SUMMARY_FILE, Gradebook, MergeError
 from autograder.grading.submissions import Submission
+from autograder.grading.tables import write_tables
 from autograder.model import Status, spreadsheet_text
 
 
@@ -118,14 +118,14 @@ def merge_scores(out: Path, files: list[Path], *, course: Course | None = None) 
     Every file is checked whole first: MergeError lists every problem of every file (check_scores_csv), and
     then nothing is written."""
     suite = default_course(course).suite
+    book = Gradebook(out)
     try:
-        before = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-        rows, lowered = before["rows"], list(before.get("limits_lowered") or [])
+        before = book.read_summary()
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise MergeError(f"{out}: no summary.json of a graded batch; run `{command()} grade` first ({exc})") from None
-    subs = [Submission(str(r["id"]), Path(), None, result_name=str(r.get("result") or "")) for r in rows]
-    failed = {str(r["id"]): str(r.get("message") or Status.NOT_GRADED) for r in rows if not r.get("result")}
-    stored = merged_scores(out)
+        raise MergeError(f"{out}: no {SUMMARY_FILE} of a graded batch; run `{command()} grade` first ({exc})") from None
+    subs = [Submission(r.id, Path(), None, result_name=r.result or "") for r in before.rows]
+    failed = {r.id: r.message or Status.NOT_GRADED for r in before.rows if not r.result}
+    stored = book.merged_scores(command=command())
     counts, ignored = {}, set()
     checked = [check_scores_csv(path, suite=suite, ids=[s.id for s in subs]) for path in files]
     problems = [p for _, _, found in checked for p in found]
@@ -137,8 +137,7 @@ def merge_scores(out: Path, files: list[Path], *, course: Course | None = None) 
             stored.setdefault(sid, {}).update(cols)
             for col in cols:
                 counts[col] = counts.get(col, 0) + 1
-    sources = [str(p) for p in files]
-    write_atomic(out / MERGED_FILE, json.dumps({"sources": sources, "scores": stored}, indent=1))
-    write_tables(suite, subs, out, failed=failed, limits_lowered=lowered)
-    write_feedback(suite, out)  # the students' feedback shows the merged scores
+    book.write_merged(stored, sources=[str(p) for p in files])
+    tables = write_tables(suite, subs, book, failed=failed, limits_lowered=before.limits_lowered)
+    write_feedback(suite, book, tables)  # the students' feedback shows the merged scores
     return {"merged": counts, "ignored": sorted(ignored), "students": len(stored)}

@@ -13,7 +13,6 @@ comment on its first answer cell.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -113,23 +112,21 @@ def course_submissions(folder: Path, assignment: str, *, course: Course | None =
 def _stored_record(grades: Path, folder: Path, student: str, assignment: str, course: Course) -> dict[str, Any]:
     """The engine's stored result for this student's current submission in the nbgrader course `folder`; raises
     when there is none, or when it belongs to another version of the submission or of the tests."""
-    from autograder.grading.store import result_key
+    from autograder.grading.gradebook import Gradebook, record_key
     from autograder.grading.submissions import read_entry, result_file_name
 
     files = course.suite.checkpoint_files
     sub = read_entry(folder / "submitted" / student / assignment, limits=course.config.submissions, files=files)
     sub.name = student
-    path = grades / "results" / result_file_name(student, sub.raw_name)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = {}
-    if record.get("key") != result_key(sub, course.suite.fingerprint, files):
+    book, name = Gradebook(grades), result_file_name(student, sub.raw_name)
+    path = book.record_path(name)
+    stored = book.stored_record(name, record_key(sub, course.suite.fingerprint, files))
+    if stored is None:
         raise NbgraderGradingError(
             f"{student}: no result of the {command()} grader for this submission in {path} (never graded, or graded "
             f"before it or the tests changed). Grade with `{command()} nbgrader-autograde .` in the course folder: "
             "plain `nbgrader autograde` never runs student code here.")
-    return record
+    return stored.to_json()
 
 
 def cell_text(record: dict[str, Any], question: str, points: float) -> tuple[str, float]:
@@ -217,7 +214,7 @@ def _first_answer_cell(course: Path, assignment: str) -> str | None:
                  if c.get("metadata", {}).get("nbgrader", {}).get("solution")), None)
 
 
-def _mark_gradebook(course: Path, assignment: str, subs: list[Any], grades: Path) -> dict[str, str]:
+def _mark_gradebook(course: Path, assignment: str, subs: list[Any], records: dict[str, Any]) -> dict[str, str]:
     """Flag each submission whose result is not plainly `graded` (or was graded without a sandbox) and put why as
     the comment of its first answer cell; returns student -> why."""
     from nbgrader.api import Gradebook, MissingEntry
@@ -226,12 +223,14 @@ def _mark_gradebook(course: Path, assignment: str, subs: list[Any], grades: Path
     flagged = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         for sub in subs:
+            record = records.get(sub.id)  # the batch's records (batch.BatchSummary.tables), as it stored them
             try:
-                record = json.loads((grades / "results" / sub.result_name).read_text(encoding="utf-8"))
                 notebook = gb.find_submission_notebook(assignment, assignment, sub.id)
-            except (OSError, ValueError, MissingEntry):
+            except MissingEntry:
                 continue
-            note = flag_note(record)
+            if record is None:
+                continue
+            note = flag_note(record.to_json())
             if not note:
                 continue
             flagged[sub.id] = note
@@ -285,5 +284,5 @@ def nbgrader_autograde(folder: Path, *, out: Path | None = None, force: bool = F
     if proc.returncode != 0:
         errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "ERROR" in line or "Error" in line]
         problem = f"nbgrader autograde failed (exit {proc.returncode}):\n" + "\n".join(errors[-20:])
-    return NbgraderRun(summary, isolation, _mark_gradebook(folder, assignment, subs, out), problem,
+    return NbgraderRun(summary, isolation, _mark_gradebook(folder, assignment, subs, summary.tables.records), problem,
                        proc.stdout + proc.stderr)

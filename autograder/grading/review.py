@@ -30,15 +30,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
-
+from autograder.grading.gradebook import REVIEW_DECISIONS_FILE, Gradebook
 from autograder.sandbox import NotebookError, read_notebook
 
 # Modules a notebook may import: the numerical stack, the standard library's plain-data modules, the course's
@@ -313,23 +310,15 @@ def digest(flags: list[Flag]) -> str:
 
 # --------------------------------------------------------------------------- a TA's decisions
 
-DECISIONS_FILE = "review_decisions.yaml"  # in the output folder: submission id -> the digest a TA cleared
+DECISIONS_FILE = REVIEW_DECISIONS_FILE  # in the grades folder: submission id -> the digest a TA cleared
 DECISIONS_HELP = (f"to clear a submission's review flags, add a line `<submission id>: <digest>` (the digest its "
                   f"results JSON gives under review) to {DECISIONS_FILE} in the output folder and grade again")
 
 
-def read_decisions(out: Path) -> dict[str, str]:
-    """The TA's decisions (submission id -> cleared digest); an unreadable file is an error naming it."""
-    path = out / DECISIONS_FILE
-    if not path.is_file():
-        return {}
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read the TA's review decisions: {exc}; {DECISIONS_HELP}") from None
-    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
-        raise ValueError(f"{path}: expected lines `<submission id>: <digest>`; {DECISIONS_HELP}")
-    return {str(k): v for k, v in raw.items()}
+def review_decisions(book: Gradebook) -> dict[str, str]:
+    """The TA's review decisions of a grades folder (submission id -> cleared digest); an unreadable file is an
+    error naming it."""
+    return book.review_decisions(help_text=DECISIONS_HELP)
 
 
 def review_record(flags: list[Flag], *, cleared: str | None) -> dict[str, Any]:
@@ -339,13 +328,9 @@ def review_record(flags: list[Flag], *, cleared: str | None) -> dict[str, Any]:
             "decision": cleared}
 
 
-def decision_kept(path: Path, decision: str | None) -> bool:
-    """Whether the result stored at `path` was judged under the TA's current decision for it (else it is judged
+def decision_kept(review: dict[str, Any], decision: str | None) -> bool:
+    """Whether a stored result's review block was judged under the TA's current decision for it (else it is judged
     again: a decision made after grading takes effect on the next run, and stays on every run after)."""
-    try:
-        review = json.loads(path.read_text(encoding="utf-8")).get("review") or {}
-    except (OSError, ValueError, AttributeError):
-        return False
     return isinstance(review, dict) and review.get("decision") == decision
 
 

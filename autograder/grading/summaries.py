@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autograder.grading.batch import BatchSummary
+from autograder.grading.gradebook import Gradebook
 from autograder.model import Status, full_marks
 
 
@@ -32,7 +33,8 @@ def grade_summary(summary: BatchSummary, *, points: dict[str, float]) -> str:
         lines.append(text_table(table))
     lines += [f"not graded: {r['id']}: {r['message']}" for r in not_graded(summary)]
     lines += [f"limits lowered: {n}" for n in summary.limits_lowered]
-    lines.append(f"grades: {summary.out / 'grades.csv'}   per-submission results: {summary.out / 'results'}/")
+    book = Gradebook(summary.out)
+    lines.append(f"grades: {book.grades_csv}   per-submission results: {book.results_dir}/")
     return "\n".join(lines)
 
 

@@ -9,7 +9,8 @@ from typing import Any
 from markupsafe import Markup
 
 from autograder.authoring.suite import Suite
-from autograder.report.leaderboard import ROSTER_FILE, leaderboard_pages
+from autograder.grading.gradebook import Gradebook
+from autograder.report.leaderboard import leaderboard_pages
 
 LABELS = {"leaderboard.html": "leaderboard (verified figures)", "public_leaderboard.html": "leaderboard to post",
           "similarity.html": "similarity (for TAs: evidence, not scores)",
@@ -20,8 +21,8 @@ def class_pages(suite: Suite, students: list[Any], *, grades: Path, title: str,
                 roster: Path | None = None) -> dict[str, str]:
     """File name -> page, for each extra page this batch has (`roster`: the leaderboard's roster file; default:
     grades/leaderboard_roster.csv when present)."""
-    if roster is None and (grades / ROSTER_FILE).is_file():
-        roster = grades / ROSTER_FILE
+    if roster is None and Gradebook(grades).roster_path.is_file():
+        roster = Gradebook(grades).roster_path
     pages = leaderboard_pages(suite, students, title=title, roster=roster)
     from autograder.report.similarity_page import similarity_pages
 

@@ -14,8 +14,8 @@ from markupsafe import Markup
 
 from autograder.authoring.suite import Suite
 from autograder.grading.figures import axis_key, figures_of, meta
+from autograder.grading.gradebook import ROSTER_FILE
 
-ROSTER_FILE = "leaderboard_roster.csv"  # in the grades folder: id, pseudonym, opt_out (read when present)
 OPT_OUT = {"1", "yes", "y", "true", "x", "opt out", "opt-out"}
 
 

@@ -4,7 +4,6 @@ the groups of students who failed a question the same way."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ from autograder.authoring.suite import Suite
 from autograder.checkpoint import MISSING
 from autograder.config import command
 from autograder.grading.bindings import stub_state
-from autograder.grading.submissions import read_regular
+from autograder.grading.gradebook import RESULTS_DIR, Gradebook
 from autograder.model import CaseResult, Status, SubmissionResult
 from autograder.model import record_problem as stored_record_problem
 from autograder.report.code import STUB_WORDS, code_cells, read_notebook, written_answers
@@ -25,7 +24,6 @@ UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"
 UNDIAGNOSED = (UNFINISHED, UNRECOGNISED)
 APART = (MISSING,)  # diagnoses that say what was not handed in, not what the code got wrong: counted apart
-MAX_RECORD_MB = 128  # a stored result larger than this is not read
 INVALID = "invalid"  # the label of a multiple-choice answer that is not one of the letters
 
 
@@ -151,27 +149,24 @@ def unusable_record(sid: str, why: str) -> dict[str, Any]:
     return {"submission": sid, "status": Status.UNUSABLE, "cases": [], "questions": {}, "total": 0, "notes": [why]}
 
 
-def read_record(path: Path) -> dict[str, Any]:
+def read_record(book: Gradebook, name: str) -> dict[str, Any]:
     """A stored result read as data (a regular file under the cap), or an "unusable result" saying why not."""
+    stem = name.removesuffix(".json")
     try:
-        raw = read_regular(path, limit=MAX_RECORD_MB * 2**20, label=f"results/{path.name}")
-        record = json.loads(raw.decode("utf-8", "replace"))
+        record = book.record_data(name)
     except (OSError, ValueError, RecursionError) as exc:
-        return unusable_record(path.stem, f"results/{as_text(path.name)} could not be read: {as_text(exc)[:300]}")
+        return unusable_record(stem, f"{RESULTS_DIR}/{as_text(name)} could not be read: {as_text(exc)[:300]}")
     why = record_problem(record)
-    return unusable_record(path.stem, f"results/{as_text(path.name)}: {why}") if why else record
+    return unusable_record(stem, f"{RESULTS_DIR}/{as_text(name)}: {why}") if why else record
 
 
-def batch_rows(grades: Path) -> list[tuple[str, str | None, dict[str, Any]]]:
-    """(id, result file, summary row) of the batch, in its order: summary.json's rows, else every stored result."""
+def batch_rows(book: Gradebook) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """(id, result file, summary row) of the batch, in its order: the summary's rows, else every stored result."""
     try:
-        rows = json.loads((grades / "summary.json").read_text(encoding="utf-8"))["rows"]
-        out = [(as_text(r["id"]), r.get("result"), r) for r in rows]
-        if all(isinstance(f, str | None) for _, f, _ in out):
-            return out
+        return [(as_text(r.id), r.result, {"status": r.status, "message": r.message})
+                for r in book.read_summary().rows]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        pass
-    return [(as_text(p.stem), p.name, {}) for p in sorted((grades / "results").glob("*.json"))]
+        return [(as_text(name.removesuffix(".json")), name, {}) for name in book.record_names()]
 
 
 def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None = None) -> list[Student]:
@@ -181,21 +176,21 @@ def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None =
     status is "unusable result" and whose note says why; a submission the grader left "not graded" keeps
     the grader's message.
     """
-    results = grades / "results"
-    if not results.is_dir() and not (grades / "summary.json").exists():
-        raise FileNotFoundError(f"{grades}: no results/ folder; run `{command()} grade` first")
+    book = Gradebook(grades)
+    if not book.exists():
+        raise FileNotFoundError(f"{grades}: no {RESULTS_DIR}/ folder; run `{command()} grade` first")
     students = []
-    for sid, name, row in batch_rows(grades):
+    for sid, name, row in batch_rows(book):
         if not isinstance(name, str) or "/" in name or name.startswith("."):
             message = as_text(row.get("message") or "no stored result")
             record = {"submission": sid, "status": as_text(row.get("status") or Status.UNUSABLE), "cases": [],
                       "questions": {}, "total": 0, "notes": [message]}
         else:
-            record = read_record(results / name)
+            record = read_record(book, name)
         try:
             student = Student(sid, record, _page_name(sid))
         except Exception as exc:  # noqa: BLE001 - a record record_problem let through but the results object refuses
-            record = unusable_record(sid, f"results/{as_text(name)}: not a stored result ({as_text(exc)[:300]})")
+            record = unusable_record(sid, f"{RESULTS_DIR}/{as_text(name)}: not a stored result ({as_text(exc)[:300]})")
             student = Student(sid, record, _page_name(sid))
         if student.status not in (Status.UNREADABLE, Status.UNUSABLE) and record.get("path"):
             cells, student.code_problem = read_notebook(record.get("path"), grades, limits=limits)

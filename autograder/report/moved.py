@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder.config import command
+from autograder.grading.gradebook import RESULTS_DIR, SUMMARY_FILE, Gradebook
 from autograder.model import CaseResult, Status, SubmissionResult
 from autograder.report.model import batch_rows, read_record, unusable_record
 from autograder.report.text import as_text, clip_text
@@ -25,15 +26,16 @@ class NotGrades(FileNotFoundError):
 
 def read_run(grades: Path) -> dict[str, SubmissionResult]:
     """Student id -> stored result of a graded folder, in the batch's order; NotGrades when it is not one."""
-    use = f"pass --compare the folder an earlier `{command()} grade` wrote (its --out, holding results/)"
+    use = f"pass --compare the folder an earlier `{command()} grade` wrote (its --out, holding {RESULTS_DIR}/)"
+    book = Gradebook(grades)
     if not grades.is_dir():
         raise NotGrades(f"--compare {grades}: no such folder; {use}")
-    if not (grades / "results").is_dir() and not (grades / "summary.json").is_file():
-        raise NotGrades(f"--compare {grades}: not a grades folder (no results/ and no summary.json); {use}")
+    if not book.exists():
+        raise NotGrades(f"--compare {grades}: not a grades folder (no {RESULTS_DIR}/ and no {SUMMARY_FILE}); {use}")
     run: dict[str, SubmissionResult] = {}
-    for sid, name, row in batch_rows(grades):
+    for sid, name, row in batch_rows(book):
         if isinstance(name, str) and "/" not in name and not name.startswith("."):
-            record = read_record(grades / "results" / name)
+            record = read_record(book, name)
         else:
             record = unusable_record(sid, as_text(row.get("message") or "no stored result"))
             record["status"] = as_text(row.get("status") or Status.UNUSABLE)

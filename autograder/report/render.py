@@ -18,7 +18,7 @@ from markupsafe import Markup
 from autograder.authoring.questions import LETTERS, Question, shuffled
 from autograder.authoring.suite import Suite
 from autograder.config import runnable_command
-from autograder.grading.store import merged_value
+from autograder.grading.tables import merged_value
 from autograder.model import CaseResult, Status, csv_text, full_marks
 from autograder.report.code import code_view, resolve_path
 from autograder.report.compare import checkpoint_rows, detail, gate_of

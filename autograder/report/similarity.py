@@ -24,6 +24,8 @@ from copydetect import CodeFingerprint, compare_files
 from copydetect.utils import get_token_coverage, highlight_overlap
 from markupsafe import Markup
 
+from autograder.grading.gradebook import Gradebook
+
 # Documented in docs/similarity.md, with the benchmark that measured them (benchmarks/similarity.py).
 NOISE = 25  # k: fingerprints are 25 filtered characters long (copydetect's default noise threshold)
 GUARANTEE = 30  # every shared run this long is found (copydetect's default guarantee threshold)
@@ -31,7 +33,6 @@ CODE_THRESHOLD = 0.85  # a pair is listed when each student's code shares at lea
 MIN_SHARED = 120  # ... and at least this many filtered characters (a student who wrote little is not listed)
 COMMON_SHARE = 0.2  # a fingerprint in at least this share of the class (and 3 students) is everyone's code
 WEIGHTS_THRESHOLD = 0.05  # checkpoint parts whose sketches lie closer than this (relative) are "nearly identical"
-DECISIONS_FILE = "similarity_decisions.json"  # in the grades folder: the TAs' decisions, kept across runs
 
 
 @dataclass
@@ -191,19 +192,18 @@ def sketches_of(record: dict[str, Any], parts: dict[str, str]) -> dict[str, list
     return out
 
 
-def read_decisions(path: Path) -> tuple[dict[tuple[str, str], dict[str, str]], str]:
-    """The TAs' decisions (sorted pair of ids -> {"decision", "note"}) and a problem ("" when none): the file is
-    {"decisions": [{"pair": [id, id], "decision": text, "note": text}, ...]}; a missing file has none."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}, ""
-    except (OSError, ValueError) as exc:
-        return {}, f"{path}: cannot be read ({exc}); its decisions are not shown"
+def pair_decisions(book: Gradebook) -> tuple[dict[tuple[str, str], dict[str, str]], str]:
+    """The TAs' similarity decisions of a grades folder (sorted pair of ids -> {"decision", "note"}) and a problem
+    ("" when none): the file (YAML) is `decisions:` with a list of {pair: [id, id], decision: text, note: text};
+    a missing file has none."""
+    data, problem = book.similarity_decisions()
+    path = book.similarity_decisions_path
+    if problem or data is None:
+        return {}, problem
     out = {}
     rows = data.get("decisions") if isinstance(data, dict) else None
     if not isinstance(rows, list):
-        return {}, f"{path}: expected {{\"decisions\": [...]}}; its decisions are not shown"
+        return {}, f"{path}: expected `decisions:` and a list of pairs; its decisions are not shown"
     for n, row in enumerate(rows):
         pair = row.get("pair") if isinstance(row, dict) else None
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):

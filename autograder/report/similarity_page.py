@@ -1,22 +1,23 @@
 """The report's similarity page (similarity.html): the pairs of autograder/report/similarity.py for a graded batch,
 both codes side by side with the matching parts marked, the checkpoint pairs' evidence, and each pair's decision
-from the TAs' file (grades/similarity_decisions.json, which the report never writes); with a copy of that file
-holding every listed pair, for the TAs to fill in."""
+from the TAs' file (the grades folder's similarity_decisions.yaml, which the report never writes); with a copy of
+that file holding every listed pair, for the TAs to fill in."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from autograder.authoring.suite import Suite
+from autograder.grading.gradebook import SIMILARITY_DECISIONS_FILE, Gradebook
 from autograder.report.code import code_cells, read_notebook
 from autograder.report.similarity import (
     CODE_THRESHOLD,
-    DECISIONS_FILE,
     WEIGHTS_THRESHOLD,
     find_similar,
-    read_decisions,
+    pair_decisions,
     sketches_of,
     written_code,
 )
@@ -32,7 +33,7 @@ def template_cells(suite: Suite) -> list[str]:
 
 
 def similarity_pages(suite: Suite, students: list[Any], *, grades: Path, title: str) -> dict[str, str]:
-    """similarity.html and the decisions file to fill in (similarity_decisions.json), or {} for a class of fewer
+    """similarity.html and the decisions file to fill in (similarity_decisions.yaml), or {} for a class of fewer
     than two students with code or a checkpoint."""
     from autograder.report.render import render_template
 
@@ -43,7 +44,7 @@ def similarity_pages(suite: Suite, students: list[Any], *, grades: Path, title: 
     if len(codes) + len(sketches) < 2:
         return {}
     found = find_similar(codes, "\n\n".join(template), sketches)
-    decisions, problem = read_decisions(grades / DECISIONS_FILE)
+    decisions, problem = pair_decisions(Gradebook(grades))
     pages = {s.id: s.page for s in students}
     figures = {s.id: {parts[c["id"]]: c.get("received") or {} for c in s.record.get("cases") or []
                       if isinstance(c, dict) and c.get("id") in parts} for s in students}
@@ -58,6 +59,7 @@ def similarity_pages(suite: Suite, students: list[Any], *, grades: Path, title: 
     listed += [{"pair": list(k), "kind": "no longer listed", **v} for k, v in decisions.items()
                if not any(sorted(x["pair"]) == list(k) for x in listed)]  # kept: a TA's word is never dropped
     page = render_template("similarity.html.j2", page_title=f"{title}: similarity", found=found, pages=pages,
-                   decided=decided, figures=figures, problem=problem, decisions_file=DECISIONS_FILE,
+                   decided=decided, figures=figures, problem=problem, decisions_file=SIMILARITY_DECISIONS_FILE,
                    code_threshold=CODE_THRESHOLD, weights_threshold=WEIGHTS_THRESHOLD, grades=str(grades))
-    return {"similarity.html": page, DECISIONS_FILE: json.dumps({"decisions": listed}, indent=1) + "\n"}
+    filled = yaml.safe_dump({"decisions": listed}, sort_keys=False, allow_unicode=True, width=1000)
+    return {"similarity.html": page, SIMILARITY_DECISIONS_FILE: filled}

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from autograder.config import command, runnable_command
 from autograder.course import Course, default_course
-from autograder.grading.store import MergeError, merged_scores
+from autograder.grading.gradebook import Gradebook
+from autograder.grading.tables import merged_or_problem
 from autograder.report.extras import class_pages, link_pages
 from autograder.report.model import Student, catalogue, choice_catalogue, clusters, load_students
 from autograder.report.moved import compare_page, read_run
@@ -68,10 +69,7 @@ def write_report(grades: Path, *, out: Path = Path("report"), course: Course | N
     manual = [q for q in suite.questions if q.graded and q.manual]
     parts = [p.part for q in manual for p in q.written]
     students = load_students(grades, limits=suite.config.submissions, parts=parts)
-    try:
-        merged = merged_scores(grades)
-    except MergeError:
-        merged = {}  # the grade table says why; the report is written all the same
+    merged, _ = merged_or_problem(Gradebook(grades))  # when unreadable the grade table says why; written all the same
     out = out.resolve()
     ctx = RenderContext(suite, questions, catalogue(suite) | choice_catalogue(questions), grades.resolve(), merged,
                regrade_command(students, grades=grades.resolve(), out=out, course=course))

@@ -12,10 +12,11 @@ import pytest
 
 from autograder.config import ROOT
 from autograder.course import Course, course_of
-from autograder.grading.feedback import FEEDBACK_DIR, write_feedback
+from autograder.grading.feedback import write_feedback
+from autograder.grading.gradebook import FEEDBACK_DIR, Gradebook, Record
 from autograder.grading.merge import merge_scores
-from autograder.grading.store import store_result, write_tables
 from autograder.grading.submissions import Submission
+from autograder.grading.tables import write_tables
 from autograder.model import CaseResult, Status, SubmissionResult
 
 DEMO = ROOT / "tests" / "fixtures" / "lesson_demo" / "grading_config.yaml"
@@ -41,9 +42,12 @@ def _graded(out: Path) -> tuple[list[Submission], dict[str, str]]:
                  CaseResult("q2_pick/correct_column_sum", "q2_pick", 0.0 if bad else 1.0, 1.0, not bad, True,
                             "expected 'A' (Zero.)" if bad else "")]
         result = SubmissionResult(sub.id, Status.GRADED, cases)
-        store_result(out / "results", sub, "key", result, {}, revisit=suite.revisit())
-    write_tables(suite, subs, out, failed={"carol": "not graded: the sandbox failed; run the grade command again"})
-    write_feedback(suite, out)
+        view = result.gradescope(revisit=suite.revisit())
+        Gradebook(out).write_record(sub.result_name, Record("key", str(sub.path), result, view))
+    book = Gradebook(out)
+    tables = write_tables(suite, subs, book,
+                          failed={"carol": "not graded: the sandbox failed; run the grade command again"})
+    write_feedback(suite, book, tables)
     pages = {p.name: p.read_text() for p in (out / FEEDBACK_DIR).iterdir() if p.suffix == ".html"}
     return subs, pages
 

@@ -15,8 +15,8 @@ import pytest
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
 from autograder.course import Course
-from autograder.grading import store
 from autograder.grading.batch import UnknownSubmission, grade_batch
+from autograder.grading.gradebook import MERGED_FILE
 from autograder.model import Status
 from autograder.release.sample import filled_notebook
 
@@ -47,7 +47,7 @@ def test_only_regrades_the_named_students_and_keeps_every_other_row_and_merged_s
     assert _cli(Path(config), "grade", str(subs), "--out", str(out), "--quiet") == 0
     (tmp_path / "q3.csv").write_text("id,q3_why\nalice,3\nbob,2\ncarol,1\n")
     assert _cli(Path(config), "merge", str(out), str(tmp_path / "q3.csv")) == 0
-    before, merged = _grades(out), (out / store.MERGED_FILE).read_bytes()
+    before, merged = _grades(out), (out / MERGED_FILE).read_bytes()
     assert float(before["bob"]["q1_center"]) < 5 and float(before["bob"]["q3_explain"]) == 2
     stored = {sid: (out / "results" / f"{sid}.json").read_bytes() for sid in ("alice", "bob", "carol")}
     capsys.readouterr()
@@ -64,7 +64,7 @@ def test_only_regrades_the_named_students_and_keeps_every_other_row_and_merged_s
     assert after["alice"] == before["alice"] and after["carol"] == before["carol"]  # carol: not graded again
     assert (out / "results" / "carol.json").read_bytes() == stored["carol"]
     assert (out / "results" / "alice.json").read_bytes() == stored["alice"]
-    assert (out / store.MERGED_FILE).read_bytes() == merged
+    assert (out / MERGED_FILE).read_bytes() == merged
     summary = json.loads((out / "summary.json").read_text())
     assert summary["merged"]["students"] == 3 and [r["id"] for r in summary["rows"]] == ["alice", "bob", "carol"]
 
@@ -73,7 +73,7 @@ def test_only_regrades_the_named_students_and_keeps_every_other_row_and_merged_s
     assert "graded 2 submission(s), reused 0 unchanged result(s), kept 1 other" in capsys.readouterr().out
     final = _grades(out)
     assert float(final["carol"]["q1_center"]) == 5 and float(final["carol"]["q3_explain"]) == 1
-    assert final["bob"] == after["bob"] and (out / store.MERGED_FILE).read_bytes() == merged
+    assert final["bob"] == after["bob"] and (out / MERGED_FILE).read_bytes() == merged
     assert json.loads((out / "results" / "alice.json").read_bytes())["status"] == Status.GRADED
 
 

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from autograder.course import Course
 from autograder.grading.figures import gradescope_entries
+from autograder.grading.gradebook import OLD_SIMILARITY_DECISIONS_FILE, SIMILARITY_DECISIONS_FILE, Gradebook
 from autograder.report.leaderboard import RosterError, ranked, read_roster
 from autograder.report.model import Student
-from autograder.report.similarity import DECISIONS_FILE, code_pairs, read_decisions, weight_pairs
+from autograder.report.similarity import code_pairs, pair_decisions, weight_pairs
 from autograder.report.write import write_report
 from helpers.demo import FIXTURE, MILESTONE
 
@@ -135,12 +137,16 @@ def test_checkpoint_pairs_from_sketches() -> None:
 
 
 def test_decisions_are_read_and_a_bad_file_says_so(tmp_path: Path) -> None:
-    path = tmp_path / DECISIONS_FILE
-    decision = {"pair": ["bob", "ann"], "decision": "not a copy", "note": "pair work"}
-    path.write_text(json.dumps({"decisions": [decision]}))
-    assert read_decisions(path) == ({("ann", "bob"): {"decision": "not a copy", "note": "pair work"}}, "")
-    path.write_text("{")
-    assert read_decisions(path)[1].startswith(f"{path}: cannot be read")
+    book, decided = Gradebook(tmp_path), ({("ann", "bob"): {"decision": "not a copy", "note": "pair work"}}, "")
+    assert pair_decisions(book) == ({}, "")
+    old = tmp_path / OLD_SIMILARITY_DECISIONS_FILE  # the JSON file of earlier releases is still read
+    old.write_text(json.dumps({"decisions": [{"pair": ["bob", "ann"], "decision": "not a copy", "note": "pair work"}]}))
+    assert pair_decisions(book) == decided
+    path = tmp_path / SIMILARITY_DECISIONS_FILE  # YAML, as a TA writes it; it wins over the old file
+    path.write_text("decisions:\n- pair: [bob, ann]\n  decision: not a copy\n  note: pair work\n")
+    assert book.similarity_decisions_path == path and pair_decisions(book) == decided
+    path.write_text("decisions: [")
+    assert pair_decisions(book)[1].startswith(f"{path}: cannot be read")
 
 
 def test_a_decision_is_shown_and_kept_across_runs(course: Course, tmp_path: Path) -> None:
@@ -159,16 +165,16 @@ def test_a_decision_is_shown_and_kept_across_runs(course: Course, tmp_path: Path
     write({"ann": base, "bob": list(base), "cat": other})
     report = tmp_path / "report"
     write_report(grades, out=report, course=course)
-    listed = json.loads((report / DECISIONS_FILE).read_text())["decisions"]
+    listed = yaml.safe_load((report / SIMILARITY_DECISIONS_FILE).read_text())["decisions"]
     assert [(d["pair"], d["kind"], d["decision"]) for d in listed] == [(["ann", "bob"], "checkpoint", "")]
     listed[0] |= {"decision": "copy confirmed", "note": "same file, TA Kim"}
-    (grades / DECISIONS_FILE).write_text(json.dumps({"decisions": listed}))  # the TA's copy, in the grades folder
+    (grades / SIMILARITY_DECISIONS_FILE).write_text(yaml.safe_dump({"decisions": listed}))  # the TA's copy
     write_report(grades, out=report, course=course)
     page = (report / "similarity.html").read_text()
     assert "copy confirmed" in page and "same file, TA Kim" in page and "identical" in page
     write({"ann": base, "bob": other, "cat": [v + 1 for v in other]})  # bob resubmitted: the pair is gone
     write_report(grades, out=report, course=course)
-    kept = json.loads((report / DECISIONS_FILE).read_text())["decisions"]
+    kept = yaml.safe_load((report / SIMILARITY_DECISIONS_FILE).read_text())["decisions"]
     assert {"pair": ["ann", "bob"], "kind": "no longer listed", "decision": "copy confirmed",
             "note": "same file, TA Kim"} in kept
-    assert json.loads((grades / DECISIONS_FILE).read_text())["decisions"] == listed  # the TAs' file is never written
+    assert yaml.safe_load((grades / SIMILARITY_DECISIONS_FILE).read_text())["decisions"] == listed  # never written

@@ -13,8 +13,9 @@ import pytest
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
 from autograder.course import Course
-from autograder.grading import store
+from autograder.grading.gradebook import MERGED_FILE, Gradebook
 from autograder.grading.submissions import Submission
+from autograder.grading.tables import write_tables
 from autograder.model import CaseResult, Status, SubmissionResult
 
 CONFIG = ROOT / "tests" / "fixtures" / "lesson_demo" / "grading_config.yaml"
@@ -37,7 +38,7 @@ def graded(tmp_path: Path, demo: Course) -> Path:
         cases = [CaseResult(f"{q}/all", q, p, p, True, False) for q, p in demo.suite.question_points().items()]
         (out / "results" / name).write_text(json.dumps(SubmissionResult(sid, Status.GRADED, cases).to_dict()))
         subs.append(Submission(sid, Path(f"{sid}.ipynb"), None, result_name=name))
-    store.write_tables(demo.suite, subs, out)
+    write_tables(demo.suite, subs, Gradebook(out))
     return out
 
 
@@ -76,7 +77,7 @@ def test_every_problem_of_the_file_is_reported_in_one_run_with_its_line(
     assert len(lines) == 1 + len(want), err
     for line, words in zip(lines[1:], want):
         assert line.strip().startswith(words), (line, words)
-    assert _tables(graded) == before and not (graded / store.MERGED_FILE).exists()
+    assert _tables(graded) == before and not (graded / MERGED_FILE).exists()
 
 
 def test_two_rows_for_one_student_are_refused_naming_both_lines(
@@ -88,7 +89,7 @@ def test_two_rows_for_one_student_are_refused_naming_both_lines(
     assert code == 2
     assert f"{scores}, lines 2, 5, 7 (alice): 3 rows for one student; keep one" in err, err
     assert "bob" not in err and "carol" not in err
-    assert not (graded / store.MERGED_FILE).exists()
+    assert not (graded / MERGED_FILE).exists()
 
 
 def test_every_file_is_checked_before_anything_is_written(
@@ -103,7 +104,7 @@ def test_every_file_is_checked_before_anything_is_written(
     assert f"{bad}, line 2 (bob), q3_why: 'x' is not a number" in err
     assert f"{worse}, line 1: the first row must name the columns, one of them `id`" in err
     assert str(good) not in err
-    assert _tables(graded) == before and not (graded / store.MERGED_FILE).exists()
+    assert _tables(graded) == before and not (graded / MERGED_FILE).exists()
     # once clean, the same run merges all of them
     bad.write_text("id,q3_why\nbob,2\n")
     worse.write_text("id,q3_why\ncarol,1\n")

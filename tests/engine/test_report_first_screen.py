@@ -18,8 +18,9 @@ import pytest
 from autograder.checkpoint import MISSING
 from autograder.config import ROOT
 from autograder.course import Course
-from autograder.grading import store
+from autograder.grading.gradebook import Gradebook
 from autograder.grading.submissions import Submission
+from autograder.grading.tables import write_tables
 from autograder.model import CaseResult, Status, SubmissionResult
 from autograder.report import write_report
 from helpers.demo import MILESTONE
@@ -68,7 +69,7 @@ def index(tmp_path_factory: pytest.TempPathFactory, course: Course) -> str:
         record = SubmissionResult(sid, Status.GRADED, cases).to_dict()
         (out / "results" / f"{sid}.json").write_text(json.dumps(record))
         subs.append(Submission(sid, Path(f"{sid}.ipynb"), None, result_name=f"{sid}.json"))
-    store.write_tables(suite, subs, out)
+    write_tables(suite, subs, Gradebook(out))
     return write_report(out, out=out.parent / "report", course=course).read_text()
 
 

@@ -16,8 +16,9 @@ import pytest
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
 from autograder.course import Course
-from autograder.grading import store
+from autograder.grading.gradebook import Gradebook
 from autograder.grading.submissions import Submission
+from autograder.grading.tables import write_tables
 from autograder.model import CaseResult, Status, SubmissionResult
 from autograder.report import write_report
 from autograder.report.moved import NotGrades
@@ -44,7 +45,7 @@ def _graded(course: Course, out: Path, fails: dict[str, set[str]]) -> Path:
                  for c in suite.cases]
         (out / "results" / f"{sid}.json").write_text(json.dumps(SubmissionResult(sid, Status.GRADED, cases).to_dict()))
         subs.append(Submission(sid, Path(f"{sid}.ipynb"), None, result_name=f"{sid}.json"))
-    store.write_tables(suite, subs, out)
+    write_tables(suite, subs, Gradebook(out))
     return out
 
 

@@ -28,10 +28,12 @@ from autograder.authoring.suite import Suite
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
 from autograder.course import Course, course_of
-from autograder.grading import batch, runner, store
+from autograder.grading import batch, gradebook, runner
 from autograder.grading.batch import grade_batch
+from autograder.grading.gradebook import MERGED_FILE, Gradebook
 from autograder.grading.judge import notebook_env
 from autograder.grading.submissions import Submission, submission_ids
+from autograder.grading.tables import write_tables
 from autograder.model import CaseResult, Status, SubmissionResult, spreadsheet_text
 from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle
@@ -392,14 +394,14 @@ def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks
         _mkfile(subs / name, "lesson83.ipynb", notebooks["honest"])
         shutil.copy(CHECKPOINT / "milestone.pt", subs / name / "milestone.pt")
         _mkfile(subs / name, "milestone.json", claims)
-    write = store.write_atomic
+    write = gradebook.write_atomic
 
     def full_disk(path: Path, text: str) -> None:  # storing one result fails
         if path.name.startswith("unstored"):
             raise OSError(28, "No space left on device")
         write(path, text)
 
-    monkeypatch.setattr(store, "write_atomic", full_disk)
+    monkeypatch.setattr(gradebook, "write_atomic", full_disk)
     done = threading.Event()
     worker = threading.Thread(target=lambda: (grade_batch(subs, out=out, progress=False), done.set()), daemon=True)
     worker.start()
@@ -427,7 +429,7 @@ def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks
 
     assert write_report(out, out=tmp_path / "report").exists()
     FakePool.broken = False  # the sandbox is back: a re-run grades exactly what was left
-    monkeypatch.setattr(store, "write_atomic", write)
+    monkeypatch.setattr(gradebook, "write_atomic", write)
     again = grade_batch(subs, out=out, progress=False)
     assert again.graded_now == 2 and again.reused == len(rows) - 2
     assert {r["id"]: r["status"] for r in again.rows}["infra"] == "graded"
@@ -703,7 +705,7 @@ def _fake_batch(out: Path, suite: Suite, scores: dict[str, dict[str, float]]) ->
         record = SubmissionResult(sid, Status.GRADED, cases).to_dict()
         (out / "results" / f"{sid}.json").write_text(json.dumps(record))
         subs.append(Submission(sid, Path(f"{sid}.ipynb"), None, result_name=f"{sid}.json"))
-    store.write_tables(suite, subs, out)
+    write_tables(suite, subs, Gradebook(out))
     return subs
 
 
@@ -718,8 +720,8 @@ def test_full_marks_means_the_questions_points(tmp_path: Path, suite: Suite, mon
     points = suite.question_points()
     half = {q: p / 2 for q, p in points.items()} | {"q2_sinusoidal_pe": points["q2_sinusoidal_pe"]}
     subs = _fake_batch(tmp_path / "out", suite, {"ann": half, "bob": half})
-    rows = store.write_tables(suite, subs, tmp_path / "out")
-    summary = batch.BatchSummary(tmp_path / "out", rows, 2, 0, "fake", list(points))
+    tables = write_tables(suite, subs, Gradebook(tmp_path / "out"))
+    summary = batch.BatchSummary(tmp_path / "out", tables, 2, 0, "fake", list(points))
     # The command line reads its option defaults from grade_batch's signature: the stand-in keeps it.
     monkeypatch.setattr(batch, "grade_batch", functools.wraps(grade_batch)(lambda *a, **k: summary))
     assert cli_main(["grade", str(tmp_path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
@@ -759,8 +761,8 @@ def test_merge_brings_manual_and_platform_scores_into_the_tables(tmp_path: Path,
     assert summary["max_per_question"]["q9_written"] == 6 and summary["full_marks_per_question"]["q9_written"] == 1
     assert summary["mean_total"] == pytest.approx(round((auto + 5.5 + 1 + auto - points["m1_checkpoint"] + 10) / 3, 3))
     # re-writing the tables (as `grade` does) keeps the merged scores
-    store.write_tables(suite, [Submission(s, Path(), None, result_name=f"{s}.json") for s in
-                               ("ann", "=bob", "cy")], out)
+    write_tables(suite, [Submission(s, Path(), None, result_name=f"{s}.json") for s in ("ann", "=bob", "cy")],
+                 Gradebook(out))
     assert float(_grades(out)["ann"]["q9_written"]) == 5.5
 
 
@@ -780,4 +782,4 @@ def test_merge_refuses_a_bad_scores_file_and_changes_nothing(tmp_path: Path, sui
     assert cli_main(["merge", str(out), str(tmp_path / "bad.csv")]) == 2
     assert words in capsys.readouterr().err
     assert ((out / "grades.csv").read_text(), (out / "summary.json").read_text()) == before
-    assert not (out / store.MERGED_FILE).exists()
+    assert not (out / MERGED_FILE).exists()

@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
 from autograder.course import course_of
 from autograder.grading.batch import grade_batch
-from autograder.grading.feedback import FEEDBACK_DIR
 from autograder.grading.figures import gradescope_entries
+from autograder.grading.gradebook import FEEDBACK_DIR, SIMILARITY_DECISIONS_FILE
 from autograder.release import write_samples
 from autograder.report.write import write_report
 
@@ -143,7 +144,7 @@ def test_the_shared_checkpoint_is_listed_as_identical(graded: dict[str, Path]) -
                        r'\s*<td>([^<]*)</td>', page)
     assert [(a, b) for a, b, _ in pairs] == [("checkpoint_inflated_claims", "reference")]
     assert pairs[0][2].count("identical") == 5
-    decisions = json.loads((graded["report"] / "similarity_decisions.json").read_text())["decisions"]
+    decisions = yaml.safe_load((graded["report"] / SIMILARITY_DECISIONS_FILE).read_text())["decisions"]
     assert {tuple(d["pair"]) for d in decisions if d["kind"] == "checkpoint"} == {("checkpoint_inflated_claims",
                                                                                   "reference")}
 

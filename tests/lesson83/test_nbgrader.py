@@ -20,8 +20,9 @@ import pytest
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
 from autograder.course import course_of
-from autograder.grading import store
+from autograder.grading.gradebook import Gradebook
 from autograder.grading.nbgrader import ALLOW_FLAG, NbgraderGradingError, cell_text, flag_note, nbgrader_autograde
+from autograder.grading.tables import UNSANDBOXED, write_tables
 from autograder.release.common import case_json, grader_limits, tool_env
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.build]  # the tiers are in pyproject.toml
@@ -250,8 +251,8 @@ def test_unsandboxed_grading_says_so_on_every_row_cell_and_flag(tmp_path: Path, 
     record = {"submission": "alice", "status": "graded", "cases": [], "isolation": "none",
               "questions": {"q2_sinusoidal_pe": 12.0}, "gradescope": {"tests": []}}
     (out / "results" / "alice.json").write_text(json.dumps(record))
-    rows = store.write_tables(suite, [Submission("alice", Path(), None, result_name="alice.json")], out)
-    assert rows[0]["message"].startswith(store.UNSANDBOXED)
+    rows = write_tables(suite, [Submission("alice", Path(), None, result_name="alice.json")], Gradebook(out)).rows
+    assert rows[0]["message"].startswith(UNSANDBOXED)
     assert "without a sandbox" in cell_text(record, "q2_sinusoidal_pe", 12.0)[0]
     assert "without a sandbox" in flag_note(record)
     assert flag_note(record | {"isolation": "bubblewrap"}) == ""

@@ -5,7 +5,6 @@ a flagged notebook's claim cases are held (not zeroed) until a TA's decision cle
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import nbformat
@@ -13,13 +12,14 @@ import pytest
 
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.grading.gradebook import Gradebook
 from autograder.grading.review import (
     DECISIONS_FILE,
     decision_kept,
     digest,
     hold_claims,
-    read_decisions,
     review_cells,
+    review_decisions,
     review_notebook,
 )
 from autograder.model import CaseResult, Status, SubmissionResult
@@ -144,15 +144,15 @@ def test_flags_hold_claim_cases_and_a_decision_releases_them(names: dict[str, li
 
 
 def test_the_decisions_file_is_read_and_kept_across_runs(tmp_path: Path) -> None:
-    assert read_decisions(tmp_path) == {}
+    book = Gradebook(tmp_path)
+    assert review_decisions(book) == {}
     (tmp_path / DECISIONS_FILE).write_text("alice: abcdef0123456789\n")
-    assert read_decisions(tmp_path) == {"alice": "abcdef0123456789"}
-    stored = tmp_path / "alice.json"
-    stored.write_text(json.dumps({"review": {"decision": "abcdef0123456789"}}))
+    assert review_decisions(book) == {"alice": "abcdef0123456789"}
+    stored = {"decision": "abcdef0123456789"}  # a stored result's review block
     assert decision_kept(stored, "abcdef0123456789") and not decision_kept(stored, None)
     (tmp_path / DECISIONS_FILE).write_text("- not a mapping\n")
     with pytest.raises(ValueError, match=DECISIONS_FILE):
-        read_decisions(tmp_path)
+        review_decisions(book)
 
 
 def test_a_notebook_is_reviewed_from_its_cells_without_running_them(tmp_path: Path,
