@@ -105,7 +105,7 @@ def cmd_nbgrader_autograde(args: argparse.Namespace, course: Course) -> int:
 
 def cmd_gradescope(args: argparse.Namespace, course: Course) -> int:
     """Grade one Gradescope submission folder and write its results.json (used by run_autograder)."""
-    run = grade_gradescope(args.submission, args.results, course=course, allow_unsandboxed=args.allow_unsandboxed)
+    run = grade_gradescope(args.submission, args.results_json, course=course, allow_unsandboxed=args.allow_unsandboxed)
     print(run.line)
     return 0 if run.graded else 1
 
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_nbgrader_autograde)
     p = sub.add_parser("gradescope", help="grade one Gradescope submission folder into results.json")
     p.add_argument("submission", type=Path, help="the submission folder (/autograder/submission)")
-    p.add_argument("results", type=Path, help="where to write results.json")
+    p.add_argument("results_json", metavar="RESULTS_JSON", type=Path, help="where to write results.json")
     p.add_argument("--allow-unsandboxed", action="store_true", help=UNSANDBOXED_HELP)
     p.set_defaults(func=cmd_gradescope)
     p = sub.add_parser("report", help="TA failure report of a graded batch: HTML folder and report.csv")
