@@ -19,7 +19,7 @@ from autograder.course import Course, default_course
 from autograder.grading.feedback import write_feedback
 from autograder.grading.gradebook import Gradebook, Record, RunFacts, record_key
 from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreadable
-from autograder.grading.review import decision_kept, review_decisions, reviewed
+from autograder.grading.review import review_decisions, reviewed
 from autograder.grading.runner import make_pool, probe_order
 from autograder.grading.submissions import Submission, find_submissions
 from autograder.grading.tables import UNSANDBOXED, Tables, failure_text, stored_records, write_tables
@@ -104,7 +104,7 @@ def plan_batch(subs: list[Submission], book: Gradebook, *, chosen: set[str] | No
             continue
         key = record_key(sub, fingerprint, files)
         stored = None if chosen is not None or force else book.stored_record(sub.result_name, key)
-        if stored is not None and decision_kept(stored.review, decisions.get(sub.id)):
+        if stored is not None and stored.judged_under(decisions.get(sub.id)):
             plan.reused += 1
             plan.records[sub.id] = stored
         else:

@@ -104,6 +104,11 @@ class Record:
     def isolation(self) -> str:
         return self.run.isolation if self.run is not None else ""
 
+    def judged_under(self, decision: str | None) -> bool:
+        """Whether it was judged under the TA's current review decision for it (else it is judged again: a decision
+        made after grading takes effect on the next run, and stays on every run after)."""
+        return self.review.get("decision") == decision
+
     def to_json(self) -> dict[str, Any]:
         """The stored form (keys in a fixed order)."""
         data = {"key": self.key, "path": self.path, **self.result.to_dict()}
@@ -242,9 +247,10 @@ class Gradebook:
             data = json.loads(self.record_path(name).read_text(encoding="utf-8"))
             if not isinstance(data, dict) or data.get("key") != key:
                 return None
-            return Record.from_json(data)
+            record = Record.from_json(data)
         except Exception:  # noqa: BLE001 - absent or damaged: graded again
             return None
+        return record
 
     def has_record(self, name: str) -> bool:
         return self.record_path(name).is_file()

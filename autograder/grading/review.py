@@ -328,12 +328,6 @@ def review_record(flags: list[Flag], *, cleared: str | None) -> dict[str, Any]:
             "decision": cleared}
 
 
-def decision_kept(review: dict[str, Any], decision: str | None) -> bool:
-    """Whether a stored result's review block was judged under the TA's current decision for it (else it is judged
-    again: a decision made after grading takes effect on the next run, and stays on every run after)."""
-    return isinstance(review, dict) and review.get("decision") == decision
-
-
 def hold_claims(result: Any, claims: set[str], flags: list[Flag], *, cleared: str | None) -> dict[str, Any]:
     """Hold the passed claim cases of `result` (a SubmissionResult) while its flags are not cleared: no points,
     the message says why and where; a note for the TA and the grades.csv message names the lines. Returns the

@@ -12,10 +12,9 @@ import pytest
 
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.grading.gradebook import Gradebook
+from autograder.grading.gradebook import Gradebook, Record
 from autograder.grading.review import (
     DECISIONS_FILE,
-    decision_kept,
     digest,
     hold_claims,
     review_cells,
@@ -148,8 +147,8 @@ def test_the_decisions_file_is_read_and_kept_across_runs(tmp_path: Path) -> None
     assert review_decisions(book) == {}
     (tmp_path / DECISIONS_FILE).write_text("alice: abcdef0123456789\n")
     assert review_decisions(book) == {"alice": "abcdef0123456789"}
-    stored = {"decision": "abcdef0123456789"}  # a stored result's review block
-    assert decision_kept(stored, "abcdef0123456789") and not decision_kept(stored, None)
+    stored = Record("k", "", SubmissionResult("alice", Status.GRADED), {}, review={"decision": "abcdef0123456789"})
+    assert stored.judged_under("abcdef0123456789") and not stored.judged_under(None)
     (tmp_path / DECISIONS_FILE).write_text("- not a mapping\n")
     with pytest.raises(ValueError, match=DECISIONS_FILE):
         review_decisions(book)
