@@ -40,6 +40,7 @@ class QuestionFeedback:
     tests: list[dict[str, Any]]
     parts: list[tuple[str, str, float | None, float]]  # (part, prompt, score or None, max)
     manual: bool
+    comments: list[tuple[str, str]]  # a TA's comments merged on this question or its parts: (column, text)
 
 
 def feedback_name(result_name: str) -> str:
@@ -65,7 +66,8 @@ def likely_causes(suite: Suite, record: Record) -> dict[str, str]:
             if c.hidden and not c.passed and c.diagnosis in known}
 
 
-def _questions(suite: Suite, view: dict[str, Any], merged: dict[str, float]) -> list[QuestionFeedback]:
+def _questions(suite: Suite, view: dict[str, Any], merged: dict[str, float],
+               said: dict[str, str]) -> list[QuestionFeedback]:
     out = []
     for q in suite.questions:
         if not q.graded:
@@ -77,18 +79,22 @@ def _questions(suite: Suite, view: dict[str, Any], merged: dict[str, float]) -> 
             value = float(view["questions"].get(q.id, 0.0))
         share = round(q.points / len(q.written), 4) if q.written else 0.0
         parts = [(p.part, p.prompt, merged.get(p.part), share) for p in q.written]
-        out.append(QuestionFeedback(q.id, q.title, points, value, tests, parts, q.manual))
+        notes = [(col, said[col]) for col in (q.id, *(p.part for p in q.written)) if said.get(col)]
+        out.append(QuestionFeedback(q.id, q.title, points, value, tests, parts, q.manual, notes))
     return out
 
 
 def render_feedback(suite: Suite, sid: str, record: Record | None, merged: dict[str, float], *,
-                    problem: str = "") -> str:
-    """One student's feedback page (`record`: the stored result; None with `problem` when there is none)."""
+                    problem: str = "", said: dict[str, str] | None = None) -> str:
+    """One student's feedback page (`record`: the stored result; None with `problem` when there is none; `said`:
+    a TA's comments merged for this student, column ("" the whole work) -> text)."""
+    said = said or {}
     view = _student_view(record) if record is not None else None
-    questions = _questions(suite, view, merged) if view is not None else []
+    questions = _questions(suite, view, merged, said) if view is not None else []
     scored = [q.score for q in questions if q.score is not None]
     causes = likely_causes(suite, record) if record is not None else {}
     return _template().render(sid=sid, view=view, questions=questions, problem=problem, causes=causes,
+                              comment=said.get(""),
                               total=round(sum(scored), 4), max_total=round(sum(q.points for q in questions), 4),
                               pending=[q.id for q in questions if q.score is None])
 
@@ -107,7 +113,8 @@ def write_feedback(suite: Suite, book: Gradebook, tables: Tables) -> Path:
             record = tables.records.get(row.id) if row.result else None
             if record is not None:
                 try:
-                    page = render_feedback(suite, row.id, record, merged.get(row.id, {}))
+                    page = render_feedback(suite, row.id, record, merged.get(row.id, {}),
+                                           said=tables.comments.get(row.id))
                 except (ValueError, KeyError, TypeError):  # the grader's words stay in grades.csv
                     page = render_feedback(suite, row.id, None, {}, problem="its stored result could not be read")
             else:  # the grader failed on it: its reason (the grader's own, for TAs) stays in grades.csv

@@ -26,6 +26,7 @@ MERGED_FILE = "merged_scores.json"  # scores graded elsewhere (by hand, by anoth
 REVIEW_DECISIONS_FILE = "review_decisions.yaml"  # submission id -> the review digest a TA cleared
 SIMILARITY_DECISIONS_FILE = "similarity_decisions.yaml"  # the TAs' word on each pair the similarity page lists
 OLD_SIMILARITY_DECISIONS_FILE = "similarity_decisions.json"  # its name before it became YAML: still read
+COMMENT_COLUMN = "comment"  # grades.csv's column of a TA's comments (once `merge` brought one); in a scores file too
 FEEDBACK_DIR = "feedback"  # one page per student, safe to hand out
 ROSTER_FILE = "leaderboard_roster.csv"  # id, pseudonym, opt_out: the leaderboard's page to post
 MAX_RECORD_MB = 128  # a stored result larger than this is not read
@@ -298,8 +299,27 @@ class Gradebook:
         except (KeyError, TypeError, ValueError, AttributeError):
             raise MergeError(f"{path}: not a file written by `{command} merge`") from None
 
-    def write_merged(self, scores: dict[str, dict[str, float]], *, sources: list[str]) -> None:
-        write_atomic(self.merged_path, json.dumps({"sources": sources, "scores": scores}, indent=1))
+    def merged_comments(self, *, command: str) -> dict[str, dict[str, str]]:
+        """The comments `merge` stored (student id -> the column commented on, "" for the whole work -> text); {}
+        when there are none; MergeError as merged_scores."""
+        path = self.merged_path
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise MergeError(f"{path}: cannot be read ({exc})") from None
+        try:
+            return {str(k): {str(c): str(v) for c, v in row.items()} for k, row in data.get("comments", {}).items()}
+        except (TypeError, AttributeError):
+            raise MergeError(f"{path}: not a file written by `{command} merge`") from None
+
+    def write_merged(self, scores: dict[str, dict[str, float]], *, sources: list[str],
+                     comments: dict[str, dict[str, str]] | None = None) -> None:
+        data: dict[str, Any] = {"sources": sources, "scores": scores}
+        if comments:
+            data["comments"] = comments
+        write_atomic(self.merged_path, json.dumps(data, indent=1))
 
     # ------------------------------------------------------------------ the TAs' decision files (YAML)
     def review_decisions(self, *, help_text: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ from autograder.authoring.suite import Suite
 from autograder.config import command
 from autograder.course import Course, default_course
 from autograder.grading.feedback import write_feedback
-from autograder.grading.gradebook import SUMMARY_FILE, Gradebook, MergeError
+from autograder.grading.gradebook import COMMENT_COLUMN, SUMMARY_FILE, Gradebook, MergeError
 from autograder.grading.submissions import Submission
 from autograder.grading.tables import write_tables
 from autograder.model import Status, spreadsheet_text
@@ -25,6 +25,26 @@ def merge_columns(suite: Suite) -> dict[str, float]:
     for q in suite.questions:
         cols |= {p.part: round(q.points / len(q.written), 4) for p in q.written}
     return cols
+
+
+COMMENT = COMMENT_COLUMN  # a scores file's comment on the student's whole work; "<column> comment": on one column
+COMMENT_CHARS = 2000  # a longer comment is refused (a note for a student, not an essay)
+
+
+def comment_column(header: str, limits: dict[str, float]) -> str | None:
+    """The column a comment column comments on ("" for the student's whole work), or None when it is not one."""
+    if header == COMMENT:
+        return ""
+    col = header.removesuffix(f" {COMMENT}")
+    return col if col != header and col in limits else None
+
+
+def comment_problem(text: str) -> str:
+    """Why a comment cannot be shown to a student ("" when it can): too long, or not plain text."""
+    if len(text) > COMMENT_CHARS:
+        return f"{len(text)} characters, over the {COMMENT_CHARS} a comment may have; shorten it"
+    odd = sorted({f"U+{ord(c):04X}" for c in text if not c.isprintable() and c not in "\n\t"})
+    return f"not plain text (control characters {', '.join(odd[:5])}); write it as text" if odd else ""
 
 
 def _lines(path: Path) -> list[tuple[int, list[str]]]:
@@ -46,34 +66,46 @@ def check_scores_csv(path: Path, *, suite: Suite,
                      ids: list[str]) -> tuple[dict[str, dict[str, float]], list[str], list[str]]:
     """The scores a CSV holds (id -> column -> score; blank cells are left out), the columns it ignores, and every
     problem it has, each naming the file and its line: an unknown student, an unknown question-like column, a
-    score that is not a number between 0 and the column's points, two rows for one student."""
+    score that is not a number between 0 and the column's points, two rows for one student, a comment that is
+    too long or not plain text. The comments (`comment`, `<column> comment`) are read by scores_and_comments."""
+    scores, _comments, ignored, problems = scores_and_comments(path, suite=suite, ids=ids)
+    return scores, ignored, problems
+
+
+def scores_and_comments(path: Path, *, suite: Suite, ids: list[str]
+                        ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, str]], list[str], list[str]]:
+    """check_scores_csv's scores, ignored columns and problems, with the comments the file holds (id -> the column
+    commented on, "" for the student's whole work -> text; blank comments are left out)."""
     limits = merge_columns(suite)
     try:
         table = _lines(path)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        return {}, [], [f"{path}: cannot be read ({exc})"]
+        return {}, {}, [], [f"{path}: cannot be read ({exc})"]
     header = [h.strip() for h in table[0][1]] if table else []
     if "id" not in header:
-        return {}, [], [f"{path}, line 1: the first row must name the columns, one of them `id`"]
+        return {}, {}, [], [f"{path}, line 1: the first row must name the columns, one of them `id`"]
     problems: list[str] = []
-    unknown = [h for h in header if re.match(r"^[qm]\d", h) and h not in limits and not h.endswith(" answer")]
+    notes = {h: col for h in header if (col := comment_column(h, limits)) is not None}
+    unknown = [h for h in header if re.match(r"^[qm]\d", h) and h not in limits and h not in notes
+               and not h.endswith(" answer")]
     if unknown:
         problems.append(f"{path}, line 1: unknown score columns {unknown}; known: {sorted(limits)}")
-    twice = sorted({h for h in header if header.count(h) > 1 and (h in limits or h == "id")})
+    twice = sorted({h for h in header if header.count(h) > 1 and (h in limits or h in notes or h == "id")})
     if twice:
         problems.append(f"{path}, line 1: columns named twice: {', '.join(twice)}; keep one of each")
     score_cols = list(dict.fromkeys(h for h in header if h in limits))
-    if not score_cols and not unknown:
+    if not score_cols and not unknown and not notes:
         problems.append(f"{path}, line 1: no score column; name one of {sorted(limits)}")
     known = set(ids)
     written = {spreadsheet_text(i): i for i in ids}
     out: dict[str, dict[str, float]] = {}
+    comments: dict[str, dict[str, str]] = {}
     rows_of: dict[str, list[int]] = {}
     for n, cells in table[1:]:
         rec = dict(zip(header, cells))
         sid = rec.get("id", "").strip()
         sid = sid if sid in known else written.get(sid, sid)  # the id as spreadsheet_text wrote it
-        if not sid and not any(rec.get(c, "").strip() for c in score_cols):
+        if not sid and not any(rec.get(c, "").strip() for c in [*score_cols, *notes]):
             continue
         if not sid:
             problems.append(f"{path}, line {n}: scores with no id; fill in the student's id")
@@ -95,11 +127,18 @@ def check_scores_csv(path: Path, *, suite: Suite,
                 problems.append(f"{path}, line {n} ({sid}), {col}: {value:g} is outside 0 to {limits[col]:g}")
                 continue
             out.setdefault(sid, {})[col] = round(value, 4)
+        for head, col in notes.items():
+            text = rec.get(head, "").strip()
+            why = comment_problem(text)
+            if why:
+                problems.append(f"{path}, line {n} ({sid}), {head}: {why}")
+            elif text:
+                comments.setdefault(sid, {})[col] = text
     for sid, lines in rows_of.items():
         if len(lines) > 1:
             problems.append(f"{path}, lines {', '.join(map(str, lines))} ({sid}): {len(lines)} rows for one "
                             "student; keep one")
-    return out, [h for h in header if h not in limits and h != "id"], problems
+    return out, comments, [h for h in header if h not in limits and h not in notes and h != "id"], problems
 
 
 def read_scores_csv(path: Path, *, suite: Suite, ids: list[str]) -> tuple[dict[str, dict[str, float]], list[str]]:
@@ -126,18 +165,22 @@ def merge_scores(out: Path, files: list[Path], *, course: Course | None = None) 
     subs = [Submission(r.id, Path(), None, result_name=r.result or "") for r in before.rows]
     failed = {r.id: r.message or Status.NOT_GRADED for r in before.rows if not r.result}
     stored = book.merged_scores(command=command())
+    said = book.merged_comments(command=command())
     counts, ignored = {}, set()
-    checked = [check_scores_csv(path, suite=suite, ids=[s.id for s in subs]) for path in files]
-    problems = [p for _, _, found in checked for p in found]
+    checked = [scores_and_comments(path, suite=suite, ids=[s.id for s in subs]) for path in files]
+    problems = [p for _, _, _, found in checked for p in found]
     if problems:  # every file checked whole; nothing is written until all of them are clean
         raise MergeError(problems)
-    for scores, skipped, _ in checked:
+    for scores, comments, skipped, _ in checked:
         ignored |= set(skipped)
         for sid, cols in scores.items():
             stored.setdefault(sid, {}).update(cols)
             for col in cols:
                 counts[col] = counts.get(col, 0) + 1
-    book.write_merged(stored, sources=[str(p) for p in files])
+        for sid, notes in comments.items():
+            said.setdefault(sid, {}).update(notes)
+            counts[COMMENT] = counts.get(COMMENT, 0) + len(notes)
+    book.write_merged(stored, comments=said, sources=[str(p) for p in files])
     tables = write_tables(suite, subs, book, failed=failed, limits_lowered=before.limits_lowered)
     write_feedback(suite, book, tables)  # the students' feedback shows the merged scores
     return {"merged": counts, "ignored": sorted(ignored), "students": len(stored)}

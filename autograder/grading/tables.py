@@ -3,13 +3,13 @@ summary.json's counts and means (written through the Gradebook)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autograder.authoring.questions import Question
 from autograder.authoring.suite import Suite
 from autograder.config import command
-from autograder.grading.gradebook import MERGED_FILE, Gradebook, MergeError, Record, Summary, SummaryRow
+from autograder.grading.gradebook import COMMENT_COLUMN, MERGED_FILE, Gradebook, MergeError, Record, Summary, SummaryRow
 from autograder.grading.submissions import Submission
 from autograder.model import Status, csv_text, full_marks
 
@@ -25,6 +25,7 @@ class Tables:
     rows: list[dict[str, Any]]
     summary: Summary
     records: dict[str, Record]  # id -> the record each graded row was made from
+    comments: dict[str, dict[str, str]] = field(default_factory=dict)  # merge's: id -> column ("" whole) -> text
 
 
 def failure_text(exc: BaseException) -> str:
@@ -58,6 +59,20 @@ def merged_or_problem(book: Gradebook) -> tuple[dict[str, dict[str, float]], str
         return book.merged_scores(command=command()), ""
     except MergeError as exc:
         return {}, str(exc)
+
+
+def merged_comments(book: Gradebook) -> dict[str, dict[str, str]]:
+    """The comments `merge` stored ({} when its file cannot be used: the summary says why)."""
+    try:
+        return book.merged_comments(command=command())
+    except MergeError:
+        return {}
+
+
+def comment_cell(notes: dict[str, str]) -> str:
+    """A student's merged comments in one grades.csv cell: the comment on the whole work first, then each
+    column's as `column: text`."""
+    return " | ".join(text if col == "" else f"{col}: {text}" for col, text in sorted(notes.items()))
 
 
 def record_row(suite: Suite, sid: str, record: Record | None, why: str | None) -> dict[str, Any]:
@@ -104,6 +119,7 @@ def write_tables(suite: Suite, subs: list[Submission], book: Gradebook, *, recor
     qids = list(suite.question_points())
     manual = {q.id: q.points for q in suite.questions if q.graded and q.manual}
     merged, merge_problem = merged_or_problem(book)
+    comments = {sid: notes for sid, notes in merged_comments(book).items() if notes}
     rows = []
     for sub in subs:
         row = record_row(suite, sub.id, records.get(sub.id), failed.get(sub.id)) | dict.fromkeys(manual)
@@ -111,9 +127,10 @@ def write_tables(suite: Suite, subs: list[Submission], book: Gradebook, *, recor
             apply_merged(suite, row, merged.get(sub.id, {}))
         rows.append(row)
     columns = [*qids, *manual]
-    table = [["id", "total", *columns, "status", "message"]]
-    table += [[r["id"], *("" if r[k] is None else r[k] for k in ("total", *columns)), r["status"], r["message"]]
-              for r in rows]
+    said = [comment_cell(comments.get(r["id"], {})) for r in rows] if comments else []  # a column once a TA wrote
+    table = [["id", "total", *columns, "status", "message", *([COMMENT_COLUMN] if said else [])]]
+    table += [[r["id"], *("" if r[k] is None else r[k] for k in ("total", *columns)), r["status"], r["message"],
+               *([said[n]] if said else [])] for n, r in enumerate(rows)]
     book.write_grades_csv(csv_text(table))
     scored = [r for r in rows if r["total"] is not None]
     points = suite.question_points() | manual
@@ -137,4 +154,4 @@ def write_tables(suite: Suite, subs: list[Submission], book: Gradebook, *, recor
         rows=[SummaryRow(r["id"], None if r["status"] == Status.NOT_GRADED else sub.result_name, r["status"],
                          r["message"]) for r, sub in zip(rows, subs)])
     book.write_summary(summary)
-    return Tables(rows, summary, records)
+    return Tables(rows, summary, records, comments)

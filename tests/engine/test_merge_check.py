@@ -5,7 +5,6 @@ finding 3), on the demo lesson (q1_center 5 points, q2_pick 2, q3_explain 3 by h
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from autograder.cli import main as cli_main
 from autograder.config import ROOT
 from autograder.course import Course
-from autograder.grading.gradebook import MERGED_FILE, Gradebook
+from autograder.grading.gradebook import MERGED_FILE, Gradebook, Record
 from autograder.grading.submissions import Submission
 from autograder.grading.tables import write_tables
 from autograder.model import CaseResult, Status, SubmissionResult
@@ -36,7 +35,8 @@ def graded(tmp_path: Path, demo: Course) -> Path:
     for sid in CLASS:
         name = f"{sid.strip('=')}.json"
         cases = [CaseResult(f"{q}/all", q, p, p, True, False) for q, p in demo.suite.question_points().items()]
-        (out / "results" / name).write_text(json.dumps(SubmissionResult(sid, Status.GRADED, cases).to_dict()))
+        result = SubmissionResult(sid, Status.GRADED, cases)
+        Gradebook(out).write_record(name, Record("key", "", result, result.gradescope(revisit={})))
         subs.append(Submission(sid, Path(f"{sid}.ipynb"), None, result_name=name))
     write_tables(demo.suite, subs, Gradebook(out))
     return out
@@ -123,3 +123,43 @@ def test_a_single_problem_reads_as_one(graded: Path, tmp_path: Path, capsys: pyt
     assert code == 2
     assert err.startswith("error: 1 problem in the scores; nothing was merged (fix it, then run merge again):\n")
     assert f"{scores}, line 1: columns named twice: q3_why; keep one of each" in err
+
+
+def test_a_tas_comments_reach_grades_csv_and_the_feedback(
+        graded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`comment` (the whole work) and `<column> comment` (a question or a written part) are kept with the scores,
+    shown in grades.csv's comment column and on the student's feedback page, escaped; a later file adds to them."""
+    assert "comment" not in (graded / "grades.csv").read_text().splitlines()[0]  # no column before a TA writes one
+    scores = tmp_path / "q3.csv"
+    scores.write_text("id,q3_why,comment,q3_why comment\n"
+                      "alice,2,\"Clear, but see <b>q3</b>\",cite the slide\n"
+                      "bob,3,,\n")
+    code, out, _ = _merge(graded, scores, capsys=capsys)
+    assert code == 0 and "ignored columns" not in out, out
+    with open(graded / "grades.csv", newline="") as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    assert rows["alice"]["comment"] == "Clear, but see <b>q3</b> | q3_why: cite the slide"
+    assert rows["bob"]["comment"] == ""
+    page = (graded / "feedback" / "alice.html").read_text()
+    assert "Clear, but see &lt;b&gt;q3&lt;/b&gt;" in page and "on q3_why: cite the slide" in page
+    more = tmp_path / "more.csv"
+    more.write_text("id,q3_explain comment\nbob,see office hours\n")
+    assert _merge(graded, more, capsys=capsys)[0] == 0
+    with open(graded / "grades.csv", newline="") as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    assert rows["bob"]["comment"] == "q3_explain: see office hours" and rows["alice"]["comment"].startswith("Clear")
+    assert "see office hours" in (graded / "feedback" / "bob.html").read_text()
+
+
+def test_a_comment_too_long_or_not_text_is_refused_with_its_line(
+        graded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _tables(graded)
+    scores = tmp_path / "q3.csv"
+    scores.write_text("id,q3_why,comment,q9_nope comment\n"
+                      f"alice,1,{'x' * 2001},\n"
+                      "bob,1,\"bell\x07\",\n")
+    code, _, err = _merge(graded, scores, capsys=capsys)
+    assert code == 2 and _tables(graded) == before and not (graded / MERGED_FILE).exists()
+    assert f"{scores}, line 2 (alice), comment: 2001 characters" in err
+    assert f"{scores}, line 3 (bob), comment: not plain text (control characters U+0007)" in err
+    assert "unknown score columns ['q9_nope comment']" in err

@@ -745,7 +745,7 @@ def test_merge_brings_manual_and_platform_scores_into_the_tables(tmp_path: Path,
                       "'=bob,0,0,1,,\n"
                       "cy,2,,,not finished,\n")
     assert cli_main(["merge", str(out), str(scores)]) == 0
-    assert "ignored columns: comment, q9_buffer answer" in capsys.readouterr().out
+    assert "ignored columns: q9_buffer answer" in capsys.readouterr().out  # comment is merged, not ignored
     rows = _grades(out)
     assert float(rows["ann"]["q9_written"]) == 5.5 and float(rows["ann"]["total"]) == pytest.approx(auto + 5.5)
     assert float(rows["'=bob"]["q9_written"]) == 1 and float(rows["'=bob"]["total"]) == 1  # id as written
