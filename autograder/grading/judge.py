@@ -12,7 +12,7 @@ from autograder.checkpoint import UNREADABLE, reader_limits_lowered, reads_check
 from autograder.grading.causes import first_causes, named_functions
 from autograder.grading.submissions import Submission
 from autograder.model import NOT_RUN, CaseResult, PartVerdict, Status, SubmissionResult, Verdict
-from autograder.runtime.checks_runtime import to_plain
+from autograder.runtime.plain_codec import to_plain
 from autograder.sandbox import SKIP_TAGS, ExecResult
 
 

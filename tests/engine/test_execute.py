@@ -19,8 +19,9 @@ import pytest
 
 from autograder import wire
 from autograder.config import ROOT
-from autograder.lesson import RUNTIME_FILE, RUNTIME_NAME
+from autograder.lesson import RUNTIME_NAME
 from autograder.model import RUN_STATUSES, Status
+from autograder.runtime import runtime_for
 from autograder.sandbox import (
     ExecResult,
     Limits,
@@ -713,7 +714,7 @@ def runtime_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExecRe
     """Each table notebook probed by a checks module on the runtime, shipped as a lesson's modules are."""
     path = tmp_path_factory.mktemp("array_checks") / "array_checks.py"
     path.write_text(ARRAY_CHECKS)
-    modules = {RUNTIME_NAME: RUNTIME_FILE, "array_checks": path}
+    modules = {**runtime_for(path), "array_checks": path}
     probes = [("table", "call", {"fn": "table", "args": [6, 4]})]
     with WorkerPool(1, limits=LIMITS, probe_module="array_checks", modules=modules) as pool:
         return dict(pool.run_many(((k, nb(src)) for k, src in TABLES.items()), probes=probes))
