@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from autograder.runtime import runtime_files, runtime_for
 
 if TYPE_CHECKING:
-    from autograder.model import Verdict
+    from autograder.model import CheckpointVerdict
 
 ENGINE_ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("prose", "cases", "choices", "manual", "milestone")  # a question file's `kind:`
@@ -94,7 +94,7 @@ class MilestonePlugin(Protocol):
         one definition of that schema); ValueError naming the key (`where`: the section's name). An attribute
         `rel_tol`, when the rules have one, is the report's tolerance between a claimed and a recomputed figure."""
 
-    def verify(self, files: dict[str, bytes], *, rules: Any, memory_mb: int) -> Verdict:
+    def verify(self, files: dict[str, bytes], *, rules: Any, memory_mb: int) -> CheckpointVerdict:
         """The uploaded files against the rules parse_rules returned; never raises for what the files hold."""
 
     def reader_start(self) -> Any: ...

@@ -126,8 +126,7 @@ _EXPORTS = {
     **{n: ("pool", n) for n in ("WorkerPool", "execute_batch", "execute_submission")},
     **{n: ("zygote", n) for n in ("PRELOAD",)},
     **{n: ("files", n) for n in ("STARTUP_TIMEOUT_S", "VERIFY_SLOTS", "ReaderFiles", "Verifier", "VerifierError",
-                                 "reader_isolation", "reader_limits_lowered", "run_child")},
-    "reader_pool": ("files", "pool"),  # the readers of one plug-in file (files.pool: the name `pool` is a module here)
+                                 "reader_isolation", "reader_limits_lowered", "reader_pool", "run_child")},
 }
 __all__ = ["ALLOW_UNSANDBOXED", "CELL_TIMEOUT_S", "CHECKPOINT_MEMORY_MB", "CPU_TIMEOUT_S", "ExecResult",
            "Isolation", "Limits", "MAX_NOTEBOOK_BYTES", "MAX_OUTPUT_KB", "MAX_PROBE_RUNS", "MAX_PROCESSES",
@@ -172,9 +171,9 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getatt
         VerifierError,
         reader_isolation,
         reader_limits_lowered,
+        reader_pool,
         run_child,
     )
-    from autograder.sandbox.files import pool as reader_pool
     from autograder.sandbox.frames import MEMORY_GUARDS, WorkerError
     from autograder.sandbox.isolation import (
         MEMORY_GUARD_ENV,

@@ -332,7 +332,7 @@ _POOLS: dict[Path, _Pool] = {}
 _POOLS_GUARD = threading.Lock()
 
 
-def pool(plugin: Path, *, make: Callable[..., Verifier]) -> _Pool:
+def reader_pool(plugin: Path, *, make: Callable[..., Verifier]) -> _Pool:
     """The process's pool of verifiers of one plug-in file (started when first needed, stopped at exit); make:
     a Verifier of the plug-in (make(plugin=...): the caller's, which gives it the files it stages)."""
     plugin = Path(plugin).resolve()
