@@ -47,7 +47,7 @@ def test_the_guard_records_every_autograder_module_a_child_has_loaded(tmp_path_f
     notebook.cells = [nbformat.v4.new_code_cell("x = 1")]
     with importable(tmp_path_factory, "seen_checks", SEEN % (runtime_modules(),)) as module, \
             WorkerPool(1, probe_module=module, modules=runtime_for(RUNTIME_FILE),
-                       limits=Limits(wall_s=30, cpu_s=20)) as pool:
+                       limits=Limits(wall_timeout_s=30, cpu_timeout_s=20)) as pool:
         res = pool.run(nbformat.writes(notebook).encode(), probes=[("seen", "seen", {})])
     assert res.status == Status.GRADED, (res.notes, res.outputs)
     seen = res.outputs["seen"]["value"]
