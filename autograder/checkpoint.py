@@ -13,7 +13,7 @@ defines:
                                  and MISSING ("checkpoint_missing"): nothing uploaded (the report counts these
                                  apart from the mistakes).
     UNVERIFIED: str              what to do when the checkpoint could not be verified at all (a judge's message)
-    verify(files, *, rules, memory_mb) -> Verdict
+    verify(files, *, rules, memory_mb) -> CheckpointVerdict
                                  the uploaded files (name -> bytes, as the question declares them) against the
                                  config's milestone section (rules); never raises for what the files hold
     reader_start() -> state      in a verifier process, once: imports and models set up before any child forks
@@ -35,7 +35,11 @@ from typing import Any
 
 from autograder import sandbox
 from autograder.lesson import ENGINE_ROOT, Lesson, lesson_named_in
-from autograder.model import PartVerdict, Verdict  # re-exported: the plug-ins build them from here
+from autograder.model import (  # re-exported: the plug-ins build them from here
+    CheckpointVerdict,
+    PartVerdict,
+    Verdict,  # the old name of CheckpointVerdict, for one release (autograder/model.py)
+)
 from autograder.sandbox import (  # the reader processes, for the plug-ins: checkpoint.run_child, ...
     STARTUP_TIMEOUT_S,
     VERIFY_SLOTS,
@@ -45,8 +49,9 @@ from autograder.sandbox import (  # the reader processes, for the plug-ins: chec
     reader_limits_lowered,
 )
 
-__all__ = ["MISSING", "STARTUP_TIMEOUT_S", "UNREADABLE", "VERIFY_SLOTS", "PartVerdict", "Verdict", "Verifier",
-           "VerifierError", "main", "pool", "read_limited", "reader_isolation", "reader_limits_lowered",
+__all__ = ["MISSING", "STARTUP_TIMEOUT_S", "UNREADABLE", "VERIFY_SLOTS", "CheckpointVerdict", "PartVerdict", "Verdict",
+           "Verifier",
+           "VerifierError", "main", "pool", "read_limited", "reader_pool", "reader_isolation", "reader_limits_lowered",
            "reader_files", "reads_checkpoint", "run_child"]
 UNREADABLE = "checkpoint_unreadable"  # the problem of uploads that could not be read at all
 MISSING = "checkpoint_missing"  # the problem of a submission that uploaded no checkpoint: not a mistake in its code
@@ -75,9 +80,15 @@ class Verifier(sandbox.Verifier):
         super().__init__(plugin=plugin, files=reader_files(plugin), **options)
 
 
-def pool(plugin: Path) -> Any:
-    """The process's pool of readers of one plug-in file (started when first needed, stopped at exit)."""
+def reader_pool(plugin: Path) -> Any:
+    """The process's pool of readers of one plug-in file (started when first needed, stopped at exit): the sandbox's
+    reader_pool, its readers this module's Verifier."""
     return sandbox.reader_pool(plugin, make=Verifier)
+
+
+# The old name of reader_pool, kept for one release because it is part of the plug-in API (`checkpoint.pool(...)`;
+# docs/checkpoint.md): use reader_pool. To be removed in the release after next.
+pool = reader_pool
 
 
 def run_child(data: bytes, request: dict[str, Any], *, plugin: Path, memory_mb: int, timeout_s: float,
@@ -85,7 +96,7 @@ def run_child(data: bytes, request: dict[str, Any], *, plugin: Path, memory_mb: 
     """Read and evaluate a file's bytes in a limited child of a reader of `plugin` (the pool's unless one is given);
     any failure comes back as {"error": ...}."""
     return sandbox.run_child(data, request, memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier,
-                             readers=None if verifier is not None else pool(plugin))
+                             readers=None if verifier is not None else reader_pool(plugin))
 
 
 def reads_checkpoint(files: Sequence[str], uploaded: dict[str, bytes]) -> bool:

@@ -6,8 +6,9 @@ config's own folder has no assignments/NAME/, as for a config copied elsewhere t
 
     assignments/NAME/*.md                 the question sources; each declares its `kind:` in its front matter
     assignments/NAME/NAME_checks.py       the probes and checks, shipped next to the notebook (CHECKS_API), with the
-                                          engine's checks runtime (autograder/runtime/checks_runtime.py) beside it
-                                          and the runtime's kit modules it imports (autograder/runtime/*.py)
+                                          engine's checks runtime (autograder/runtime/checks_runtime.py) and its
+                                          codec (plain_codec.py) beside it, and the runtime's kit modules it imports
+                                          (autograder/runtime/*.py)
     assignments/NAME/NAME_milestone.py    optional: the milestone trainer, shipped next to the notebook
     assignments/NAME/NAME_checkpoint.py   optional: the milestone plug-in that verifies uploaded checkpoints
                                           (autograder/checkpoint.py; the graders' own, never shipped)
@@ -24,7 +25,6 @@ verifier imports it on a bare PyTorch image.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import hashlib
 import importlib.util
@@ -37,10 +37,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from autograder.runtime import runtime_files
+from autograder.runtime import runtime_files, runtime_for
 
 if TYPE_CHECKING:
-    from autograder.model import Verdict
+    from autograder.model import CheckpointVerdict
 
 ENGINE_ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("prose", "cases", "choices", "manual", "milestone")  # a question file's `kind:`
@@ -51,7 +51,8 @@ KINDS = ("prose", "cases", "choices", "manual", "milestone")  # a question file'
 CHECKS_API = ("LETTERS", "USES_EXPECTED")
 RUNTIME_NAME = "checks_runtime"  # the runtime's module name, next to the notebook and in the sandbox
 RUNTIME_FILE = ENGINE_ROOT / "autograder" / "runtime" / f"{RUNTIME_NAME}.py"
-# The runtime's other modules (the kit: autograder/runtime/*.py) ship and run only with a lesson that imports them.
+# The engine's codec (plain_codec.py), which the runtime imports, ships with every lesson; the runtime's other modules
+# (the kit: autograder/runtime/*.py) ship and run only with a lesson that imports them (Lesson.runtime_modules).
 # Optional in a checks module: run_probe_exact(env, name, args), run_probe's output with its floats computed in
 # float64, from which the release rounds the values it stores (autograder/authoring/content.py: expected_values).
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -93,7 +94,7 @@ class MilestonePlugin(Protocol):
         one definition of that schema); ValueError naming the key (`where`: the section's name). An attribute
         `rel_tol`, when the rules have one, is the report's tolerance between a claimed and a recomputed figure."""
 
-    def verify(self, files: dict[str, bytes], *, rules: Any, memory_mb: int) -> Verdict:
+    def verify(self, files: dict[str, bytes], *, rules: Any, memory_mb: int) -> CheckpointVerdict:
         """The uploaded files against the rules parse_rules returned; never raises for what the files hold."""
 
     def reader_start(self) -> Any: ...
@@ -236,19 +237,9 @@ class Lesson:
 
     @cached_property
     def runtime_modules(self) -> dict[str, Path]:
-        """Module name -> file of the runtime modules the lesson ships and runs: the checks runtime, then the kit
-        modules its checks module imports (directly or through each other), each after those it imports."""
-        files = runtime_files()
-        out: dict[str, Path] = {RUNTIME_NAME: files[RUNTIME_NAME]}
-
-        def visit(path: Path) -> None:
-            for name in imported_modules(path):
-                if name in files and name not in out:
-                    visit(files[name])
-                    out[name] = files[name]
-
-        visit(self.checks_file)
-        return out
+        """Module name -> file of the runtime modules the lesson ships and runs, each after those it imports: the
+        engine's codec and the checks runtime, then the kit modules its checks module imports (runtime_for)."""
+        return runtime_for(self.checks_file)
 
     # ------------------------------------------------------------------ modules
 
@@ -359,18 +350,6 @@ class Lesson:
             if isinstance(meta, dict) and meta.get("kind") == "milestone" and meta.get("solution"):
                 return getattr(self.reference, meta["solution"][0])
         raise LessonError(f"{self.assignment_dir}: no question of kind milestone names its model in `solution:`")
-
-
-def imported_modules(path: Path) -> list[str]:
-    """The top-level modules a Python file imports (`import a.b` and `from a import b` give a; relative imports
-    none), in the order written."""
-    out: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out += [a.name.split(".")[0] for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.append(node.module.split(".")[0])
-    return out
 
 
 @contextlib.contextmanager

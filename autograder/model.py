@@ -99,9 +99,10 @@ class PartVerdict:
 
 
 @dataclass
-class Verdict:
+class CheckpointVerdict:
     """A milestone checkpoint's verdict (a plug-in's `verify`): ok when it could be verified at all, the share of
-    the points a passing part earns (credit, named by label when below 1), and per part its verdict."""
+    the points a passing part earns (credit, named by label when below 1), and per part its verdict. (A case's
+    verdict is the checks runtime's Verdict: another thing, hence another name.)"""
 
     ok: bool
     message: str = ""
@@ -109,6 +110,11 @@ class Verdict:
     credit: float = 0.0
     label: str | None = None  # what the credit depends on (e.g. the preset the checkpoint was trained with)
     parts: dict[str, PartVerdict] = field(default_factory=dict)
+
+
+# The old name of CheckpointVerdict, kept for one release because it is part of the plug-in API (plug-ins build
+# `checkpoint.Verdict(...)`; docs/checkpoint.md): use CheckpointVerdict. To be removed in the release after next.
+Verdict = CheckpointVerdict
 
 
 # What a student reads on Gradescope under a status other than "graded".

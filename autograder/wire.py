@@ -1,7 +1,7 @@
 """The sandbox's message format: plain data to bytes and back without pickle, strict on every byte it reads.
 
 Messages between the grader and the sandboxed student process are JSON, numpy arrays as base64 bytes with
-dtype and shape: the layout of the package's one codec of plain data (autograder/runtime/checks_runtime.py:
+dtype and shape: the layout of the package's one codec of plain data (autograder/runtime/plain_codec.py:
 ARRAY_TAG, array_plain, to_plain), which also writes the case JSON and the stored results. The reader treats its
 input as hostile: sizes, depth, tags and dtypes are checked before anything is allocated (the codec's own
 from_plain is for trusted data only).
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from autograder import MIB, UPLOAD_CAP_MB
-from autograder.runtime.checks_runtime import ARRAY_TAG, array_plain
+from autograder.runtime.plain_codec import ARRAY_TAG, array_plain
 
 MAX_BYTES = UPLOAD_CAP_MB * MIB
 MAX_DEPTH = 64

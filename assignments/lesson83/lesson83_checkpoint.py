@@ -422,7 +422,7 @@ def _claimed_row(ppl: dict[str, Any], pos: str) -> dict[int, float]:
 PARTS = SCHEMES  # the checkpoint's graded parts (autograder/checkpoint.py): one per scheme
 VERIFY_SLOTS = checkpoint.VERIFY_SLOTS  # checkpoints verified side by side (grade_batch verifies ahead)
 PLUGIN = Path(__file__).resolve()
-_POOL = checkpoint.pool(PLUGIN)
+_POOL = checkpoint.reader_pool(PLUGIN)
 VerifierError = checkpoint.VerifierError
 reader_limits_lowered = checkpoint.reader_limits_lowered
 
@@ -517,7 +517,7 @@ def reader_evaluate(request: dict[str, Any], data: bytes,
     return _evaluate(request, data, *state)
 
 
-def verify(files: dict[str, bytes], *, rules: Any, memory_mb: int) -> checkpoint.Verdict:
+def verify(files: dict[str, bytes], *, rules: Any, memory_mb: int) -> checkpoint.CheckpointVerdict:
     """The plug-in's verdict (autograder/checkpoint.py): verify_checkpoint's, one part per scheme."""
     found = verify_checkpoint(files.get("milestone.pt"), files.get("milestone.json"), rules=rules,
                               memory_mb=memory_mb)
@@ -527,7 +527,7 @@ def verify(files: dict[str, bytes], *, rules: Any, memory_mb: int) -> checkpoint
                                           for k in ("ppl", "claimed", "thresholds") if row.get(k)}
                                          | extra.get(pos, {}))
              for pos, row in found["schemes"].items()}
-    return checkpoint.Verdict(bool(found["ok"]), found["message"], found.get("problem"), found["credit"],
+    return checkpoint.CheckpointVerdict(bool(found["ok"]), found["message"], found.get("problem"), found["credit"],
                               found.get("preset"), parts)
 
 

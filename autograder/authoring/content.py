@@ -13,7 +13,6 @@ import numpy as np
 from autograder.authoring.questions import ContentError, Question, mc_answers
 from autograder.lesson import Lesson
 from autograder.model import Case
-from autograder.runtime.checks_runtime import one_torch_thread
 
 
 def stored_precision(*, atol: float, rtol: float) -> tuple[int, int]:
@@ -100,7 +99,7 @@ def expected_values(questions: list[Question], *, lesson: Lesson) -> dict[str, d
     float32 output of run_probe must still pass against them, as a student's does. Without the hook they are
     rounded from run_probe's output.
     """
-    with one_torch_thread():
+    with lesson.runtime.one_torch_thread():  # the lesson's own copy of the runtime, as its checks use
         return _expected_values(questions, lesson)
 
 

@@ -17,7 +17,7 @@ from autograder.authoring.questions import Question, checkpoint_of, load_questio
 from autograder.config import ConfigError, GradingConfig
 from autograder.lesson import Lesson
 from autograder.model import Case, CheckpointCase
-from autograder.runtime.checks_runtime import from_plain, to_plain
+from autograder.runtime.plain_codec import from_plain, to_plain
 
 
 def checkpoint_shares(points: float, *, lesson: Lesson) -> dict[str, float]:

@@ -11,8 +11,8 @@ from autograder.authoring.suite import Suite
 from autograder.checkpoint import UNREADABLE, reader_limits_lowered, reads_checkpoint
 from autograder.grading.causes import first_causes, named_functions
 from autograder.grading.submissions import Submission
-from autograder.model import NOT_RUN, CaseResult, PartVerdict, Status, SubmissionResult, Verdict
-from autograder.runtime.checks_runtime import to_plain
+from autograder.model import NOT_RUN, CaseResult, CheckpointVerdict, PartVerdict, Status, SubmissionResult
+from autograder.runtime.plain_codec import to_plain
 from autograder.sandbox import SKIP_TAGS, ExecResult
 
 
@@ -152,13 +152,13 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
         return []
     plugin = suite.lesson.plugin
     if problems:
-        verdict = Verdict(False, "; ".join(problems), UNREADABLE)
+        verdict = CheckpointVerdict(False, "; ".join(problems), UNREADABLE)
     else:
         try:
             verdict = plugin.verify(files, rules=suite.milestone_rules,
                                     memory_mb=suite.config.submissions.checkpoint_memory_mb)
         except Exception as exc:  # noqa: BLE001 - hostile files (deep JSON, odd types) cost this part, not the batch
-            verdict = Verdict(False, f"the checkpoint could not be verified ({type(exc).__name__}: "
+            verdict = CheckpointVerdict(False, f"the checkpoint could not be verified ({type(exc).__name__}: "
                                      f"{str(exc)[:200]}); {plugin.UNVERIFIED}", UNREADABLE)
     out = []
     for case in cases:

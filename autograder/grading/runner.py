@@ -15,11 +15,8 @@ from autograder.sandbox import SANDBOX_ENV, SKIP_TAGS, Limits, WorkerPool
 
 
 def sandbox_limits(config: GradingConfig) -> Limits:
-    """The sandbox's limits from the config's execution section."""
-    ex = config.execution
-    return Limits(wall_s=ex.wall_timeout_s, cell_s=ex.cell_timeout_s, cpu_s=ex.cpu_timeout_s, memory_mb=ex.memory_mb,
-                  probe_s=ex.probe_timeout_s, question_s=ex.question_timeout_s,
-                  processes=ex.max_processes, file_mb=ex.max_file_mb, output_kb=ex.max_output_kb)
+    """The sandbox's limits from the config's execution section (each by its one name: Limits.configured)."""
+    return Limits.configured(config.execution)
 
 
 def probe_order(suite: Suite) -> list[tuple[Any, ...]]:

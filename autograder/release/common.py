@@ -19,7 +19,7 @@ from autograder.authoring.questions import LETTERS, Question, shuffled
 from autograder.config import ROOT, GradingConfig, command
 from autograder.lesson import Lesson
 from autograder.model import Case
-from autograder.runtime.checks_runtime import dumps
+from autograder.runtime.plain_codec import dumps
 
 TRAIN_TAG = "milestone-train"  # cells that train: skipped by our grader, and by Otter through otter_ignore
 

@@ -5,7 +5,7 @@ received), render (pages from templates/ and static/), write (the folder, swappe
 compare page: what moved since an earlier run)."""
 
 from autograder.grading.bindings import stub_state
-from autograder.report.code import code_cells, code_view, read_notebook, written_answers
+from autograder.report.code import code_cells, code_view, submission_cells, written_answers
 from autograder.report.compare import compare, detail, gate_of
 from autograder.report.model import (
     UNFINISHED,
@@ -23,5 +23,5 @@ from autograder.report.write import MARKER, regrade_command, write_report
 
 __all__ = ["MANUAL_CSV", "MARKER", "SCRIPT", "SCRIPT_HASH", "UNFINISHED", "UNRECOGNISED", "Cluster", "Student",
            "catalogue", "checkpoint_table", "clusters", "code_cells", "code_view", "compare", "detail", "gate_of",
-           "load_students", "plain_math", "question_code", "read_notebook", "record_problem", "regrade_command",
-           "stub_state", "write_report", "written_answers"]
+           "load_students", "plain_math", "question_code", "record_problem", "regrade_command",
+           "stub_state", "submission_cells", "write_report", "written_answers"]

@@ -28,8 +28,9 @@ def resolve_path(path: str | None, grades: Path) -> Path | None:
     return next((c for c in candidates if os.path.lexists(c)), None)
 
 
-def read_notebook(path: str | None, grades: Path, *, limits: Any = None) -> tuple[list[dict[str, Any]], str]:
-    """The cells of a submission's notebook, read as data only (never run), or why there are none.
+def submission_cells(path: str | None, grades: Path, *, limits: Any = None) -> tuple[list[dict[str, Any]], str]:
+    """The cells of a submission's notebook, from the path its result records, read as data only (never run), or
+    why there are none (the report's view; what the grader runs of a notebook's bytes is the sandbox's read_notebook).
 
     Read with the grader's own reader (regular files only, never a link, under the same caps).
     """

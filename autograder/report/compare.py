@@ -11,7 +11,7 @@ import numpy as np
 from autograder.authoring.suite import Suite
 from autograder.model import Case, CaseResult, SubmissionResult
 from autograder.report.text import as_text, clip_text, num_text
-from autograder.runtime.checks_runtime import dumps, from_plain, to_plain
+from autograder.runtime.plain_codec import dumps, from_plain, to_plain
 
 GRID = 8  # at most GRID x GRID values of an array are shown
 

@@ -17,7 +17,7 @@ from autograder.grading.bindings import stub_state
 from autograder.grading.gradebook import RESULTS_DIR, Gradebook
 from autograder.model import CaseResult, Status, SubmissionResult
 from autograder.model import record_problem as stored_record_problem
-from autograder.report.code import STUB_WORDS, code_cells, read_notebook, written_answers
+from autograder.report.code import STUB_WORDS, code_cells, submission_cells, written_answers
 from autograder.report.text import as_text
 
 UNRECOGNISED = "unrecognised"
@@ -193,7 +193,7 @@ def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None =
             record = unusable_record(sid, f"{RESULTS_DIR}/{as_text(name)}: not a stored result ({as_text(exc)[:300]})")
             student = Student(sid, record, _page_name(sid))
         if student.status not in (Status.UNREADABLE, Status.UNUSABLE) and record.get("path"):
-            cells, student.code_problem = read_notebook(record.get("path"), grades, limits=limits)
+            cells, student.code_problem = submission_cells(record.get("path"), grades, limits=limits)
             student.cells = code_cells(cells)
             student.answers = written_answers(cells, parts or []) if cells else {}
         students.append(student)

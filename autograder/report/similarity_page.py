@@ -12,7 +12,7 @@ import yaml
 
 from autograder.authoring.suite import Suite
 from autograder.grading.gradebook import SIMILARITY_DECISIONS_FILE, Gradebook
-from autograder.report.code import code_cells, read_notebook
+from autograder.report.code import code_cells, submission_cells
 from autograder.report.similarity import (
     CODE_THRESHOLD,
     WEIGHTS_THRESHOLD,
@@ -28,7 +28,7 @@ def template_cells(suite: Suite) -> list[str]:
     path = suite.lesson.notebook
     if not path.is_file():
         return []
-    cells, _ = read_notebook(str(path), path.parent, limits=suite.config.submissions)
+    cells, _ = submission_cells(str(path), path.parent, limits=suite.config.submissions)
     return [src for _, src in code_cells(cells)]
 
 

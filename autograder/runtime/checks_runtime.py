@@ -2,8 +2,10 @@
 
 A lesson's checks module (assignments/NAME/NAME_checks.py) holds only its probes, its checks and a few hooks; it
 starts with `from checks_runtime import *` (`__all__` below: the registries and their decorators, Verdict, the case
-codec, run_probe, judge, the gate, the local checks and their summary). Python and numpy alone are needed (torch
-only where a lesson's probes imported it), so a notebook imports it without the autograder package.
+codec, run_probe, judge, the gate, the local checks and their summary). The case codec is the engine's (plain_codec.py,
+shipped beside this file and imported from there by its top-level name, as the kit modules import this one). Python
+and numpy alone are needed (torch only where a lesson's probes imported it), so a notebook imports it without the
+autograder package.
 A *probe* (@probe) runs inside the student's process: it calls the student's code on fixed inputs and returns plain
 data, never a verdict. A *check* (@check) runs wherever judging happens (the notebook's local checks, the clean
 grader process): it compares the probe's output with the reference's and returns a Verdict.
@@ -14,7 +16,6 @@ sandbox, the staged copy of the engine's file (autograder/sandbox/guard.py), wat
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import sys
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from plain_codec import dumps, from_plain, loads, own_array, to_plain  # the engine's codec: the copy shipped beside
 
 PROBES: dict[str, Callable[..., dict[str, Any]]] = {}
 CHECKS: dict[str, Callable[..., Verdict]] = {}
@@ -110,70 +112,6 @@ def hook(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-# --------------------------------------------------------------------------- case JSON
-# The JSON form of case data (arguments, expected values, probe outputs), written by the release and read here in
-# the notebook: the package's one codec of plain data, which the engine imports too. Its input is trusted; what a
-# student's process sends the grader goes through the strict wire format (autograder/wire.py), with this layout.
-
-ARRAY_TAG = "__ndarray__"  # an array in plain data: {ARRAY_TAG: base64 bytes, "dtype": dtype string, "shape": list}
-
-
-def array_plain(arr: np.ndarray) -> dict[str, Any]:
-    """An array as plain data: its bytes in C order as base64, its dtype string and its shape (at least one
-    dimension: a 0-d array is stored as shape [1]). The one layout of an array in every JSON the package writes;
-    non-finite floats are JSON's NaN, Infinity and -Infinity (json's default)."""
-    arr = np.ascontiguousarray(arr)
-    return {ARRAY_TAG: base64.b64encode(arr.tobytes()).decode(), "dtype": arr.dtype.str, "shape": list(arr.shape)}
-
-
-def to_plain(value: Any, *, array: Callable[[np.ndarray], Any] = array_plain) -> Any:
-    """JSON-ready form of case data: arrays become tagged base64 blobs (array_plain), numpy scalars Python ones;
-    any other object is a TypeError. array=own_array gives from_plain(to_plain(value)) without the base64 trip."""
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind not in "biuf":
-            raise TypeError(f"arrays of dtype {value.dtype} are not plain data")
-        return array(value)
-    if isinstance(value, dict):
-        return {str(k): to_plain(v, array=array) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_plain(v, array=array) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not plain data")
-
-
-def own_array(arr: np.ndarray) -> np.ndarray:
-    """arr as from_plain(array_plain(arr)) reads it back: a C-ordered copy, at least 1-d, of the same dtype."""
-    return np.array(arr, order="C", copy=True, ndmin=1)
-
-
-def from_plain(value: Any) -> Any:
-    """Inverse of `to_plain`, for trusted case JSON (it does not bound sizes: never feed it a student's bytes)."""
-    if isinstance(value, dict):
-        if ARRAY_TAG in value:
-            dtype = np.dtype(value["dtype"])
-            if dtype.kind not in "biuf":
-                raise TypeError(f"refusing array of dtype {dtype}")
-            raw = base64.b64decode(value[ARRAY_TAG])
-            return np.frombuffer(raw, dtype=dtype).reshape(value["shape"]).copy()
-        return {k: from_plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [from_plain(v) for v in value]
-    return value
-
-
-def dumps(value: Any) -> str:
-    """Case data as canonical JSON text (sorted keys, no spaces), as the release writes it into the notebook's tests."""
-    return json.dumps(to_plain(value), sort_keys=True, separators=(",", ":"))
-
-
-def loads(text: str) -> Any:
-    """Inverse of `dumps`."""
-    return from_plain(json.loads(text))
-
-
 # --------------------------------------------------------------------------- probe helpers
 
 
@@ -204,7 +142,7 @@ def error_record(exc: BaseException) -> dict[str, str]:
     """A student error as data: its type, message and the innermost line outside the checks (the student's)."""
     frames = list(traceback.walk_tb(exc.__traceback__))  # frames and line numbers; no source file is read
     where = next((f"line {lineno} in {f.f_code.co_name}" for f, lineno in reversed(frames)
-                  if not f.f_code.co_filename.endswith(("_checks.py", "checks_runtime.py"))), "")
+                  if not f.f_code.co_filename.endswith(("_checks.py", "checks_runtime.py", "plain_codec.py"))), "")
     return {"type": type(exc).__name__, "message": str(exc)[:300], "where": where}
 
 

@@ -96,6 +96,8 @@ Threat model. Student code is hostile and runs with the child's privileges.
 The front door. The rest of the engine (and the tests, the lessons, the benchmarks) imports the sandbox from here
 only: `from autograder.sandbox import WorkerPool, ExecResult, Limits, ...`; __all__ names what it may use. Each
 name is imported from its module when first asked for (the zygote and the child import only the modules they run).
+The public names are written once, as the imports under TYPE_CHECKING at the end of this file (what a type checker
+and an editor read); __all__ and the lazy map are read from those imports.
 
 Files, one job each: frames.py (what grader and child share on the wire), limits.py (the limits), notebook.py (a
 submission's cells), isolation.py (the confinement primitives), fallback.py (the choice of isolation, the refusal,
@@ -106,38 +108,23 @@ pool.py (the pool of workers), files.py (the checkpoint readers).
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# public name -> (module of this package, its name there)
-_EXPORTS = {
-    **{n: ("limits", n) for n in ("MIB", "UPLOAD_CAP_MB", "CELL_TIMEOUT_S", "PROBE_TIMEOUT_S", "QUESTION_TIMEOUT_S",
-                                  "WALL_TIMEOUT_S", "CPU_TIMEOUT_S", "MEMORY_MB", "MAX_PROCESSES", "MAX_OUTPUT_KB",
-                                  "CHECKPOINT_MEMORY_MB", "Limits", "fit_hard", "lowered_limits")},
-    **{n: ("notebook", n) for n in ("SKIP_TAGS", "MAX_NOTEBOOK_BYTES", "NotebookError", "notebook_cells",
-                                    "read_notebook")},
-    **{n: ("frames", n) for n in ("WorkerError", "MEMORY_GUARDS")},
-    **{n: ("results", n) for n in ("ExecResult", "Probe", "MAX_PROBE_RUNS", "group_of")},
-    **{n: ("isolation", n) for n in ("SANDBOX_ENV", "MEMORY_GUARD_ENV", "UID_LOCKS_ENV", "choose_sandbox",
-                                     "uid_drop_problem")},
-    **{n: ("fallback", n) for n in ("ALLOW_UNSANDBOXED", "UNSANDBOXED_HELP", "Isolation", "UnsandboxedError",
-                                    "choose_isolation", "namespace_problem", "permit_unsandboxed", "refuse_unsandboxed",
-                                    "require_isolation")},
-    **{n: ("pool", n) for n in ("WorkerPool", "execute_batch", "execute_submission")},
-    **{n: ("zygote", n) for n in ("PRELOAD",)},
-    **{n: ("files", n) for n in ("STARTUP_TIMEOUT_S", "VERIFY_SLOTS", "ReaderFiles", "Verifier", "VerifierError",
-                                 "reader_isolation", "reader_limits_lowered", "run_child")},
-    "reader_pool": ("files", "pool"),  # the readers of one plug-in file (files.pool: the name `pool` is a module here)
-}
-__all__ = ["ALLOW_UNSANDBOXED", "CELL_TIMEOUT_S", "CHECKPOINT_MEMORY_MB", "CPU_TIMEOUT_S", "ExecResult",
-           "Isolation", "Limits", "MAX_NOTEBOOK_BYTES", "MAX_OUTPUT_KB", "MAX_PROBE_RUNS", "MAX_PROCESSES",
-           "MEMORY_GUARDS", "MEMORY_GUARD_ENV", "MEMORY_MB", "MIB", "NotebookError", "PRELOAD", "PROBE_TIMEOUT_S",
-           "Probe", "QUESTION_TIMEOUT_S", "ReaderFiles", "SANDBOX_ENV", "SKIP_TAGS", "STARTUP_TIMEOUT_S",
-           "UID_LOCKS_ENV", "UNSANDBOXED_HELP", "UPLOAD_CAP_MB", "UnsandboxedError", "VERIFY_SLOTS", "Verifier",
-           "VerifierError", "WALL_TIMEOUT_S", "WorkerError", "WorkerPool", "choose_isolation", "choose_sandbox",
-           "execute_batch", "execute_submission", "fit_hard", "group_of", "lowered_limits", "namespace_problem",
-           "notebook_cells", "permit_unsandboxed", "read_notebook", "reader_isolation", "reader_limits_lowered",
-           "reader_pool", "refuse_unsandboxed", "require_isolation", "run_child", "uid_drop_problem"]
+
+def _exports() -> dict[str, tuple[str, str]]:
+    """Public name -> (module of this package, its name there), read from the imports under TYPE_CHECKING below: the
+    one place the front door's names are written."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    return {a.asname or a.name: (node.module.rsplit(".", 1)[1], a.name) for node in block.body
+            if isinstance(node, ast.ImportFrom) and node.module for a in node.names}
+
+
+_EXPORTS = _exports()
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
@@ -152,7 +139,7 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getattr__ imports them when asked
+if TYPE_CHECKING:  # the public names, written once: what a type checker and an editor see; _exports reads them
     from autograder.sandbox.fallback import (
         ALLOW_UNSANDBOXED,
         UNSANDBOXED_HELP,
@@ -172,9 +159,9 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getatt
         VerifierError,
         reader_isolation,
         reader_limits_lowered,
+        reader_pool,
         run_child,
     )
-    from autograder.sandbox.files import pool as reader_pool
     from autograder.sandbox.frames import MEMORY_GUARDS, WorkerError
     from autograder.sandbox.isolation import (
         MEMORY_GUARD_ENV,

@@ -193,7 +193,7 @@ class Verifier:
         slot = next(_SLOTS)
         groups, self._cgroups, guard_why = make_cgroups([f"{CGROUP_PREFIX}{os.getpid()}-f{slot}"],
                                                         memory_bytes=CHECKPOINT_MEMORY_MB * MIB,
-                                                        pids=Limits().processes + 1, wanted=self.memory_guard)
+                                                        pids=Limits().max_processes + 1, wanted=self.memory_guard)
         drop = os.geteuid() == 0 if iso.sandbox == "bwrap" else iso.kind == "unprivileged uid"
         scratch = self._tmp / "scratch"
         if self.sandbox == "none":
@@ -332,7 +332,7 @@ _POOLS: dict[Path, _Pool] = {}
 _POOLS_GUARD = threading.Lock()
 
 
-def pool(plugin: Path, *, make: Callable[..., Verifier]) -> _Pool:
+def reader_pool(plugin: Path, *, make: Callable[..., Verifier]) -> _Pool:
     """The process's pool of verifiers of one plug-in file (started when first needed, stopped at exit); make:
     a Verifier of the plug-in (make(plugin=...): the caller's, which gives it the files it stages)."""
     plugin = Path(plugin).resolve()

@@ -524,9 +524,9 @@ def vm_size(pid: int | str = "self") -> int:
 def rlimits(limits: Limits, *, vm: int, base: int) -> list[tuple[int, int, int]]:
     """A child's per-process limits as (rlim, soft, hard): vm is its size, base the tasks its uid runs already."""
     return [(resource.RLIMIT_AS, vm + limits.memory_mb * MIB, vm + limits.memory_mb * MIB),
-            (resource.RLIMIT_NPROC, base + limits.processes, base + limits.processes),
-            (resource.RLIMIT_FSIZE, limits.file_mb * MIB, limits.file_mb * MIB), (resource.RLIMIT_CORE, 0, 0),
-            (resource.RLIMIT_NOFILE, 1024, 1024), (resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 1)]
+            (resource.RLIMIT_NPROC, base + limits.max_processes, base + limits.max_processes),
+            (resource.RLIMIT_FSIZE, limits.max_file_mb * MIB, limits.max_file_mb * MIB), (resource.RLIMIT_CORE, 0, 0),
+            (resource.RLIMIT_NOFILE, 1024, 1024), (resource.RLIMIT_CPU, limits.cpu_timeout_s, limits.cpu_timeout_s + 1)]
 
 
 def apply_limits(limits: Limits, uid: int | None) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from autograder import MIB, UPLOAD_CAP_MB  # the cap on anything a submission hands over in one piece
 
@@ -62,25 +63,33 @@ def lowered_limits(wanted: Iterable[tuple[int, int]], *, who: str, size: int = 0
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-submission limits, as in grading_config.yaml's `execution` section (wall_timeout_s: wall_s...).
+    """Per-submission limits. A limit that grading_config.yaml's `execution` section sets has the config's name
+    here (one name from the config to the sandbox: `configured` copies each by name, so a new limit is a field here
+    and a Field of config.Execution with the same name); result_mb, scratch_mb and threads are the sandbox's own.
 
-    memory_mb and processes hold for the submission as a whole (every process it starts); scratch_mb
-    (the scratch tmpfs) and threads (torch/BLAS threads) are fixed when a pool starts. cell_s limits one
-    cell (cell_timeout_s); wall_s and cpu_s the whole notebook, cells and probes, in each run of it. probe_s limits
-    one probe (probe_timeout_s) and question_s all the probes of one question together, over every run
-    (question_timeout_s: the question's share of the checking time).
+    memory_mb and max_processes hold for the submission as a whole (every process it starts); scratch_mb
+    (the scratch tmpfs) and threads (torch/BLAS threads) are fixed when a pool starts. cell_timeout_s limits one
+    cell; wall_timeout_s and cpu_timeout_s the whole notebook, cells and probes, in each run of it. probe_timeout_s
+    limits one probe and question_timeout_s all the probes of one question together, over every run (the question's
+    share of the checking time).
     """
 
-    wall_s: float = WALL_TIMEOUT_S
-    cell_s: float = CELL_TIMEOUT_S
-    probe_s: float = PROBE_TIMEOUT_S
-    question_s: float = QUESTION_TIMEOUT_S
-    cpu_s: int = CPU_TIMEOUT_S
+    wall_timeout_s: float = WALL_TIMEOUT_S
+    cell_timeout_s: float = CELL_TIMEOUT_S
+    probe_timeout_s: float = PROBE_TIMEOUT_S
+    question_timeout_s: float = QUESTION_TIMEOUT_S
+    cpu_timeout_s: int = CPU_TIMEOUT_S
     memory_mb: int = MEMORY_MB
-    processes: int = MAX_PROCESSES
-    file_mb: int = UPLOAD_CAP_MB
-    output_kb: int = MAX_OUTPUT_KB
+    max_processes: int = MAX_PROCESSES
+    max_file_mb: int = UPLOAD_CAP_MB
+    max_output_kb: int = MAX_OUTPUT_KB
     result_mb: int = UPLOAD_CAP_MB
     scratch_mb: int = 512
     threads: int = 1
+
+    @classmethod
+    def configured(cls, section: Any) -> Limits:
+        """The limits a config section sets (grading_config.yaml's `execution`: an object with an attribute per
+        key), each field of the section's name taken from it by that name, the others at their defaults."""
+        return cls(**{f.name: getattr(section, f.name) for f in fields(cls) if hasattr(section, f.name)})
 

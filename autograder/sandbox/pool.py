@@ -143,7 +143,7 @@ class WorkerPool:
         """One memory and one pids cgroup (v1) per worker, or none and why (then the watchdog holds)."""
         names = [f"{CGROUP_PREFIX}{os.getpid()}-{self._slots[i]}" for i in range(size)]
         groups, self._cgroups, msg = make_cgroups(names, memory_bytes=self.limits.memory_mb * MIB,
-                                                  pids=self.limits.processes + 1, wanted=wanted)
+                                                  pids=self.limits.max_processes + 1, wanted=wanted)
         return groups, msg + "; a watchdog in each worker limits the memory of each submission instead" if msg else ""
 
     def worker_pids(self) -> list[int]:
@@ -194,9 +194,9 @@ class WorkerPool:
 
         A cell over the per-cell limit is left out and everything else runs (at most MAX_TIME_STOPS such
         cells). When a whole-notebook limit stops a cell, or one more cell is too slow, only the cells before
-        it run again, then the probes. Each probe has its own limit (probe_s) and each question a share of the
-        probes' time (question_s, counted over every run): a probe past either is stopped, earns nothing and does
-        not run again, nor do the probes of a question whose share is spent; one stopped by a whole-notebook
+        it run again, then the probes. Each probe has its own limit (probe_timeout_s) and each question a share of
+        the probes' time (question_timeout_s, counted over every run): a probe past either is stopped, earns nothing
+        and does not run again, nor do the probes of a question whose share is spent; one stopped by a whole-notebook
         limit runs once more. The answers given so far are kept and the rest go to a fresh child (the same cells
         first, public probes before hidden ones), at most MAX_PROBE_RUNS times.
         """
@@ -206,7 +206,7 @@ class WorkerPool:
         facts: list[str] = []
         cpu = 0.0
         hidden = {k for k, _, _ in probes[public:]}
-        share = {group_of(k): limits.question_s for k, _, _ in probes}
+        share = {group_of(k): limits.question_timeout_s for k, _, _ in probes}
         stops, left = ProbeStops(limits, probes), probes
         cell_runs = probe_runs = 0
         while True:

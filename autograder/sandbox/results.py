@@ -67,15 +67,15 @@ def time_note(i: int, limit: str, src: str, limits: Limits, *, cut: bool = False
     """In plain words: which cell a time limit stopped, its first line, the limit and what the grader did."""
     cell = cell_name(i, src)
     if limit == "cell" and not cut:
-        return (f"{cell_name(i, src, word='Cell')} was still running after {limits.cell_s:g} s, the time limit "
+        return (f"{cell_name(i, src, word='Cell')} was still running after {limits.cell_timeout_s:g} s, the time limit "
                 "for one cell: the grader stopped it and graded the rest of the notebook without it")
     if limit == "cell":
-        what = (f"{cell} was still running after {limits.cell_s:g} s, the time limit for one cell, and "
+        what = (f"{cell} was still running after {limits.cell_timeout_s:g} s, the time limit for one cell, and "
                 f"{stops} cells had been stopped already")
     elif limit == "wall":
-        what = f"the whole notebook reached its wall-clock limit of {limits.wall_s:g} s in {cell}"
+        what = f"the whole notebook reached its wall-clock limit of {limits.wall_timeout_s:g} s in {cell}"
     else:
-        what = f"the whole notebook reached its CPU-time limit of {limits.cpu_s:g} s in {cell}"
+        what = f"the whole notebook reached its CPU-time limit of {limits.cpu_timeout_s:g} s in {cell}"
     return (f"{what[0].upper()}{what[1:]}: the grader graded what the cells before it define; cell {i} and "
             "the cells after it did not run")
 
@@ -126,23 +126,23 @@ def classify(header: dict[str, Any], output: bytes, total: int, t: Transcript,
     """Turn the zygote's facts and the grader's transcript of the conversation into an ExecResult."""
     res = ExecResult(Status.GRADED, outputs=t.outputs, notes=list(t.notes), tampering=list(t.tampering),
                      cpu_s=float(header.get("cpu_s", 0.0)))
-    res.stdout = output[: limits.output_kb * 1024].decode("utf-8", errors="replace")
+    res.stdout = output[: limits.max_output_kb * 1024].decode("utf-8", errors="replace")
     if total > len(output):
         res.notes.append(f"output truncated: kept {len(output)} of {total} bytes")
     sig, code, where = header.get("signal"), header.get("exit_code"), t.where
     if t.cell_over is not None:
         res.status = Status.TIMED_OUT
-        res.notes.append(f"per-cell time limit of {limits.cell_s:g} s reached in cell {t.cell_over}")
+        res.notes.append(f"per-cell time limit of {limits.cell_timeout_s:g} s reached in cell {t.cell_over}")
     elif t.probe_over:
         res.status = Status.TIMED_OUT
-        res.notes.append(f"a probe's time limit ({limits.probe_s:g} s, or its question's share of "
-                         f"{limits.question_s:g} s) reached in probe {t.probe_over!r}")
+        res.notes.append(f"a probe's time limit ({limits.probe_timeout_s:g} s, or its question's share of "
+                         f"{limits.question_timeout_s:g} s) reached in probe {t.probe_over!r}")
     elif header.get("timed_out"):
         res.status = Status.TIMED_OUT
-        res.notes.append(f"wall-clock limit of {limits.wall_s:g} s reached {where}")
+        res.notes.append(f"wall-clock limit of {limits.wall_timeout_s:g} s reached {where}")
     elif header.get("cpu_exceeded"):
         res.status = Status.TIMED_OUT
-        res.notes.append(f"CPU-time limit of {limits.cpu_s} s reached {where}")
+        res.notes.append(f"CPU-time limit of {limits.cpu_timeout_s} s reached {where}")
     elif header.get("memory") in MEMORY_GUARDS:
         res.status = Status.OUT_OF_MEMORY
         how = ("the cgroup memory limit" if header["memory"] == "cgroup"
@@ -221,10 +221,11 @@ class ProbeStops:
         if key and key not in self.answered:
             name, args = self.probes[key]
             if t.probe_over and share.get(group_of(key), 1.0) > 0:
-                self.not_run[key] = (f"{_calls(name, args)}: still running after {self.limits.probe_s:g} s, the "
+                probe_s = self.limits.probe_timeout_s
+                self.not_run[key] = (f"{_calls(name, args)}: still running after {probe_s:g} s, the "
                                      "time limit of one check")
                 self.said.append(f"The check {key} ({_calls(name, args)}) was still running after "
-                                 f"{self.limits.probe_s:g} s, the time limit of one check: it earns nothing, and the "
+                                 f"{probe_s:g} s, the time limit of one check: it earns nothing, and the "
                                  "checks after it ran in a fresh run of the notebook")
             elif not t.probe_over and key in self.retried:
                 self.not_run[key] = f"{_calls(name, args)}: stopped twice by the notebook's whole time limit"
@@ -240,8 +241,8 @@ class ProbeStops:
         """Why the probes of a question whose share ran out do not run; said to the student once."""
         slow = max((k for k in self.wall if group_of(k) == group), key=lambda k: self.wall[k], default="")
         what = f" (the slowest: {slow}, {_calls(*self.probes[slow])}, {self.wall[slow]:.1f} s)" if slow else ""
-        why = (f"the checks of {group} used up the question's share of {self.limits.question_s:g} s of checking "
-               f"time{what}")
+        why = (f"the checks of {group} used up the question's share of {self.limits.question_timeout_s:g} s of "
+               f"checking time{what}")
         if group not in self.spent:
             self.spent.add(group)
             self.said.append(f"{why[0].upper()}{why[1:]}: its checks that had not run by then earn nothing "

@@ -130,7 +130,7 @@ class Worker:
                            else zygote_host_pid(self.proc.pid, ready["pid"]))
         if self.cgroups:
             try:
-                place_in_cgroups(self.zygote_pid, self.cgroups, processes=limits.processes)
+                place_in_cgroups(self.zygote_pid, self.cgroups, processes=limits.max_processes)
             except OSError as exc:
                 self.kill()
                 return f"worker {self.index} did not start: it cannot be placed in its cgroups ({exc})"
@@ -272,7 +272,7 @@ class Conversation:
                  probes: list[tuple[str, str, dict[str, Any]]], public: int, share: dict[str, float]):
         limits = worker.limits
         self.worker, self.sock, self.out_r, self.job, self.cells, self.probes = worker, sock, out_r, job, cells, probes
-        self.out_cap, self.res_cap = limits.output_kb * 1024, limits.result_mb * MIB
+        self.out_cap, self.res_cap = limits.max_output_kb * 1024, limits.result_mb * MIB
         self.output, self.total = bytearray(), 0
         self.buf, self.received = bytearray(), 0
         self.t = Transcript()
@@ -283,8 +283,9 @@ class Conversation:
         self.share = share  # question -> seconds of probe time it has left (spent here, kept across runs)
         self.probe_began = 0.0
         self.nonce = ""  # sent with the latest probe requests; the guard's report of each answer must carry it
-        self.deadline = time.monotonic() + limits.wall_s + 30
-        self.cell_s, self.cell_deadline, self.probe_s = limits.cell_s, float("inf"), limits.probe_s
+        self.deadline = time.monotonic() + limits.wall_timeout_s + 30
+        self.cell_timeout_s, self.probe_timeout_s = limits.cell_timeout_s, limits.probe_timeout_s
+        self.cell_deadline = float("inf")
         self.sel = selectors.DefaultSelector()
 
     def run(self) -> tuple[dict[str, Any], bytes, int, Transcript]:
@@ -469,13 +470,13 @@ class Conversation:
         if self.phase == "cells":
             self.t.where = f"in cell {self.cells[self.cell][0]}" if self.cell < len(self.cells) else "after the cells"
             if self.cell < len(self.cells):
-                self.t.running, self.cell_deadline = self.cells[self.cell][0], time.monotonic() + self.cell_s
+                self.t.running, self.cell_deadline = self.cells[self.cell][0], time.monotonic() + self.cell_timeout_s
         elif self.phase == "probes":
             key = self.probes[self.probe][0]
             self.t.where, self.t.probe_running = f"in probe {key!r}", key
             self.probe_began = time.monotonic()
             left = self.share.get(group_of(key), float("inf"))
-            self.cell_deadline = self.probe_began + max(0.0, min(self.probe_s, left))
+            self.cell_deadline = self.probe_began + max(0.0, min(self.probe_timeout_s, left))
         elif self.phase == "ended":
             self.t.where = "after the probes"
 

@@ -212,7 +212,7 @@ def _watch(pid: int, ctl: socket.socket, limits: Limits, start: float, memory: M
     pidfd = os.pidfd_open(pid)
     sel.register(pidfd, selectors.EVENT_READ)
     sel.register(ctl, selectors.EVENT_READ)
-    deadline = start + limits.wall_s
+    deadline = start + limits.wall_timeout_s
     while status is None and not killed:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -248,7 +248,7 @@ def _watch(pid: int, ctl: socket.socket, limits: Limits, start: float, memory: M
     return {"exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None, "signal": sig,
             "timed_out": timed_out, "killed": forced, "memory": over or None, "cpu_s": cpu,
             "cpu_exceeded": sig == signal.SIGXCPU or (sig == signal.SIGKILL and not forced
-                                                       and cpu >= limits.cpu_s - 0.5),
+                                                       and cpu >= limits.cpu_timeout_s - 0.5),
             "wall_s": time.monotonic() - start}
 
 
@@ -342,7 +342,7 @@ def _file_job(request: dict[str, Any], data: bytes, plugin: ModuleType, state: A
     rlimits: memory_mb beyond the reader's size, timeout_s of CPU; a scratch folder), timeout_s of wall-clock
     time; the child's answer with its CPU seconds, or an error. Its tree, scratch and IPC objects go after it."""
     uid, since, scratch = open_job(cfg, n)  # a fresh uid per file
-    limits = Limits(memory_mb=int(request["memory_mb"]), cpu_s=int(request["timeout_s"]) + 1,
+    limits = Limits(memory_mb=int(request["memory_mb"]), cpu_timeout_s=int(request["timeout_s"]) + 1,
                     threads=int(request.get("threads", 1)))
     size = vm_size()  # the child's size as it starts: a fork of this process
     base = 1 if uid is not None else count_tasks(os.getuid())

@@ -19,6 +19,7 @@ from autograder.config import ROOT
 from autograder.course import course_of
 from autograder.lesson import RUNTIME_FILE, RUNTIME_NAME, Lesson, LessonError
 from autograder.model import Status
+from autograder.runtime import runtime_files
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 LESSONS = [course_of().lesson, Lesson.load("lesson_demo", near=FIXTURE)]
@@ -99,7 +100,7 @@ def test_the_demo_lesson_works_with_the_runtime() -> None:
 
 def test_the_runtime_needs_no_torch_and_no_autograder(tmp_path: Path) -> None:
     """Next to a student's notebook: the runtime and the demo's checks import with numpy alone."""
-    for path in (RUNTIME_FILE, LESSONS[1].checks_file):
+    for path in LESSONS[1].shipped_files:  # the runtime, the codec it imports, the checks
         shutil.copy(path, tmp_path / path.name)
     code = ("import sys; sys.path.insert(0, '.'); sys.modules['torch'] = None; sys.modules['autograder'] = None\n"
             "import lesson_demo_checks as c\n"
@@ -113,8 +114,9 @@ def test_the_runtime_needs_no_torch_and_no_autograder(tmp_path: Path) -> None:
 
 def test_a_fake_runtime_in_the_working_folder_is_never_imported_by_the_grader(tmp_path: Path) -> None:
     """The grader binds a lesson's checks to the engine's runtime file, whatever the working folder and sys.path
-    hold (a student's folder with a checks_runtime.py of its own)."""
-    (tmp_path / f"{RUNTIME_NAME}.py").write_text(FAKE)
+    hold (a student's folder with a checks_runtime.py, or a plain_codec.py, of its own)."""
+    for name in runtime_files():
+        (tmp_path / f"{name}.py").write_text(FAKE)
     code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); sys.path.insert(0, {str(ROOT)!r})\n"
             "from autograder.lesson import Lesson\n"
             f"lesson = Lesson.load('lesson_demo', near=__import__('pathlib').Path({str(FIXTURE)!r}))\n"
@@ -148,21 +150,28 @@ def test_the_sandbox_runs_the_engine_runtime_and_guards_it(tmp_path: Path, monke
     from autograder.sandbox import Limits, WorkerPool
 
     lesson = LESSONS[1]
-    (tmp_path / f"{RUNTIME_NAME}.py").write_text(FAKE)
+    for name in runtime_files():
+        (tmp_path / f"{name}.py").write_text(FAKE)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     patch = ("import checks_runtime\n"
              "checks_runtime._run_one.__code__ = (lambda env, name, args: {'value': 0.0}).__code__")
-    limits = Limits(wall_s=30, cpu_s=20, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
+    codec = ("import plain_codec\n"  # the codec the runtime imports is staged and guarded as the runtime is
+             "plain_codec.to_plain.__code__ = (lambda value, *, array=None: {'value': 0.0}).__code__")
+    limits = Limits(wall_timeout_s=30, cpu_timeout_s=20, memory_mb=2048, max_processes=32, max_file_mb=8,
+                    max_output_kb=64, scratch_mb=64)
     with WorkerPool(1, limits=limits, probe_module=lesson.checks_name, modules=lesson.sandbox_modules) as pool:
         honest = pool.run(_notebook(CENTER), probes=PROBE)
         patched = pool.run(_notebook(CENTER, patch), probes=PROBE)
+        recoded = pool.run(_notebook(CENTER, codec), probes=PROBE)
     assert honest.status == Status.GRADED, honest
     assert np.allclose(honest.outputs["center"]["value"], [[-1.0, -2.0], [1.0, 2.0]])
     assert not (tmp_path / "FAKE_IMPORTED").exists()
     assert patched.status == Status.TAMPERING, patched.notes
     assert any("checks_runtime" in f for f in patched.tampering), patched.tampering
     assert json.dumps(patched.outputs.get("center", {}), default=str) != json.dumps({"value": 0.0})
+    assert recoded.status == Status.TAMPERING, recoded.notes
+    assert any("plain_codec" in f for f in recoded.tampering), recoded.tampering
 
 
 def test_the_local_check_warns_when_a_call_or_a_cell_takes_half_the_graders_limit(

@@ -19,8 +19,9 @@ import pytest
 
 from autograder import wire
 from autograder.config import ROOT
-from autograder.lesson import RUNTIME_FILE, RUNTIME_NAME
+from autograder.lesson import RUNTIME_NAME
 from autograder.model import RUN_STATUSES, Status
+from autograder.runtime import runtime_for
 from autograder.sandbox import (
     ExecResult,
     Limits,
@@ -36,7 +37,8 @@ REPO = ROOT
 REFERENCE = REPO / "tests" / "fixtures" / "lesson_demo" / "reference" / "lesson_demo.py"
 # Another checkout beside this one (made by the batch fixture): the sandbox must hide it wherever REPO lives.
 OTHER_CHECKOUT = REPO.parent / f".grader-other-checkout-{os.getpid()}"
-LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
+LIMITS = Limits(wall_timeout_s=10, cpu_timeout_s=5, memory_mb=2048, max_processes=32, max_file_mb=8, max_output_kb=64,
+                scratch_mb=64)
 PROBES = [("add", "add", {"args": [2, 3]}), ("value", "value", {})]
 ADD = "def add(a, b):\n    return a + b"
 FAKE_CHECKS = '''
@@ -288,7 +290,7 @@ def test_exiting_cells_crash_and_earn_nothing(batch, case, words):
 def test_printing_100_mb_is_capped(batch):
     res = result(batch, "print_100mb")
     assert res.status == Status.GRADED
-    assert len(res.stdout.encode()) <= LIMITS.output_kb * 1024
+    assert len(res.stdout.encode()) <= LIMITS.max_output_kb * 1024
     assert any("output truncated" in n for n in res.notes)
     assert value(res, "add") == 5
 
@@ -622,7 +624,8 @@ FORK_THREE = nb("import os, time\nkids = []\nfor _ in range(3):\n    pid = os.fo
 @pytest.mark.parametrize("guard", ["cgroup", "watchdog"])
 @pytest.mark.sandbox
 def test_memory_is_limited_for_the_submission_as_a_whole(fake_checks, guard):
-    limits = Limits(wall_s=15, cpu_s=10, memory_mb=400, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
+    limits = Limits(wall_timeout_s=15, cpu_timeout_s=10, memory_mb=400, max_processes=32, max_file_mb=8,
+                    max_output_kb=64, scratch_mb=64)
     try:
         pool = WorkerPool(1, limits=limits, probe_module=fake_checks, memory_guard=guard)
     except WorkerError as exc:
@@ -659,7 +662,8 @@ def cgroup_pool(fake_checks: str, limits: Limits) -> WorkerPool:
 
 @pytest.mark.sandbox
 def test_a_submission_is_born_in_its_workers_cgroups_with_its_whole_process_budget(fake_checks):
-    limits = Limits(wall_s=15, cpu_s=10, memory_mb=2048, processes=8, file_mb=8, output_kb=64, scratch_mb=64)
+    limits = Limits(wall_timeout_s=15, cpu_timeout_s=10, memory_mb=2048, max_processes=8, max_file_mb=8,
+                    max_output_kb=64, scratch_mb=64)
     with cgroup_pool(fake_checks, limits) as pool:
         groups = pool._workers[0].cgroups
         members = {name: (Path(folder) / "cgroup.procs").read_text().split() for name, folder in groups.items()}
@@ -667,12 +671,13 @@ def test_a_submission_is_born_in_its_workers_cgroups_with_its_whole_process_budg
         res = pool.run(COUNT_FORKS, probes=PROBES)
     assert all(members[name] == [zygote] for name in ("memory", "pids")), members
     assert res.status == Status.GRADED, res.notes
-    assert value(res, "value") == limits.processes  # the zygote's own tasks do not count against the submission
+    assert value(res, "value") == limits.max_processes  # the zygote's own tasks do not count against the submission
 
 
 @pytest.mark.sandbox
 def test_a_zygote_the_kernel_kills_for_memory_is_the_submissions_memory_limit(fake_checks):
-    limits = Limits(wall_s=20, cpu_s=10, memory_mb=400, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
+    limits = Limits(wall_timeout_s=20, cpu_timeout_s=10, memory_mb=400, max_processes=32, max_file_mb=8,
+                    max_output_kb=64, scratch_mb=64)
     with cgroup_pool(fake_checks, limits) as pool:
         zygote = pool.worker_pids()[0]
         res = pool.run(SHRINK_AND_SPREAD, probes=PROBES)
@@ -713,7 +718,7 @@ def runtime_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExecRe
     """Each table notebook probed by a checks module on the runtime, shipped as a lesson's modules are."""
     path = tmp_path_factory.mktemp("array_checks") / "array_checks.py"
     path.write_text(ARRAY_CHECKS)
-    modules = {RUNTIME_NAME: RUNTIME_FILE, "array_checks": path}
+    modules = {**runtime_for(path), "array_checks": path}
     probes = [("table", "call", {"fn": "table", "args": [6, 4]})]
     with WorkerPool(1, limits=LIMITS, probe_module="array_checks", modules=modules) as pool:
         return dict(pool.run_many(((k, nb(src)) for k, src in TABLES.items()), probes=probes))

@@ -23,8 +23,8 @@ from helpers.celltime import FAKE_CHECKS, demo_copy, nb
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_demo"
 CELL_S = 2  # short, so that the tests stay quick; real limits are in a course's grading_config.yaml
-LIMITS = Limits(wall_s=8, cell_s=CELL_S, cpu_s=6, memory_mb=2048, processes=32, file_mb=8, output_kb=64,
-                scratch_mb=64)
+LIMITS = Limits(wall_timeout_s=8, cell_timeout_s=CELL_S, cpu_timeout_s=6, memory_mb=2048, max_processes=32,
+                max_file_mb=8, max_output_kb=64, scratch_mb=64)
 PROBES = [("add", "add", {"args": [2, 3]}), ("value", "value", {})]
 ADD = "def add(a, b):\n    return a + b"
 VALUE = "def value():\n    return 1"

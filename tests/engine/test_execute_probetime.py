@@ -21,8 +21,8 @@ from autograder.sandbox import MAX_PROBE_RUNS, ExecResult, Limits, WorkerPool
 from helpers.celltime import FAKE_CHECKS, demo_copy, nb
 
 PROBE_S, SHARE_S = 1, 2  # short, so that the tests stay quick
-LIMITS = Limits(wall_s=6, cell_s=2, cpu_s=6, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64,
-                probe_s=PROBE_S, question_s=SHARE_S)
+LIMITS = Limits(wall_timeout_s=6, cell_timeout_s=2, cpu_timeout_s=6, memory_mb=2048, max_processes=32, max_file_mb=8,
+                max_output_kb=64, scratch_mb=64, probe_timeout_s=PROBE_S, question_timeout_s=SHARE_S)
 DEFS = ("import time, ctypes\ndef fast():\n    return 1\ndef slow():\n    time.sleep(600)\n"
         "def slow_c():\n    ctypes.CDLL(None).sleep(600)  # one C call: only a killed process stops it\n"
         "def medium():\n    time.sleep(0.8)\n    return 2\n")

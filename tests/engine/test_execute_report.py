@@ -21,7 +21,8 @@ from helpers.probes import importable
 
 pytestmark = pytest.mark.sandbox  # the tiers are in pyproject.toml
 
-LIMITS = Limits(wall_s=20, cpu_s=15, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
+LIMITS = Limits(wall_timeout_s=20, cpu_timeout_s=15, memory_mb=2048, max_processes=32, max_file_mb=8,
+                max_output_kb=64, scratch_mb=64)
 
 
 def nb(*cells: str) -> bytes:
@@ -72,7 +73,7 @@ def fake_checks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def one_worker(fake_checks: str) -> Iterator[WorkerPool]:
-    with WorkerPool(1, limits=dataclasses.replace(LIMITS, cell_s=3), probe_module=fake_checks) as pool:
+    with WorkerPool(1, limits=dataclasses.replace(LIMITS, cell_timeout_s=3), probe_module=fake_checks) as pool:
         yield pool
 
 

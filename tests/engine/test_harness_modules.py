@@ -8,7 +8,7 @@ import pytest
 
 from autograder.lesson import RUNTIME_FILE, RUNTIME_NAME
 from autograder.model import Status
-from autograder.runtime import runtime_modules
+from autograder.runtime import CODEC, runtime_for, runtime_modules
 from autograder.sandbox import Limits, WorkerPool
 from autograder.sandbox.guard import HARNESS_MODULES, harness_modules
 from helpers.probes import importable
@@ -46,8 +46,8 @@ def test_the_guard_records_every_autograder_module_a_child_has_loaded(tmp_path_f
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell("x = 1")]
     with importable(tmp_path_factory, "seen_checks", SEEN % (runtime_modules(),)) as module, \
-            WorkerPool(1, probe_module=module, modules={RUNTIME_NAME: RUNTIME_FILE},
-                       limits=Limits(wall_s=30, cpu_s=20)) as pool:
+            WorkerPool(1, probe_module=module, modules=runtime_for(RUNTIME_FILE),
+                       limits=Limits(wall_timeout_s=30, cpu_timeout_s=20)) as pool:
         res = pool.run(nbformat.writes(notebook).encode(), probes=[("seen", "seen", {})])
     assert res.status == Status.GRADED, (res.notes, res.outputs)
     seen = res.outputs["seen"]["value"]
@@ -56,4 +56,4 @@ def test_the_guard_records_every_autograder_module_a_child_has_loaded(tmp_path_f
     assert loaded and loaded <= recorded, f"loaded in the child but not guarded: {sorted(loaded - recorded)}"
     # the list holds nothing a child does not load (the uid fallback's namespaces are entered in the zygote alone)
     assert set(HARNESS_MODULES) - loaded <= {"autograder.sandbox.fallback"}
-    assert RUNTIME_NAME in seen["runtime"] and set(seen["runtime"]) <= recorded
+    assert {RUNTIME_NAME, CODEC} <= set(seen["runtime"]) and set(seen["runtime"]) <= recorded

@@ -69,8 +69,10 @@ def test_a_lesson_is_found_from_its_name_alone() -> None:
     assert lesson == Lesson("lesson_demo", FIXTURE)
     assert lesson.checks_file == FIXTURE / "assignments" / "lesson_demo" / "lesson_demo_checks.py"
     assert lesson.trainer_file is None and lesson.data_files == []  # no milestone: nothing else is shipped
-    assert lesson.shipped_files == [RUNTIME_FILE, lesson.checks_file]  # the checks and the engine's runtime
-    assert lesson.sandbox_modules == {"checks_runtime": RUNTIME_FILE, "lesson_demo_checks": lesson.checks_file}
+    codec = RUNTIME_FILE.with_name("plain_codec.py")  # the runtime's codec, which it imports
+    assert lesson.shipped_files == [codec, RUNTIME_FILE, lesson.checks_file]  # the checks and the engine's runtime
+    assert lesson.sandbox_modules == {"plain_codec": codec, "checks_runtime": RUNTIME_FILE,
+                                      "lesson_demo_checks": lesson.checks_file}
     assert lesson.reference_file == FIXTURE / "reference" / "lesson_demo.py"
     assert [m.id for m in lesson.mistakes] == ["center_rows"]
     assert lesson.kinds == {"00_intro": "prose", "q1_center": "cases", "q2_pick": "choices", "q3_explain": "manual"}

@@ -7,16 +7,18 @@ from __future__ import annotations
 import json
 import resource
 import shutil
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from autograder.authoring.questions import mc_answers
-from autograder.config import ROOT
+from autograder.config import ROOT, Execution
 from autograder.course import Course
+from autograder.grading.runner import sandbox_limits
 from autograder.release.sample import filled_notebook
-from autograder.sandbox import fit_hard, lowered_limits
+from autograder.sandbox import Limits, fit_hard, lowered_limits
 from helpers.demo import MILESTONE, fitted_line  # the demo's milestone question, a fitted line
 from helpers.ulimits import grade_under_lower_ulimits
 
@@ -33,6 +35,26 @@ def test_limits_above_the_hard_limit_are_lowered_to_it() -> None:
         assert notes == [f"the sandbox: open files lowered to {hard} (the grader's hard limit, ulimit -n) "
                          f"from the configured {hard + 10}"]
     assert lowered_limits([(resource.RLIMIT_NOFILE, soft)], who="the sandbox") == []
+
+
+SANDBOX_OWN = {"result_mb", "scratch_mb", "threads"}  # limits of the sandbox that no config key sets
+
+
+def test_each_limit_has_one_name_from_the_config_to_the_sandbox() -> None:
+    """A limit of grading_config.yaml's execution section is the field of Limits of the same name, with the same
+    default, and reaches the sandbox by that name alone (Limits.configured: no hand mapping to keep)."""
+    configured = set(Execution.model_fields) - {"workers"}  # how many submissions run at once: not a limit
+    assert configured and configured <= {f.name for f in fields(Limits)}
+    assert {f.name for f in fields(Limits)} - configured == SANDBOX_OWN
+    assert {n: Execution.model_fields[n].default for n in configured} == {n: getattr(Limits(), n) for n in configured}
+    values = {"cell_timeout_s": 7.0, "probe_timeout_s": 3.0, "question_timeout_s": 11.0, "wall_timeout_s": 97.0,
+              "cpu_timeout_s": 89, "memory_mb": 1234, "max_processes": 21, "max_file_mb": 13, "max_output_kb": 77}
+    assert set(values) == configured  # a new limit: one field here, in Limits and in config.Execution
+    limits = Limits.configured(Execution(**values, workers=3))
+    assert {n: v for n, v in asdict(limits).items() if n in configured} == values
+    assert {n: getattr(limits, n) for n in SANDBOX_OWN} == {n: getattr(Limits(), n) for n in SANDBOX_OWN}
+    course = Course.load(FIXTURE / "grading_config.yaml")
+    assert sandbox_limits(course.config) == Limits.configured(course.config.execution)
 
 
 @pytest.fixture

@@ -4,6 +4,9 @@ its __all__ only, never one of its modules (a test that tests an internal module
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
+from collections import Counter
 from pathlib import Path
 
 import autograder.sandbox as sandbox
@@ -63,3 +66,25 @@ def test_every_public_name_of_the_front_door_resolves() -> None:
     assert sandbox.__all__ == sorted(sandbox.__all__)
     for name in sandbox.__all__:
         assert getattr(sandbox, name) is not None, name
+
+
+def spellings(source: str) -> Counter[str]:
+    """How often each identifier is written in Python code, as a name or as a string of its own (docstrings and
+    comments, which only mention names, aside)."""
+    found: Counter[str] = Counter()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.NAME:
+            found[tok.string] += 1
+        elif tok.type == tokenize.STRING and tok.string[1:-1].isidentifier():
+            found[tok.string[1:-1]] += 1
+    return found
+
+
+def test_the_front_doors_names_are_written_once() -> None:
+    """Each public name is written once in the front door (its import under TYPE_CHECKING), its __all__ and its map
+    of lazy imports read from there: a new name is one line."""
+    written = spellings((ROOT / "autograder" / "sandbox" / "__init__.py").read_text())
+    assert len(sandbox.__all__) > 40
+    assert {name: written[name] for name in sandbox.__all__ if written[name] != 1} == {}
+    # what the check finds: a name listed again in __all__ and in a map of its module
+    assert spellings('from x import Limits\n__all__ = ["Limits"]\nMAP = {"Limits": "limits"}\n')["Limits"] == 3

@@ -32,7 +32,7 @@ def test_the_scaffold_writes_one_lesson_of_the_given_name(tmp_path: Path) -> Non
     lesson = Lesson.load("lesson_new", near=config.parent)
     assert lesson.root == config.parent and lesson.kinds == {"00_intro": "prose", "q1_double": "cases",
                                                              "q2_pick": "choices"}
-    assert list(lesson.runtime_modules) == ["checks_runtime", "generic_checks", "torch_kit"]
+    assert list(lesson.runtime_modules) == ["plain_codec", "checks_runtime", "generic_checks", "torch_kit"]
     with pytest.raises(FileExistsError):
         scaffold("lesson_other", into=tmp_path / "course")
     with pytest.raises(ValueError, match="lesson name"):

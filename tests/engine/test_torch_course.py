@@ -27,7 +27,7 @@ from autograder.release.sample import filled_notebook
 from autograder.runtime import runtime_files
 
 FIXTURE = ROOT / "tests" / "fixtures" / "lesson_torch"
-KIT = ["checks_runtime", "generic_checks", "torch_kit", "torch_trace"]
+KIT = ["plain_codec", "checks_runtime", "generic_checks", "torch_kit", "torch_trace"]
 
 # Not in the lesson's catalogue of mistakes: the mean over every axis, not the last one.
 WRONG = """
@@ -64,7 +64,7 @@ def _run(course: Path, args: list[str], *, timeout: int = 900) -> subprocess.Com
 def test_the_lesson_uses_the_kit_with_a_short_checks_module() -> None:
     lesson = Lesson.load("lesson_torch", near=FIXTURE)
     assert len(lesson.checks_file.read_text().splitlines()) <= 200
-    assert list(lesson.runtime_modules) == KIT  # the kit modules its checks import, the core first
+    assert list(lesson.runtime_modules) == KIT  # the codec and the core, then the kit its checks import
     assert lesson.runtime_modules == {name: runtime_files()[name] for name in KIT}
     assert lesson.checks.LETTERS == ("A", "B", "C", "D")  # the multiple-choice trio comes from the kit
     assert set(lesson.runtime.CHECKS) >= {"close", "pair_equal", "choices_valid", "choice_correct", "kept_as_buffer"}

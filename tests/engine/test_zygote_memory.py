@@ -56,7 +56,7 @@ def test_the_workers_zygote_is_collapsed_and_grades(tmp_path_factory: pytest.Tem
     notebook = ('{"cells": [{"cell_type": "code", "metadata": {}, "source": "def one():\\n    return 1", '
                 '"outputs": [], "execution_count": null}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
     with importable(tmp_path_factory, "probe_one", PROBE) as module, \
-            WorkerPool(1, limits=Limits(wall_s=30, cpu_s=20), probe_module=module) as pool:
+            WorkerPool(1, limits=Limits(wall_timeout_s=30, cpu_timeout_s=20), probe_module=module) as pool:
         huge = [_anon_huge_kb(pid) for pid in pool.worker_pids()]
         result = pool.run(notebook.encode(), probes=[("one", "one", {})])
     assert huge and all(kb >= 2048 for kb in huge), huge  # torch's imports, in 2 MB pages

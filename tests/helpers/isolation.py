@@ -15,7 +15,8 @@ import pytest
 from autograder.config import ROOT
 from autograder.sandbox import Limits
 
-LIMITS = Limits(wall_s=30, cpu_s=10, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
+LIMITS = Limits(wall_timeout_s=30, cpu_timeout_s=10, memory_mb=2048, max_processes=32, max_file_mb=8,
+                max_output_kb=64, scratch_mb=64)
 
 
 def make_venv(dest: Path, python: str) -> Path:

@@ -30,7 +30,8 @@ from helpers.ulimits import grade_under_lower_ulimits  # the run under lowered u
 LESSON = course_of().lesson
 checks = LESSON.checks
 
-LIMITS = Limits(wall_s=10, cpu_s=5, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
+LIMITS = Limits(wall_timeout_s=10, cpu_timeout_s=5, memory_mb=2048, max_processes=32, max_file_mb=8, max_output_kb=64,
+                scratch_mb=64)
 TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
 
@@ -119,7 +120,8 @@ def test_a_returned_tensor_changed_later_does_not_change_what_the_probe_saw():
 
 # --------------------------------------------------------------------------- Q3's storage probes
 
-STORAGE_LIMITS = Limits(wall_s=20, cpu_s=15, memory_mb=2048, processes=32, file_mb=8, output_kb=64, scratch_mb=64)
+STORAGE_LIMITS = Limits(wall_timeout_s=20, cpu_timeout_s=15, memory_mb=2048, max_processes=32, max_file_mb=8,
+                        max_output_kb=64, scratch_mb=64)
 STORAGE = [("storage", "module_storage", {"cls": "SinusoidalPE", "args": [16, 8]})]
 Q3 = [{"id": "q3_sinusoidal_module/pe_is_buffer", "check": "buffer_not_parameter"},
       {"id": "q3_sinusoidal_module/follows_to", "check": "follows_to"}]
