@@ -56,6 +56,7 @@ RUNTIME_FILE = ENGINE_ROOT / "autograder" / "runtime" / f"{RUNTIME_NAME}.py"
 # Optional in a checks module: run_probe_exact(env, name, args), run_probe's output with its floats computed in
 # float64, from which the release rounds the values it stores (autograder/authoring/content.py: expected_values).
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+FRONT_MATTER = re.compile(r"^---\n(.*?)\n---\n(.*)$", flags=re.S)  # a question file: YAML between '---' lines, body
 
 
 class LessonError(ValueError):
@@ -329,12 +330,9 @@ class Lesson:
     @cached_property
     def kinds(self) -> dict[str, str]:
         """Question id -> kind, as each question file's front matter declares it."""
-        import yaml
-
         out = {}
         for path in self.question_files:
-            m = re.match(r"^---\n(.*?)\n---\n", path.read_text(), flags=re.S)
-            meta = yaml.safe_load(m.group(1)) if m else None
+            meta = front_matter(path)[0]
             if not isinstance(meta, dict) or meta.get("kind") not in KINDS:
                 raise LessonError(f"{path}: the front matter must declare `kind:`, one of {', '.join(KINDS)}")
             out[str(meta.get("id", path.stem))] = meta["kind"]
@@ -343,13 +341,26 @@ class Lesson:
     @cached_property
     def milestone_model(self) -> type:
         """The reference class the milestone trains: the solution of the question of kind milestone."""
-        import yaml
-
         for path in self.question_files:
-            meta = yaml.safe_load(path.read_text().split("\n---\n", 1)[0].removeprefix("---\n"))
+            meta = front_matter(path)[0]
             if isinstance(meta, dict) and meta.get("kind") == "milestone" and meta.get("solution"):
                 return getattr(self.reference, meta["solution"][0])
         raise LessonError(f"{self.assignment_dir}: no question of kind milestone names its model in `solution:`")
+
+
+def front_matter(path: Path) -> tuple[Any, str]:
+    """A question file's front matter as PyYAML reads it (a dict when well formed; {} when empty) and the body after
+    it: the one reader of a question file's head (Lesson.kinds, Lesson.milestone_model, and the authoring's
+    questions.py, which validates it). LessonError naming the file when it has none or its YAML is invalid."""
+    import yaml
+
+    m = FRONT_MATTER.match(path.read_text())
+    if not m:
+        raise LessonError(f"{path}: missing YAML front matter between '---' lines")
+    try:
+        return yaml.safe_load(m.group(1)) or {}, m.group(2)
+    except yaml.YAMLError as exc:
+        raise LessonError(f"{path}: front matter is not valid YAML: {exc}") from exc
 
 
 @contextlib.contextmanager

@@ -13,11 +13,10 @@ from typing import Any, Literal
 
 import jinja2
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 
 from autograder.config import GradingConfig
-from autograder.lesson import Lesson
+from autograder.lesson import Lesson, LessonError, front_matter
 from autograder.model import Case
 
 LETTERS = ("A", "B", "C", "D")  # a multiple-choice item's options, in display order
@@ -311,17 +310,13 @@ def shuffled(choice: Choice) -> tuple[list[str], str]:
 
 
 def _read(path: Path, lesson: Lesson) -> tuple[FrontMatter, str]:
-    text = path.read_text()
-    m = re.match(r"^---\n(.*?)\n---\n(.*)$", text, flags=re.S)
-    if not m:
-        raise ContentError(f"{path}: missing YAML front matter between '---' lines")
     try:
-        raw = yaml.safe_load(m.group(1)) or {}
-    except yaml.YAMLError as exc:
-        raise ContentError(f"{path}: front matter is not valid YAML: {exc}") from exc
+        raw, body = front_matter(path)
+    except LessonError as exc:
+        raise ContentError(str(exc)) from exc
     qid = raw.get("id", path.stem) if isinstance(raw, dict) else path.stem
     try:
-        return FrontMatter.model_validate(raw, context={"checks": lesson.checks}), m.group(2)
+        return FrontMatter.model_validate(raw, context={"checks": lesson.checks}), body
     except ValidationError as exc:
         lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
         raise ContentError(f"{path}: question {qid}: invalid front matter:\n" + "\n".join(lines)) from None

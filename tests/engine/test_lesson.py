@@ -117,6 +117,45 @@ def test_question_kinds_come_from_the_front_matter(tmp_path: Path) -> None:
         load_questions(config, demo.lesson, src)
 
 
+def test_front_matter_is_read_by_one_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """lesson.front_matter is the one reader of a question file's head: the authoring's questions, Lesson.kinds and
+    Lesson.milestone_model all read through it, and its errors name the file (ContentError in the authoring)."""
+    import autograder.authoring.questions as questions_module
+    import autograder.lesson as lesson_module
+
+    demo = Course.load(FIXTURE / "grading_config.yaml")
+    seen: list[str] = []
+    real = lesson_module.front_matter
+
+    def spy(path: Path) -> tuple[object, str]:
+        seen.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(lesson_module, "front_matter", spy)
+    monkeypatch.setattr(questions_module, "front_matter", spy)
+    names = [p.name for p in demo.lesson.question_files]
+    load_questions(demo.config, demo.lesson)
+    assert seen == names
+    seen.clear()
+    fresh = Lesson(demo.lesson.name, demo.lesson.root)  # its caches empty, so that the spy sees the reads
+    assert list(fresh.kinds.values()) == ["prose", "cases", "choices", "manual"]
+    assert seen == names
+    seen.clear()
+    with pytest.raises(LessonError, match="milestone"):
+        _ = fresh.milestone_model  # the demo lesson has no milestone: every file read, none names a model
+    assert seen == names
+    monkeypatch.undo()
+    bad = tmp_path / "q.md"
+    bad.write_text("no front matter\n")
+    with pytest.raises(LessonError, match=r"q\.md: missing YAML front matter"):
+        lesson_module.front_matter(bad)
+    bad.write_text("---\nid: [\n---\nbody\n")
+    with pytest.raises(LessonError, match=r"q\.md: front matter is not valid YAML"):
+        lesson_module.front_matter(bad)
+    bad.write_text("---\nid: q\nkind: prose\n---\nthe body\n")
+    assert lesson_module.front_matter(bad) == ({"id": "q", "kind": "prose"}, "the body\n")
+
+
 @pytest.mark.build
 def test_release_builds_the_second_lesson_in_its_own_folder(course: Path) -> None:
     student = course / "student_templates" / "lesson_demo"
