@@ -53,7 +53,8 @@ class Course:
 
 def course_of(path: Path = DEFAULT_CONFIG) -> Course:
     """The course of a config file, read once per resolved path in this process (the entry of a process that is
-    handed a path: a cluster worker, nbgrader's converter; and the default of every stage)."""
+    handed a path: a cluster worker, nbgrader's converter; and the command line's default: a stage has no default
+    course, it is always given one)."""
     return _course(Path(path).resolve())
 
 
@@ -61,7 +62,3 @@ def course_of(path: Path = DEFAULT_CONFIG) -> Course:
 def _course(path: Path) -> Course:
     return Course.load(path)
 
-
-def default_course(course: Course | None) -> Course:
-    """`course`, or the package's own (grading_config.yaml beside autograder/) when none is given."""
-    return course if course is not None else course_of(DEFAULT_CONFIG)

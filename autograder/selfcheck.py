@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.authoring.suite import reference_env
-from autograder.course import Course, default_course
+from autograder.course import Course
 from autograder.grading.judge import grade_namespace, notebook_env
 from autograder.grading.summaries import text_table
 
@@ -25,10 +25,10 @@ class SelfCheck:
         return "\n".join([text_table(self.rows), *(f"reference fails {m}" for m in self.failures), verdict])
 
 
-def selfcheck(*, course: Course | None = None, templates: Path | None = None) -> SelfCheck:
+def selfcheck(*, course: Course, templates: Path | None = None) -> SelfCheck:
     """Grade the reference solution and the committed blank student template in this process (`templates`: the
     folder of student releases, by default the lesson's student_templates/)."""
-    suite = default_course(course).suite
+    suite = course.suite
     lesson = suite.lesson
     template = lesson.notebook if templates is None else templates / lesson.name / lesson.notebook.name
     ref = grade_namespace(suite, reference_env(suite), name="reference")

@@ -144,7 +144,7 @@ def grade_ours(folder: Path, *, out: Path, workers: int | None) -> tuple[EngineR
     t1 = time.perf_counter()
     self0 = resource.getrusage(resource.RUSAGE_SELF)
     try:
-        summary = grade_batch(folder, out=out, force=True, workers=workers, progress=False)
+        summary = grade_batch(folder, out=out, force=True, workers=workers, progress=False, course=course_of())
     finally:
         WorkerPool.run = run  # type: ignore[method-assign]
     total = time.perf_counter() - t1

@@ -52,14 +52,21 @@ def _tier_is_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
 
 
 @pytest.fixture(scope="session")
-def suite() -> Suite:
-    return course_of().suite
+def course() -> Course:
+    """The package's own course (grading_config.yaml beside autograder/): every stage is given its course, none
+    falls back to this one by itself. A test module may define its own `course` fixture in place of this one."""
+    return course_of()
 
 
 @pytest.fixture(scope="session")
-def fresh_build(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def suite(course: Course) -> Suite:
+    return course.suite
+
+
+@pytest.fixture(scope="session")
+def fresh_build(course: Course, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The whole release, built from the sources with the real otter assign and nbgrader."""
-    return build(work=tmp_path_factory.mktemp("release"))
+    return build(work=tmp_path_factory.mktemp("release"), course=course)
 
 
 DEMO = ROOT / "tests" / "fixtures" / "lesson_demo"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder.checkpoint import VERIFY_SLOTS, reader_isolation, reader_limits_lowered, reads_checkpoint
-from autograder.course import Course, default_course
+from autograder.course import Course
 from autograder.grading.feedback import write_feedback
 from autograder.grading.gradebook import Gradebook, Record, RunFacts, record_key
 from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreadable
@@ -161,7 +161,7 @@ def _progress(done: int, total: int, start: float) -> None:
 
 
 def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = False,
-                workers: int | None = None, course: Course | None = None, progress: bool = True,
+                workers: int | None = None, course: Course, progress: bool = True,
                 entries: list[Submission] | None = None, cluster: str | None = None,
                 only: list[str] | None = None, allow_unsandboxed: bool = False) -> BatchSummary:
     """Grade every submission under `submissions` into the grades folder `out` (the Gradebook: results/, grades.csv,
@@ -183,7 +183,6 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     student's notebook); every other row is written from its stored result, untouched, and every merged score
     is kept. UnknownSubmission, before anything is written, for an id that names no submission.
     """
-    course = default_course(course)
     config, suite = course.config, course.suite
     address = cluster or config.cluster.address
     if not address:  # a cluster's workers are asked before their first batch

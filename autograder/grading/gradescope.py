@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.course import Course, default_course
+from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.grading.figures import gradescope_entries
 from autograder.sandbox import UnsandboxedError, require_isolation
@@ -23,7 +23,7 @@ class GradescopeRun:
     line: str
 
 
-def grade_gradescope(submission: Path, results: Path, *, course: Course | None = None,
+def grade_gradescope(submission: Path, results: Path, *, course: Course,
                      allow_unsandboxed: bool = False) -> GradescopeRun:
     """Grade the folder `submission` (/autograder/submission) and write Gradescope's results.json to `results`.
 
@@ -54,7 +54,7 @@ def grade_gradescope(submission: Path, results: Path, *, course: Course | None =
     else:
         out = dict(graded.gradescope)
         out["extra_data"] = {**out.get("extra_data", {}), "isolation": graded.isolation}
-        board = gradescope_entries(default_course(course).suite, graded.to_json())  # verified figures only
+        board = gradescope_entries(course.suite, graded.to_json())  # verified figures only
         if board:
             out["leaderboard"] = board
         status, total, isolation = graded.result.status, graded.result.total, graded.isolation or "not started"

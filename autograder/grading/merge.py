@@ -11,7 +11,7 @@ from typing import Any
 
 from autograder.authoring.suite import Suite
 from autograder.config import command
-from autograder.course import Course, default_course
+from autograder.course import Course
 from autograder.grading.feedback import write_feedback
 from autograder.grading.gradebook import COMMENT_COLUMN, SUMMARY_FILE, Gradebook, MergeError
 from autograder.grading.submissions import Submission
@@ -149,14 +149,14 @@ def read_scores_csv(path: Path, *, suite: Suite, ids: list[str]) -> tuple[dict[s
     return scores, ignored
 
 
-def merge_scores(out: Path, files: list[Path], *, course: Course | None = None) -> dict[str, Any]:
+def merge_scores(out: Path, files: list[Path], *, course: Course) -> dict[str, Any]:
     """Merge scores graded elsewhere (a TA's written-answer scores, a platform's own points) into the batch in
     `out`: they are kept in merged_scores.json (a later file or run wins per student and column) and
     grades.csv and summary.json are written again with them. Returns what was merged.
 
     Every file is checked whole first: MergeError lists every problem of every file (check_scores_csv), and
     then nothing is written."""
-    suite = default_course(course).suite
+    suite = course.suite
     book = Gradebook(out)
     try:
         before = book.read_summary()

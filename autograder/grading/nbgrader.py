@@ -25,7 +25,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
 from autograder.config import DEFAULT_CONFIG, command
-from autograder.course import Course, course_of, default_course
+from autograder.course import Course, course_of
 from autograder.model import STUDENT_HELP, Status
 
 # The feedback page: nbgrader's own template with a few lines of CSS in place of Bootstrap (117 KB on every page).
@@ -89,12 +89,11 @@ def isolation_here() -> str:
         return "none"
 
 
-def course_submissions(folder: Path, assignment: str, *, course: Course | None = None) -> list[Any]:
+def course_submissions(folder: Path, assignment: str, *, course: Course) -> list[Any]:
     """Each `submitted/<student>/<assignment>/` folder of the nbgrader course `folder`, read under the caps as
     `grade` reads a per-student folder; its id is the nbgrader student id."""
     from autograder.grading.submissions import read_entry, result_file_name
 
-    course = default_course(course)
     limits, files = course.config.submissions, course.suite.checkpoint_files
     submitted = folder / "submitted"
     subs = []
@@ -242,7 +241,7 @@ def _mark_gradebook(course: Path, assignment: str, subs: list[Any], records: dic
 
 
 def nbgrader_autograde(folder: Path, *, out: Path | None = None, force: bool = False, workers: int | None = None,
-                       allow_unsandboxed: bool = False, course: Course | None = None,
+                       allow_unsandboxed: bool = False, course: Course,
                        progress: bool = True) -> NbgraderRun:
     """Grade an nbgrader course's submissions with the engine into `out` (default: COURSE-grades beside the course
     folder, never inside it: the results hold reference values), then run `nbgrader autograde` with EngineVerdicts
@@ -251,7 +250,6 @@ def nbgrader_autograde(folder: Path, *, out: Path | None = None, force: bool = F
     from autograder.grading.batch import grade_batch
     from autograder.release.common import tool_env, tool_path
 
-    course = default_course(course)
     assignment = course.config.assignment
     folder = folder.resolve()
     if not (folder / "nbgrader_config.py").is_file() or not (folder / "source" / assignment).is_dir():

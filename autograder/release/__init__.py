@@ -21,7 +21,7 @@ import json  # noqa: E402
 
 from autograder.authoring.questions import mc_answers  # noqa: E402
 from autograder.config import ROOT, command  # noqa: E402
-from autograder.course import Course, default_course  # noqa: E402
+from autograder.course import Course  # noqa: E402
 from autograder.release.common import BuildError, diff_trees, replace_dir, tool_env  # noqa: E402
 from autograder.release.gradescope import gradescope_bundle, gradescope_zip  # noqa: E402
 from autograder.release.keep import course_work  # noqa: E402
@@ -45,11 +45,10 @@ class Release:
     nbgrader_dir: Path
 
 
-def build(*, course: Course | None = None, assignments: Path | None = None,
+def build(*, course: Course, assignments: Path | None = None,
           reference_file: Path | None = None, work: Path) -> dict[str, Path]:
     """Build everything under `work` (a fresh folder); returns the paths of the parts (by default from the
     course's lesson's sources; `assignments` and `reference_file` stand in for a copy of them)."""
-    course = default_course(course)
     own = assignments is not None or reference_file is not None  # a copy of the sources: read afresh
     suite = course.read_suite(assignments=assignments, reference_file=reference_file) if own else course.suite
     config, questions = suite.config, suite.authored
@@ -90,7 +89,7 @@ def _plan(replaced: list[Path], course: Path, *, existing: bool, name: str, dist
     return "\n".join(lines)
 
 
-def release(*, course: Course | None = None, assignments: Path | None = None,
+def release(*, course: Course, assignments: Path | None = None,
             reference_file: Path | None = None, dist: Path | None = None,
             templates: Path | None = None, say: Callable[[str], None] | None = None) -> Release:
     """Build the release in a temporary folder, then put each output in place by a rename (by default in the
@@ -99,7 +98,6 @@ def release(*, course: Course | None = None, assignments: Path | None = None,
     submitted/, autograded/, feedback/ and gradebook stay, as does every other file of dist/ (the grades folders).
     `say` gets what will be replaced before anything is. Raises BuildError, replacing nothing, when the build fails
     or would change the grade cells under the course's submissions."""
-    course = default_course(course)
     lesson = course.lesson
     dist, templates = dist or lesson.root / "dist", templates or lesson.student_dir.parent
     dist.parent.mkdir(parents=True, exist_ok=True)
@@ -135,9 +133,8 @@ def release(*, course: Course | None = None, assignments: Path | None = None,
                    nbgrader_dir)
 
 
-def stale_files(*, course: Course | None = None, templates: Path | None = None) -> list[str]:
+def stale_files(*, course: Course, templates: Path | None = None) -> list[str]:
     """Files of the committed student release that differ from a fresh build (empty when up to date)."""
-    course = default_course(course)
     templates = templates or course.lesson.student_dir.parent
     with tempfile.TemporaryDirectory(prefix="release-check-") as tmp:
         parts = build(course=course, work=Path(tmp))

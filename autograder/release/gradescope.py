@@ -7,7 +7,7 @@ import zipfile
 from pathlib import Path
 
 from autograder.config import ROOT
-from autograder.course import Course, default_course
+from autograder.course import Course
 from autograder.release.common import TORCH_INDEX_URL, TORCH_VERSION
 
 
@@ -101,11 +101,10 @@ echo "{name}: installed in $venv ($("$venv/bin/python" --version)):"
 """
 
 
-def gradescope_bundle(dest: Path, *, course: Course | None = None) -> Path:
+def gradescope_bundle(dest: Path, *, course: Course) -> Path:
     """A Gradescope autograder zip that grades with this package's own engine (not `otter run`): the engine
     from this package's folder, the course's lesson's sources and its config (as grading_config.yaml) from its
     course folder, all under NAME/."""
-    course = default_course(course)
     lesson = course.lesson
     name = lesson.name
     uploads = set(course.suite.checkpoint_files)  # the reference run's own files: the sample class's

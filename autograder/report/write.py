@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from autograder.config import command, runnable_command
-from autograder.course import Course, default_course
+from autograder.course import Course
 from autograder.grading.gradebook import Gradebook
 from autograder.grading.tables import merged_or_problem
 from autograder.report.extras import class_pages, link_pages
@@ -52,7 +52,7 @@ def regrade_command(students: list[Student], *, grades: Path, out: Path, course:
             f"{run}{config} report {shlex.quote(str(grades))} --out {shlex.quote(str(out))}")
 
 
-def write_report(grades: Path, *, out: Path = Path("report"), course: Course | None = None,
+def write_report(grades: Path, *, out: Path = Path("report"), course: Course,
                  roster: Path | None = None, compare: Path | None = None) -> Path:
     """Write the report of the batch graded into `grades` to the folder `out`; returns out/index.html.
 
@@ -62,7 +62,6 @@ def write_report(grades: Path, *, out: Path = Path("report"), course: Course | N
     grades/leaderboard_roster.csv when it exists. compare: an earlier run's grades folder; the report then holds
     compare.html, what moved from that run to this one (moved.py); NotGrades when it is not a grades folder.
     """
-    course = default_course(course)
     earlier = read_run(compare) if compare is not None else None  # a folder that is not one fails here, first
     suite = course.suite
     questions = [q for q in suite.questions if q.graded and not q.manual]

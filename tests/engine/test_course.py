@@ -108,6 +108,47 @@ def test_the_suite_module_never_imports_the_course() -> None:
     assert "autograder.course" not in imported and not hasattr(suite, "load_suite")
 
 
+def _stages(tmp: Path) -> dict[str, tuple[object, tuple[object, ...], dict[str, object]]]:
+    """Each stage function with the arguments it needs besides its course (nothing is read before binding fails)."""
+    from autograder.grading.gradescope import grade_gradescope
+    from autograder.grading.merge import merge_scores
+    from autograder.grading.nbgrader import course_submissions, nbgrader_autograde
+    from autograder.release import build, gradescope_bundle, stale_files
+
+    return {"release": (release, (), {}), "build": (build, (), {"work": tmp / "work"}),
+            "stale_files": (stale_files, (), {}), "gradescope_bundle": (gradescope_bundle, (tmp / "a.zip",), {}),
+            "selfcheck": (selfcheck, (), {}), "grade_batch": (grade_batch, (tmp,), {"out": tmp / "grades"}),
+            "grade_gradescope": (grade_gradescope, (tmp, tmp / "results.json"), {}),
+            "write_report": (write_report, (tmp,), {"out": tmp / "report"}),
+            "merge_scores": (merge_scores, (tmp, []), {}),
+            "course_submissions": (course_submissions, (tmp, "lesson"), {}),
+            "nbgrader_autograde": (nbgrader_autograde, (tmp,), {})}
+
+
+def test_no_stage_runs_without_a_course(tmp_path: Path) -> None:
+    """A missing course is an error in the engine (the package's own course is the command line's default only):
+    each stage called without `course=` refuses before it reads or writes anything, and `course` is a required
+    keyword of every function of the engine that takes one."""
+    import ast
+    import inspect
+
+    for name, (stage, args, kwargs) in _stages(tmp_path).items():
+        assert inspect.signature(stage).parameters["course"].kind is inspect.Parameter.KEYWORD_ONLY, name
+        with pytest.raises(TypeError, match="course"):
+            stage(*args, **kwargs)  # type: ignore[operator]
+    assert list(tmp_path.iterdir()) == []
+    assert not hasattr(course_module, "default_course")
+    defaulted = []
+    for path in sorted((ROOT / "autograder").rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                a = fn.args
+                pairs = [*zip(a.args[len(a.args) - len(a.defaults):], a.defaults, strict=True),
+                         *zip(a.kwonlyargs, a.kw_defaults, strict=True)]
+                defaulted += [f"{path.name}:{fn.name}" for arg, d in pairs if arg.arg == "course" and d is not None]
+    assert defaulted == [], f"a stage with a default course: {defaulted}"
+
+
 def test_the_report_of_a_course_never_reads_the_package_config(tmp_path: Path, no_package_config: None) -> None:
     """A course built from the demo lesson's config: its suite, judging and report never read the package's
     grading_config.yaml nor fall back to the package's course."""

@@ -51,7 +51,8 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def released(course: Path) -> Path:
     """The course's release, built by the release package alone (it imports nothing of the milestone)."""
-    code = ("from autograder.release import release; r = release(); "
+    code = ("from autograder.course import course_of; from autograder.release import release; "
+            "r = release(course=course_of()); "
             "print(r.student_dir, r.gradescope_zip, sep='\\n')")
     proc = subprocess.run([sys.executable, "-c", code], cwd=course, env=_env(course), capture_output=True, text=True,
                           timeout=900)

@@ -190,7 +190,7 @@ CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
 
 
 @pytest.mark.sandbox
-def test_milestone_checkpoint_is_graded_from_folders_and_zips(tmp_path: Path, suite: Suite) -> None:
+def test_milestone_checkpoint_is_graded_from_folders_and_zips(course: Course, tmp_path: Path, suite: Suite) -> None:
     answers = mc_answers(list(suite.questions))
     nb = filled_notebook(TEMPLATE, answers=answers)
     pt, claims = (CHECKPOINT / "milestone.pt").read_bytes(), (CHECKPOINT / "milestone.json").read_bytes()
@@ -207,7 +207,7 @@ def test_milestone_checkpoint_is_graded_from_folders_and_zips(tmp_path: Path, su
         zf.writestr("milestone.pt", pt)
         zf.writestr("milestone.json", claims)
     out = tmp_path / "out"
-    rows = {r["id"]: r for r in grade_batch(subs, out=out, progress=False).rows}
+    rows = {r["id"]: r for r in grade_batch(subs, out=out, progress=False, course=course).rows}
     full = suite.config.milestone.points
     for name in ("folder", "nested", "zipped"):
         assert rows[name]["m1_checkpoint"] == full and rows[name]["total"] == suite.auto_points, name
@@ -262,10 +262,10 @@ def test_batch_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path: 
 @pytest.mark.skipif(not SIM.exists(), reason="gradescope-sim is not beside the repository")
 @pytest.mark.sandbox
 @pytest.mark.build
-def test_gradescope_bundle_gives_the_same_scores_as_grade(tmp_path: Path, suite: Suite) -> None:
+def test_gradescope_bundle_gives_the_same_scores_as_grade(course: Course, tmp_path: Path, suite: Suite) -> None:
     from reference.lesson83_mistakes import MISTAKES
 
-    bundle = gradescope_bundle(tmp_path / "autograder.zip")
+    bundle = gradescope_bundle(tmp_path / "autograder.zip", course=course)
     answers = mc_answers(list(suite.questions))
     mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
     notebooks = {"reference": filled_notebook(TEMPLATE, answers=answers),
@@ -276,7 +276,7 @@ def test_gradescope_bundle_gives_the_same_scores_as_grade(tmp_path: Path, suite:
         _save(nb, subs / name / "lesson83.ipynb")
     for f in ("milestone.pt", "milestone.json"):  # the reference also uploads its checkpoint
         (subs / "reference" / f).write_bytes((CHECKPOINT / f).read_bytes())
-    local = {r["id"]: r["total"] for r in grade_batch(subs, out=tmp_path / "out", progress=False).rows}
+    local = {r["id"]: r["total"] for r in grade_batch(subs, out=tmp_path / "out", progress=False, course=course).rows}
     local_cases = {name: {c["id"]: c["points"] for c in json.loads(
         (tmp_path / "out" / "results" / f"{name}.json").read_text())["cases"] if c["max_points"] > 0}
         for name in notebooks}
@@ -378,7 +378,7 @@ def _deep_json(depth: int) -> bytes:
 
 
 @pytest.mark.sandbox
-def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks: dict[str, bytes],
+def test_no_single_input_stops_the_batch(course: Course, tmp_path: Path, suite: Suite, notebooks: dict[str, bytes],
                                          fake_sandbox: None, monkeypatch: pytest.MonkeyPatch) -> None:
     subs, out = tmp_path / "subs", tmp_path / "out"
     subs.mkdir()
@@ -403,7 +403,8 @@ def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks
 
     monkeypatch.setattr(gradebook, "write_atomic", full_disk)
     done = threading.Event()
-    worker = threading.Thread(target=lambda: (grade_batch(subs, out=out, progress=False), done.set()), daemon=True)
+    worker = threading.Thread(target=lambda: (grade_batch(subs, out=out, progress=False, course=course), done.set()),
+                              daemon=True)
     worker.start()
     worker.join(300)
     assert done.is_set(), "the batch hung or raised (see the thread's traceback above)"
@@ -427,15 +428,15 @@ def test_no_single_input_stops_the_batch(tmp_path: Path, suite: Suite, notebooks
     assert checkpoint and all(c["points"] == 0 and "milestone.json" in c["message"] for c in checkpoint), checkpoint
     from autograder.report import write_report
 
-    assert write_report(out, out=tmp_path / "report").exists()
+    assert write_report(out, out=tmp_path / "report", course=course).exists()
     FakePool.broken = False  # the sandbox is back: a re-run grades exactly what was left
     monkeypatch.setattr(gradebook, "write_atomic", write)
-    again = grade_batch(subs, out=out, progress=False)
+    again = grade_batch(subs, out=out, progress=False, course=course)
     assert again.graded_now == 2 and again.reused == len(rows) - 2
     assert {r["id"]: r["status"] for r in again.rows}["infra"] == "graded"
 
 
-def test_only_regular_files_inside_the_class_are_read(tmp_path: Path, notebooks: dict[str, bytes],
+def test_only_regular_files_inside_the_class_are_read(course: Course, tmp_path: Path, notebooks: dict[str, bytes],
                                                       fake_sandbox: None) -> None:
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -457,7 +458,7 @@ def test_only_regular_files_inside_the_class_are_read(tmp_path: Path, notebooks:
     with zipfile.ZipFile(subs / "big_checkpoint.zip", "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("lesson83.ipynb", notebooks["blank"])
         zf.writestr("milestone.pt", b"\0" * (65 * 2**20))
-    summary = grade_batch(subs, out=out, progress=False)
+    summary = grade_batch(subs, out=out, progress=False, course=course)
     rows = {r["id"]: r for r in summary.rows}
     assert all(r["total"] == 0 for r in rows.values()), rows
     for sid, words in (("linked", "linked.ipynb is a symbolic link"),
@@ -474,8 +475,8 @@ def test_only_regular_files_inside_the_class_are_read(tmp_path: Path, notebooks:
     assert any("milestone.pt is 65.0 MiB, over the 64 MiB limit" in c["message"] for c in big["cases"])
 
 
-def test_ids_are_unique_readable_and_spreadsheet_safe(tmp_path: Path, suite: Suite, notebooks: dict[str, bytes],
-                                                      fake_sandbox: None) -> None:
+def test_ids_are_unique_readable_and_spreadsheet_safe(course: Course, tmp_path: Path, suite: Suite,
+                                                      notebooks: dict[str, bytes], fake_sandbox: None) -> None:
     subs, out = tmp_path / "subs", tmp_path / "out"
     subs.mkdir()
     honest = ["alice.ipynb", "e.ipynb", "E.ipynb", "x" * 250 + ".zip"]
@@ -491,7 +492,7 @@ def test_ids_are_unique_readable_and_spreadsheet_safe(tmp_path: Path, suite: Sui
         _mkfile(subs, name, data)
     (subs / "alice").mkdir()
     _mkfile(subs / "alice", "lesson83.ipynb", notebooks["honest"])
-    summary = grade_batch(subs, out=out, progress=False)
+    summary = grade_batch(subs, out=out, progress=False, course=course)
     rows = {r["id"]: r for r in summary.rows}
     assert len(rows) == len(honest) + len(blank) + 1  # one row each, no two alike
     assert {"alice.ipynb", "alice/", "alice.zip", "e.ipynb", "e.ipynb.ipynb", "e.zip", "E", "\\xff\\xfe"} <= set(rows)
@@ -520,12 +521,12 @@ alibi_slopes = _leaky(alibi_slopes)
 """
 
 
-def test_students_never_see_hidden_inputs(tmp_path: Path, suite: Suite, fake_sandbox: None) -> None:
+def test_students_never_see_hidden_inputs(course: Course, tmp_path: Path, suite: Suite, fake_sandbox: None) -> None:
     """A function that raises (and prints) its arguments: the TA sees the hidden ones, the student never."""
     nb = filled_notebook(TEMPLATE, answers=mc_answers(list(suite.questions)))
     nb.cells.append(nbformat.v4.new_code_cell(LEAKY))
     _save(nb, tmp_path / "subs" / "leaky.ipynb")
-    grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
+    grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False, course=course)
     record = json.loads((tmp_path / "out" / "results" / "leaky.json").read_text())
 
     def marks(hidden: bool) -> set[str]:

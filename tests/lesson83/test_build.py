@@ -17,7 +17,7 @@ import pytest
 
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.course import course_of
+from autograder.course import Course, course_of
 from autograder.release.common import TRAIN_TAG, diff_trees, tool_env
 
 TEMPLATES = ROOT / "student_templates" / "lesson83"
@@ -502,14 +502,14 @@ def test_cli_help_lists_every_verb_and_shows_defaults(capsys: pytest.CaptureFixt
         assert "--config" in text, verb
 
 
-def test_gradescope_bundle_carries_only_what_grading_needs(tmp_path: Path) -> None:
+def test_gradescope_bundle_carries_only_what_grading_needs(course: Course, tmp_path: Path) -> None:
     """The zip holds the engine, the lesson and the reference, never the README or the mutation suite's variants
     (#21): what Gradescope runs is all it gets."""
     import zipfile
 
     from autograder.release.gradescope import gradescope_bundle
 
-    names = set(zipfile.ZipFile(gradescope_bundle(tmp_path / "autograder.zip")).namelist())
+    names = set(zipfile.ZipFile(gradescope_bundle(tmp_path / "autograder.zip", course=course)).namelist())
     assert {"run_autograder", "setup.sh", "lesson83/autograder/cli.py", "lesson83/reference/lesson83.py",
             "lesson83/assignments/lesson83/lesson83_checks.py", "lesson83/autograder/runtime/checks_runtime.py",
             "lesson83/grading_config.yaml"} <= names

@@ -18,7 +18,7 @@ import yaml
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.course import course_of
+from autograder.course import Course, course_of
 from autograder.grading.batch import grade_batch
 from autograder.grading.figures import gradescope_entries
 from autograder.grading.gradebook import FEEDBACK_DIR, SIMILARITY_DECISIONS_FILE
@@ -34,7 +34,7 @@ def suite() -> Suite:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, Path]:
+def graded(course: Course, tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, Path]:
     """The whole sample class (the reference and its inflated twin with their checkpoints, the blank template, one
     notebook per catalogued mistake and the cheats) graded and reported, with a roster for the page to post."""
     tmp = tmp_path_factory.mktemp("class")
@@ -42,10 +42,10 @@ def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, 
     write_samples(TEMPLATE, subs, answers=mc_answers(list(suite.questions)), lesson=suite.lesson,
                   checkpoint_files=suite.checkpoint_files)
     grades = tmp / "grades"
-    grade_batch(subs, out=grades, progress=False)
+    grade_batch(subs, out=grades, progress=False, course=course)
     (grades / "leaderboard_roster.csv").write_text("id,pseudonym,opt_out\nreference,Positional Pioneer,\n"
                                                    "checkpoint_inflated_claims,Tall Tale,\n")
-    write_report(grades, out=tmp / "report")
+    write_report(grades, out=tmp / "report", course=course)
     return {"grades": grades, "report": tmp / "report", "subs": subs}
 
 
@@ -114,7 +114,8 @@ def _heldout(suite: Suite) -> dict[str, dict[str, float]]:
 
 
 @pytest.mark.sandbox
-def test_the_leaderboard_shows_verified_held_out_figures_only(graded: dict[str, Path], suite: Suite) -> None:
+def test_the_leaderboard_shows_verified_held_out_figures_only(course: Course, graded: dict[str, Path],
+                                                               suite: Suite) -> None:
     expected = _heldout(suite)
     record = json.loads((graded["grades"] / "results" / "reference.json").read_text())
     entries = gradescope_entries(suite, record)
@@ -133,7 +134,7 @@ def test_the_leaderboard_shows_verified_held_out_figures_only(graded: dict[str, 
     assert f"{expected['rope']['512']:.3f}" in main and main.count("<svg") == len(expected)
     public = (graded["report"] / "public_leaderboard.html").read_text()
     assert "Positional Pioneer" in public and "Tall Tale" not in public and "reference" not in public
-    again = write_report(graded["grades"], out=graded["report"]).parent / "leaderboard.html"
+    again = write_report(graded["grades"], out=graded["report"], course=course).parent / "leaderboard.html"
     assert again.read_text() == board  # a re-run ranks the class the same way
 
 
@@ -150,13 +151,13 @@ def test_the_shared_checkpoint_is_listed_as_identical(graded: dict[str, Path]) -
 
 
 @pytest.mark.sandbox
-def test_gradescope_results_carry_the_verified_figures(graded: dict[str, Path], suite: Suite,
+def test_gradescope_results_carry_the_verified_figures(course: Course, graded: dict[str, Path], suite: Suite,
                                                        tmp_path: Path) -> None:
     from autograder.grading.gradescope import grade_gradescope
 
     stored = json.loads((graded["grades"] / "results" / "reference.json").read_text())
     for name, board in (("reference", gradescope_entries(suite, stored)), ("checkpoint_inflated_claims", None)):
-        run = grade_gradescope(graded["subs"] / name, tmp_path / name / "results.json")
+        run = grade_gradescope(graded["subs"] / name, tmp_path / name / "results.json", course=course)
         assert run.graded
         out = json.loads((tmp_path / name / "results.json").read_text())
         assert out.get("leaderboard") == board  # the inflated claims: no leaderboard entry at all

@@ -90,7 +90,7 @@ def test_solution_marker_left_open(tmp_path: Path) -> None:
     assert str(ref) in msg and "q5_rope" in msg and "never closed" in msg
 
 
-def test_failed_build_leaves_previous_release_untouched(tmp_path: Path) -> None:
+def test_failed_build_leaves_previous_release_untouched(course: Course, tmp_path: Path) -> None:
     dist, templates = tmp_path / "dist", tmp_path / "templates"
     (dist / "otter").mkdir(parents=True)
     (dist / "otter" / "keep.txt").write_text("old")
@@ -100,7 +100,7 @@ def test_failed_build_leaves_previous_release_untouched(tmp_path: Path) -> None:
     (src / "q3_sinusoidal_module.md").write_text(
         (src / "q3_sinusoidal_module.md").read_text().replace("<!-- tests -->", ""))
     with pytest.raises(ContentError) as info:
-        release(assignments=src, dist=dist, templates=templates)
+        release(assignments=src, dist=dist, templates=templates, course=course)
     assert "q3_sinusoidal_module" in str(info.value)
     assert (dist / "otter" / "keep.txt").read_text() == "old"
     assert (templates / "lesson83" / "keep.txt").read_text() == "old"

@@ -29,7 +29,7 @@ import pytest
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.course import course_of
+from autograder.course import Course, course_of
 from autograder.release.common import tool_env
 from autograder.release.gradescope import gradescope_bundle, gradescope_venv
 from autograder.release.sample import filled_notebook
@@ -167,7 +167,7 @@ def _submissions(dest: Path, suite: Suite) -> dict[str, Path]:
 
 @pytest.mark.deploy
 @pytest.mark.parametrize("version", sorted(PYTHONS))
-def test_gradescope_bundle_sets_up_and_grades(version: str, tmp_path: Path, suite: Suite,
+def test_gradescope_bundle_sets_up_and_grades(course: Course, version: str, tmp_path: Path, suite: Suite,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     if not shutil.which("bwrap"):
         pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
@@ -176,7 +176,7 @@ def test_gradescope_bundle_sets_up_and_grades(version: str, tmp_path: Path, suit
         how = " ".join(PYTHONS[version])
         pytest.skip(f"Python {version} is not on this machine ({how}); Gradescope's image for it is not tested")
     start = time.monotonic()
-    bundle = gradescope_bundle(tmp_path / "autograder.zip")
+    bundle = gradescope_bundle(tmp_path / "autograder.zip", course=course)
     venv = CACHE / f"venv-{version}"
     cfg = venv / "pyvenv.cfg"
     if cfg.exists() and f"home = {python.parent}\n" not in cfg.read_text():

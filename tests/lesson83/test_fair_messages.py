@@ -14,6 +14,7 @@ import pytest
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.model import NOT_RUN
 from autograder.release.sample import filled_notebook
@@ -27,7 +28,7 @@ def _cell(nb: nbformat.NotebookNode, start: str) -> nbformat.NotebookNode:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tuple[Path, dict[str, dict]]:
+def graded(course: Course, tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tuple[Path, dict[str, dict]]:
     tmp = tmp_path_factory.mktemp("fair")
     subs = tmp / "subs"
     subs.mkdir()
@@ -47,7 +48,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> tuple[Path
     nbformat.write(zeros, str(subs / "zeros_pe.ipynb"))
     nbformat.write(nbformat.read(str(TEMPLATE), as_version=4), str(subs / "blank.ipynb"))
     out = tmp / "out"
-    grade_batch(subs, out=out, progress=False, workers=2)
+    grade_batch(subs, out=out, progress=False, workers=2, course=course)
     records = {p.stem: json.loads(p.read_text()) for p in (out / "results").glob("*.json")}
     return out, records
 

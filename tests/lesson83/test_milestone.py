@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder.config import ROOT
-from autograder.course import course_of
+from autograder.course import Course, course_of
 from autograder.model import Status
 from helpers.milestone import zip_bomb
 from reference.lesson83 import TinyCharLM, apply_rope, rope_cache, sinusoidal_pe
@@ -695,7 +695,7 @@ class WaitingPool:
 
 
 @pytest.mark.sandbox
-def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Path,
+def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(course: Course, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from autograder.grading import batch, runner
 
@@ -716,7 +716,7 @@ def test_grade_batch_verifies_checkpoints_beside_the_sandboxed_runs(tmp_path: Pa
                                                          "nbformat_minor": 5}))
     for name in ("milestone.pt", "milestone.json"):
         shutil.copy(CHECKPOINT / name, student / name)
-    summary = batch.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
+    summary = batch.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False, course=course)
     assert WaitingPool.waited == [True], "the checkpoint was verified only after its sandboxed run"
     assert [r["m1_checkpoint"] for r in summary.rows] == [course_of().config.milestone.points]
 
@@ -785,7 +785,8 @@ def test_a_verifier_killed_from_outside_is_started_again(tiny_checkpoint: tuple[
 
 
 @pytest.mark.sandbox
-def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_grade_batch_verifies_checkpoints_side_by_side(course: Course, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Two cores verify two checkpoints at once while the notebooks run (a class of 300 needs both)."""
     from autograder.grading import batch, runner
 
@@ -815,7 +816,7 @@ def test_grade_batch_verifies_checkpoints_side_by_side(tmp_path: Path, monkeypat
                                                              "nbformat_minor": 5}))
         for file in ("milestone.pt", "milestone.json"):
             shutil.copy(CHECKPOINT / file, student / file)
-    summary = batch.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False)
+    summary = batch.grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False, course=course)
     assert met == [True, True], "the two checkpoints were not verified at the same time"
     assert [r["m1_checkpoint"] for r in summary.rows] == [course_of().config.milestone.points] * 2
 

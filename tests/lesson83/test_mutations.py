@@ -11,6 +11,7 @@ import pytest
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.release.sample import defined_names, filled_notebook
 from reference.lesson83_mistakes import MISTAKES
@@ -22,7 +23,7 @@ TEMPLATE = ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"
 
 
 @pytest.fixture(scope="module")
-def graded_mutants(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> Path:
+def graded_mutants(course: Course, tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> Path:
     tmp = tmp_path_factory.mktemp("mutants")
     (tmp / "subs").mkdir()
     answers = mc_answers(list(suite.questions))
@@ -30,7 +31,7 @@ def graded_mutants(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> Pa
                        *((f"variant_{k}", v) for k, v in CORRECT_VARIANTS.items())]:
         nb = filled_notebook(TEMPLATE, extra={defined_names(code)[0]: code}, answers=answers)
         nbformat.write(nb, str(tmp / "subs" / f"{name}.ipynb"))
-    grade_batch(tmp / "subs", out=tmp / "out", progress=False)
+    grade_batch(tmp / "subs", out=tmp / "out", progress=False, course=course)
     return tmp / "out" / "results"
 
 

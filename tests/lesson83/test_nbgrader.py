@@ -85,7 +85,7 @@ def graded(fresh_build: dict[str, Path], tmp_path_factory: pytest.TempPathFactor
     attack = _read(course, "release")
     attack.cells.insert(3, nbformat.v4.new_code_cell(ATTACK))
     _submit(course, "attack", attack, checkpoint=False)
-    run = nbgrader_autograde(course, progress=False)
+    run = nbgrader_autograde(course, progress=False, course=course_of())
     _nbgrader(course, "generate_feedback", "lesson83", "--force")
     out = course.with_name("course-grades")
     with open(out / "grades.csv") as f:
@@ -233,12 +233,12 @@ def test_grading_refuses_without_a_sandbox_unless_allowed(fresh_build: dict[str,
     _submit(course, "alice", _read(course, "release"), checkpoint=False)
     monkeypatch.setattr(nbgrader_grade, "isolation_here", lambda: "none")
     with pytest.raises(NbgraderGradingError, match=ALLOW_FLAG):
-        nbgrader_autograde(course, progress=False)
+        nbgrader_autograde(course, progress=False, course=course_of())
     assert main(["nbgrader-autograde", str(course), "--quiet"]) == 2
     assert ALLOW_FLAG in capsys.readouterr().err
     assert not (tmp_path / "course-grades").exists()  # nothing ran
     with pytest.raises(NbgraderGradingError, match="outside the course"):
-        nbgrader_autograde(course, out=course / "grades", progress=False)
+        nbgrader_autograde(course, out=course / "grades", progress=False, course=course_of())
 
 
 def test_unsandboxed_grading_says_so_on_every_row_cell_and_flag(tmp_path: Path, suite: Suite) -> None:
@@ -329,7 +329,7 @@ def test_a_rebuild_and_make_clean_keep_the_course_and_its_grades(graded: dict[st
     course, before = dist / "nbgrader", _work(dist)
     monkeypatch.setattr(rel, "build", _prebuilt(fresh_build))
     said: list[str] = []
-    rel.release(dist=dist, templates=tmp_path / "templates", say=said.append)
+    rel.release(dist=dist, templates=tmp_path / "templates", say=said.append, course=course_of())
     assert _work(dist) == before
     plan = "\n".join(said)
     assert "only source/lesson83, release/lesson83 and nbgrader_config.py" in plan, plan
@@ -376,7 +376,7 @@ def test_a_rebuild_that_changes_grade_cells_under_submissions_refuses(graded: di
     tree = {str(p.relative_to(dist)): p.read_bytes() for p in sorted(dist.rglob("*")) if p.is_file()}
     monkeypatch.setattr(rel, "build", _prebuilt(fresh_build, new_points))
     with pytest.raises(rel.BuildError, match=r"q2_sinusoidal_pe-tests from 12 to 10 points.*Nothing was replaced"):
-        rel.release(dist=dist, templates=tmp_path / "templates", say=lambda _: None)
+        rel.release(dist=dist, templates=tmp_path / "templates", say=lambda _: None, course=course_of())
     assert {str(p.relative_to(dist)): p.read_bytes() for p in sorted(dist.rglob("*")) if p.is_file()} == tree
     assert not (tmp_path / "templates").exists()
 

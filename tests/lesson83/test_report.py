@@ -22,7 +22,7 @@ import pytest
 from autograder.authoring.questions import mc_answers, shuffled
 from autograder.authoring.suite import Suite
 from autograder.config import DEFAULT_CONFIG, ROOT
-from autograder.course import course_of
+from autograder.course import Course, course_of
 from autograder.grading.batch import grade_batch
 from autograder.release.sample import filled_notebook
 from autograder.report import (
@@ -90,7 +90,7 @@ def suite() -> Suite:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, Path]:
+def report(course: Course, tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, Path]:
     """Seven students graded for real, then reported: ids map to what each submission holds."""
     tmp = tmp_path_factory.mktemp("report")
     subs = tmp / "submissions"
@@ -118,10 +118,10 @@ def report(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> dict[str, 
     grace.cells.append(nbformat.v4.new_code_cell(REBIND))
     nbformat.write(grace, str(subs / "grace.ipynb"))
     grades = tmp / "grades"
-    summary = grade_batch(subs, out=grades, progress=False)
+    summary = grade_batch(subs, out=grades, progress=False, course=course)
     assert summary.counts() == {"graded": 9}
     out = tmp / "report"
-    index = write_report(grades, out=out)
+    index = write_report(grades, out=out, course=course)
     return {"grades": grades, "out": out, "index": index, "tmp": tmp}
 
 

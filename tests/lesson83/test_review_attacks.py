@@ -14,6 +14,7 @@ import pytest
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.grading.review import DECISIONS_FILE
 from autograder.release.sample import defined_names, filled_notebook
@@ -130,7 +131,7 @@ def _notebook(code: str, answers: dict[str, str], extra_cell: str = "") -> nbfor
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> Path:
+def graded(course: Course, tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> Path:
     tmp = tmp_path_factory.mktemp("attacks")
     (tmp / "subs").mkdir()
     answers = mc_answers(list(suite.questions))
@@ -147,7 +148,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory, suite: Suite) -> Path:
     }
     for name, nb in notebooks.items():
         nbformat.write(nb, str(tmp / "subs" / f"{name}.ipynb"))
-    grade_batch(tmp / "subs", out=tmp / "out", progress=False)
+    grade_batch(tmp / "subs", out=tmp / "out", progress=False, course=course)
     return tmp
 
 
@@ -170,20 +171,21 @@ def test_an_attack_gains_nothing_over_its_honest_baseline_and_is_flagged(graded:
     assert honest["review"]["flags"] == []
 
 
-def test_a_tas_decision_clears_the_flags_on_the_next_run(graded: Path, suite: Suite) -> None:
+def test_a_tas_decision_clears_the_flags_on_the_next_run(course: Course, graded: Path, suite: Suite) -> None:
     record = _record(graded, "2_cuda_dodge")
     (graded / "out" / DECISIONS_FILE).write_text(f"2_cuda_dodge: {record['review']['digest']}\n")
-    grade_batch(graded / "subs", out=graded / "out", progress=False)  # only the decided one is judged again
+    grade_batch(graded / "subs", out=graded / "out", progress=False,
+                course=course)  # only the decided one is judged again
     cleared = _record(graded, "2_cuda_dodge")
     assert cleared["review"]["cleared"] and cleared["total"] >= record["total"]
-    grade_batch(graded / "subs", out=graded / "out", progress=False)  # and the decision stays
+    grade_batch(graded / "subs", out=graded / "out", progress=False, course=course)  # and the decision stays
     assert _record(graded, "2_cuda_dodge")["review"]["cleared"]
 
 
 CONSEQUENCE_CASES = ("pe_is_buffer", "follows_to", "hidden_pe_is_buffer", "hidden_follows_to")
 
 
-def test_a_forged_storage_fact_earns_nothing_even_once_a_ta_clears_the_flag(graded: Path) -> None:
+def test_a_forged_storage_fact_earns_nothing_even_once_a_ta_clears_the_flag(course: Course, graded: Path) -> None:
     """Evidence, not trust: the storage cases pay only where the output after a grader-chosen load_state_dict (and
     .to(torch.float64)) is the one the grader predicts, which a plain attribute cannot give, whatever it reports."""
     out = graded / "out"
@@ -191,7 +193,7 @@ def test_a_forged_storage_fact_earns_nothing_even_once_a_ta_clears_the_flag(grad
     kept = decisions.read_text() if decisions.exists() else ""
     decisions.write_text(kept + "".join(f"{name}: {_record(graded, name)['review']['digest']}\n"
                                         for name in ("1a_gc_mark", "1b_frame_locals")))
-    grade_batch(graded / "subs", out=out, progress=False)
+    grade_batch(graded / "subs", out=out, progress=False, course=course)
     honest = _record(graded, "base_q3")
     for name in ("1a_gc_mark", "1b_frame_locals"):
         record = _record(graded, name)
@@ -202,7 +204,7 @@ def test_a_forged_storage_fact_earns_nothing_even_once_a_ta_clears_the_flag(grad
         assert len(paid) == len(CONSEQUENCE_CASES) and not any(paid.values()), paid
 
 
-def test_forged_structure_facts_earn_nothing_even_once_a_ta_clears_the_flag(graded: Path) -> None:
+def test_forged_structure_facts_earn_nothing_even_once_a_ta_clears_the_flag(course: Course, graded: Path) -> None:
     """Evidence, not trust, for the milestone: a state-dict case pays only where its scheme's logits after a load
     the grader chose (and a nudge of every trainable parameter) are the reference's, and the tied-head case only
     where the logits after a new embedding row 0 are; a trainable `pe` or a separate head cannot give them,
@@ -212,7 +214,7 @@ def test_forged_structure_facts_earn_nothing_even_once_a_ta_clears_the_flag(grad
     decisions = out / DECISIONS_FILE
     kept = decisions.read_text() if decisions.exists() else ""
     decisions.write_text(kept + "".join(f"{name}: {_record(graded, name)['review']['digest']}\n" for name in attacks))
-    grade_batch(graded / "subs", out=out, progress=False)
+    grade_batch(graded / "subs", out=out, progress=False, course=course)
     for name, base in attacks.items():
         record, honest = _record(graded, name), _record(graded, base)
         assert record["review"]["cleared"], record["review"]

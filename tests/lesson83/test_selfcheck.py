@@ -10,14 +10,15 @@ import nbformat
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.course import Course
 from autograder.release.sample import filled_notebook
 from autograder.selfcheck import selfcheck
 
 TEMPLATES = ROOT / "student_templates"
 
 
-def test_reference_earns_everything_and_the_blank_template_nothing(suite: Suite) -> None:
-    check = selfcheck()
+def test_reference_earns_everything_and_the_blank_template_nothing(course: Course, suite: Suite) -> None:
+    check = selfcheck(course=course)
     assert check.passed and check.failures == []
     total = f"{suite.notebook_points:g}"
     assert check.rows[0] == ["question", "points", "reference", "blank"]
@@ -26,11 +27,11 @@ def test_reference_earns_everything_and_the_blank_template_nothing(suite: Suite)
     assert check.text().splitlines()[-1].startswith("self-check passed")
 
 
-def test_a_template_that_already_earns_points_fails_the_check(tmp_path: Path, suite: Suite) -> None:
+def test_a_template_that_already_earns_points_fails_the_check(course: Course, tmp_path: Path, suite: Suite) -> None:
     name = suite.config.assignment
     shutil.copytree(TEMPLATES / name, tmp_path / name)
     notebook = tmp_path / name / f"{name}.ipynb"
     nbformat.write(filled_notebook(notebook, answers=mc_answers(list(suite.questions))), str(notebook))
-    check = selfcheck(templates=tmp_path)
+    check = selfcheck(templates=tmp_path, course=course)
     assert not check.passed and check.rows[-1][3] != "0"
     assert check.text().splitlines()[-1] == "SELF-CHECK FAILED"

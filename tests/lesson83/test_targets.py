@@ -11,6 +11,7 @@ import pytest
 
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
+from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.release.sample import filled_notebook
 
@@ -33,7 +34,8 @@ def nbgrader_filled(release: Path, source: Path) -> nbformat.NotebookNode:
 
 
 @pytest.fixture(scope="module")
-def graded(fresh_build: dict[str, Path], suite: Suite, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+def graded(course: Course, fresh_build: dict[str, Path], suite: Suite,
+           tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     tmp = tmp_path_factory.mktemp("targets")
     subs = tmp / "submissions"
     subs.mkdir()
@@ -48,7 +50,7 @@ def graded(fresh_build: dict[str, Path], suite: Suite, tmp_path_factory: pytest.
     assert any("check_case(" in c.source for c in notebooks["nbgrader"].cells)  # its checks run when graded
     for name, nb in notebooks.items():
         nbformat.write(nb, str(subs / f"{name}.ipynb"))
-    summary = grade_batch(subs, out=tmp / "out", progress=False)
+    summary = grade_batch(subs, out=tmp / "out", progress=False, course=course)
     return {r["id"]: r for r in summary.rows}
 
 
