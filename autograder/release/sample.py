@@ -40,11 +40,9 @@ def _strip_markers(source: str) -> str:
 
 
 def _reference_filled(template: Path, answers: dict[str, str] | None,
-                      lesson: Lesson | None = None) -> tuple[nbformat.NotebookNode, dict[int, list[str]]]:
-    """The student template with every stub replaced by the reference and the multiple-choice cell filled, and
-    the names each replaced cell defines, by cell index. The lesson is by default the one the notebook is named
-    after (NAME.ipynb), in this package's folder."""
-    lesson = lesson or Lesson.load(template.stem)
+                      lesson: Lesson) -> tuple[nbformat.NotebookNode, dict[int, list[str]]]:
+    """The student template with every stub replaced by the lesson's reference and the multiple-choice cell filled,
+    and the names each replaced cell defines, by cell index."""
     nb = nbformat.read(str(template), as_version=4)
     names_at: dict[int, list[str]] = {}
     for i, cell in enumerate(nb.cells):
@@ -71,8 +69,9 @@ def _with_extra(filled: nbformat.NotebookNode, names_at: dict[int, list[str]],
 
 
 def filled_notebook(template: Path, *, extra: dict[str, str] | None = None,
-                    answers: dict[str, str] | None = None, lesson: Lesson | None = None) -> nbformat.NotebookNode:
-    """The student template with every stub replaced by the reference; `extra` appends code to the cell
+                    answers: dict[str, str] | None = None, lesson: Lesson) -> nbformat.NotebookNode:
+    """The student template with every stub replaced by the lesson's reference (its course's: `course.lesson`, never
+    found from the notebook's name); `extra` appends code to the cell
     that defines a name (a catalogued mistake), `answers` fills the multiple-choice cell."""
     nb, names_at = _reference_filled(template, answers, lesson)
     return _with_extra(nb, names_at, extra or {})

@@ -149,6 +149,50 @@ def test_no_stage_runs_without_a_course(tmp_path: Path) -> None:
     assert defaulted == [], f"a stage with a default course: {defaulted}"
 
 
+# The processes that cannot read a course (no grading_config.yaml, or no pydantic) and so find their lesson from a
+# file's place, each with why: the only ones left. The milestone plug-in runs on a bare PyTorch image and in the
+# checkpoint reader, whose staged folder has the assignment and reference/ but no config; autograder/checkpoint.py
+# lies below course.py in the import contract (pyproject.toml) and stages the reader from the plug-in's path, and
+# its main() is the plug-in's command line on that PyTorch image.
+LESSON_FINDERS_WITHOUT_A_COURSE = {
+    ("autograder/checkpoint.py", "reader_files", "Lesson"),
+    ("autograder/checkpoint.py", "main", "lesson_named_in"),
+    ("assignments/lesson83/lesson83_checkpoint.py", "<module>", "Lesson.load"),
+}
+
+
+def lesson_finders() -> set[tuple[str, str, str]]:
+    """(file, function, what) of every call outside lesson.py (which defines them) and course.py that constructs a
+    Lesson or finds one: Lesson(...), Lesson.load(...), lesson_named_in(...), in autograder/ and assignments/."""
+    import ast
+
+    found = set()
+    for path in sorted([*(ROOT / "autograder").rglob("*.py"), *(ROOT / "assignments").rglob("*.py")]):
+        name = path.relative_to(ROOT).as_posix()
+        if name in ("autograder/lesson.py", "autograder/course.py"):
+            continue
+        tree = ast.parse(path.read_text())
+        scopes = {id(n): f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+                  for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            what = ast.unparse(node.func)
+            if what in ("Lesson", "Lesson.load", "lesson_named_in") or what.endswith(".lesson_named_in"):
+                found.add((name, scopes.get(id(node), "<module>"), what))
+    return found
+
+
+def test_the_lesson_is_reached_through_the_course() -> None:
+    """No module but course.py finds a lesson (Course.load): a stage takes `course.lesson`, the sample class and
+    the filled notebooks are given theirs; only the processes that cannot read a course find it otherwise."""
+    assert lesson_finders() == LESSON_FINDERS_WITHOUT_A_COURSE
+    from autograder.release.sample import filled_notebook
+
+    with pytest.raises(TypeError, match="lesson"):
+        filled_notebook(ROOT / "student_templates" / "lesson83" / "lesson83.ipynb")  # type: ignore[call-arg]
+
+
 def test_the_report_of_a_course_never_reads_the_package_config(tmp_path: Path, no_package_config: None) -> None:
     """A course built from the demo lesson's config: its suite, judging and report never read the package's
     grading_config.yaml nor fall back to the package's course."""

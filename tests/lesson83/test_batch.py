@@ -103,18 +103,18 @@ def adversarial_class(tmp_path_factory: pytest.TempPathFactory, suite: Suite) ->
         nb.cells.insert(len(nb.cells) - 3, nbformat.v4.new_code_cell(code))
         _save(nb, subs / f"{name}.ipynb")
     _save(blank, subs / "blank.ipynb")
-    _save(filled_notebook(TEMPLATE, answers=answers), subs / "reference.ipynb")
-    missing = filled_notebook(TEMPLATE, answers=answers)
+    _save(filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson), subs / "reference.ipynb")
+    missing = filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson)
     missing.cells = [c for c in missing.cells if "def rope_attention" not in c.source]
     _save(missing, subs / "missing_function.ipynb")
-    syntax = filled_notebook(TEMPLATE, answers=answers)
+    syntax = filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson)
     syntax.cells.insert(4, nbformat.v4.new_code_cell("def broken(:\n    pass"))
     _save(syntax, subs / "syntax_error.ipynb")
     (subs / "not_json.ipynb").write_text("{ this is not json")
     (subs / "empty.ipynb").write_bytes(b"")
     (subs / "notes.txt").write_text("not a notebook")
     # Gradescope-style inputs: a per-student folder, and a zip with a crafted .OTTER_LOG pickle.
-    _save(filled_notebook(TEMPLATE, answers=answers), subs / "student_folder" / "lesson83.ipynb")
+    _save(filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson), subs / "student_folder" / "lesson83.ipynb")
 
     class Boom:
         def __reduce__(self):
@@ -192,7 +192,7 @@ CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
 @pytest.mark.sandbox
 def test_milestone_checkpoint_is_graded_from_folders_and_zips(course: Course, tmp_path: Path, suite: Suite) -> None:
     answers = mc_answers(list(suite.questions))
-    nb = filled_notebook(TEMPLATE, answers=answers)
+    nb = filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson)
     pt, claims = (CHECKPOINT / "milestone.pt").read_bytes(), (CHECKPOINT / "milestone.json").read_bytes()
     subs = tmp_path / "subs"
     for name, files in (("folder", {"milestone.pt": pt, "milestone.json": claims}), ("notebook_only", {}),
@@ -235,8 +235,8 @@ def test_batch_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path: 
     subs, out = tmp_path / "subs", tmp_path / "out"
     answers = mc_answers(list(suite.questions))
     for i in range(8):
-        _save(filled_notebook(TEMPLATE, answers=answers) if i % 2 else nbformat.read(str(TEMPLATE), as_version=4),
-              subs / f"s{i}.ipynb")
+        _save(filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson) if i % 2
+              else nbformat.read(str(TEMPLATE), as_version=4), subs / f"s{i}.ipynb")
     config = _config(tmp_path)
     proc = _grade_cli(subs, out, config, "--workers", "1")
     deadline = time.monotonic() + 600  # a guard, not a timing: worker start-up is slow on a loaded machine
@@ -268,9 +268,10 @@ def test_gradescope_bundle_gives_the_same_scores_as_grade(course: Course, tmp_pa
     bundle = gradescope_bundle(tmp_path / "autograder.zip", course=course)
     answers = mc_answers(list(suite.questions))
     mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
-    notebooks = {"reference": filled_notebook(TEMPLATE, answers=answers),
+    notebooks = {"reference": filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson),
                  "blank": nbformat.read(str(TEMPLATE), as_version=4),
-                 "mistake": filled_notebook(TEMPLATE, extra={"alibi_bias": mistake.code}, answers=answers)}
+                 "mistake": filled_notebook(TEMPLATE, extra={"alibi_bias": mistake.code}, answers=answers,
+                                            lesson=suite.lesson)}
     subs = tmp_path / "subs"
     for name, nb in notebooks.items():
         _save(nb, subs / name / "lesson83.ipynb")
@@ -295,7 +296,8 @@ def test_otter_run_agrees_on_reference_and_blank(tmp_path: Path, suite: Suite,
                                                  fresh_build: dict[str, Path]) -> None:
     otter_zip = fresh_build["otter_zip"]
     answers = mc_answers(list(suite.questions))
-    for name, nb, want in (("reference", filled_notebook(TEMPLATE, answers=answers), suite.notebook_points),
+    reference = filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson)
+    for name, nb, want in (("reference", reference, suite.notebook_points),
                            ("blank", nbformat.read(str(TEMPLATE), as_version=4), 0.0)):
         _save(nb, tmp_path / name / "lesson83.ipynb")
         out = tmp_path / f"otter-{name}"
@@ -359,7 +361,7 @@ def fake_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def notebooks(suite: Suite) -> dict[str, bytes]:
     answers = mc_answers(list(suite.questions))
-    return {"honest": nbformat.writes(filled_notebook(TEMPLATE, answers=answers)).encode(),
+    return {"honest": nbformat.writes(filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson)).encode(),
             "blank": TEMPLATE.read_bytes()}
 
 
@@ -523,7 +525,7 @@ alibi_slopes = _leaky(alibi_slopes)
 
 def test_students_never_see_hidden_inputs(course: Course, tmp_path: Path, suite: Suite, fake_sandbox: None) -> None:
     """A function that raises (and prints) its arguments: the TA sees the hidden ones, the student never."""
-    nb = filled_notebook(TEMPLATE, answers=mc_answers(list(suite.questions)))
+    nb = filled_notebook(TEMPLATE, answers=mc_answers(list(suite.questions)), lesson=suite.lesson)
     nb.cells.append(nbformat.v4.new_code_cell(LEAKY))
     _save(nb, tmp_path / "subs" / "leaky.ipynb")
     grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False, course=course)

@@ -152,8 +152,9 @@ def _submissions(dest: Path, suite: Suite) -> dict[str, Path]:
     mistake = next(m for m in MISTAKES if m.id == "alibi_sign_flipped")
     cheat = nbformat.read(str(TEMPLATE), as_version=4)
     cheat.cells.insert(3, nbformat.v4.new_code_cell(CHEAT))
-    notebooks = {"reference": filled_notebook(TEMPLATE, answers=answers),
-                 "wrong": filled_notebook(TEMPLATE, extra={"alibi_bias": mistake.code}, answers=answers),
+    notebooks = {"reference": filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson),
+                 "wrong": filled_notebook(TEMPLATE, extra={"alibi_bias": mistake.code}, answers=answers,
+                                          lesson=suite.lesson),
                  "cheat": cheat}
     out = {}
     for name, nb in notebooks.items():
@@ -249,7 +250,7 @@ def test_export_zip_carries_the_milestone_and_earns_its_points(fresh_build: dict
                                                                tmp_path: Path) -> None:
     work = tmp_path / "laptop"
     shutil.copytree(fresh_build["student"], work)
-    nb = filled_notebook(work / "lesson83.ipynb", answers=mc_answers(list(suite.questions)))
+    nb = filled_notebook(work / "lesson83.ipynb", answers=mc_answers(list(suite.questions)), lesson=suite.lesson)
     nbformat.write(nb, str(work / "lesson83.ipynb"))
     for f in ("milestone.pt", "milestone.json"):
         shutil.copy(CHECKPOINT / f, work / f)

@@ -315,7 +315,7 @@ def test_a_guard_switched_off_voids_the_case_and_is_flagged(storage, case):
 @pytest.mark.sandbox
 def test_grade_under_an_operators_lower_ulimits_gives_full_marks_and_says_so(tmp_path: Path, suite: Suite) -> None:
     subs, out = tmp_path / "subs", tmp_path / "out"
-    nb = filled_notebook(TEMPLATE, answers=mc_answers(list(suite.questions)))
+    nb = filled_notebook(TEMPLATE, answers=mc_answers(list(suite.questions)), lesson=suite.lesson)
     (subs / "honest").mkdir(parents=True)
     nbformat.write(nb, str(subs / "honest" / "lesson83.ipynb"))
     for f in ("milestone.pt", "milestone.json"):

@@ -33,16 +33,16 @@ def graded(course: Course, tmp_path_factory: pytest.TempPathFactory, suite: Suit
     subs = tmp / "subs"
     subs.mkdir()
     answers = mc_answers(list(suite.questions))
-    slow = filled_notebook(TEMPLATE, answers=answers)
+    slow = filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson)
     cell = _cell(slow, "def rope_cache")
     cell.source = cell.source.replace('"""\n', f'"""\n    import time\n    time.sleep({SLEEP_S})\n', 1)
     assert f"time.sleep({SLEEP_S})" in cell.source
     nbformat.write(slow, str(subs / "slow_rope.ipynb"))
-    broken = filled_notebook(TEMPLATE, answers=answers)
+    broken = filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson)
     cell = _cell(broken, "def sinusoidal_pe")
     cell.source = cell.source.replace("def sinusoidal_pe(max_len, d):", "def sinusoidal_pe(max_len, d)", 1)
     nbformat.write(broken, str(subs / "syntax_error.ipynb"))
-    zeros = filled_notebook(TEMPLATE, answers=answers)
+    zeros = filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson)
     _cell(zeros, "def sinusoidal_pe").source += ("\n\n\ndef sinusoidal_pe(max_len, d):\n    import numpy as np\n"
                                                  "    return np.zeros((max_len, d))\n")
     nbformat.write(zeros, str(subs / "zeros_pe.ipynb"))

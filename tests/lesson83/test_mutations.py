@@ -29,7 +29,7 @@ def graded_mutants(course: Course, tmp_path_factory: pytest.TempPathFactory, sui
     answers = mc_answers(list(suite.questions))
     for name, code in [*((f"mistake_{m.id}", m.code) for m in MISTAKES),
                        *((f"variant_{k}", v) for k, v in CORRECT_VARIANTS.items())]:
-        nb = filled_notebook(TEMPLATE, extra={defined_names(code)[0]: code}, answers=answers)
+        nb = filled_notebook(TEMPLATE, extra={defined_names(code)[0]: code}, answers=answers, lesson=suite.lesson)
         nbformat.write(nb, str(tmp / "subs" / f"{name}.ipynb"))
     grade_batch(tmp / "subs", out=tmp / "out", progress=False, course=course)
     return tmp / "out" / "results"

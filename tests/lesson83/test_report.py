@@ -81,7 +81,7 @@ def _wrong_letter(suite: Suite, var: str) -> tuple[str, str]:
 def _with_mistake(mistake_id: str, answers: dict[str, str], *, tail: str = "") -> nbformat.NotebookNode:
     m = MISTAKE[mistake_id]
     target = re.search(r"^(?:def|class) (\w+)", m.code, re.M).group(1)
-    return filled_notebook(TEMPLATE, extra={target: m.code + tail}, answers=answers)
+    return filled_notebook(TEMPLATE, extra={target: m.code + tail}, answers=answers, lesson=course_of().lesson)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def report(course: Course, tmp_path_factory: pytest.TempPathFactory, suite: Suit
     subs = tmp / "submissions"
     subs.mkdir()
     answers = mc_answers(list(suite.questions))
-    nbformat.write(filled_notebook(TEMPLATE, answers=answers), str(subs / "reference.ipynb"))
+    nbformat.write(filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson), str(subs / "reference.ipynb"))
     shutil.copy(TEMPLATE, subs / "blank.ipynb")
     buf = nbformat.writes(_with_mistake("rope_interleaved", answers))
     with zipfile.ZipFile(subs / "alice.zip", "w") as zf:  # a zip upload: the report reads its code in memory
@@ -105,16 +105,17 @@ def report(course: Course, tmp_path_factory: pytest.TempPathFactory, suite: Suit
                    str(subs / f"{HOSTILE_ID}.ipynb"))
     nbformat.write(_with_mistake("rope_rotates_v", answers), str(subs / "carol.ipynb"))
     nbformat.write(_with_mistake("alibi_sign_flipped", answers), str(subs / "dave.ipynb"))
-    nbformat.write(filled_notebook(TEMPLATE, extra={"sinusoidal_pe": RAISER}, answers=answers),
+    nbformat.write(filled_notebook(TEMPLATE, extra={"sinusoidal_pe": RAISER}, answers=answers, lesson=suite.lesson),
                    str(subs / "erin.ipynb"))
     # frank: all code right, one wrong multiple-choice answer, and written answers (one of them hostile)
-    frank = filled_notebook(TEMPLATE, answers=answers | {"q8_pe_value": _wrong_letter(suite, "q8_pe_value")[0]})
+    frank = filled_notebook(TEMPLATE, answers=answers | {"q8_pe_value": _wrong_letter(suite, "q8_pe_value")[0]},
+                            lesson=suite.lesson)
     _answer(frank, "q9_buffer", HOSTILE_ANSWER)
     _answer(frank, "q9_alibi", "No table: the bias is a formula for every distance.")
     _answer(frank, "q9_rope_v", CONTROL_ANSWER)
     nbformat.write(frank, str(subs / "frank.ipynb"))
     # grace: a clean `def sinusoidal_pe`, then a later cell binds the name to another function (what is graded)
-    grace = filled_notebook(TEMPLATE, answers=answers)
+    grace = filled_notebook(TEMPLATE, answers=answers, lesson=suite.lesson)
     grace.cells.append(nbformat.v4.new_code_cell(REBIND))
     nbformat.write(grace, str(subs / "grace.ipynb"))
     grades = tmp / "grades"

@@ -14,7 +14,7 @@ import pytest
 from autograder.authoring.questions import mc_answers
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
-from autograder.course import Course
+from autograder.course import Course, course_of
 from autograder.grading.batch import grade_batch
 from autograder.grading.review import DECISIONS_FILE
 from autograder.release.sample import defined_names, filled_notebook
@@ -124,7 +124,7 @@ BASELINES = {"base_q3": _mistake("pe_plain_attribute"), "base_m1": _mistake("lm_
 
 
 def _notebook(code: str, answers: dict[str, str], extra_cell: str = "") -> nbformat.NotebookNode:
-    nb = filled_notebook(TEMPLATE, extra={defined_names(code)[0]: code}, answers=answers)
+    nb = filled_notebook(TEMPLATE, extra={defined_names(code)[0]: code}, answers=answers, lesson=course_of().lesson)
     if extra_cell:
         nb.cells.append(nbformat.v4.new_code_cell(extra_cell))
     return nb
@@ -144,7 +144,8 @@ def graded(course: Course, tmp_path_factory: pytest.TempPathFactory, suite: Suit
         "1c_frame_locals_devices": _notebook(BASELINES["base_m1"], answers, FRAME_LOCALS),
         "1a_structure_pe": _notebook(BASELINES["base_m1_pe"], answers, GC_STRUCTURE),
         "1a_structure_head": _notebook(BASELINES["base_m1_head"], answers, GC_STRUCTURE),
-        "2_cuda_dodge": filled_notebook(TEMPLATE, extra={"rope_attention": cpu_tables + CUDA_DODGE}, answers=answers),
+        "2_cuda_dodge": filled_notebook(TEMPLATE, extra={"rope_attention": cpu_tables + CUDA_DODGE}, answers=answers,
+                                        lesson=suite.lesson),
     }
     for name, nb in notebooks.items():
         nbformat.write(nb, str(tmp / "subs" / f"{name}.ipynb"))

@@ -31,7 +31,8 @@ def test_a_template_that_already_earns_points_fails_the_check(course: Course, tm
     name = suite.config.assignment
     shutil.copytree(TEMPLATES / name, tmp_path / name)
     notebook = tmp_path / name / f"{name}.ipynb"
-    nbformat.write(filled_notebook(notebook, answers=mc_answers(list(suite.questions))), str(notebook))
+    filled = filled_notebook(notebook, answers=mc_answers(list(suite.questions)), lesson=suite.lesson)
+    nbformat.write(filled, str(notebook))
     check = selfcheck(templates=tmp_path, course=course)
     assert not check.passed and check.rows[-1][3] != "0"
     assert check.text().splitlines()[-1] == "SELF-CHECK FAILED"

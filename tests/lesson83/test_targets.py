@@ -40,12 +40,13 @@ def graded(course: Course, fresh_build: dict[str, Path], suite: Suite,
     subs = tmp / "submissions"
     subs.mkdir()
     answers = mc_answers(list(suite.questions))
-    course = fresh_build["nbgrader"]
+    nbgrader = fresh_build["nbgrader"]
     notebooks = {
-        "student": filled_notebook(fresh_build["student"] / "lesson83.ipynb", answers=answers),
-        "otter": filled_notebook(fresh_build["otter"] / "student" / "lesson83.ipynb", answers=answers),
-        "nbgrader": nbgrader_filled(course / "release" / "lesson83" / "lesson83.ipynb",
-                                    course / "source" / "lesson83" / "lesson83.ipynb"),
+        "student": filled_notebook(fresh_build["student"] / "lesson83.ipynb", answers=answers, lesson=suite.lesson),
+        "otter": filled_notebook(fresh_build["otter"] / "student" / "lesson83.ipynb", answers=answers,
+                                 lesson=suite.lesson),
+        "nbgrader": nbgrader_filled(nbgrader / "release" / "lesson83" / "lesson83.ipynb",
+                                    nbgrader / "source" / "lesson83" / "lesson83.ipynb"),
     }
     assert any("check_case(" in c.source for c in notebooks["nbgrader"].cells)  # its checks run when graded
     for name, nb in notebooks.items():
