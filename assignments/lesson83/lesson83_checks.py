@@ -24,6 +24,7 @@ from checks_runtime import *  # noqa: F403 - the engine's API (checks_runtime.__
 from checks_runtime import (
     CHECKS,
     MEMO,
+    NOT_FILLED,
     STUB,
     Verdict,
     as_array,
@@ -919,7 +920,7 @@ def builds_on(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any
     if isinstance(mine, dict) and "error" in mine:
         err = mine["error"]
         if STUB in str(err.get("message", "")):
-            return _with_note(verdict, f"This comes from {label}, which is not filled in yet: fill it in {where} "
+            return _with_note(verdict, f"This comes from {label}, which is {NOT_FILLED}: fill it in {where} "
                                        "first.")
         return _with_note(verdict, f"This comes from {label}: {spec['what']} raised {err['type']}: "
                                    f"{err['message']}. Fix it in {where} first.")

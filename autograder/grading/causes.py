@@ -14,7 +14,6 @@ from autograder.model import NOT_RUN, CaseResult
 from autograder.sandbox import NotebookError, read_notebook
 
 _SYNTAX = ("SyntaxError", "IndentationError", "TabError")
-STUB_TEXT = "not filled in yet"
 
 
 def syntax_errors(cells: list[tuple[int, str]], notes: list[str]) -> dict[int, tuple[int, str]]:
@@ -46,6 +45,7 @@ def first_causes(suite: Suite, source: bytes, cases: list[CaseResult], notes: li
     except NotebookError:
         return []
     broken = syntax_errors(cells, notes)
+    words = suite.lesson.runtime.NOT_FILLED  # a blank stub's words, as the lesson's runtime spells them
     found = bindings(cells)
     said = [f"Cell {i} has a syntax error on line {line} ({msg}): nothing in it ran, so what it defines does not "
             "exist and every check that uses it fails. Fix that line, then run the cell." for i, (line, msg)
@@ -56,11 +56,11 @@ def first_causes(suite: Suite, source: bytes, cases: list[CaseResult], notes: li
         if not names or not failed:
             continue
         broke = _broken_cause(names, found, broken)
-        cause = (broke, failed) if broke else _stub_cause(names, cells, failed)
+        cause = (broke, failed) if broke else _stub_cause(names, cells, failed, words=words)
         if cause is None:
             continue
         text, which = cause
-        again = STUB_TEXT if STUB_TEXT in text else "the same syntax error"
+        again = words if words in text else "the same syntax error"
         for n, c in enumerate(which):
             c.message = f"{c.id}: {text}" if n == 0 else f"{c.id}: {again} (see {which[0].id})"
     return said
@@ -77,8 +77,8 @@ def _broken_cause(names: list[str], found: list[Binding], broken: dict[int, tupl
     return ""
 
 
-def _stub_cause(names: list[str], cells: list[tuple[int, str]],
-                failed: list[CaseResult]) -> tuple[str, list[CaseResult]] | None:
+def _stub_cause(names: list[str], cells: list[tuple[int, str]], failed: list[CaseResult], *,
+                words: str) -> tuple[str, list[CaseResult]] | None:
     """The question's definitions still as the template left them, and the failed cases they explain: every one
     when all of them are blank, else those that raised or wait for another case."""
     stubs = [n for n, blank in stub_state(cells, set(names)).items() if blank]
@@ -86,9 +86,9 @@ def _stub_cause(names: list[str], cells: list[tuple[int, str]],
         return None
     every = len(stubs) == len(names)
     which = [c for c in failed if every or (isinstance(c.received, dict) and "error" in c.received)
-             or STUB_TEXT in c.message or "waits for" in c.message or "counts once" in c.message]
+             or words in c.message or "waits for" in c.message or "counts once" in c.message]
     listed = " and ".join(f"`{n}`" for n in sorted(stubs))
-    return f"{STUB_TEXT}: {listed} still {'has' if len(stubs) == 1 else 'have'} the template's `...` body.", which
+    return f"{words}: {listed} still {'has' if len(stubs) == 1 else 'have'} the template's `...` body.", which
 
 
 def named_functions(suite: Suite, notes: list[str]) -> list[str]:

@@ -75,10 +75,12 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
         results.append(CaseResult(case.id, case.question, case.points if verdict.passed else 0.0,
                                   case.points, verdict.passed, case.hidden, verdict.message,
                                   verdict.diagnosis, received, expected))
-    return _rescaled(_one_gate_line(_one_line_per_stub(results, waits, stub=checks.STUB), waits), left_out, upstream)
+    words = suite.lesson.runtime.NOT_FILLED  # a blank stub's words, as the lesson's runtime spells them
+    return _rescaled(_one_gate_line(_one_line_per_stub(results, waits, stub=checks.STUB, words=words), waits,
+                                    words=words), left_out, upstream)
 
 
-def _one_gate_line(results: list[CaseResult], waits: dict[str, list[str]]) -> list[CaseResult]:
+def _one_gate_line(results: list[CaseResult], waits: dict[str, list[str]], *, words: str) -> list[CaseResult]:
     """A question's gate is said once: its first gated case says why; the others point to it. A case that waits only
     for cases that never ran (a time limit) did not run either, in effect, and says so."""
     first: dict[str, CaseResult] = {}
@@ -86,7 +88,7 @@ def _one_gate_line(results: list[CaseResult], waits: dict[str, list[str]]) -> li
     for r in results:
         if not r.passed and waits.get(r.id) and set(waits[r.id]) <= never:
             r.message = f"{r.id}: {NOT_RUN}: it waits for {' and '.join(waits[r.id])}, which did not run."
-        if r.passed or not waits.get(r.id) or NOT_RUN in r.message or "not filled in yet" in r.message:
+        if r.passed or not waits.get(r.id) or NOT_RUN in r.message or words in r.message:
             continue
         lead = first.setdefault(r.question, r)
         if lead is not r:
@@ -128,7 +130,8 @@ def _rescaled(results: list[CaseResult], left_out: set[str], upstream: dict[str,
     return results
 
 
-def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]], *, stub: str) -> list[CaseResult]:
+def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]], *, stub: str,
+                       words: str) -> list[CaseResult]:
     """Failures of one question that come from stubs not filled in read as one line: the first case says it;
     the question's other stub failures, and the properties that wait only for them, point to it."""
     stubs = {r.id for r in results if not r.passed and stub in r.message}
@@ -141,7 +144,7 @@ def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]], *
         if lead is None or r is lead or r.passed:
             continue
         if r.id in stubs or (waits.get(r.id) and set(waits[r.id]) <= stubs):
-            r.message = f"{r.id}: not filled in yet (see {lead.id})"
+            r.message = f"{r.id}: {words} (see {lead.id})"
     return results
 
 

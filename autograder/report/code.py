@@ -15,7 +15,6 @@ from autograder.grading.submissions import read_cells
 from autograder.report.text import clip_text
 from autograder.sandbox import SKIP_TAGS
 
-STUB_WORDS = "the stub is not filled in yet"  # what the probes say when a stub returned None or ...
 CODE_CHARS = 20_000  # per cell
 ANSWER_PLACEHOLDERS = ("_Type your answer here, replacing this text._", "YOUR ANSWER HERE")
 

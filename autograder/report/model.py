@@ -17,7 +17,7 @@ from autograder.grading.bindings import stub_state
 from autograder.grading.gradebook import RESULTS_DIR, Gradebook
 from autograder.model import CaseResult, Status, SubmissionResult
 from autograder.model import record_problem as stored_record_problem
-from autograder.report.code import STUB_WORDS, code_cells, submission_cells, written_answers
+from autograder.report.code import code_cells, submission_cells, written_answers
 from autograder.report.text import as_text
 
 UNRECOGNISED = "unrecognised"
@@ -38,6 +38,7 @@ class Student:
     cells: list[tuple[int, str]] = field(default_factory=list)  # (index, source) of the notebook's code cells
     code_problem: str = ""  # why there are no cells, when there are none
     answers: dict[str, str | None] = field(default_factory=dict)  # written part -> answer (None: no answer cell)
+    stub: str | None = None  # what a probe says of a blank stub (the lesson's runtime: STUB); None: not looked for
     result: SubmissionResult = field(init=False)
 
     def __post_init__(self) -> None:
@@ -76,7 +77,7 @@ class Student:
         if names and all(stubs.get(n) for n in names):
             return [UNFINISHED]
         found = self.diagnoses(q.id) + self.wrong_picks(q)
-        if any(stubs.values()) or (not found and any(STUB_WORDS in c.message for c in failed)):
+        if any(stubs.values()) or (not found and self.stub is not None and any(self.stub in c.message for c in failed)):
             return [*found, UNFINISHED]
         return found or [UNRECOGNISED]
 
@@ -169,12 +170,13 @@ def batch_rows(book: Gradebook) -> list[tuple[str, str | None, dict[str, Any]]]:
         return [(as_text(name.removesuffix(".json")), name, {}) for name in book.record_names()]
 
 
-def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None = None) -> list[Student]:
+def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None = None,
+                  stub: str | None = None) -> list[Student]:
     """The results of the batch, in the order of the batch (summary.json), else every stored result.
 
     Never raises for what a stored result holds: a result the report cannot use becomes a student whose
     status is "unusable result" and whose note says why; a submission the grader left "not graded" keeps
-    the grader's message.
+    the grader's message. stub: what a probe says of a blank stub (the lesson's runtime's STUB), for the labels.
     """
     book = Gradebook(grades)
     if not book.exists():
@@ -192,6 +194,7 @@ def load_students(grades: Path, *, limits: Any = None, parts: list[str] | None =
         except Exception as exc:  # noqa: BLE001 - a record record_problem let through but the results object refuses
             record = unusable_record(sid, f"{RESULTS_DIR}/{as_text(name)}: not a stored result ({as_text(exc)[:300]})")
             student = Student(sid, record, _page_name(sid))
+        student.stub = stub
         if student.status not in (Status.UNREADABLE, Status.UNUSABLE) and record.get("path"):
             cells, student.code_problem = submission_cells(record.get("path"), grades, limits=limits)
             student.cells = code_cells(cells)

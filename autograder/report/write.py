@@ -67,7 +67,7 @@ def write_report(grades: Path, *, out: Path = Path("report"), course: Course,
     questions = [q for q in suite.questions if q.graded and not q.manual]
     manual = [q for q in suite.questions if q.graded and q.manual]
     parts = [p.part for q in manual for p in q.written]
-    students = load_students(grades, limits=suite.config.submissions, parts=parts)
+    students = load_students(grades, limits=suite.config.submissions, parts=parts, stub=suite.lesson.runtime.STUB)
     merged, _ = merged_or_problem(Gradebook(grades))  # when unreadable the grade table says why; written all the same
     out = out.resolve()
     ctx = RenderContext(suite, questions, catalogue(suite) | choice_catalogue(questions), grades.resolve(), merged,

@@ -31,7 +31,8 @@ from plain_codec import dumps, from_plain, loads, own_array, to_plain  # the eng
 
 PROBES: dict[str, Callable[..., dict[str, Any]]] = {}
 CHECKS: dict[str, Callable[..., Verdict]] = {}
-STUB = "the stub is not filled in yet"
+NOT_FILLED = "not filled in yet"  # the words of a blank stub, spelled here once: the grader's messages say them
+STUB = f"the stub is {NOT_FILLED}"  # what a probe says when a stub returned None or ...
 # Probe outputs that are not plain arrays (subclasses, objects with __array__), as the sandbox reports them.
 SUSPICIOUS: list[str] = []
 
@@ -164,7 +165,7 @@ def as_array(value: Any, what: str) -> np.ndarray:
     recorded in SUSPICIOUS for the grader's report.
     """
     if value is None or value is Ellipsis:
-        raise TypeError(f"{what} returned {value!r}: the stub is not filled in yet")
+        raise TypeError(f"{what} returned {value!r}: {STUB}")
     odd = _odd_array(value)
     if odd:
         SUSPICIOUS.append(f"{what} returned {odd}")
@@ -302,7 +303,7 @@ def judge(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -
     try:
         err = got.get("error") if isinstance(got, dict) else None
         if isinstance(err, dict) and STUB in str(err.get("message", "")):
-            return Verdict(False, f"{case['id']}: {err['message']}.", not_genuine="it is not filled in yet")
+            return Verdict(False, f"{case['id']}: {err['message']}.", not_genuine=f"it is {NOT_FILLED}")
         verdict = CHECKS[case["check"]](case, got, expected)
         basis = case.get("args", {}).get("basis") if isinstance(case.get("args"), dict) else None
         verdict = HOOKS["builds_on"](case, got, expected, verdict) if basis and not verdict.passed else verdict

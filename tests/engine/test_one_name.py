@@ -67,3 +67,23 @@ def test_each_notebook_reader_and_pool_has_one_name() -> None:
     assert defined("submission_cells") == ["autograder/report/code.py"]
     assert defined("pool") == []
     assert defined("reader_pool") == ["autograder/checkpoint.py", "autograder/sandbox/files.py"]
+
+
+def test_the_words_of_a_blank_stub_are_spelled_once() -> None:
+    """"not filled in yet" is written in one string of code, the shipped runtime's NOT_FILLED (its STUB, what a probe
+    says of a blank stub, is made of it); the engine's messages and the lessons' checks take them from there."""
+    spelled = []
+    for path in _files():
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)  # docstrings say it in prose
+                if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        spelled += [path.relative_to(ROOT).as_posix() for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+                    and "filled in yet" in node.value]
+    assert spelled == ["autograder/runtime/checks_runtime.py"], spelled
+    from autograder.config import DEFAULT_CONFIG
+    from autograder.course import course_of
+
+    runtime = course_of(DEFAULT_CONFIG).lesson.runtime
+    assert runtime.STUB == f"the stub is {runtime.NOT_FILLED}"
