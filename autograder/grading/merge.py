@@ -72,7 +72,7 @@ def check_scores_csv(path: Path, *, suite: Suite,
     for n, cells in table[1:]:
         rec = dict(zip(header, cells))
         sid = rec.get("id", "").strip()
-        sid = sid if sid in known else written.get(sid, sid)  # the id as spreadsheet_text wrote it
+        sid = written.get(sid, sid)  # the id as grades.csv writes it (`'=1+1` is `=1+1`), else the id itself
         if not sid and not any(rec.get(c, "").strip() for c in score_cols):
             continue
         if not sid:
@@ -123,7 +123,8 @@ def merge_scores(out: Path, files: list[Path], *, course: Course | None = None) 
         rows, lowered = before["rows"], list(before.get("limits_lowered") or [])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise MergeError(f"{out}: no summary.json of a graded batch; run `{command()} grade` first ({exc})") from None
-    subs = [Submission(str(r["id"]), Path(), None, result_name=str(r.get("result") or "")) for r in rows]
+    subs = [Submission(str(r["id"]), Path(), None, result_name=str(r.get("result") or ""),
+                       notes=[str(n) for n in r.get("notes") or ()]) for r in rows]  # the notes as they were
     failed = {str(r["id"]): str(r.get("message") or Status.NOT_GRADED) for r in rows if not r.get("result")}
     stored = merged_scores(out)
     counts, ignored = {}, set()
