@@ -118,7 +118,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
         require_isolation(allow_unsandboxed=allow_unsandboxed)  # refuses here, before anything is read or written
     fingerprint, files = suite.fingerprint, suite.checkpoint_files
     subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions,
-                                                                 files=files)
+                                                                 files=files, notebook=f"{config.assignment}.ipynb")
     chosen = select(subs, only, where=submissions) if only is not None else None
     results_dir = out / "results"
     results_dir.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,8 @@ def result_key(sub: Submission, fingerprint: str, files: Sequence[str]) -> str:
     for name in files:  # the checkpoint's (Suite.checkpoint_files)
         h.update(hashlib.sha256(sub.files.get(name, b"")).digest())
     h.update("\0".join(sub.file_problems).encode("utf-8", "backslashreplace") + fingerprint.encode())
+    if sub.picked:  # which of several notebooks was graded, and which were left: the student is told
+        h.update(b"picked\0" + sub.picked.encode("utf-8", "backslashreplace"))
     return h.hexdigest()
 
 
@@ -158,6 +160,7 @@ def write_tables(suite: Suite, subs: list[Submission], out: Path, *, failed: dic
         row = _row(suite, sub, out, failed or {}) | dict.fromkeys(manual)
         if row["total"] is not None:
             apply_merged(suite, row, merged.get(sub.id, {}))
+        row["notes"] = [*([sub.picked] if sub.picked else []), *sub.notes]  # what reading the class noticed
         rows.append(row)
     columns = [*qids, *manual]
     table = [["id", "total", *columns, "status", "message"]]
@@ -183,6 +186,7 @@ def write_tables(suite: Suite, subs: list[Submission], out: Path, *, failed: dic
                if merged or merge_problem else None,
                "limits_lowered": list(limits_lowered or []),
                "rows": [{"id": r["id"], "result": None if r["status"] == Status.NOT_GRADED else sub.result_name,
-                         "status": r["status"], "message": r["message"]} for r, sub in zip(rows, subs)]}
+                         "status": r["status"], "message": r["message"],
+                         **({"notes": r["notes"]} if r["notes"] else {})} for r, sub in zip(rows, subs)]}
     write_atomic(out / "summary.json", json.dumps(summary, indent=1))
     return rows
