@@ -147,9 +147,18 @@ def _escape(match: re.Match[str]) -> str:
 def spreadsheet_text(text: str) -> str:
     """A CSV cell as written in every CSV the package writes: each control or bidirectional character becomes a
     visible escape (ESC as \\x1b, U+202E as \\u202e), and a cell that starts like a formula gets a leading
-    apostrophe, so a spreadsheet shows it as text."""
+    apostrophe, so a spreadsheet shows it as text. A cell that starts with an apostrophe gets one more, so that
+    the apostrophe is reversible (`from_spreadsheet_text`): `=1+1` is written `'=1+1` and `'=1+1` is written
+    `''=1+1`, never the same cell."""
     text = CSV_UNSAFE.sub(_escape, text)
-    return "'" + text if text[:1] in FORMULA_STARTS else text
+    return "'" + text if text[:1] in (*FORMULA_STARTS, "'") else text
+
+
+def from_spreadsheet_text(cell: str) -> str:
+    """The text a cell written by `spreadsheet_text` stands for, as far as the apostrophe goes: one leading
+    apostrophe that `spreadsheet_text` would have added is taken off (`'=1+1` -> `=1+1`, `''x` -> `'x`); any other
+    cell is returned as it is. Ids never hold the characters it escapes, so an id comes back exactly."""
+    return cell[1:] if cell[:1] == "'" and cell[1:2] in (*FORMULA_STARTS, "'") else cell
 
 
 def csv_text(rows: Iterable[Iterable[Any]]) -> str:

@@ -224,7 +224,8 @@ def judge_submission(suite: Suite, sub: Submission, status: str, outputs: dict[s
     cases = judge_outputs(suite, outputs, not_run) + judge_checkpoint(suite, sub.files, sub.file_problems)
     read = suite.checkpoint_cases and reads_checkpoint(suite.checkpoint_files, sub.files) and not sub.file_problems
     notes = [*notes, *(reader_limits_lowered() if read else [])]  # an operator's lower limits, if any
-    return SubmissionResult(sub.id, status, cases, notes, list(student_notes or []),
+    picked = [sub.picked] if sub.picked else []  # which of several notebooks was graded: both are told
+    return SubmissionResult(sub.id, status, cases, [*notes, *picked], [*(student_notes or []), *picked],
                             suite.fingerprint)
 
 

@@ -102,7 +102,7 @@ def course_submissions(folder: Path, assignment: str, *, course: Course | None =
         folder = student / assignment
         if student.name.startswith(".") or not folder.is_dir() or folder.is_symlink():
             continue
-        sub = read_entry(folder, limits=limits, files=files)
+        sub = read_entry(folder, limits=limits, files=files, notebook=f"{assignment}.ipynb")
         sub.id, sub.name = student.name, student.name
         sub.result_name = result_file_name(student.name, sub.raw_name)
         subs.append(sub)
@@ -116,7 +116,8 @@ def _stored_record(grades: Path, folder: Path, student: str, assignment: str, co
     from autograder.grading.submissions import read_entry, result_file_name
 
     files = course.suite.checkpoint_files
-    sub = read_entry(folder / "submitted" / student / assignment, limits=course.config.submissions, files=files)
+    sub = read_entry(folder / "submitted" / student / assignment, limits=course.config.submissions, files=files,
+                     notebook=f"{assignment}.ipynb")
     sub.name = student
     book, name = Gradebook(grades), result_file_name(student, sub.raw_name)
     path = book.record_path(name)
