@@ -250,24 +250,43 @@ def _write_and_forward(m: Any, table: np.ndarray, x: Any, *, name: str | None, s
 
 @probe
 def module_forward(env: dict[str, Any], cls: str, args: list[Any], x_shape: list[int], seed: int,
-                   zeros: bool = False, dtype: str = "float32",
-                   arange_weights: bool = False) -> dict[str, Any]:
-    """Forward a seeded (or zero) input through env[cls](*args) and return the output."""
+                   zeros: bool = False, dtype: str = "float32", arange_weights: bool = False,
+                   fill: int | None = None) -> dict[str, Any]:
+    """Forward a seeded (or zero) input through env[cls](*args) and return the output. With weights to fill (the
+    module's one nn.Embedding, found in nn.Module's own tables): `arange_weights`, a fixed public ramp (visible
+    cases), or `fill`, values drawn from that seed (hidden cases: the seed is a hidden argument, never shipped);
+    then `moved`, the output once the same values are written in reverse order: an output that ignores the
+    module's own weights does not move."""
     torch = _torch()
     m = _get(env, cls)(*args)
     x = _seeded(seed, *x_shape).to(getattr(torch, dtype))
     if zeros:
         x = torch.zeros_like(x)
-    if arange_weights:
-        emb = [mod for mod in m.modules() if isinstance(mod, torch.nn.Embedding)]
-        if len(emb) != 1:
-            raise TypeError(f"{cls} should hold exactly one nn.Embedding, found {len(emb)}")
-        with torch.no_grad():
-            w = emb[0].weight
-            w.copy_(torch.arange(w.numel(), dtype=w.dtype).reshape(w.shape) / w.numel())
+    weight = _embedding_weight(m, cls) if arange_weights or fill is not None else None
+    if weight is not None:
+        P = _pristine()
+        shape = tuple(P.shape(weight))
+        n = P.numel(weight)
+        values = (_seeded(fill, *shape) if fill is not None else
+                  torch.arange(n, dtype=torch.float64).reshape(shape) / n)
+        _write(weight, values)
     with torch.no_grad():
         out = m(x)
-    return {"value": as_array(out, f"{cls}.forward"), "dtype": _dtype_name(out)}
+    found = {"value": as_array(out, f"{cls}.forward"), "dtype": _dtype_name(out)}
+    if weight is not None:
+        _write(weight, values.flatten().flip(0).reshape(shape))
+        with torch.no_grad():
+            found["moved"] = as_array(m(x), f"{cls}.forward with other weights")
+    return found
+
+
+def _embedding_weight(m: Any, cls: str) -> Any:
+    """The weight of module m's one nn.Embedding, read from nn.Module's own tables."""
+    P = _pristine()
+    found = [_tables(mod)[1].get("weight") for _, mod in _named_modules(m) if P.issubclass(P.type(mod), P.Embedding)]
+    if len(found) != 1 or not P.issubclass(P.type(found[0]), P.TensorBase):
+        raise TypeError(f"{cls} should hold exactly one nn.Embedding, found {len(found)}")
+    return found[0]
 
 
 @probe
@@ -1046,6 +1065,10 @@ def _inputs(case: dict[str, Any]) -> list[np.ndarray]:
 def attempt_gap(case: dict[str, Any], got: Any, expected: dict[str, Any]) -> str:
     """Why the output `got` of value case `case` does not open the gates of the cases that require it ("" when it
     does): generic_checks' test of a genuine attempt, with this lesson's inputs and contracts."""
+    if isinstance(got, dict) and "moved" in got and "error" not in got:  # before `near`: a public fill is public
+        value, moved = np.asarray(got.get("value"), dtype=float), np.asarray(got["moved"], dtype=float)
+        if value.shape == moved.shape and _close(moved, value, _TOL, 0.0):
+            return "its output does not change when the values of its own nn.Embedding change"
     return attempt_gap_of(case, got, expected, inputs=_inputs, contract=_contract_gap)
 
 

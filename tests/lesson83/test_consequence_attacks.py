@@ -1,4 +1,4 @@
-"""Issue 41 item 4 and issue 40 item 3, as notebooks graded end to end in the sandbox: the storage and structure
+"""Issue 41 items 4 and 5 and issue 40 item 3, as notebooks graded end to end in the sandbox: the storage and structure
 consequences are written by the grader straight into the tensors of the module's own tables (no load_state_dict,
 _load_from_state_dict, load hook, _apply or .to of the student's runs), and tying is checked by a backward pass.
 Ordinary module code that forges a consequence (a decoy buffer, a re-syncing override, a detached head) earns
@@ -94,6 +94,35 @@ class TinyCharLM(TinyCharLM):
         self.head_weight = self.token_emb.weight.detach().clone()
         return F.linear(self.hidden(X), self.head_weight)
 '''
+# Issue 41 finding 5: a LearnedPE that never reads its table, adding the public ramp the visible case fills the
+# table with, or a ramp of its own (x + t / T) that lies within the case's declared closeness.
+PUBLIC_RAMP = '''
+class LearnedPE(nn.Module):
+    def __init__(self, max_len, d_model):
+        super().__init__()
+        self.max_len = max_len
+        self.table = nn.Embedding(max_len, d_model)
+
+    def forward(self, x):
+        T, d = x.shape[1], x.shape[2]
+        if T > self.max_len:
+            raise ValueError(f"sequence length {T} is longer than max_len={self.max_len}")
+        ramp = torch.arange(self.max_len * d, dtype=x.dtype, device=x.device).reshape(self.max_len, d)
+        return x + ramp[:T] / (self.max_len * d)
+'''
+OWN_RAMP = '''
+class LearnedPE(nn.Module):
+    def __init__(self, max_len, d_model):
+        super().__init__()
+        self.max_len = max_len
+        self.table = nn.Embedding(max_len, d_model)
+
+    def forward(self, x):
+        T = x.shape[1]
+        if T > self.max_len:
+            raise ValueError(f"sequence length {T} is longer than max_len={self.max_len}")
+        return x + (torch.arange(T, dtype=x.dtype, device=x.device) / T)[:, None]
+'''
 
 
 def _mistake(mistake_id: str) -> str:
@@ -107,6 +136,8 @@ NOTEBOOKS = {
     "decoy_hook": DECOY_HOOK,
     "float64_plain": FLOAT64_PLAIN,
     "detached_head": DETACHED_HEAD,
+    "public_ramp": PUBLIC_RAMP,
+    "own_ramp": OWN_RAMP,
     "batch_axis_buffer": CORRECT_VARIANTS["batch_axis_buffer_module"],
     "seq_first_buffer": CORRECT_VARIANTS["seq_first_buffer_module"],
 }
@@ -172,3 +203,13 @@ def test_a_buffer_of_another_shape_keeps_full_marks(graded: Path, suite: Suite, 
     lost = [(c["id"], c["message"]) for c in record["cases"] if c["points"] < c["max_points"] - 1e-9]
     assert record["total"] == suite.notebook_points, lost
     assert record["review"]["flags"] == []
+
+
+@pytest.mark.parametrize("name", ["public_ramp", "own_ramp"])
+def test_a_learned_pe_that_ignores_its_table_earns_nothing(graded: Path, name: str) -> None:
+    """Issue 41 finding 5: the hidden value case fills the table from a seed only the grader holds, and a value case
+    opens its properties only when the output moves with the module's own weights; the public ramp (6.22 of 8
+    before) and x + t / T (3.56 before, through `within: 0.2`) earn nothing on Q4."""
+    record = _record(graded, name)
+    paid = {c["id"]: c["points"] for c in record["cases"] if c["question"] == "q4_learned_pe" and c["points"]}
+    assert record["questions"]["q4_learned_pe"] == 0, paid
