@@ -13,11 +13,13 @@ from typing import Any
 from urllib.parse import quote
 
 import jinja2
+import yaml
 from markupsafe import Markup
 
 from autograder.authoring.questions import LETTERS, Question, shuffled
 from autograder.authoring.suite import Suite
 from autograder.config import runnable_command
+from autograder.grading.gradebook import Gradebook
 from autograder.grading.tables import merged_value
 from autograder.model import CaseResult, Status, csv_text, full_marks
 from autograder.report.code import code_view, resolve_path
@@ -200,6 +202,20 @@ def _section(ctx: RenderContext, q: Question, students: list[Student], groups: l
             "choices": _choices(ctx, q, students) if q.choices else []}
 
 
+def held_for_review(ctx: RenderContext, s: Student) -> dict[str, str] | None:
+    """How a TA clears a student's held review flags ({"line": the exact line for the decisions file, "file": that
+    file, "command": the rerun}), or None when nothing is held."""
+    review = s.record.get("review")
+    if not isinstance(review, dict) or review.get("cleared") or not review.get("held"):
+        return None
+    digest = review.get("digest")
+    if not isinstance(digest, str):
+        return None
+    line = yaml.safe_dump({s.id: digest}, allow_unicode=True, width=10_000).strip()
+    return {"line": line, "file": str(Gradebook(ctx.grades).review_decisions_path), "command": ctx.regrade,
+            "held": str(review.get("held"))}
+
+
 def index_page(ctx: RenderContext, students: list[Student], groups: dict[str, list[Cluster]]) -> str:
     """The class page: every student's scores, the questions, the failures by diagnosis, the written answers and
     the submissions that did not run."""
@@ -222,6 +238,7 @@ def index_page(ctx: RenderContext, students: list[Student], groups: dict[str, li
         auto=ctx.suite.auto_points, manual=manual, roster=roster, roster_head=roster_head,
         columns=", ".join(f"{names[q.id]} = {q.id}" for q in [*ctx.questions, *manual]),
         regrade_command=ctx.regrade, stale=[s for s in students if _other_suite(ctx, s)],
+        held=[(s, h) for s in students if (h := held_for_review(ctx, s))],
         fingerprint=ctx.suite.fingerprint,
         questions_head=[("question", "question", ""), ("mean", "mean score", "num"), ("full", "full marks", "num"),
                         ("groups", "most common mistakes, and who (largest first)", ""),
@@ -313,6 +330,7 @@ def student_page(ctx: RenderContext, s: Student) -> str:
                 for q in ctx.questions if s.failed(q.id)]
     return render_template("student.html.j2", page_title=f"{s.id} · {ctx.title}", s=s, auto=ctx.suite.auto_points,
                    path=path, href=href, regrade_command=ctx.regrade, stale=_other_suite(ctx, s), scores=scores,
+                   held=held_for_review(ctx, s),
                    manual_scores=[(q, merged_value(q, ctx.merged.get(s.id, {}))) for q in ctx.manual],
                    sections=sections, message_chars=MESSAGE_CHARS,
                    written=[(p, s.answers.get(p.part), ctx.merged.get(s.id, {}).get(p.part))
