@@ -124,7 +124,9 @@ def cmd_nbgrader_autograde(args: argparse.Namespace, course: Course) -> int:
     print(f"TA report: {report_hint(run.summary.out, command=runnable_command() + _config_flag(course))}")
     if run.problem:
         print(run.problem, file=sys.stderr)
-    return 1 if run.problem or not_graded(run.summary) else 0
+    for student, why in run.unrecorded.items():
+        print(f"not shown by nbgrader as graded: {student}: {why}", file=sys.stderr)
+    return 1 if run.problem or run.unrecorded or not_graded(run.summary) else 0
 
 
 def cmd_gradescope(args: argparse.Namespace, course: Course) -> int:
