@@ -27,6 +27,9 @@ from autograder.report.compare import checkpoint_rows, detail, gate_of
 from autograder.report.model import (
     APART,
     INVALID,
+    SYNTAX,
+    TIMED,
+    UNDEFINED,
     UNDIAGNOSED,
     UNFINISHED,
     UNRECOGNISED,
@@ -112,19 +115,31 @@ class RenderContext:
         return [p.part for q in self.manual for p in q.written]
 
 
-_KIND = {UNRECOGNISED: "unk", UNFINISHED: "fin"} | dict.fromkeys(APART, "fin")
+_KIND = {UNRECOGNISED: "unk", UNFINISHED: "fin", SYNTAX: "unk", TIMED: "unk", UNDEFINED: "fin"}
+_KIND |= dict.fromkeys(APART, "fin")
 TOP_MISTAKES = 3  # the mistakes per question on the index's first screen (the rest: its section)
 NAMES_PER_MISTAKE = 5
-_APART_LABEL = {UNFINISHED: "unfinished", UNRECOGNISED: "unrecognised"} | dict.fromkeys(APART, "not uploaded")
+_APART_LABEL = {UNFINISHED: "unfinished", UNRECOGNISED: "unrecognised", SYNTAX: SYNTAX, TIMED: TIMED,
+                UNDEFINED: UNDEFINED} | dict.fromkeys(APART, "not uploaded")
+# What each group without a catalogued mistake means, for the TA (the cases' typed reasons put a student there).
+_UNDIAGNOSED_TEXT = {
+    SYNTAX: "a cell this question needs has a syntax error: nothing in it ran (each student's page names the cell "
+            "and line).",
+    TIMED: "the question's checks ran out of their time share: the cases not run earn nothing (each student's "
+           "page says which check was slow).",
+    UNDEFINED: "a function or class this question grades was never defined (its cell not run, or misnamed).",
+}
 
 
 def _diag_text(ctx: RenderContext, d: str, qid: str) -> str:
     if d == UNFINISHED:
         return ("not attempted or left unfinished: a stub of this question still holds `...` (or returns None), "
                 "so there is nothing to diagnose.")
+    if d in _UNDIAGNOSED_TEXT:
+        return _UNDIAGNOSED_TEXT[d]
     if d == UNRECOGNISED:
-        return ("no catalogued mistake matches these outputs; read each student's message and code "
-                "(a stub left empty, an exception, or a new kind of mistake).")
+        return ("no catalogued mistake matches these outputs and nothing stopped the checks; read each student's "
+                "message and code (an exception, or a new kind of mistake).")
     home, text = ctx.known.get(d, (qid, "(no description in the catalogue)"))
     return text if home == qid else f"{text} (a {home} mistake that carries over into {qid})"
 
@@ -301,7 +316,8 @@ def _case(ctx: RenderContext, s: Student, c: CaseResult) -> dict[str, Any]:
         out["message"] = alone.message
     tol, rules = ctx.suite.config.tolerances, ctx.suite.milestone_rules
     out["detail"] = blocks_html(detail(case, c.expected, c.received, atol=case.atol if case else tol.atol,
-                                       rtol=case.rtol if case else tol.rtol, rel_tol=getattr(rules, "rel_tol", 0.0)))
+                                       rtol=case.rtol if case else tol.rtol, rel_tol=getattr(rules, "rel_tol", 0.0),
+                                       reason=c.reason))
     return out
 
 
