@@ -20,7 +20,8 @@ from autograder.grading.cluster import ClusterError
 from autograder.grading.gradebook import ROSTER_FILE, Gradebook, MergeError
 from autograder.grading.gradescope import grade_gradescope
 from autograder.grading.merge import merge_scores
-from autograder.grading.summaries import grade_summary, not_graded
+from autograder.grading.submissions import OutputInClass, check_out_folder, class_ids, named_ids
+from autograder.grading.summaries import grade_summary, not_graded, report_hint
 from autograder.release import BuildError, release, stale_files
 from autograder.report import write_report
 from autograder.report.leaderboard import RosterError
@@ -37,7 +38,8 @@ def cmd_release(args: argparse.Namespace, course: Course) -> int:
     if args.check:
         stale = stale_files(course=course)
         if stale:
-            print("The committed student release is stale; run `make release` and commit:")
+            print(f"The committed student release is stale; run `{runnable_command()}{_config_flag(course)} release` "
+                  "and commit:")
             print("\n".join(f"  {s}" for s in stale))
             return 1
         print("student_templates/ is up to date with assignments/ and reference/.")
@@ -62,45 +64,69 @@ def cmd_selfcheck(args: argparse.Namespace, course: Course) -> int:
     return 0 if check.passed else 1
 
 
-def _ids(given: list[str] | None) -> list[str] | None:
-    """The ids of every --only, each a comma-separated list; None when --only was not given."""
-    return None if given is None else [i.strip() for text in given for i in text.split(",") if i.strip()]
+def _config_flag(course: Course) -> str:
+    """` --config PATH` for a command a hint prints, when the course is not the package's default one."""
+    return "" if course.is_default else f" --config {shlex.quote(str(course.path))}"
+
+
+ONLY_RULE = ("grade again only this student (the id as in grades.csv, or the entry's file name), changed or not; "
+             "give --only once per student. A value that is no student's id is read as ids separated by commas "
+             "(--only alice,bob); one that is an id is never split, so an id holding a comma is named as it is")
+
+
+def _ids(given: list[str] | None, submissions: Path) -> list[str] | None:
+    """The ids every --only names (submissions.named_ids: the rule of ONLY_RULE); None when --only was not given."""
+    if given is None:
+        return None
+    try:
+        entries = class_ids(submissions)
+    except OSError:  # no such folder: grading says so
+        entries = []
+    return named_ids(given, entries)
 
 
 def cmd_grade(args: argparse.Namespace, course: Course) -> int:
     try:
+        check_out_folder(args.submissions, args.out)  # before anything is read or written
         summary = batch.grade_batch(args.submissions, out=args.out, force=args.force, workers=args.workers,
                                     course=course, progress=not args.quiet, cluster=args.cluster,
-                                    only=_ids(args.only), allow_unsandboxed=args.allow_unsandboxed)
-    except (FileNotFoundError, ClusterError, batch.UnknownSubmission, UnsandboxedError) as exc:
+                                    only=_ids(args.only, args.submissions), allow_unsandboxed=args.allow_unsandboxed)
+    except (FileNotFoundError, ClusterError, batch.UnknownSubmission, UnsandboxedError, OutputInClass) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(grade_summary(summary, points=course.suite.question_points()))
-    flag = "" if course.is_default else f" --config {shlex.quote(str(course.path))}"
-    print(f"TA report: {runnable_command()}{flag} report {shlex.quote(str(Path(args.out).resolve()))}")
-    print(f"Feedback to hand out, one page per student: {Gradebook(Path(args.out).resolve()).feedback_dir}/")
+    print(f"TA report: {report_hint(summary.out, command=runnable_command() + _config_flag(course))}")
+    print(f"Feedback to hand out, one page per student: {Gradebook(summary.out.resolve()).feedback_dir}/")
     return 1 if not_graded(summary) else 0
 
 
 def cmd_nbgrader_autograde(args: argparse.Namespace, course: Course) -> int:
     """Grade an nbgrader course's submitted/ with the sandboxed grader and write the scores into its gradebook."""
     from autograder.grading.nbgrader import NbgraderGradingError, nbgrader_autograde
+    from autograder.release.common import tool_path
 
     try:
+        if args.out is not None:  # the default, COURSE-grades, lies beside the course
+            check_out_folder(args.course, args.out, what="nbgrader course folder")
         run = nbgrader_autograde(args.course, out=args.out, force=args.force, workers=args.workers,
                                  allow_unsandboxed=args.allow_unsandboxed, course=course,
                                  progress=not args.quiet)
-    except NbgraderGradingError as exc:
+    except (NbgraderGradingError, OutputInClass) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(grade_summary(run.summary, points=course.suite.question_points()))
     print(f"isolation: {run.isolation}")
     for student, why in run.flagged.items():
         print(f"flagged in the gradebook: {student}: {why}")
-    print(f"gradebook: {args.course / 'gradebook.db'} (formgrader; `nbgrader generate_feedback` next)")
+    folder = args.course.resolve()
+    print(f"gradebook: {folder / 'gradebook.db'} (formgrader). Students' feedback pages: cd {shlex.quote(str(folder))}"
+          f" && {shlex.quote(tool_path('nbgrader'))} generate_feedback {shlex.quote(course.config.assignment)} --force")
+    print(f"TA report: {report_hint(run.summary.out, command=runnable_command() + _config_flag(course))}")
     if run.problem:
         print(run.problem, file=sys.stderr)
-    return 1 if run.problem or not_graded(run.summary) else 0
+    for student, why in run.unrecorded.items():
+        print(f"not shown by nbgrader as graded: {student}: {why}", file=sys.stderr)
+    return 1 if run.problem or run.unrecorded or not_graded(run.summary) else 0
 
 
 def cmd_gradescope(args: argparse.Namespace, course: Course) -> int:
@@ -206,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="regrade even unchanged submissions")
     p.add_argument("--workers", type=int, default=_default(batch.grade_batch, "workers"),
                    help="parallel workers (default: execution.workers of the config)")
-    p.add_argument("--only", metavar="ID[,ID...]", action="append", default=_default(batch.grade_batch, "only"),
-                   help="grade again only these students (ids as in grades.csv), changed or not; every other row "
-                        "and every merged score is kept (default: every submission, as usual)")
+    p.add_argument("--only", metavar="ID", action="append", default=_default(batch.grade_batch, "only"),
+                   help=f"{ONLY_RULE}; every other row and every merged score is kept (default: every submission, "
+                        "as usual)")
     p.add_argument("--cluster", metavar="tcp://HOST:PORT", default=_default(batch.grade_batch, "cluster"),
                    help="grade on the Dask cluster whose scheduler is there (pip install '.[cluster]'; "
                         "docs/cluster.md); default: cluster.address of the config, else this machine")

@@ -118,7 +118,55 @@ Verdict = CheckpointVerdict
 
 
 # What a student reads on Gradescope under a status other than "graded".
+class Reason:
+    """Why a case ended as it did (CaseResult.reason): the one vocabulary the messages, the report, the feedback
+    and the platforms' rows are written from; nothing reads a reason back out of a message."""
+
+    PASSED = "passed"
+    MISMATCH = "mismatch"  # it ran and its answer is not the reference's, and no catalogued mistake explains it
+    CATALOGUED = "catalogued cause"  # its answer is a catalogued mistake's (CaseResult.diagnosis names it)
+    RAISED = "raised"  # the student's code raised
+    BLANK = "blank stub"  # a stub still as the template left it
+    MISSING = "missing definition"  # a name the question grades is not defined
+    SYNTAX_ERROR = "syntax error"  # the cell that should define it did not compile
+    TIME_LIMIT = "time limit"  # its probe never ran: a time limit (or it waits only for cases that did not run)
+    STOPPED = "stopped"  # no output: the submission stopped before it ran
+    WAITS = "waits"  # it waits for cases of its question that do not hold yet
+    UNSHOWN = "not shown by a hidden case"  # a public case passes, but pays once a hidden case shows the code computes
+    HELD = "held for review"  # it passed, but rests on a fact a review flag holds
+    EARLIER = "earlier question"  # left out of its question's total: the mistake is an earlier question's
+
+
+# Reasons that say what stopped a case from being judged, not what the answer got wrong: the student is told that
+# cause (never a hint about the answer), and the TA report counts each apart.
+CAUSES = (Reason.SYNTAX_ERROR, Reason.TIME_LIMIT, Reason.BLANK, Reason.MISSING, Reason.STOPPED)
+
+
 NOT_RUN = "not run: time limit"  # how a case whose probe never ran for time begins its message (after its id)
+
+# What a student is told of a hidden case that failed for a cause (CAUSES, HELD): the cause, never a hint about the
+# answer (the question's notes above the cases say where).
+CAUSE_TEXT = {
+    Reason.TIME_LIMIT: f"{NOT_RUN} (the notes above say which check was slow)",
+    Reason.SYNTAX_ERROR: "not run: a cell this question needs has a syntax error (the notes above say which)",
+    Reason.BLANK: "not filled in yet: a function this question grades still has the template's `...` body",
+    Reason.MISSING: "a function or class this question grades is not defined: run the cell that defines it",
+    Reason.STOPPED: "not run: the notebook stopped before this case (the status above says why)",
+    Reason.HELD: "held for review: a person will look at a part of your code; these points follow their decision",
+}
+
+
+def likely_cause(cases: list[CaseResult], revisit: dict[str, str]) -> str:
+    """A question's likely cause, for the line the student reads first: a cause that stopped its cases (a syntax
+    error, a time limit, a blank stub...), else the idea to revisit of a case whose answer a catalogued mistake
+    explains, else of a wrong answer, else of any failed case; "" when none failed."""
+    failed = sorted((c for c in cases if not c.passed), key=lambda c: not c.hidden)  # the hidden ones' hints first
+    order = [*CAUSES, Reason.HELD, Reason.CATALOGUED, Reason.MISMATCH, Reason.RAISED]
+    for reason in order:
+        hit = next((c for c in failed if c.reason == reason), None)
+        if hit is not None:
+            return CAUSE_TEXT.get(reason) or f"Revisit: {revisit.get(hit.id) or ''}".strip()
+    return f"Revisit: {revisit.get(failed[0].id) or ''}".strip() if failed else ""
 
 STUDENT_HELP = {
     Status.TIMED_OUT: "The notebook as a whole ran past its time limit; what the cells before the running one "
@@ -147,9 +195,18 @@ def _escape(match: re.Match[str]) -> str:
 def spreadsheet_text(text: str) -> str:
     """A CSV cell as written in every CSV the package writes: each control or bidirectional character becomes a
     visible escape (ESC as \\x1b, U+202E as \\u202e), and a cell that starts like a formula gets a leading
-    apostrophe, so a spreadsheet shows it as text."""
+    apostrophe, so a spreadsheet shows it as text. A cell that starts with an apostrophe gets one more, so that
+    the apostrophe is reversible (`from_spreadsheet_text`): `=1+1` is written `'=1+1` and `'=1+1` is written
+    `''=1+1`, never the same cell."""
     text = CSV_UNSAFE.sub(_escape, text)
-    return "'" + text if text[:1] in FORMULA_STARTS else text
+    return "'" + text if text[:1] in (*FORMULA_STARTS, "'") else text
+
+
+def from_spreadsheet_text(cell: str) -> str:
+    """The text a cell written by `spreadsheet_text` stands for, as far as the apostrophe goes: one leading
+    apostrophe that `spreadsheet_text` would have added is taken off (`'=1+1` -> `=1+1`, `''x` -> `'x`); any other
+    cell is returned as it is. Ids never hold the characters it escapes, so an id comes back exactly."""
+    return cell[1:] if cell[:1] == "'" and cell[1:2] in (*FORMULA_STARTS, "'") else cell
 
 
 def csv_text(rows: Iterable[Iterable[Any]]) -> str:
@@ -228,6 +285,7 @@ class CaseResult:
     diagnosis: str | None = None
     received: Any = None  # the probe output of a failed case (plain data), for the TA report
     expected: Any = None  # the reference value a failed case was judged against (plain data), for the TA report
+    reason: str = ""  # Reason: why it ended so ("" in results stored before reasons existed)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaseResult:
@@ -296,17 +354,18 @@ class SubmissionResult:
             if c.max_points <= 0:
                 continue
             output = c.message or "passed"
-            if c.hidden and not c.passed and NOT_RUN in c.message:  # says no more than the notes above it
-                output = f"{NOT_RUN} (the notes above say which check was slow)"
+            if c.hidden and not c.passed and c.reason in CAUSE_TEXT:  # says its cause, no more than the notes
+                output = CAUSE_TEXT[c.reason]
             elif c.hidden:
                 output = "passed" if c.passed else f"a hidden case of {c.question} failed; revisit: {revisit.get(c.id)}"
-                if not c.passed:
-                    hidden_failed.setdefault(c.question, revisit.get(c.id) or "")
+            if c.hidden and not c.passed and c.reason != Reason.TIME_LIMIT:  # the notes above say which was slow
+                hidden_failed[c.question] = likely_cause([x for x in self.cases if x.question == c.question],
+                                                         revisit)
             tests.append({"name": c.id, "score": c.points, "max_score": c.max_points, "output": output,
                           "visibility": "hidden" if c.hidden else "visible"})
         lines = [f"Status: {self.status}", STUDENT_HELP.get(self.status, ""), *self.student_notes]
         if self.status != Status.UNREADABLE:  # nothing ran: the reading problem says it all
-            lines += [f"{q}: a hidden case failed. Revisit: {why}" for q, why in hidden_failed.items()]
+            lines += [f"{q}: a hidden case failed. {why}" for q, why in hidden_failed.items()]
         return {"score": self.total, "tests": tests, "output": "\n".join(x for x in lines if x),
                 "stdout_visibility": "hidden", "extra_data": {"status": self.status}}
 

@@ -30,6 +30,35 @@ class SinusoidalPE(nn.Module):
             raise ValueError(f"got {x.size(1)} positions but max_len is {self.max_len}")
         return x + self.pe[: x.size(1)].unsqueeze(0)
 ''',
+    "batch_axis_buffer_module": '''
+class SinusoidalPE(nn.Module):
+    def __init__(self, d_model, max_len=512):
+        super().__init__()
+        self.max_len = max_len
+        pe = torch.tensor(sinusoidal_pe(max_len, d_model), dtype=torch.float32)
+        self.register_buffer("pe", pe.unsqueeze(0))  # (1, max_len, d_model)
+
+    def forward(self, x):
+        if x.size(1) > self.max_len:
+            raise ValueError(f"length {x.size(1)} is longer than max_len={self.max_len}")
+        return x + self.pe[:, : x.size(1)]
+''',
+    "seq_first_buffer_module": '''
+class SinusoidalPE(nn.Module):
+    def __init__(self, d_model, max_len=512):
+        super().__init__()
+        position = torch.arange(max_len).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, 1, d_model)
+        pe[:, 0, 0::2] = torch.sin(position * div_term)
+        pe[:, 0, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe)  # (max_len, 1, d_model), as in the PyTorch tutorial
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError(f"sequence of {x.size(1)} > max_len {self.pe.size(0)}")
+        return x + self.pe[: x.size(1)].transpose(0, 1)
+''',
     "einsum_attention": '''
 def self_attention(X, W_q, W_k, W_v, causal=False):
     q, k, v = X @ W_q, X @ W_k, X @ W_v

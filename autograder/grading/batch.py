@@ -188,7 +188,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     if not address:  # a cluster's workers are asked before their first batch
         require_isolation(allow_unsandboxed=allow_unsandboxed)  # refuses here, before anything is read or written
     subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions,
-                                                                files=suite.checkpoint_files)
+                                                                files=suite.checkpoint_files,
+                                                                notebook=f"{config.assignment}.ipynb")
     chosen = select(subs, only, where=submissions) if only is not None else None
     book = Gradebook(out)
     book.results_dir.mkdir(parents=True, exist_ok=True)

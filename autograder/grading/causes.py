@@ -10,7 +10,7 @@ import re
 
 from autograder.authoring.suite import Suite
 from autograder.grading.bindings import Binding, bindings, in_effect, stub_state
-from autograder.model import NOT_RUN, CaseResult
+from autograder.model import CaseResult, Reason
 from autograder.sandbox import NotebookError, read_notebook
 
 _SYNTAX = ("SyntaxError", "IndentationError", "TabError")
@@ -52,7 +52,7 @@ def first_causes(suite: Suite, source: bytes, cases: list[CaseResult], notes: li
             in sorted(broken.items())]
     for q in suite.questions:
         names = sorted(q.solution)
-        failed = [c for c in cases if c.question == q.id and not c.passed and NOT_RUN not in c.message]
+        failed = [c for c in cases if c.question == q.id and not c.passed and c.reason != Reason.TIME_LIMIT]
         if not names or not failed:
             continue
         broke = _broken_cause(names, found, broken)
@@ -60,9 +60,11 @@ def first_causes(suite: Suite, source: bytes, cases: list[CaseResult], notes: li
         if cause is None:
             continue
         text, which = cause
-        again = words if words in text else "the same syntax error"
+        reason = Reason.SYNTAX_ERROR if broke else Reason.BLANK
+        again = words if reason == Reason.BLANK else "the same syntax error"
         for n, c in enumerate(which):
             c.message = f"{c.id}: {text}" if n == 0 else f"{c.id}: {again} (see {which[0].id})"
+            c.reason = reason
     return said
 
 
@@ -86,7 +88,7 @@ def _stub_cause(names: list[str], cells: list[tuple[int, str]], failed: list[Cas
         return None
     every = len(stubs) == len(names)
     which = [c for c in failed if every or (isinstance(c.received, dict) and "error" in c.received)
-             or words in c.message or "waits for" in c.message or "counts once" in c.message]
+             or c.reason in (Reason.BLANK, Reason.WAITS)]
     listed = " and ".join(f"`{n}`" for n in sorted(stubs))
     return f"{words}: {listed} still {'has' if len(stubs) == 1 else 'have'} the template's `...` body.", which
 

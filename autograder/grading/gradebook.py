@@ -69,6 +69,8 @@ def record_key(sub: Submission, fingerprint: str, files: Sequence[str]) -> str:
     for name in files:  # the checkpoint's (Suite.checkpoint_files)
         h.update(hashlib.sha256(sub.files.get(name, b"")).digest())
     h.update("\0".join(sub.file_problems).encode("utf-8", "backslashreplace") + fingerprint.encode())
+    if sub.picked:  # which of several notebooks was graded, and which were left: the student is told
+        h.update(b"picked\0" + sub.picked.encode("utf-8", "backslashreplace"))
     return h.hexdigest()
 
 
@@ -145,6 +147,7 @@ class SummaryRow:
     result: str | None
     status: str
     message: str
+    notes: list[str] = field(default_factory=list)  # what reading the class noticed (a notebook left, a duplicate)
 
 
 @dataclass
@@ -165,15 +168,15 @@ class Summary:
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
-        data["rows"] = [dict(r.__dict__) for r in self.rows]
+        data["rows"] = [{k: v for k, v in r.__dict__.items() if k != "notes" or v} for r in self.rows]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Summary:
         """summary.json as read (its rows are what every reader needs; the figures default to none); KeyError,
         TypeError or ValueError when it has no rows."""
-        rows = [SummaryRow(str(r["id"]), r.get("result"), str(r.get("status") or ""), str(r.get("message") or ""))
-                for r in data["rows"]]
+        rows = [SummaryRow(str(r["id"]), r.get("result"), str(r.get("status") or ""), str(r.get("message") or ""),
+                           [str(n) for n in r.get("notes") or ()]) for r in data["rows"]]
         if not all(isinstance(r.result, str | None) for r in rows):
             raise TypeError("a row's result is not a file name")
         return cls(int(data.get("submissions", len(rows))), dict(data.get("status_counts") or {}),

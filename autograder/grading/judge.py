@@ -11,9 +11,32 @@ from autograder.authoring.suite import Suite
 from autograder.checkpoint import UNREADABLE, reader_limits_lowered, reads_checkpoint
 from autograder.grading.causes import first_causes, named_functions
 from autograder.grading.submissions import Submission
-from autograder.model import NOT_RUN, CaseResult, CheckpointVerdict, PartVerdict, Status, SubmissionResult
+from autograder.model import (
+    CAUSES,
+    NOT_RUN,
+    CaseResult,
+    CheckpointVerdict,
+    PartVerdict,
+    Reason,
+    Status,
+    SubmissionResult,
+)
 from autograder.runtime.plain_codec import to_plain
 from autograder.sandbox import SKIP_TAGS, ExecResult
+
+
+def output_reason(got: Any, *, stub: str, not_run: bool) -> str:
+    """Why a case with this probe output failed, before its question's other cases are looked at: no output (a
+    time limit, or the notebook stopped), an error the student's code raised (a blank stub, a name not defined,
+    another error), else a wrong answer."""
+    if got is None:
+        return Reason.TIME_LIMIT if not_run else Reason.STOPPED
+    err = got.get("error") if isinstance(got, dict) else None
+    if not isinstance(err, dict):
+        return Reason.MISMATCH
+    if stub in str(err.get("message", "")):
+        return Reason.BLANK
+    return Reason.MISSING if err.get("type") == "NameError" else Reason.RAISED
 
 
 def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
@@ -59,36 +82,60 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
     results, waits, upstream = [], {}, {}
     for case in suite.cases:
         verdict, got = verdicts[case.id], outputs.get(case.id)
+        reason = output_reason(got, stub=checks.STUB, not_run=case.id in (not_run or {}))
         blocked = [r for r in case.required if not holds(r)]
         waits[case.id] = blocked
         if blocked and set(blocked) <= left_out:  # waits only for cases that cannot be judged: neither can it
             left_out.add(case.id)
-        verdict = checks.gated(plain[case.id], verdict, [(cid, verdicts[cid]) for cid in blocked])
+        gate = checks.gated(plain[case.id], verdict, [(cid, verdicts[cid]) for cid in blocked])
+        if gate is not verdict and not gate.passed:  # the gate's message: the case waits (its cause: below)
+            reason = Reason.WAITS
+        verdict = gate
         upstream[case.id] = verdict.upstream or ""
         shown_by = [] if case.hidden or case.question in computed else evidence.get(case.question, [])
         if verdict.passed and shown_by and not any(holds(e) for e in shown_by):
+            reason = Reason.UNSHOWN
             verdict = checks.Verdict(False, f"{case.id}: passes here, but earns its points only once the "
                                      "question's hidden cases show that the code computes what the question asks.")
+        if verdict.passed:
+            reason = Reason.PASSED
+        elif verdict.diagnosis and reason in (Reason.MISMATCH, Reason.RAISED):
+            reason = Reason.CATALOGUED
         shown = not verdict.passed and got is not None  # a failed case that ran: the report compares the two
         received = to_plain(got) if shown else None
         expected = to_plain(suite.expected[case.id]["value"]) if shown else None
         results.append(CaseResult(case.id, case.question, case.points if verdict.passed else 0.0,
                                   case.points, verdict.passed, case.hidden, verdict.message,
-                                  verdict.diagnosis, received, expected))
+                                  verdict.diagnosis, received, expected, reason))
     words = suite.lesson.runtime.NOT_FILLED  # a blank stub's words, as the lesson's runtime spells them
-    return _rescaled(_one_gate_line(_one_line_per_stub(results, waits, stub=checks.STUB, words=words), waits,
-                                    words=words), left_out, upstream)
+    results = _rescaled(_one_gate_line(_one_line_per_stub(results, waits, stub=checks.STUB, words=words), waits),
+                        left_out, upstream)
+    _reasons_of_waits(results, waits)
+    return results
 
 
-def _one_gate_line(results: list[CaseResult], waits: dict[str, list[str]], *, words: str) -> list[CaseResult]:
+def _reasons_of_waits(results: list[CaseResult], waits: dict[str, list[str]]) -> None:
+    """A case that waits only for cases stopped by one cause (a blank stub, a time limit, a missing definition...)
+    has that cause for its reason (in place)."""
+    by_id = {r.id: r for r in results}
+    for r in results:
+        if r.passed or r.reason != Reason.WAITS or not waits.get(r.id):
+            continue
+        causes = {by_id[w].reason for w in waits[r.id] if w in by_id}
+        if len(causes) == 1 and (cause := causes.pop()) in CAUSES:
+            r.reason = cause
+
+
+def _one_gate_line(results: list[CaseResult], waits: dict[str, list[str]]) -> list[CaseResult]:
     """A question's gate is said once: its first gated case says why; the others point to it. A case that waits only
     for cases that never ran (a time limit) did not run either, in effect, and says so."""
     first: dict[str, CaseResult] = {}
-    never = {r.id for r in results if not r.passed and r.message.startswith(f"{r.id}: {NOT_RUN}")}
+    never = {r.id for r in results if not r.passed and r.reason == Reason.TIME_LIMIT and not waits.get(r.id)}
     for r in results:
         if not r.passed and waits.get(r.id) and set(waits[r.id]) <= never:
             r.message = f"{r.id}: {NOT_RUN}: it waits for {' and '.join(waits[r.id])}, which did not run."
-        if r.passed or not waits.get(r.id) or NOT_RUN in r.message or words in r.message:
+            r.reason = Reason.TIME_LIMIT
+        if r.passed or not waits.get(r.id) or r.reason in (Reason.TIME_LIMIT, Reason.BLANK):
             continue
         lead = first.setdefault(r.question, r)
         if lead is not r:
@@ -125,6 +172,7 @@ def _rescaled(results: list[CaseResult], left_out: set[str], upstream: dict[str,
             if r.question == question and r.id in left_out:
                 note = upstream.get(r.id, "").partition("This comes from ")[2] or "an earlier question."
                 r.points, r.passed, r.diagnosis = round(r.max_points * share, 4), share >= 1 - 1e-9, None
+                r.reason = Reason.EARLIER
                 r.message = (f"{r.id}: left out of this question's total. This comes from {note} It costs points "
                              f"there only: this case earns the share the question's other cases earn ({share:.0%}).")
     return results
@@ -134,7 +182,7 @@ def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]], *
                        words: str) -> list[CaseResult]:
     """Failures of one question that come from stubs not filled in read as one line: the first case says it;
     the question's other stub failures, and the properties that wait only for them, point to it."""
-    stubs = {r.id for r in results if not r.passed and stub in r.message}
+    stubs = {r.id for r in results if not r.passed and r.reason == Reason.BLANK and stub in r.message}
     first: dict[str, CaseResult] = {}
     for r in results:
         if r.id in stubs:
@@ -144,7 +192,7 @@ def _one_line_per_stub(results: list[CaseResult], waits: dict[str, list[str]], *
         if lead is None or r is lead or r.passed:
             continue
         if r.id in stubs or (waits.get(r.id) and set(waits[r.id]) <= stubs):
-            r.message = f"{r.id}: {words} (see {lead.id})"
+            r.message, r.reason = f"{r.id}: {words} (see {lead.id})", Reason.BLANK
     return results
 
 
@@ -175,8 +223,9 @@ def judge_checkpoint(suite: Suite, files: dict[str, bytes], problems: list[str] 
             message = f"{case.id}: {row.message or verdict.message}"
         received = row.received
         problem = None if passed else row.problem or verdict.problem
+        reason = Reason.PASSED if passed else Reason.CATALOGUED if problem else Reason.MISMATCH
         out.append(CaseResult(case.id, case.question, earned, case.points, passed, False, message,
-                              problem, received or None))
+                              problem, received or None, reason=reason))
     return out
 
 
@@ -227,7 +276,8 @@ def judge_submission(suite: Suite, sub: Submission, status: str, outputs: dict[s
     cases = judge_outputs(suite, outputs, not_run) + judge_checkpoint(suite, sub.files, sub.file_problems)
     read = suite.checkpoint_cases and reads_checkpoint(suite.checkpoint_files, sub.files) and not sub.file_problems
     notes = [*notes, *(reader_limits_lowered() if read else [])]  # an operator's lower limits, if any
-    return SubmissionResult(sub.id, status, cases, notes, list(student_notes or []),
+    picked = [sub.picked] if sub.picked else []  # which of several notebooks was graded: both are told
+    return SubmissionResult(sub.id, status, cases, [*notes, *picked], [*(student_notes or []), *picked],
                             suite.fingerprint)
 
 

@@ -104,7 +104,7 @@ def scores_and_comments(path: Path, *, suite: Suite, ids: list[str]
     for n, cells in table[1:]:
         rec = dict(zip(header, cells))
         sid = rec.get("id", "").strip()
-        sid = sid if sid in known else written.get(sid, sid)  # the id as spreadsheet_text wrote it
+        sid = written.get(sid, sid)  # the id as grades.csv writes it (`'=1+1` is `=1+1`), else the id itself
         if not sid and not any(rec.get(c, "").strip() for c in [*score_cols, *notes]):
             continue
         if not sid:
@@ -162,7 +162,8 @@ def merge_scores(out: Path, files: list[Path], *, course: Course) -> dict[str, A
         before = book.read_summary()
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise MergeError(f"{out}: no {SUMMARY_FILE} of a graded batch; run `{command()} grade` first ({exc})") from None
-    subs = [Submission(r.id, Path(), None, result_name=r.result or "") for r in before.rows]
+    subs = [Submission(r.id, Path(), None, result_name=r.result or "", notes=list(r.notes))
+            for r in before.rows]  # the notes reading the class made, as they were
     failed = {r.id: r.message or Status.NOT_GRADED for r in before.rows if not r.result}
     stored = book.merged_scores(command=command())
     said = book.merged_comments(command=command())

@@ -101,7 +101,7 @@ def course_submissions(folder: Path, assignment: str, *, course: Course) -> list
         folder = student / assignment
         if student.name.startswith(".") or not folder.is_dir() or folder.is_symlink():
             continue
-        sub = read_entry(folder, limits=limits, files=files)
+        sub = read_entry(folder, limits=limits, files=files, notebook=f"{assignment}.ipynb")
         sub.id, sub.name = student.name, student.name
         sub.result_name = result_file_name(student.name, sub.raw_name)
         subs.append(sub)
@@ -115,7 +115,8 @@ def _stored_record(grades: Path, folder: Path, student: str, assignment: str, co
     from autograder.grading.submissions import read_entry, result_file_name
 
     files = course.suite.checkpoint_files
-    sub = read_entry(folder / "submitted" / student / assignment, limits=course.config.submissions, files=files)
+    sub = read_entry(folder / "submitted" / student / assignment, limits=course.config.submissions, files=files,
+                     notebook=f"{assignment}.ipynb")
     sub.name = student
     book, name = Gradebook(grades), result_file_name(student, sub.raw_name)
     path = book.record_path(name)
@@ -192,6 +193,7 @@ class NbgraderRun:
     flagged: dict[str, str] = field(default_factory=dict)  # student -> why
     problem: str = ""  # what `nbgrader autograde` said when it failed (for some students), else ''
     log: str = ""  # everything `nbgrader autograde` printed
+    unrecorded: dict[str, str] = field(default_factory=dict)  # student -> why nbgrader cannot show their total
 
 
 def flag_note(record: dict[str, Any]) -> str:
@@ -240,6 +242,50 @@ def _mark_gradebook(course: Path, assignment: str, subs: list[Any], records: dic
     return flagged
 
 
+def record_scores(course: Path, assignment: str, subs: list[Any], records: dict[str, Any]) -> dict[str, str]:
+    """Write the engine's score of every question into the gradebook's grade of each student (its `auto_score`),
+    whatever form the submitted notebook came in (Otter's, metadata stripped by an editor, renamed): nbgrader then
+    shows the engine's total in the gradebook, `nbgrader export` and its feedback. Returns student -> what stops
+    nbgrader from showing it (no submission in the gradebook, a total that does not read back, no notebook under
+    the name nbgrader reads), each with what to do."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    problems: dict[str, str] = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for sub in subs:
+            record = records.get(sub.id)
+            if record is None:  # the engine failed on it: grades.csv says why, and a re-run grades it
+                problems[sub.id] = "the grader could not grade it (grades.csv says why); run nbgrader-autograde again"
+                continue
+            scores = record.result.question_scores()
+            try:
+                notebook = gb.find_submission_notebook(assignment, assignment, sub.id)
+            except MissingEntry:
+                problems[sub.id] = (f"nbgrader holds no submission of {assignment} for it; check "
+                                    f"submitted/{sub.id}/{assignment}/ and run nbgrader-autograde again")
+                continue
+            for grade in notebook.grades:
+                question = grade.name.removesuffix(TESTS_SUFFIX)
+                if question in scores:
+                    grade.auto_score = min(float(scores[question]), float(grade.max_score))
+        gb.db.commit()
+        for sub in subs:
+            if sub.id in problems:
+                continue
+            scores = records[sub.id].result.question_scores()
+            notebook = gb.find_submission_notebook(assignment, assignment, sub.id)
+            shown = sum(g.auto_score or 0.0 for g in notebook.grades if g.name.removesuffix(TESTS_SUFFIX) in scores)
+            if abs(shown - sum(scores.values())) > 1e-6:
+                problems[sub.id] = (f"the gradebook shows {shown:g} automatic points, the grader gave "
+                                    f"{sum(scores.values()):g}: a question has no grade cell in the course's source "
+                                    "notebook; release the course again")
+            elif not (course / "autograded" / sub.id / assignment / f"{assignment}.ipynb").is_file():
+                problems[sub.id] = (f"its total is in the gradebook, but nbgrader found no {assignment}.ipynb in "
+                                    f"submitted/{sub.id}/{assignment}/ for its feedback page: rename the notebook to "
+                                    f"{assignment}.ipynb and run nbgrader-autograde again")
+    return problems
+
+
 def nbgrader_autograde(folder: Path, *, out: Path | None = None, force: bool = False, workers: int | None = None,
                        allow_unsandboxed: bool = False, course: Course,
                        progress: bool = True) -> NbgraderRun:
@@ -282,5 +328,7 @@ def nbgrader_autograde(folder: Path, *, out: Path | None = None, force: bool = F
     if proc.returncode != 0:
         errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "ERROR" in line or "Error" in line]
         problem = f"nbgrader autograde failed (exit {proc.returncode}):\n" + "\n".join(errors[-20:])
-    return NbgraderRun(summary, isolation, _mark_gradebook(folder, assignment, subs, summary.tables.records), problem,
-                       proc.stdout + proc.stderr)
+    records = summary.tables.records
+    flagged = _mark_gradebook(folder, assignment, subs, records)
+    return NbgraderRun(summary, isolation, flagged, problem, proc.stdout + proc.stderr,
+                       record_scores(folder, assignment, subs, records))

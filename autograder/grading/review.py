@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from autograder.grading.gradebook import REVIEW_DECISIONS_FILE, Gradebook
+from autograder.model import Reason
 from autograder.sandbox import NotebookError, read_notebook
 
 # Modules a notebook may import: the numerical stack, the standard library's plain-data modules, the course's
@@ -342,10 +343,9 @@ def hold_claims(result: Any, claims: set[str], flags: list[Flag], *, cleared: st
     for case in result.cases:
         if case.id in claims and case.passed:
             held += 1
-            case.points, case.passed = 0.0, False
-            case.message = (f"{case.id}: held for TA review: this case rests on a fact your code reports about "
-                            "itself, and the notebook's source reaches into the interpreter or tells a check from "
-                            "a real run (see the TA's note); a TA can release these points.")
+            case.points, case.passed, case.reason = 0.0, False, Reason.HELD
+            case.message = (f"{case.id}: held for review: this case rests on a fact your code reports about itself, "
+                            "and a part of your notebook needs a person's look; its points follow their decision.")
     result.notes.append(f"review: {len(flags)} flag(s), {held} case(s) held for TA review (digest {record['digest']}): "
                         f"{lines}")
     record["held"] = held

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import stat
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
@@ -12,13 +13,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from autograder.config import Submissions
+from autograder.model import from_spreadsheet_text
 from autograder.sandbox import NotebookError, notebook_cells
 
 MAX_FOLDER_ENTRIES = 10_000  # files and folders looked at inside one student's folder
 SKIP_DIRS = frozenset((".ipynb_checkpoints", "__MACOSX"))  # skipped in folders and zips alike
+SHOWN_NAMES = 20  # the notebooks a message names, at most (then "and N more")
+T = TypeVar("T")
 
 
 class Refused(ValueError):
@@ -100,6 +104,8 @@ class Submission:
     name: str = ""  # the entry's name in the class folder (os.fsdecode: non-UTF-8 bytes are surrogates)
     folder: bool = False
     result_name: str = ""  # its file under results/
+    picked: str = ""  # which of several notebooks was graded and which were left (the student is told too)
+    notes: list[str] = field(default_factory=list)  # for the TA: what reading the class noticed (a second upload)
 
     @property
     def raw_name(self) -> bytes:
@@ -117,13 +123,42 @@ def _attach(sub: Submission, name: str, readers: list[Callable[..., bytes]], whe
             sub.file_problems.append(str(exc))
 
 
+def _names(shown: list[str]) -> str:
+    more = len(shown) - SHOWN_NAMES
+    return ", ".join(shown[:SHOWN_NAMES]) + (f" and {more} more" if more > 0 else "")
+
+
+def pick_notebook(notebooks: list[T], *, name: Callable[[T], str], shown: Callable[[T], str], wanted: str,
+                  where: str) -> tuple[T, str]:
+    """The notebook to grade among those an upload holds (`name`: its path inside the upload, `/`-separated;
+    `shown`: how a message names it) and what was chosen, in words ('' when it held one): the only one; else the
+    one named `wanted` (the notebook the release hands out), the shallowest when several are; else Refused, naming
+    every notebook found."""
+    if len(notebooks) == 1:
+        return notebooks[0], ""
+    if not notebooks:
+        raise Refused(f"{where} holds 0 notebooks (.ipynb); submit exactly one")
+    named = [n for n in notebooks if wanted and PurePosixPath(name(n)).name == wanted]
+    top = min((len(PurePosixPath(name(n)).parts) for n in named), default=0)
+    named = [n for n in named if len(PurePosixPath(name(n)).parts) == top]
+    if len(named) != 1:
+        why = (f"{len(named)} of them are named {wanted} at the same depth" if named else
+               f"none is named {wanted}, the notebook the assignment hands out" if wanted else "")
+        raise Refused(f"{where} holds {len(notebooks)} notebooks (.ipynb): {_names([shown(n) for n in notebooks])}"
+                      f"{'; ' + why if why else ''}: submit exactly one")
+    left = [shown(n) for n in notebooks if n is not named[0]]
+    return named[0], (f"{where} holds {len(notebooks)} notebooks: graded {shown(named[0])}, the notebook the "
+                      f"assignment names; left {_names(left)}")
+
+
 def _zip_link(info: zipfile.ZipInfo) -> bool:
     return stat.S_ISLNK(info.external_attr >> 16)
 
 
-def _read_zip(sub: Submission, path: Path, limits: Submissions, files: Sequence[str]) -> None:
-    """The one .ipynb inside a zip (and the checkpoint's `files` if present), read in memory under the caps; nothing
-    else in the zip (a .OTTER_LOG, a link) is ever read."""
+def _read_zip(sub: Submission, path: Path, limits: Submissions, files: Sequence[str], notebook: str = "") -> None:
+    """The .ipynb inside a zip (its only one, else the one named `notebook`: pick_notebook) and the checkpoint's
+    `files` if present, read in memory under the caps; nothing else in the zip (a .OTTER_LOG, a link) is ever
+    read."""
     label = display_name(path.name)
     with open_regular(path, limit=limits.cap("zip"), label=label) as f:
         try:
@@ -135,9 +170,8 @@ def _read_zip(sub: Submission, path: Path, limits: Submissions, files: Sequence[
                        and not SKIP_DIRS.intersection(PurePosixPath(i.filename).parts[:-1])
                        and not PurePosixPath(i.filename).name.startswith(".")]
             notebooks = [i for i in members if i.filename.endswith(".ipynb")]
-            if len(notebooks) != 1:
-                raise Refused(f"{label} holds {len(notebooks)} notebooks (.ipynb); upload a zip with exactly one")
-            nb = notebooks[0]
+            nb, sub.picked = pick_notebook(notebooks, name=lambda i: i.filename, wanted=notebook, where=label,
+                                           shown=lambda i: display_name(i.filename))
             sub.source = _read_member(zf, nb, limit=limits.cap("notebook"),
                                       label=f"{label}: {display_name(nb.filename)}")
             for name in files:
@@ -169,9 +203,9 @@ def _walk(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     return sorted(files), skipped
 
 
-def _read_folder(sub: Submission, limits: Submissions, wanted: Sequence[str]) -> None:
-    """A per-student folder: its one notebook (or one zip), and the checkpoint's files (`wanted`) found anywhere in
-    it."""
+def _read_folder(sub: Submission, limits: Submissions, wanted: Sequence[str], notebook: str = "") -> None:
+    """A per-student folder: its notebook (its only one, else the one named `notebook`: pick_notebook), or its one
+    zip, and the checkpoint's files (`wanted`) found anywhere in it."""
     folder = sub.path
     files, skipped = _walk(folder)
 
@@ -180,19 +214,22 @@ def _read_folder(sub: Submission, limits: Submissions, wanted: Sequence[str]) ->
 
     notebooks = [p for p in files if p.suffix == ".ipynb" and not p.name.startswith(".")]
     zips = [p for p in files if p.suffix == ".zip" and not p.name.startswith(".")]
-    if len(notebooks) == 1:
-        sub.path = notebooks[0]
-        sub.source = read_regular(notebooks[0], limit=limits.cap("notebook"), label=label(notebooks[0]))
-    elif not notebooks and len(zips) == 1:
+    if not notebooks and len(zips) == 1:
         sub.path = zips[0]
-        _read_zip(sub, zips[0], limits, wanted)
+        _read_zip(sub, zips[0], limits, wanted, notebook)
         if sub.files or sub.file_problems:
             return  # the zip carried the checkpoint
     else:
-        why = f"{display_name(folder.name)}/ holds {len(notebooks)} notebooks (.ipynb); submit exactly one"
-        if skipped:
-            why += "; not read: " + ", ".join(f"{label(p)} ({kind})" for p, kind in skipped[:5])
-        raise Refused(why)
+        try:
+            sub.path, sub.picked = pick_notebook(notebooks, name=lambda p: p.relative_to(folder).as_posix(),
+                                                 shown=lambda p: display_name(p.relative_to(folder).as_posix()),
+                                                 wanted=notebook, where=f"{display_name(folder.name)}/")
+        except Refused as exc:
+            why = str(exc)
+            if skipped:
+                why += "; not read: " + ", ".join(f"{label(p)} ({kind})" for p, kind in skipped[:5])
+            raise Refused(why) from None
+        sub.source = read_regular(sub.path, limit=limits.cap("notebook"), label=label(sub.path))
     for name in wanted:
         found = [p for p in files if p.name == name]
         _attach(sub, name, [partial(read_regular, p, label=label(p)) for p in found], "folder",
@@ -203,9 +240,11 @@ def _read_folder(sub: Submission, limits: Submissions, wanted: Sequence[str]) ->
                                      f"follows links: upload {name} itself")
 
 
-def read_entry(path: Path, *, limits: Submissions | None = None, files: Sequence[str] = ()) -> Submission:
+def read_entry(path: Path, *, limits: Submissions | None = None, files: Sequence[str] = (),
+               notebook: str = "") -> Submission:
     """One input of a class folder (a notebook, a zip or a per-student folder), read under the caps, with the
-    checkpoint's `files` (Suite.checkpoint_files) beside its notebook.
+    checkpoint's `files` (Suite.checkpoint_files) beside its notebook. A zip or folder holding several notebooks
+    is graded on the one named `notebook` (the release's, e.g. NAME.ipynb), and `picked` says so.
 
     Never raises for anything the input is or holds: why it cannot be graded becomes the Submission's `problem`.
     """
@@ -216,12 +255,12 @@ def read_entry(path: Path, *, limits: Submissions | None = None, files: Sequence
         mode = os.lstat(path).st_mode
         if stat.S_ISDIR(mode):
             sub.folder = True
-            _read_folder(sub, limits, files)
+            _read_folder(sub, limits, files, notebook)
         elif not stat.S_ISREG(mode):
             raise Refused(f"{label} is {_kind(mode)}; the grader reads only regular files and folders and never "
                           "follows links: put the notebook itself in the submissions folder")
         elif path.suffix == ".zip":
-            _read_zip(sub, path, limits, files)
+            _read_zip(sub, path, limits, files, notebook)
         elif path.suffix == ".ipynb":
             sub.source = read_regular(path, limit=limits.cap("notebook"), label=label)
         else:
@@ -275,22 +314,97 @@ def result_file_name(sid: str, raw_name: bytes) -> str:
     return f"{slug}~{hashlib.sha256(raw_name).hexdigest()[:12]}.json"
 
 
-def find_submissions(folder: Path, *, limits: Submissions | None = None,
-                     files: Sequence[str] = ()) -> list[Submission]:
-    """Every input under `folder`: notebooks, per-student folders, or zips; each becomes exactly one row (with
-    the checkpoint's `files` when uploaded).
-
-    Names starting with a dot are not inputs. Nothing is followed out of `folder` (links are refused).
-    """
+def _entry_names(folder: Path) -> list[str]:
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder of submissions")
     with os.scandir(folder) as it:
-        names = sorted((e.name for e in it if not e.name.startswith(".")), key=os.fsencode)
-    subs = [read_entry(folder / name, limits=limits, files=files) for name in names]
+        return sorted((e.name for e in it if not e.name.startswith(".")), key=os.fsencode)
+
+
+def class_ids(folder: Path) -> list[tuple[str, str]]:
+    """(id, entry name) of every input of the class folder `folder`, as find_submissions names them, from the
+    names alone (nothing is read)."""
+    names = _entry_names(folder)
+    folders = [stat.S_ISDIR(os.lstat(folder / n).st_mode) for n in names]
+    return list(zip(submission_ids(list(zip(names, folders))), names))
+
+
+_BROWSER_COPY = re.compile(r"(.+?) \((\d{1,3})\)")  # "Kim Lee (1)": a browser's name for a second download
+
+
+def second_uploads(ids: list[str]) -> dict[str, str]:
+    """id -> a note for the TA, for each id that reads as a browser's rename of a second download of the same file
+    ("Kim Lee (1)" beside "Kim Lee"): is it one student's second upload, graded as another student?"""
+    known, notes = set(ids), {}
+    for sid in ids:
+        m = _BROWSER_COPY.fullmatch(sid)
+        if m:
+            base = m.group(1)
+            notes[sid] = (f"is this a second upload of {base}?" if base in known else
+                          f"named like a browser's second download of {base}: rename it if it is {base}'s")
+    return notes
+
+
+def find_submissions(folder: Path, *, limits: Submissions | None = None, files: Sequence[str] = (),
+                     notebook: str = "") -> list[Submission]:
+    """Every input under `folder`: notebooks, per-student folders, or zips; each becomes exactly one row (with
+    the checkpoint's `files` when uploaded; a zip or folder with several notebooks is graded on `notebook`, the
+    release's, when it holds one: read_entry).
+
+    Names starting with a dot are not inputs. Nothing is followed out of `folder` (links are refused). A name a
+    browser gives a second download ("Kim Lee (1).ipynb") gets a note for the TA (second_uploads).
+    """
+    names = _entry_names(folder)
+    subs = [read_entry(folder / name, limits=limits, files=files, notebook=notebook) for name in names]
     for sub, sid in zip(subs, submission_ids([(s.name, s.folder) for s in subs])):
         sub.id = sid
         sub.result_name = result_file_name(sid, sub.raw_name)
+    seconds = second_uploads([s.id for s in subs])
+    for sub in subs:
+        if sub.id in seconds:
+            sub.notes.append(f"{display_name(sub.name)}{'/' if sub.folder else ''}: {seconds[sub.id]}")
     return subs
+
+
+def named_ids(values: list[str], entries: list[tuple[str, str]]) -> list[str]:
+    """The ids that `--only` values name, among `entries` (id, entry name: class_ids). A value names a student by
+    their id as grades.csv writes it (`'=1+1` is the id `=1+1`), else by the id itself, or by the entry's name
+    (`bob.ipynb`, `bob/`). A value that names no student whole is split on commas, each part named so
+    (`alice,bob`); a value that names a student is never split, so an id holding a comma is named whole, and two
+    students whose ids would read as that value are named by giving --only once each. A value or part that names
+    no student is kept as it is (the grader then says it is unknown)."""
+    by_name = {name: sid for sid, name in entries} | {f"{name}/": sid for sid, name in entries}
+    by_name |= {sid: sid for sid, _ in entries}  # an id wins over another entry's name
+
+    def one(text: str) -> str | None:
+        return by_name.get(from_spreadsheet_text(text)) or by_name.get(text)
+
+    out: list[str] = []
+    for value in values:
+        whole = one(value.strip())
+        if whole is not None:
+            out.append(whole)
+            continue
+        out += [one(part) or part for part in (p.strip() for p in value.split(",")) if part]
+    return list(dict.fromkeys(out))
+
+
+class OutputInClass(ValueError):
+    """An output folder inside the class folder (or the class folder inside it); the message names both."""
+
+
+def check_out_folder(classes: Path, out: Path, *, what: str = "class folder") -> None:
+    """OutputInClass when `out` (where grading writes: results/, feedback/, grades.csv) is `classes` (the students'
+    folder, `what`), lies inside it, or holds it: the next run would read the grader's files as students' work,
+    and results/ (reference values of hidden cases) would sit among the students' files. Links are resolved
+    first; nothing is written."""
+    cls, dest = classes.resolve(), out.resolve()
+    instead = f"choose another --out, for example --out {shlex.quote(str(cls.parent / (cls.name + '-grades')))}"
+    if dest == cls or dest.is_relative_to(cls):
+        where = "is" if dest == cls else "is inside"
+        raise OutputInClass(f"the output folder {dest} {where} the {what} {cls}: {instead}; nothing was written")
+    if cls.is_relative_to(dest):
+        raise OutputInClass(f"the {what} {cls} is inside the output folder {dest}: {instead}; nothing was written")
 
 
 def read_cells(path: Path, *, limits: Submissions | None = None) -> tuple[list[dict[str, Any]], str]:

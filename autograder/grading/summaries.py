@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 from autograder.grading.batch import BatchSummary
 from autograder.grading.gradebook import Gradebook
 from autograder.model import Status, full_marks
@@ -32,6 +35,7 @@ def grade_summary(summary: BatchSummary, *, points: dict[str, float]) -> str:
             table.append([q, f"{mean:.2f}", f"{full}/{len(rows)}"])
         lines.append(text_table(table))
     lines += [f"not graded: {r['id']}: {r['message']}" for r in not_graded(summary)]
+    lines += [f"note: {r['id']}: {n}" for r in summary.rows for n in r.get("notes") or ()]
     lines += [f"limits lowered: {n}" for n in summary.limits_lowered]
     book = Gradebook(summary.out)
     lines.append(f"grades: {book.grades_csv}   per-submission results: {book.results_dir}/")
@@ -41,3 +45,17 @@ def grade_summary(summary: BatchSummary, *, points: dict[str, float]) -> str:
 def not_graded(summary: BatchSummary) -> list[dict[str, object]]:
     """The rows the grader failed on in this run (a re-run grades them)."""
     return [r for r in summary.rows if r["status"] == Status.NOT_GRADED]
+
+
+def report_folder(grades: Path) -> Path:
+    """Where the TA report of the grades folder `grades` goes when a printed hint names it: beside it, `grades`
+    renamed `report` (dist/grades -> dist/report, dist/nbgrader-grades -> dist/nbgrader-report), else NAME-report."""
+    grades = grades.resolve()
+    name = grades.name.replace("grades", "report") if "grades" in grades.name else f"{grades.name}-report"
+    return grades.with_name(name)
+
+
+def report_hint(grades: Path, *, command: str) -> str:
+    """The command that writes the TA report of `grades` (`command`: how to run this package, with its --config),
+    with every path absolute, so that it runs as printed from any folder and writes beside the grades."""
+    return f"{command} report {shlex.quote(str(grades.resolve()))} --out {shlex.quote(str(report_folder(grades)))}"

@@ -125,6 +125,7 @@ def write_tables(suite: Suite, subs: list[Submission], book: Gradebook, *, recor
         row = record_row(suite, sub.id, records.get(sub.id), failed.get(sub.id)) | dict.fromkeys(manual)
         if row["total"] is not None:
             apply_merged(suite, row, merged.get(sub.id, {}))
+        row["notes"] = [*([sub.picked] if sub.picked else []), *sub.notes]  # what reading the class noticed
         rows.append(row)
     columns = [*qids, *manual]
     said = [comment_cell(comments.get(r["id"], {})) for r in rows] if comments else []  # a column once a TA wrote
@@ -152,6 +153,6 @@ def write_tables(suite: Suite, subs: list[Submission], book: Gradebook, *, recor
         if merged or merge_problem else None,
         limits_lowered=list(limits_lowered or []),
         rows=[SummaryRow(r["id"], None if r["status"] == Status.NOT_GRADED else sub.result_name, r["status"],
-                         r["message"]) for r, sub in zip(rows, subs)])
+                         r["message"], r["notes"]) for r, sub in zip(rows, subs)])
     book.write_summary(summary)
     return Tables(rows, summary, records, comments)

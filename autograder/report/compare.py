@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from autograder.authoring.suite import Suite
-from autograder.model import Case, CaseResult, SubmissionResult
+from autograder.model import Case, CaseResult, Reason, SubmissionResult
 from autograder.report.text import as_text, clip_text, num_text
 from autograder.runtime.plain_codec import dumps, from_plain, to_plain
 
@@ -186,14 +186,25 @@ def gate_of(suite: Suite, result: SubmissionResult, c: CaseResult) -> tuple[list
     except Exception:  # noqa: BLE001 - stored data of any shape: the case is shown as stored
         return blocked, None
 
+# What the page says under a failed case with no output to compare, by its reason (model.Reason).
+NO_OUTPUT = {
+    Reason.HELD: "This case passed; its points are held for review (see “Held for review” above).",
+    Reason.TIME_LIMIT: "Not run: a time limit stopped the checks first (the notes above say which).",
+    Reason.UNSHOWN: "This case passed; it pays once a hidden case of its question holds.",
+    Reason.STOPPED: "No output was recorded for this case (the submission stopped before it ran).",
+}
+
+
 def detail(case: Case | None, expected: Any, received: Any, *, atol: float, rtol: float,
-           rel_tol: float) -> list[dict[str, Any]]:
+           rel_tol: float, reason: str = "") -> list[dict[str, Any]]:
     """What the page shows under one failed case (compare.html.j2 draws each block by its kind): expected versus
     received and the traceback; a note when the stored data cannot be shown.
 
     `expected` is the reference value stored with the result (plain data), the one the case was judged against;
     a result stored without it (by an older grader) shows a note instead: the report never recomputes it.
     """
+    if received is None and reason in NO_OUTPUT:  # nothing to compare, and the reason says why
+        return [_note(NO_OUTPUT[reason])]
     try:
         if case is None:  # a checkpoint case
             shown = checkpoint_rows(received, rel_tol=rel_tol)

@@ -15,14 +15,20 @@ from autograder.checkpoint import MISSING
 from autograder.config import command
 from autograder.grading.bindings import stub_state
 from autograder.grading.gradebook import RESULTS_DIR, Gradebook
-from autograder.model import CaseResult, Status, SubmissionResult
+from autograder.model import CaseResult, Reason, Status, SubmissionResult
 from autograder.model import record_problem as stored_record_problem
 from autograder.report.code import code_cells, submission_cells, written_answers
 from autograder.report.text import as_text
 
 UNRECOGNISED = "unrecognised"
 UNFINISHED = "unfinished"
-UNDIAGNOSED = (UNFINISHED, UNRECOGNISED)
+SYNTAX = "syntax error"  # a cell the question needs did not compile (Reason.SYNTAX_ERROR)
+TIMED = "time limit"  # the question's checks ran out of time (Reason.TIME_LIMIT)
+UNDEFINED = "not defined"  # a name the question grades was never defined (Reason.MISSING)
+# Groups with no catalogued mistake, each counted apart on the first screen: what stopped the checks (from the
+# cases' typed reasons), a stub left blank, and answers no catalogue explains.
+UNDIAGNOSED = (SYNTAX, TIMED, UNDEFINED, UNFINISHED, UNRECOGNISED)
+CAUSE_LABELS = {Reason.SYNTAX_ERROR: SYNTAX, Reason.TIME_LIMIT: TIMED, Reason.MISSING: UNDEFINED}
 APART = (MISSING,)  # diagnoses that say what was not handed in, not what the code got wrong: counted apart
 INVALID = "invalid"  # the label of a multiple-choice answer that is not one of the letters
 
@@ -77,9 +83,13 @@ class Student:
         if names and all(stubs.get(n) for n in names):
             return [UNFINISHED]
         found = self.diagnoses(q.id) + self.wrong_picks(q)
-        if any(stubs.values()) or (not found and self.stub is not None and any(self.stub in c.message for c in failed)):
-            return [*found, UNFINISHED]
-        return found or [UNRECOGNISED]
+        causes = list(dict.fromkeys(CAUSE_LABELS[c.reason] for c in failed if c.reason in CAUSE_LABELS))
+        # a result stored before reasons existed says "not filled in" only in its words
+        blank = any(c.reason == Reason.BLANK or (not c.reason and self.stub is not None and self.stub in c.message)
+                    for c in failed)
+        if any(stubs.values()) or (not found and not causes and blank):
+            return [*found, *causes, UNFINISHED]
+        return found + causes or [UNRECOGNISED]
 
     def pick(self, q: Question, choice: Choice) -> str:
         """The letter this student chose for a multiple-choice item, INVALID when it is not a letter, "" when

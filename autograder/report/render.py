@@ -13,11 +13,13 @@ from typing import Any
 from urllib.parse import quote
 
 import jinja2
+import yaml
 from markupsafe import Markup
 
 from autograder.authoring.questions import LETTERS, Question, shuffled
 from autograder.authoring.suite import Suite
 from autograder.config import runnable_command
+from autograder.grading.gradebook import Gradebook
 from autograder.grading.tables import merged_value
 from autograder.model import CaseResult, Status, csv_text, full_marks
 from autograder.report.code import code_view, resolve_path
@@ -25,6 +27,9 @@ from autograder.report.compare import checkpoint_rows, detail, gate_of
 from autograder.report.model import (
     APART,
     INVALID,
+    SYNTAX,
+    TIMED,
+    UNDEFINED,
     UNDIAGNOSED,
     UNFINISHED,
     UNRECOGNISED,
@@ -110,19 +115,31 @@ class RenderContext:
         return [p.part for q in self.manual for p in q.written]
 
 
-_KIND = {UNRECOGNISED: "unk", UNFINISHED: "fin"} | dict.fromkeys(APART, "fin")
+_KIND = {UNRECOGNISED: "unk", UNFINISHED: "fin", SYNTAX: "unk", TIMED: "unk", UNDEFINED: "fin"}
+_KIND |= dict.fromkeys(APART, "fin")
 TOP_MISTAKES = 3  # the mistakes per question on the index's first screen (the rest: its section)
 NAMES_PER_MISTAKE = 5
-_APART_LABEL = {UNFINISHED: "unfinished", UNRECOGNISED: "unrecognised"} | dict.fromkeys(APART, "not uploaded")
+_APART_LABEL = {UNFINISHED: "unfinished", UNRECOGNISED: "unrecognised", SYNTAX: SYNTAX, TIMED: TIMED,
+                UNDEFINED: UNDEFINED} | dict.fromkeys(APART, "not uploaded")
+# What each group without a catalogued mistake means, for the TA (the cases' typed reasons put a student there).
+_UNDIAGNOSED_TEXT = {
+    SYNTAX: "a cell this question needs has a syntax error: nothing in it ran (each student's page names the cell "
+            "and line).",
+    TIMED: "the question's checks ran out of their time share: the cases not run earn nothing (each student's "
+           "page says which check was slow).",
+    UNDEFINED: "a function or class this question grades was never defined (its cell not run, or misnamed).",
+}
 
 
 def _diag_text(ctx: RenderContext, d: str, qid: str) -> str:
     if d == UNFINISHED:
         return ("not attempted or left unfinished: a stub of this question still holds `...` (or returns None), "
                 "so there is nothing to diagnose.")
+    if d in _UNDIAGNOSED_TEXT:
+        return _UNDIAGNOSED_TEXT[d]
     if d == UNRECOGNISED:
-        return ("no catalogued mistake matches these outputs; read each student's message and code "
-                "(a stub left empty, an exception, or a new kind of mistake).")
+        return ("no catalogued mistake matches these outputs and nothing stopped the checks; read each student's "
+                "message and code (an exception, or a new kind of mistake).")
     home, text = ctx.known.get(d, (qid, "(no description in the catalogue)"))
     return text if home == qid else f"{text} (a {home} mistake that carries over into {qid})"
 
@@ -200,6 +217,20 @@ def _section(ctx: RenderContext, q: Question, students: list[Student], groups: l
             "choices": _choices(ctx, q, students) if q.choices else []}
 
 
+def held_for_review(ctx: RenderContext, s: Student) -> dict[str, str] | None:
+    """How a TA clears a student's held review flags ({"line": the exact line for the decisions file, "file": that
+    file, "command": the rerun}), or None when nothing is held."""
+    review = s.record.get("review")
+    if not isinstance(review, dict) or review.get("cleared") or not review.get("held"):
+        return None
+    digest = review.get("digest")
+    if not isinstance(digest, str):
+        return None
+    line = yaml.safe_dump({s.id: digest}, allow_unicode=True, width=10_000).strip()
+    return {"line": line, "file": str(Gradebook(ctx.grades).review_decisions_path), "command": ctx.regrade,
+            "held": str(review.get("held"))}
+
+
 def index_page(ctx: RenderContext, students: list[Student], groups: dict[str, list[Cluster]]) -> str:
     """The class page: every student's scores, the questions, the failures by diagnosis, the written answers and
     the submissions that did not run."""
@@ -222,6 +253,7 @@ def index_page(ctx: RenderContext, students: list[Student], groups: dict[str, li
         auto=ctx.suite.auto_points, manual=manual, roster=roster, roster_head=roster_head,
         columns=", ".join(f"{names[q.id]} = {q.id}" for q in [*ctx.questions, *manual]),
         regrade_command=ctx.regrade, stale=[s for s in students if _other_suite(ctx, s)],
+        held=[(s, h) for s in students if (h := held_for_review(ctx, s))],
         fingerprint=ctx.suite.fingerprint,
         questions_head=[("question", "question", ""), ("mean", "mean score", "num"), ("full", "full marks", "num"),
                         ("groups", "most common mistakes, and who (largest first)", ""),
@@ -284,7 +316,8 @@ def _case(ctx: RenderContext, s: Student, c: CaseResult) -> dict[str, Any]:
         out["message"] = alone.message
     tol, rules = ctx.suite.config.tolerances, ctx.suite.milestone_rules
     out["detail"] = blocks_html(detail(case, c.expected, c.received, atol=case.atol if case else tol.atol,
-                                       rtol=case.rtol if case else tol.rtol, rel_tol=getattr(rules, "rel_tol", 0.0)))
+                                       rtol=case.rtol if case else tol.rtol, rel_tol=getattr(rules, "rel_tol", 0.0),
+                                       reason=c.reason))
     return out
 
 
@@ -313,6 +346,7 @@ def student_page(ctx: RenderContext, s: Student) -> str:
                 for q in ctx.questions if s.failed(q.id)]
     return render_template("student.html.j2", page_title=f"{s.id} · {ctx.title}", s=s, auto=ctx.suite.auto_points,
                    path=path, href=href, regrade_command=ctx.regrade, stale=_other_suite(ctx, s), scores=scores,
+                   held=held_for_review(ctx, s),
                    manual_scores=[(q, merged_value(q, ctx.merged.get(s.id, {}))) for q in ctx.manual],
                    sections=sections, message_chars=MESSAGE_CHARS,
                    written=[(p, s.answers.get(p.part), ctx.merged.get(s.id, {}).get(p.part))

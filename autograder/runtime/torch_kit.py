@@ -5,6 +5,8 @@ only when a probe first runs (`torch()`), so a numpy-only lesson never needs it.
   * `run_probe_exact`: run_probe with every float op in float64, for the values the release stores;
   * `Pristine`, `tables`, `named_modules`, `module_state`, `own_attribute`, `module_facts`: an nn.Module's
     parameters, buffers and state_dict read from nn.Module's own tables, past any override of the student's;
+  * `move`, `write`: a module moved to a dtype, and values written into the tensors of its tables, by torch's own
+    functions, so that no method, override or hook of the student's runs (load_state_dict, _apply, .to);
   * `ModelState`, `ModelCache`, `Fills`: a model built by the probes handed out again while provably as built.
 Caches live on objects (a ModelCache, a Fills), never in module-level tables: the grader's guard reads a changed
 module-level table as tampering.
@@ -111,10 +113,11 @@ class Pristine(NamedTuple):
     module is (in the grader's sandbox that is before any student code runs), else at the first probe.
 
     The storage, parameter and structure probes read nn.Module's own tables (`_parameters`, `_buffers`,
-    `_modules`, read from the instance's __dict__ with object.__getattribute__) and move a module with
-    nn.Module._apply called unbound: a class that overrides named_buffers, state_dict, _apply or __getattr__, or
-    a patch of nn.Module's methods, cannot change what they report. A tuple, so that its entries cannot be
-    rebound (the grader's guard watches the module global and this class).
+    `_modules`, read from the instance's __dict__ with object.__getattribute__), move a module with
+    nn.Module._apply called unbound and write into its tensors with TensorBase's own copy_ and add_: a class that
+    overrides named_buffers, state_dict, load_state_dict, _apply or __getattr__, a tensor class of the student's,
+    or a patch of nn.Module's methods, cannot change what they report or where a write lands. A tuple, so that its
+    entries cannot be rebound (the grader's guard watches the module global and this class).
     """
 
     getattribute: Any
@@ -135,6 +138,11 @@ class Pristine(NamedTuple):
     dtype: Any
     requires_grad: Any
     grad: Any
+    set_grad: Any
+    copy: Any
+    add: Any
+    item: Any
+    no_grad: Any
     float64: Any
 
     @staticmethod
@@ -145,6 +153,7 @@ class Pristine(NamedTuple):
                         t.nn.Embedding, base, t.nn.Module.__dict__["_apply"], base.to, base.numel,
                         base.is_floating_point, base.is_complex,
                         *(base.__dict__[n].__get__ for n in ("shape", "dtype", "requires_grad", "grad")),
+                        base.__dict__["grad"].__set__, base.copy_, base.add_, base.__getitem__, t.no_grad,
                         t.float64)
 
 
@@ -241,11 +250,32 @@ def module_facts(m: Any, name: str) -> dict[str, Any]:
         f"{name}_is_parameter": P.issubclass(P.type(value), P.Parameter),
         f"{name}_dtype_after_to": None,
     }
-    P.apply(m, lambda t: P.to(t, P.float64) if P.is_floating(t) or P.is_complex(t) else t)  # m.to(torch.float64)
+    move(m, P.float64)
     moved = own_attribute(m, name)
     if P.issubclass(P.type(moved), P.TensorBase):
         facts[f"{name}_dtype_after_to"] = str(P.dtype(moved)).replace("torch.", "")
     return facts
+
+
+def move(m: Any, dtype: Any) -> None:
+    """m.to(dtype) as nn.Module does it, with no method of the student's: nn.Module._apply called unbound, without
+    recursion, on m and on each submodule found in nn.Module's own tables; floating and complex tensors only."""
+    P = pristine()
+
+    def to(t: Any) -> Any:
+        return P.to(t, dtype) if P.is_floating(t) or P.is_complex(t) else t
+
+    for _, mod in named_modules(m):
+        P.apply(mod, to, False)
+
+
+def write(t: Any, values: Any, row: int | None = None) -> None:
+    """Copy `values` into tensor t (one taken from a module's tables; with `row`, into that row of it), in place
+    and with autograd off, by TensorBase's own copy_: no method of the student's module or tensor class runs, so
+    the write lands in the tensor the module's state holds."""
+    P = pristine()
+    with P.no_grad():
+        P.copy(P.item(t, row) if row is not None else t, values)
 
 
 # --------------------------------------------------------------------------- the model cache
@@ -434,5 +464,5 @@ class Fills:
 
 
 __all__ = ["torch", "seed", "seeded", "run_probe_exact", "float64_mode", "Pristine", "pristine", "tables",
-           "named_modules", "module_state", "own_attribute", "module_facts", "layout", "Unverifiable", "ModelState",
-           "values_of", "same_values", "ModelCache", "Fills"]
+           "named_modules", "module_state", "own_attribute", "module_facts", "move", "write", "layout", "Unverifiable",
+           "ModelState", "values_of", "same_values", "ModelCache", "Fills"]

@@ -48,12 +48,14 @@ from generic_checks import attempt_gap_of, close
 from torch_kit import Fills, ModelCache, run_probe_exact
 from torch_kit import module_facts as _module_facts
 from torch_kit import module_state as _module_state
+from torch_kit import move as _move
 from torch_kit import named_modules as _named_modules
 from torch_kit import pristine as _pristine
 from torch_kit import seed as _seed
 from torch_kit import seeded as _seeded
 from torch_kit import tables as _tables
 from torch_kit import torch as _torch
+from torch_kit import write as _write
 from torch_trace import LAYOUTS, device_finding, trace_devices, trace_devices_as_gpu, twin
 
 # Checks that compare with the reference value; the others judge a property of the student's output alone,
@@ -155,18 +157,20 @@ def relative_identity(env: dict[str, Any], d: int, pos: int, k: int) -> dict[str
 def module_storage(env: dict[str, Any], cls: str, args: list[Any], x_shape: list[int] | None = None,
                    seed: int = 0) -> dict[str, Any]:
     """Where a module keeps its table `pe`: buffers, parameters, state_dict, and its dtype after .to(); with
-    x_shape, what these facts must do to the output: `loaded`, forward after load_state_dict of a table the
-    grader chose (`pe` replaced by `chosen_table`) and again after every trainable parameter is nudged by 1, and
-    `loaded64`, the same after .to(torch.float64) with a table float32 cannot hold."""
+    x_shape, what these facts must do to the output, with no method of the module's run but forward: `loaded`,
+    forward after the grader writes a table it chose (`chosen_table`) into the module's state-dict entry `pe`, in
+    that tensor's own shape, and again after every trainable parameter is nudged by 1; `loaded64`, the same after
+    the module is moved to float64 (nn.Module's own _apply) and a table float32 cannot hold is written into its
+    own `pe`, saved or not."""
     facts = _module_facts(_get(env, cls)(*args), "pe")
     if x_shape:
         torch = _torch()
         (B, T), (d, max_len) = x_shape, args[:2]
-        for key, to, fine in (("loaded", None, False), ("loaded64", torch.float64, True)):
+        for key, fine in (("loaded", False), ("loaded64", True)):
             dtype = torch.float64 if fine else torch.float32
-            table = torch.from_numpy(chosen_table(max_len, d, seed, fine)).to(dtype)
             x = torch.from_numpy(chosen_input(B, T, d, seed, fine)).to(dtype)
-            facts[key] = _load_and_forward(_get(env, cls)(*args), "pe", table, x, to)
+            facts[key] = _write_and_forward(_get(env, cls)(*args), chosen_table(max_len, d, seed, fine), x,
+                                            name="pe", saved=not fine, dtype=dtype if fine else None)
     return facts
 
 
@@ -185,28 +189,61 @@ def chosen_input(B: int, T: int, d: int, seed: int, fine: bool = False) -> np.nd
     return chosen_table(B * T, d, seed + 1, fine).reshape(B, T, d) / 2
 
 
-def _load_and_forward(m: Any, key: str | None, table: Any, x: Any, dtype: Any) -> dict[str, Any]:
-    """m.to(dtype) (unless None), m.load_state_dict(its state_dict with entry `key` replaced by `table`; key
-    None: the one entry of table's shape), m(x); then every trainable parameter + 1 and m(x) again. What
-    raised, else both outputs and the first one's dtype: the grader checks them against the output it predicts."""
+def _fit(table: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The 2-D `table` laid out in a tensor of the student's `shape`: the same axes, or transposed, with any axes
+    of length 1 added ((1, max_len, d), (max_len, 1, d), (d, max_len)); None when the shape holds no such table."""
+    core = [n for n in shape if n != 1]
+    if core == list(table.shape):
+        return table.reshape(shape)
+    if core == list(table.shape[::-1]):
+        return np.ascontiguousarray(table.T).reshape(shape)
+    return None
+
+
+def _table_tensor(m: Any, table: np.ndarray, name: str | None, saved: bool) -> Any:
+    """The tensor of module m, read from nn.Module's own tables, that holds its table: `name`, an entry of its
+    state dict (`saved`) or the module's own buffer or parameter; name None: the one floating parameter or buffer
+    whose shape holds `table` (_fit)."""
+    P = _pristine()
+    state = _module_state(m)
+    if name is not None:
+        _, params, buffers, _, _ = _tables(m)
+        found = state["state_dict"].get(name) if saved else buffers.get(name, params.get(name))
+        if found is None:
+            where = "entry of the state dict" if saved else "buffer or parameter"
+            raise LookupError(f"the module has no {where} named {name!r}")
+        return found
+    found = [t for t in (*state["parameters"].values(), *state["buffers"].values())
+             if P.is_floating(t) and _fit(table, tuple(P.shape(t))) is not None]
+    if len(found) != 1:
+        raise LookupError(f"expected one parameter or buffer holding a {list(table.shape)} table, found "
+                          f"{len(found)}")
+    return found[0]
+
+
+def _write_and_forward(m: Any, table: np.ndarray, x: Any, *, name: str | None, saved: bool,
+                       dtype: Any) -> dict[str, Any]:
+    """Module m moved to `dtype` (unless None) by nn.Module's own _apply, `table` written into the tensor that
+    holds it (_table_tensor), in that tensor's shape (_fit), then m(x); then every trainable parameter + 1 and
+    m(x) again. No method of the module's runs but forward (no load_state_dict, _apply, .to or hook of the
+    student's). What raised, else both outputs and the first one's dtype: the grader checks them against the
+    output it predicts."""
     torch, P = _torch(), _pristine()
     try:
         if dtype is not None:
-            m.to(dtype)
-        state = dict(m.state_dict())
-        if key is None:
-            keys = [k for k, v in state.items() if list(getattr(v, "shape", ())) == list(table.shape)]
-            if len(keys) != 1:
-                raise LookupError(f"expected one state_dict entry of shape {list(table.shape)}, found {keys}")
-            key = keys[0]
-        state[key] = table
-        m.load_state_dict(state)
+            _move(m, dtype)
+        target = _table_tensor(m, table, name, saved)
+        values = _fit(table, tuple(P.shape(target)))
+        if values is None:
+            raise ValueError(f"{name!r} has shape {list(P.shape(target))}, which holds no {list(table.shape)} "
+                             "table")
+        _write(target, torch.from_numpy(values))
         with torch.no_grad():
             out = m(x)
-            first = as_array(out, "forward after load_state_dict")
+            first = as_array(out, "forward after the grader's table was written into the module's state")
             for p in _module_state(m)["parameters"].values():
                 if P.requires_grad(p):
-                    p.add_(1.0)
+                    P.add(p, 1.0)
             second = as_array(m(x), "forward after a step on every trainable parameter")
     except Exception as exc:  # noqa: BLE001 - what raised is the evidence
         return {"raised": type(exc).__name__, "message": str(exc)[:300]}
@@ -215,24 +252,43 @@ def _load_and_forward(m: Any, key: str | None, table: Any, x: Any, dtype: Any) -
 
 @probe
 def module_forward(env: dict[str, Any], cls: str, args: list[Any], x_shape: list[int], seed: int,
-                   zeros: bool = False, dtype: str = "float32",
-                   arange_weights: bool = False) -> dict[str, Any]:
-    """Forward a seeded (or zero) input through env[cls](*args) and return the output."""
+                   zeros: bool = False, dtype: str = "float32", arange_weights: bool = False,
+                   fill: int | None = None) -> dict[str, Any]:
+    """Forward a seeded (or zero) input through env[cls](*args) and return the output. With weights to fill (the
+    module's one nn.Embedding, found in nn.Module's own tables): `arange_weights`, a fixed public ramp (visible
+    cases), or `fill`, values drawn from that seed (hidden cases: the seed is a hidden argument, never shipped);
+    then `moved`, the output once the same values are written in reverse order: an output that ignores the
+    module's own weights does not move."""
     torch = _torch()
     m = _get(env, cls)(*args)
     x = _seeded(seed, *x_shape).to(getattr(torch, dtype))
     if zeros:
         x = torch.zeros_like(x)
-    if arange_weights:
-        emb = [mod for mod in m.modules() if isinstance(mod, torch.nn.Embedding)]
-        if len(emb) != 1:
-            raise TypeError(f"{cls} should hold exactly one nn.Embedding, found {len(emb)}")
-        with torch.no_grad():
-            w = emb[0].weight
-            w.copy_(torch.arange(w.numel(), dtype=w.dtype).reshape(w.shape) / w.numel())
+    weight = _embedding_weight(m, cls) if arange_weights or fill is not None else None
+    if weight is not None:
+        P = _pristine()
+        shape = tuple(P.shape(weight))
+        n = P.numel(weight)
+        values = (_seeded(fill, *shape) if fill is not None else
+                  torch.arange(n, dtype=torch.float64).reshape(shape) / n)
+        _write(weight, values)
     with torch.no_grad():
         out = m(x)
-    return {"value": as_array(out, f"{cls}.forward"), "dtype": _dtype_name(out)}
+    found = {"value": as_array(out, f"{cls}.forward"), "dtype": _dtype_name(out)}
+    if weight is not None:
+        _write(weight, values.flatten().flip(0).reshape(shape))
+        with torch.no_grad():
+            found["moved"] = as_array(m(x), f"{cls}.forward with other weights")
+    return found
+
+
+def _embedding_weight(m: Any, cls: str) -> Any:
+    """The weight of module m's one nn.Embedding, read from nn.Module's own tables."""
+    P = _pristine()
+    found = [_tables(mod)[1].get("weight") for _, mod in _named_modules(m) if P.issubclass(P.type(mod), P.Embedding)]
+    if len(found) != 1 or not P.issubclass(P.type(found[0]), P.TensorBase):
+        raise TypeError(f"{cls} should hold exactly one nn.Embedding, found {len(found)}")
+    return found[0]
 
 
 @probe
@@ -247,7 +303,8 @@ def module_raises(env: dict[str, Any], cls: str, args: list[Any], x_shape: list[
 def learned_facts(env: dict[str, Any], max_len: int, d_model: int, x_shape: list[int] | None = None,
                   seed: int = 0) -> dict[str, Any]:
     """Embedding tables inside LearnedPE and its count of trainable values; with x_shape, `loaded`: forward after
-    load_state_dict of a (max_len, d_model) table the grader chose (`chosen_table`), then after a nudge of 1."""
+    the grader writes a (max_len, d_model) table it chose (`chosen_table`) into the one parameter or buffer that
+    holds such a table, in its own shape, then after a nudge of 1 (no method of the module's runs but forward)."""
     P = _pristine()
     m = _get(env, "LearnedPE")(max_len, d_model)
     weights = [_tables(mod)[1].get("weight") for _, mod in _named_modules(m) if P.issubclass(P.type(mod), P.Embedding)]
@@ -256,9 +313,10 @@ def learned_facts(env: dict[str, Any], max_len: int, d_model: int, x_shape: list
     facts = {"tables": tables, "trainable": int(sum(P.numel(p) for p in params if P.requires_grad(p)))}
     if x_shape:
         torch = _torch()
-        (B, T), table = x_shape, torch.from_numpy(chosen_table(max_len, d_model, seed)).float()
+        (B, T), table = x_shape, chosen_table(max_len, d_model, seed)
         x = torch.from_numpy(chosen_input(B, T, d_model, seed)).float()
-        facts["loaded"] = _load_and_forward(_get(env, "LearnedPE")(max_len, d_model), None, table, x, None)
+        facts["loaded"] = _write_and_forward(_get(env, "LearnedPE")(max_len, d_model), table, x, name=None,
+                                             saved=False, dtype=None)
     return facts
 
 
@@ -452,28 +510,50 @@ def lm_prefix(env: dict[str, Any], pos: str, T: int, prefix: int, seed: int,
 
 @probe
 def lm_tied_head(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str, Any]:
-    """The logits before and after row 0 of token_emb (token 0 never occurs in the input) is set to a vector the
-    grader chooses (`chosen_table`): a tied head moves token 0's logits, and only those, by what the grader
-    predicts from the reference under the same change."""
-    torch = _torch()
+    """The logits before and after row 0 of the parameter token_emb.weight (token 0 never occurs in the input) is
+    set to a vector the grader chooses (`chosen_table`), written into the parameter found in nn.Module's own
+    tables: a tied head moves token 0's logits, and only those, by what the grader predicts from the reference
+    under the same change. Then `grad`: row 0 of that parameter's gradient after a backward pass of the logits
+    weighted by values the grader chooses. Only the head reaches row 0, so a head that reads the embedding
+    matrix itself puts there what the grader predicts; a copy of it (detached, refreshed in every forward) or a
+    separate layer puts nothing."""
+    torch, P = _torch(), _pristine()
     model, X = _lm(env, pos, seed), _tokens(seed, T)
     before = _logits(model, X)
     d = LM_SMALL["num_hiddens"]
-    with torch.no_grad():
-        model.token_emb.weight[0] = torch.from_numpy(chosen_table(1, d, seed)[0] * 2)
-    return {"before": before, "after": _logits(model, X)}
+    params = _module_state(model)["parameters"]
+    emb = params.get("token_emb.weight")
+    if emb is None:
+        raise LookupError("TinyCharLM has no parameter token_emb.weight")
+    _write(emb, torch.from_numpy(chosen_table(1, d, seed)[0] * 2), row=0)
+    after = _logits(model, X)
+    for p in params.values():
+        P.set_grad(p, None)
+    try:
+        with torch.enable_grad():
+            out = model(X)
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != before.shape:
+                raise TypeError("TinyCharLM.forward returned other logits with gradients on")
+            (out * _seeded(seed + 1, *before.shape).to(out.dtype)).sum().backward()
+        grad = P.grad(emb)
+        row = np.zeros(d) if grad is None else as_array(P.item(grad, 0), "the gradient of token_emb.weight")
+    finally:
+        for p in params.values():
+            P.set_grad(p, None)
+    return {"before": before, "after": after, "grad": row}
 
 
 NUDGE = 0.125  # what lm_structure adds to every trainable parameter after the chosen load (exact in float32)
 
 
 def _chosen_state(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str, Any]:
-    """The model of scheme `pos` (MODELS) after load_state_dict (strict) of values the grader chooses for every
-    floating entry of its state dict, drawn from the entry's name as `_lm` fills parameters (a persistent table or
-    a layer of the student's own gets values that nothing predicts), its logits on seeded tokens (`value`), then
+    """The model of scheme `pos` (MODELS) after the grader writes values it chooses into every floating entry of
+    its state dict (the tensors of nn.Module's own tables, in their own shapes: no load_state_dict, load hook or
+    other method of the student's runs), drawn from the entry's name as `_lm` fills parameters (a persistent table
+    or a layer of the student's own gets values that nothing predicts), its logits on seeded tokens (`value`), then
     the same after every trainable parameter is nudged by NUDGE (`nudged`: a fixed table kept as a parameter
-    moves). What raised, else both: the grader compares them with the reference's under the same load and nudge.
-    Every tensor of the state gets its values back after, so the model is as built again."""
+    moves). What raised, else both: the grader compares them with the reference's under the same writes and
+    nudge. Every tensor of the state gets its values back after, so the model is as built again."""
     torch, P = _torch(), _pristine()
     model = MODELS.build(env, pos)
     held = _module_state(model)
@@ -481,26 +561,22 @@ def _chosen_state(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str,
                                                                  *held["parameters"].values())}.values()
             if P.issubclass(P.type(t), P.TensorBase)]
     try:
-        state = {}
         for name, v in held["state_dict"].items():
             if P.issubclass(P.type(v), P.TensorBase) and (P.is_floating(v) or P.is_complex(v)):
-                v = _fill(seed, name, tuple(P.shape(v))).to(P.dtype(v))
-            state[name] = v
-        model.load_state_dict(state, strict=True)
+                _write(v, _fill(seed, name, tuple(P.shape(v))))
         model.eval()
         X = _tokens(seed, T, batch=1)
         first = _logits(model, X)
         with torch.no_grad():
             for p in _module_state(model)["parameters"].values():
                 if P.requires_grad(p):
-                    p.add_(NUDGE)
+                    P.add(p, NUDGE)
         second = _logits(model, X)
     except Exception as exc:  # noqa: BLE001 - what raised is the evidence
         return {"raised": type(exc).__name__, "message": str(exc)[:300]}
     finally:  # the model as built again (its frozen tables too), so that MODELS may hand it out
-        with torch.no_grad():
-            for t, values in kept:
-                t.copy_(values)
+        for t, values in kept:
+            _write(t, values)
     return {"raised": None, "value": first, "nudged": second}
 
 
@@ -646,27 +722,32 @@ def learned_table(case: dict[str, Any], got: dict[str, Any], expected: dict[str,
 
 def _consequence(case: dict[str, Any], got: dict[str, Any], key: str, shift: float | None) -> Verdict:
     """What the reported facts must do to the output, checked against what the grader predicts from the case's
-    arguments alone (`chosen_table`, `chosen_input`): after load_state_dict of the chosen table, every row of
-    forward(x) - x is exactly a row of that table (which rows is the value cases' business), float64 for
-    `loaded64`; after every trainable parameter is nudged by 1 the output moves by exactly `shift` (0 for a
-    buffer, 1 for one trainable table; None: not asked). A fact the child reports earns nothing without it."""
+    arguments alone (`chosen_table`, `chosen_input`): once the chosen table is written into the tensor of the
+    module's state that holds it (in that tensor's own shape, by the probe, with no method of the module's run but
+    forward), every row of forward(x) - x is exactly a row of that table (which rows is the value cases'
+    business), float64 for `loaded64`; after every trainable parameter is nudged by 1 the output moves by exactly
+    `shift` (0 for a buffer, 1 for one trainable table; None: not asked). A fact the child reports earns nothing
+    without it."""
     a = case["args"]
     rows, d = (a["args"][1], a["args"][0]) if "cls" in a else (a["max_len"], a["d_model"])
     (B, T), fine = a["x_shape"], key == "loaded64"
     x, table = chosen_input(B, T, d, a["seed"], fine), chosen_table(rows, d, a["seed"], fine)
     run = got.get(key) or {"raised": "KeyError", "message": f"the probe returned no {key!r}"}
-    what = (f"after {'.to(torch.float64) and ' if fine else ''}load_state_dict() with a table the grader chose,"
-            " forward(x)")
+    step = (f"{'moving the module to float64 and ' if fine else ''}writing a table the grader chose into the "
+            "module's own state")
+    what = f"after {step}, forward(x)"
     if run["raised"]:
-        return _fail(case, f"{what} raised {run['raised']}: {run['message'].rstrip('. ')}. The table must be "
-                     "the module's own state: saved and loaded by state_dict() and moved by .to().")
+        return _fail(case, f"{step[0].upper()}{step[1:]}, then forward(x), raised {run['raised']}: "
+                     f"{run['message'].rstrip('. ')}. The table must be the module's own state: saved and loaded by "
+                     "state_dict() and moved by .to().")
     out = np.asarray(run["value"], dtype=np.float64)
     if out.shape != x.shape:
         return _fail(case, f"{what} has shape {list(out.shape)}, expected {list(x.shape)}.")
     added = (out - x).reshape(-1, 1, d)
     if not np.isclose(added, table[None], atol=1e-12, rtol=0.0).all(-1).any(-1).all():
-        return _fail(case, f"{what} - x is {_fmt(added)}, not rows of the loaded table ({_fmt(table)}): the "
-                     "output must come from the table the module keeps in its state.")
+        return _fail(case, f"{what} - x is {_fmt(added)}, not rows of the written table ({_fmt(table)}): the "
+                     "output must come from the table the module keeps in its state (a buffer or parameter), not "
+                     "from a copy of it.")
     if shift is not None and not _close(run["nudged"], out + shift, 1e-12, 0.0):
         rule = "moves by exactly 1: its one table is trainable" if shift else "stays: no optimiser step changes it"
         return _fail(case, f"{what} after a step of 1 on every trainable parameter is {_fmt(run['nudged'])}, "
@@ -723,6 +804,13 @@ def tied_head(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any
         return _fail(case, "after a new token_emb.weight[0] the logits are not the reference's under the same "
                      f"change.\n  {_where(after, want, case['atol'], case['rtol'])}\n  The head must read the "
                      "embedding matrix itself: F.linear(H, self.token_emb.weight).")
+    grad, want_grad = np.asarray(got.get("grad", []), dtype=np.float64), np.asarray(expected["value"]["grad"])
+    if grad.shape != want_grad.shape or not _close(grad, want_grad, case["atol"], case["rtol"]):
+        return _fail(case, "after a backward pass of the logits, row 0 of token_emb.weight's gradient (token 0 is "
+                     f"not in the input, so only the head reaches it) is {_fmt(grad)}, expected {_fmt(want_grad)}: "
+                     "the head must read the embedding matrix itself, with its gradient, in every pass, "
+                     "F.linear(H, self.token_emb.weight), not a copy of it or a separate layer.",
+                     case.get("known_cause"))
     return Verdict(True)
 
 
@@ -771,7 +859,7 @@ def _loaded_differs(case: dict[str, Any], pos: str, run: dict[str, Any] | None, 
     same load and nudge: a failing verdict, or None when they do it. A fact the child reports earns nothing
     without it."""
     run = run or {"raised": "KeyError", "message": "the probe returned no 'loaded'"}
-    what = f"pos={pos!r}: after load_state_dict() of values the grader chose for every entry of your state dict,"
+    what = f"pos={pos!r}: after the grader wrote values it chose into every entry of your state dict,"
     if run["raised"]:
         return _fail(case, f"{what} the model raised {run['raised']}: {run['message'].rstrip('. ')}. Its tables "
                      "must be the module's own state, loaded by name.")
@@ -979,6 +1067,10 @@ def _inputs(case: dict[str, Any]) -> list[np.ndarray]:
 def attempt_gap(case: dict[str, Any], got: Any, expected: dict[str, Any]) -> str:
     """Why the output `got` of value case `case` does not open the gates of the cases that require it ("" when it
     does): generic_checks' test of a genuine attempt, with this lesson's inputs and contracts."""
+    if isinstance(got, dict) and "moved" in got and "error" not in got:  # before `near`: a public fill is public
+        value, moved = np.asarray(got.get("value"), dtype=float), np.asarray(got["moved"], dtype=float)
+        if value.shape == moved.shape and _close(moved, value, _TOL, 0.0):
+            return "its output does not change when the values of its own nn.Embedding change"
     return attempt_gap_of(case, got, expected, inputs=_inputs, contract=_contract_gap)
 
 

@@ -313,8 +313,9 @@ def test_grade_and_report_write_here_and_print_a_command_that_runs_as_printed(
         tmp_path: Path, unreleased: Course, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """`grade` without --out writes ./grades in the current folder (never into the package), and prints the
-    report command with the full path of the executable and the course's config: it runs as printed from another
-    folder, without the virtual environment on PATH, and writes ./report there."""
+    report command with the full path of the executable, the course's config and the report's folder beside the
+    grades: it runs as printed from another folder, without the virtual environment on PATH, and writes the report
+    beside the grades, not into whatever folder the user is in (issue 42, finding 8)."""
     subs, course, elsewhere = tmp_path / "subs", tmp_path / "course", tmp_path / "elsewhere"
     for folder in (subs, course, elsewhere):
         folder.mkdir()
@@ -323,12 +324,14 @@ def test_grade_and_report_write_here_and_print_a_command_that_runs_as_printed(
     assert (course / "grades" / "grades.csv").is_file() and (course / "grades" / "summary.json").is_file()
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("TA report: "))
     argv = shlex.split(line.removeprefix("TA report: "))
-    assert argv[1:] == ["--config", str(unreleased.path), "report", str(course / "grades")], argv
+    assert argv[1:] == ["--config", str(unreleased.path), "report", str(course / "grades"), "--out",
+                        str(course / "report")], argv
     assert Path(argv[0]).is_absolute(), argv
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {"PATH": "/usr/bin:/bin"}
     done = subprocess.run(argv, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip() == str(elsewhere / "report" / "index.html")
+    assert done.stdout.strip() == str(course / "report" / "index.html")
+    assert list(elsewhere.iterdir()) == []
 
 
 @pytest.mark.sandbox

@@ -509,6 +509,38 @@ def test_ids_are_unique_readable_and_spreadsheet_safe(course: Course, tmp_path: 
     assert {"'=HYPERLINK(1)", "'+1", "'-1", "'@x", "\\tx", "\\rx"} <= set(ids)  # control characters escaped
 
 
+def test_an_upload_with_a_scratch_notebook_is_graded_on_the_release_one(
+        tmp_path: Path, suite: Suite, notebooks: dict[str, bytes], fake_sandbox: None) -> None:
+    """Issue 42, finding 6: a Jupyter folder zipped (or uploaded to Gradescope) with a scratch notebook beside
+    lesson83.ipynb was "could not be read: holds 2 notebooks"; now the release's notebook is graded and both the
+    student and the TA are told which was left; without it, every notebook is named."""
+    from autograder.grading.gradescope import grade_gradescope
+    from autograder.grading.summaries import grade_summary
+
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    _mkfile(upload, "lesson83.ipynb", notebooks["honest"])
+    _mkfile(upload, "executed.ipynb", notebooks["blank"])
+    run = grade_gradescope(upload, tmp_path / "results.json", course=course_of())
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert run.graded and results["score"] == suite.notebook_points, results["output"]
+    assert "graded lesson83.ipynb, the notebook the assignment names; left executed.ipynb" in results["output"]
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name, members in (("alice.zip", {"lesson83.ipynb": "honest", "executed.ipynb": "blank"}),
+                          ("bob.zip", {"work.ipynb": "honest", "executed.ipynb": "blank"})):
+        with zipfile.ZipFile(subs / name, "w") as zf:
+            for member, kind in members.items():
+                zf.writestr(member, notebooks[kind])
+    summary = grade_batch(subs, out=tmp_path / "out", progress=False, course=course_of())
+    rows = {r["id"]: r for r in summary.rows}
+    assert rows["alice"]["total"] == suite.notebook_points and rows["alice"]["notes"], rows["alice"]
+    assert rows["bob"]["status"] == Status.UNREADABLE
+    assert "bob.zip holds 2 notebooks (.ipynb): work.ipynb, executed.ipynb; none is named lesson83.ipynb" in \
+        rows["bob"]["message"], rows["bob"]
+    printed = grade_summary(summary, points=suite.question_points())
+    assert "note: alice: alice.zip holds 2 notebooks: graded lesson83.ipynb" in printed, printed
+
 LEAKY = """import functools
 SEEN = []
 def _leaky(f):
@@ -727,7 +759,8 @@ def test_full_marks_means_the_questions_points(tmp_path: Path, suite: Suite, mon
     summary = batch.BatchSummary(tmp_path / "out", tables, 2, 0, "fake", list(points))
     # The command line reads its option defaults from grade_batch's signature: the stand-in keeps it.
     monkeypatch.setattr(batch, "grade_batch", functools.wraps(grade_batch)(lambda *a, **k: summary))
-    assert cli_main(["grade", str(tmp_path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    (tmp_path / "class").mkdir()  # the class folder beside the grades (grade refuses one that holds them)
+    assert cli_main(["grade", str(tmp_path / "class"), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     table = {line.split()[0]: line.split()[-1] for line in capsys.readouterr().out.splitlines() if line[:1] in "qm"}
     assert table["q1_equivariance"] == "0/2" and table["q2_sinusoidal_pe"] == "2/2", table
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())

@@ -281,7 +281,7 @@ def test_export_zip_carries_the_milestone_and_earns_its_points(fresh_build: dict
 STUDENT_SETUP = """\
 python3 -m venv lesson83-env
 . lesson83-env/bin/activate
-pip install torch==2.13.0 numpy matplotlib otter-grader jupyterlab
+pip install torch==2.13.0 numpy matplotlib otter-grader jupyterlab --extra-index-url https://download.pytorch.org/whl/cpu
 """
 
 

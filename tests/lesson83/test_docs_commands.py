@@ -33,8 +33,8 @@ NOT_RUN: dict[str, str] = {
     "python3 -m venv lesson83-env": "a student's own environment, from PyPI (network): "
                                     "test_deploy.py::test_student_laptop_setup_runs_the_checks runs these three lines",
     ". lesson83-env/bin/activate": "a student's own environment (see python3 -m venv lesson83-env)",
-    "pip install torch==2.13.0 numpy matplotlib otter-grader jupyterlab":
-        "a student's own environment, from PyPI (see python3 -m venv lesson83-env)",
+    "pip install torch==2.13.0 numpy matplotlib otter-grader jupyterlab --extra-index-url "
+    "https://download.pytorch.org/whl/cpu": "a student's own environment, from PyPI (see python3 -m venv lesson83-env)",
     "pip install '.[cluster]'": "network; make setup installs the cluster extra into .venv",
     ".venv/bin/dask scheduler --host 127.0.0.1 --port 8786":
         "a cluster (runs until stopped): tests/engine/test_cluster_engine.py starts a scheduler and two such "
@@ -204,6 +204,33 @@ def test_design_names_live_modules_and_every_verb_of_the_cli() -> None:
     listed = re.search(r"`lesson83 ([^`]*)`", modules.split("`cli.py`", 1)[1])
     assert listed is not None
     assert {v.split()[0] for v in listed.group(1).split(" | ")} == verbs
+
+
+def test_pip_keeps_pypi_where_the_docs_add_the_torch_index() -> None:
+    """Issue 40, finding 7: the README's student install for Linux added `--index-url …/whl/cpu`, which replaces
+    PyPI, so otter-grader could not be found. Every `pip install` the docs show (in a bash block or inline) that
+    names PyTorch's index adds it with --extra-index-url, as the Makefile does; the students' block does."""
+    wrong = []
+    for doc in DOCS:
+        text = doc.read_text()
+        for match in re.finditer(r"(?<![\w-])--index-url[ =]`?\S*download\.pytorch\.org", text):
+            line = text.count("\n", 0, match.start()) + 1
+            wrong.append(f"{doc.relative_to(ROOT)}:{line}: {text.splitlines()[line - 1].strip()}")
+    assert not wrong, "pip's --index-url hides PyPI (otter-grader, numpy): use --extra-index-url\n" + "\n".join(wrong)
+    students = (ROOT / "README.md").read_text().split("\n## For students\n", 1)[1].split("```bash\n", 1)[1]
+    pip = next(x for x in students.split("```", 1)[0].splitlines() if x.startswith("pip install"))
+    assert "torch==" in pip and "otter-grader" in pip
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in pip
+    assert "--extra-index-url $(LESSON83_TORCH_INDEX_URL)" in (ROOT / "Makefile").read_text()
+
+
+def test_the_readme_stays_a_newcomers_page() -> None:
+    """Issue 42, finding 10: the README had grown to 318 lines. It keeps what a newcomer needs first, under 300
+    lines, and links the rest in docs/ (each link to a file that exists: test_every_path_the_docs_...)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 300
+    linked = set(re.findall(r"\]\((docs/[\w.-]+\.md)", readme))
+    assert {"docs/grading.md", "docs/nbgrader.md", "docs/contributing.md", "docs/authoring.md"} <= linked, linked
 
 
 def test_the_readme_lists_every_file_students_get() -> None:

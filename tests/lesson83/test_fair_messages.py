@@ -127,3 +127,42 @@ def test_the_notebook_shows_each_questions_time_share_beside_the_cell_limit(suit
     cell = text.index(f"A single cell may run for at most {ex.cell_timeout_s:g} s")
     share = text.index(f"the checks of one question for at most {ex.question_timeout_s:g} s together")
     assert 0 < share - cell < 600 and f"at most {ex.probe_timeout_s:g} s" in text[cell:share]
+
+
+@pytest.mark.sandbox
+def test_reasons_are_data_and_every_hidden_case_says_its_real_cause(graded: tuple[Path, dict]) -> None:
+    """Each case carries a typed reason (issue 40, item 6), and what a student reads of a hidden case is written from
+    it: a syntax error, a time limit or a blank stub is said as such, never as a hint about the answer."""
+    from autograder.model import CAUSE_TEXT, Reason
+
+    records = graded[1]
+    assert all(c.get("reason") for r in records.values() for c in r["cases"])  # every case has its reason
+    broken = [c for c in records["syntax_error"]["cases"] if c["question"] == "q2_sinusoidal_pe" and not c["passed"]]
+    assert broken and {c["reason"] for c in broken} == {Reason.SYNTAX_ERROR}, [(c["id"], c["reason"]) for c in broken]
+    tests = {t["name"]: t["output"] for t in records["syntax_error"]["gradescope"]["tests"]}
+    hidden = [c["id"] for c in broken if c["hidden"]]
+    assert hidden and all(tests[h] == CAUSE_TEXT[Reason.SYNTAX_ERROR] for h in hidden)
+    said = records["syntax_error"]["gradescope"]["output"]
+    assert f"q2_sinusoidal_pe: a hidden case failed. {CAUSE_TEXT[Reason.SYNTAX_ERROR]}" in said, said
+    slow = [c for c in records["slow_rope"]["cases"] if NOT_RUN in c["message"]]
+    assert slow and {c["reason"] for c in slow} == {Reason.TIME_LIMIT}
+    blank = [c for c in records["blank"]["cases"] if c["question"] == "q2_sinusoidal_pe" and not c["passed"]]
+    assert blank and {c["reason"] for c in blank} == {Reason.BLANK}, [(c["id"], c["reason"]) for c in blank]
+    good = [c for c in records["zeros_pe"]["cases"] if c["passed"]]
+    assert good and {c["reason"] for c in good} == {Reason.PASSED}
+
+
+@pytest.mark.sandbox
+def test_the_reports_first_screen_counts_each_cause_apart(graded: tuple[Path, dict], tmp_path: Path) -> None:
+    """A syntax error and a time limit are not "unrecognised" (issue 42, item 1): the first screen counts them apart,
+    each linked to its students."""
+    from autograder.course import course_of
+    from autograder.report import write_report
+
+    index = write_report(graded[0], out=tmp_path / "report", course=course_of()).read_text()
+    row = index[index.index('href="#q2_sinusoidal_pe"'):].split("</tr>")[0]
+    assert '<a class="chip unk" href="#q2_sinusoidal_pe--syntax error" title="syntax error"><b>1</b>' in row, row
+    unrecognised = index[index.index('id="q2_sinusoidal_pe--unrecognised"'):].split('<div class="note">')[0]
+    assert "zeros_pe" in unrecognised and "syntax_error" not in unrecognised, unrecognised
+    row = index[index.index('href="#q5_rope"'):].split("</tr>")[0]
+    assert 'href="#q5_rope--time limit"' in row, row

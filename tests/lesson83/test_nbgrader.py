@@ -441,3 +441,41 @@ def test_feedback_shows_its_maths_without_a_network(graded: dict[str, Any]) -> N
     assert '<code class="tex">' not in page  # every span converted
     assert not re.search(r"\\(frac|sqrt|mathbb|mathrm|left|top)\b", re.sub(r"<pre.*?</pre>|<code.*?</code>", "",
                                                                            page, flags=re.S))
+
+
+def test_the_gradebook_export_and_feedback_show_the_engines_total_whatever_the_notebooks_form(
+        fresh_build: dict[str, Path], tmp_path: Path) -> None:
+    """A notebook with no nbgrader metadata (Otter's format, or stripped by an editor) still gets the engine's total
+    in nbgrader's gradebook, `nbgrader export` and its feedback page (they said 0 of 100 before); a renamed notebook
+    gets its total in the gradebook, and the command names it as one whose feedback nbgrader cannot make."""
+    from autograder.authoring.questions import mc_answers
+    from autograder.grading.nbgrader import record_scores  # noqa: F401 - the step under test, run by the verb
+    from autograder.release.sample import filled_notebook
+
+    course = tmp_path / "course"
+    shutil.copytree(fresh_build["nbgrader"], course)
+    stripped = _read(course, "source")
+    for cell in stripped.cells:
+        cell.metadata.pop("nbgrader", None)
+    otter = filled_notebook(ROOT / "student_templates" / "lesson83" / "lesson83.ipynb",
+                            answers=mc_answers(list(course_of().suite.questions)), lesson=course_of().lesson)
+    _submit(course, "stripped", stripped, checkpoint=False)
+    _submit(course, "otter", otter, checkpoint=False)
+    _submit(course, "renamed", stripped, checkpoint=False)
+    folder = course / "submitted" / "renamed" / "lesson83"
+    (folder / "lesson83.ipynb").rename(folder / "my work.ipynb")
+    run = nbgrader_autograde(course, progress=False, course=course_of())
+    totals = {r["id"]: float(r["total"]) for r in run.summary.rows}
+    assert totals["stripped"] == totals["otter"] == totals["renamed"] == course_of().suite.notebook_points
+    with _gradebook(course) as gb:
+        shown = {s: gb.find_submission("lesson83", s).score for s in totals}
+    assert shown == totals
+    assert list(run.unrecorded) == ["renamed"] and "rename the notebook to lesson83.ipynb" in run.unrecorded["renamed"]
+    _nbgrader(course, "export")
+    with open(course / "grades.csv") as f:
+        assert {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)} == totals
+    (course / "autograded" / "renamed").rename(tmp_path / "aside")  # nbgrader makes no page without the notebook
+    _nbgrader(course, "generate_feedback", "lesson83", "--force")
+    for student in ("stripped", "otter"):
+        page = (course / "feedback" / student / "lesson83" / "lesson83.html").read_text()
+        assert f"Score: {totals[student]:.1f} / 100.0" in page, student
