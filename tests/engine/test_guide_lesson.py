@@ -63,3 +63,14 @@ def test_the_walk_through_releases_and_self_checks(tmp_path: Path) -> None:
     assert "def clip_rows(x, max_norm):" in "\n".join(c.source for c in nb.cells)
     out = _cli("selfcheck", "--lesson", str(course))
     assert "self-check passed" in out, out
+
+
+def test_the_guide_shows_the_config_and_states_the_authors_rules() -> None:
+    guide = GUIDE.read_text()
+    config = "\n".join(line for line in (FIXTURE / "grading_config.yaml").read_text().splitlines()
+                       if not line.startswith("#"))
+    assert config.strip() in guide
+    for rule in ("`fmt(x, digits=4)`", "A list or a larger array is an error", "never the points. The builder appends",
+                 "cannot render `{{", "`diagnosis`", "the build fails naming the file and the case",
+                 "--lesson FOLDER", "rendered from the config's `execution:`", "[kit.md](kit.md)"):
+        assert rule in guide, rule
