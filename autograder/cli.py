@@ -8,7 +8,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -172,7 +172,10 @@ class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-CONFIG_HELP = "grading_config.yaml to use"  # read once here (a Course) and given to the verb's stage
+CONFIG_HELP = "grading_config.yaml to use, or the course folder that holds it"  # read once here (a Course)
+LESSON_HELP = ("the lesson to work on, by its course folder (the one holding its grading_config.yaml, as the "
+               "scaffold writes it) or that config file: `--lesson courses/lesson84`; the same as --config")
+DESCRIPTION = "One verb per pipeline stage, all listed below."
 
 
 ASSIGNMENT_HELP = ("the assignment (lesson) to work on: the grading config whose `assignment:` is NAME, looked up "
@@ -181,14 +184,47 @@ ASSIGNMENT_HELP = ("the assignment (lesson) to work on: the grading config whose
 
 
 class _VerbParser(argparse.ArgumentParser):
-    """A verb's parser: its help shows every default, and it takes --config and --assignment after the verb too."""
+    """A verb's parser: its help shows every default, and it takes --config, --lesson and --assignment after the verb
+    too."""
+
+    chosen: Path = DEFAULT_CONFIG  # the config the command line names (main sets it before building the parsers)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _ShowDefaults)
         super().__init__(*args, **kwargs)
-        self.add_argument("--config", type=Path, default=argparse.SUPPRESS,
-                          help=f"{CONFIG_HELP} (default: {DEFAULT_CONFIG})")
+        self.add_argument("--config", "--lesson", metavar="PATH", type=Path, default=argparse.SUPPRESS,
+                          help=f"{CONFIG_HELP}; --lesson FOLDER is the same (default: {self.chosen})")
         self.add_argument("--assignment", metavar="NAME", default=argparse.SUPPRESS, help=ASSIGNMENT_HELP)
+
+
+def config_file(given: Path) -> Path:
+    """The grading config that --config or --lesson names: the file itself, or FOLDER/grading_config.yaml."""
+    if given.is_dir():
+        if not (given / "grading_config.yaml").is_file():
+            raise ConfigError(f"{given}: a course folder holds grading_config.yaml, and this one does not")
+        return given / "grading_config.yaml"
+    return given
+
+
+class _EarlyParser(argparse.ArgumentParser):
+    """A parser that raises (ValueError) where argparse would print and exit: the full parse says what is wrong."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)
+
+
+def _named_config(argv: list[str] | None) -> tuple[Path, str | None]:
+    """The config the command line names (before the full parse, for the help) and its lesson's name, if readable."""
+    early = _EarlyParser(add_help=False)
+    early.add_argument("--config", "--lesson", type=Path, default=DEFAULT_CONFIG)
+    early.add_argument("--assignment", default=None)
+    try:
+        known, _ = early.parse_known_args(argv)
+        path = config_for(known.assignment, config=known.config) if known.assignment else config_file(known.config)
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError, UnicodeDecodeError, yaml.YAMLError):  # the full parse and the load say what is wrong
+        return DEFAULT_CONFIG, None
+    return path, raw.get("assignment") if isinstance(raw, dict) else None
 
 
 def config_for(assignment: str, *, config: Path = DEFAULT_CONFIG) -> Path:
@@ -211,11 +247,18 @@ def config_for(assignment: str, *, config: Path = DEFAULT_CONFIG) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    chosen, name = _named_config(argv)
+    _VerbParser.chosen = chosen
+    other = chosen.resolve() != DEFAULT_CONFIG.resolve()
+    lesson = f"lesson {name}" if name else "the lesson"
     parser = argparse.ArgumentParser(
-        prog=command(), formatter_class=_ShowDefaults,
-        description="The homework package: one verb per pipeline stage, all listed below. "
-                    f"`{command()} VERB --help` shows a verb's options and their defaults.")
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=CONFIG_HELP)
+        prog=command() + (f" --lesson {shlex.quote(str(chosen.parent))}" if other else ""),
+        formatter_class=_ShowDefaults,
+        description=f"{lesson.capitalize()} ({chosen}). {DESCRIPTION} `{command()} "
+                    f"{'--lesson FOLDER ' if other else ''}VERB --help` shows a verb's options and their defaults; "
+                    "--lesson FOLDER (or --config) runs another lesson's course.")
+    parser.add_argument("--config", "--lesson", metavar="PATH", type=Path, default=chosen,
+                        help=f"{CONFIG_HELP}. {LESSON_HELP}")
     parser.add_argument("--assignment", metavar="NAME", default=None, help=ASSIGNMENT_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="VERB", parser_class=_VerbParser)
     p = sub.add_parser("release", help="build the student release, the Otter zip and the nbgrader release")
@@ -282,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.assignment is not None:
-            args.config = config_for(args.assignment, config=args.config)
-        course = Course.load(args.config)  # the one parse of the config; every stage takes this object
+            args.config = config_for(args.assignment, config=config_file(args.config))
+        course = Course.load(config_file(args.config))  # the one parse of the config; every stage takes this object
         return args.func(args, course)
     except (ConfigError, ContentError, BuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)

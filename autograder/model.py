@@ -149,7 +149,7 @@ NOT_RUN = "not run: time limit"  # how a case whose probe never ran for time beg
 CAUSE_TEXT = {
     Reason.TIME_LIMIT: f"{NOT_RUN} (the notes above say which check was slow)",
     Reason.SYNTAX_ERROR: "not run: a cell this question needs has a syntax error (the notes above say which)",
-    Reason.BLANK: "not filled in yet: a function this question grades still has the template's `...` body",
+    Reason.BLANK: "a function this question grades still has the template's `...` body: write it, then run its cell",
     Reason.MISSING: "a function or class this question grades is not defined: run the cell that defines it",
     Reason.STOPPED: "not run: the notebook stopped before this case (the status above says why)",
     Reason.HELD: "held for review: a person will look at a part of your code; these points follow their decision",

@@ -11,15 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import jinja2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 
+from autograder.authoring.templating import TemplateError, fmt, render, table
 from autograder.config import GradingConfig
 from autograder.lesson import Lesson, LessonError, front_matter
 from autograder.model import Case
 
 LETTERS = ("A", "B", "C", "D")  # a multiple-choice item's options, in display order
+STATED_POINTS = re.compile(r"\d\s*(points?|pts?|marks?)\b", re.I)  # "(5 points)": the builder writes it
 DIRECTIVE = re.compile(r"^<!--\s*(solution|tests|choices|written|cell)\s*-->\s*$")
 
 
@@ -168,26 +169,6 @@ class Question:
 # --------------------------------------------------------------------------- rendering helpers
 
 
-def fmt(x: Any, digits: int = 4) -> str:
-    value = float(np.asarray(getattr(x, "detach", lambda: x)()).item()) if not isinstance(x, float) else x
-    text = f"{value:.{digits}f}"
-    return "0." + "0" * digits if text == "-0." + "0" * digits else text
-
-
-def table(header: list[str], rows: Any, index: list[Any] | None = None) -> str:
-    def cell(v: Any) -> str:
-        if isinstance(v, str | int) and not isinstance(v, bool):
-            return str(v)
-        return fmt(v)
-
-    rows = [list(r) for r in (rows.tolist() if hasattr(rows, "tolist") else rows)]
-    if index is not None:
-        rows = [[index[i], *r] for i, r in enumerate(rows)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def milestone_bounds(config: GradingConfig, lesson: Lesson) -> str:
     """Markdown table of the checkpoint thresholds per preset, scheme and context (from the config)."""
     lm = lesson.trainer
@@ -215,19 +196,22 @@ def _milestone_names(config: GradingConfig, lesson: Lesson) -> dict[str, Any]:
             "milestone_time": milestone_time(lesson)}
 
 
-def render_text(text: str, path: Path, qid: str, config: GradingConfig, lesson: Lesson) -> str:
+def render_text(text: str, path: Path, qid: str, config: GradingConfig, lesson: Lesson, *,
+                first_line: int | None = None, part: str = "the text") -> str:
     """Render a question's text: `ref` is the lesson's reference module, `checks` its checks module, `grading`
-    the config; `lm`, `milestone_bounds` and `milestone_time` exist when the lesson has a milestone trainer."""
+    the config, `fmt` and `table` (autograder/authoring/templating.py) format numbers; `lm`, `milestone_bounds` and
+    `milestone_time` exist when the lesson has a milestone trainer. An error names the file's line (the text starts
+    at `first_line` of the file) or, without it, the `part` of the front matter, and the expression."""
     import torch
 
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     try:
-        return env.from_string(text).render(ref=lesson.reference, checks=lesson.checks, np=np, torch=torch,
-                                            math=math, fmt=fmt, table=table, grading=config,
-                                            **_milestone_names(config, lesson))
-    except Exception as exc:  # noqa: BLE001 - any template error is reported with its file
-        raise ContentError(f"{path}: question {qid}: cannot render the text: {type(exc).__name__}: {exc}") \
-            from exc
+        return render(text, dict(ref=lesson.reference, checks=lesson.checks, np=np, torch=torch, math=math,
+                                 fmt=fmt, table=table, grading=config, **_milestone_names(config, lesson)))
+    except TemplateError as exc:
+        at = f"{path}:{first_line + exc.line - 1}" if first_line is not None and exc.line else f"{path}"
+        inside = "" if first_line is not None and exc.line else f" in {part}"
+        expression = f" `{exc.expression}`" if exc.expression else ""
+        raise ContentError(f"{at}: question {qid}: cannot render{expression}{inside}: {exc}") from exc
 
 
 def split_cells(body: str, path: Path, qid: str) -> list[Cell]:
@@ -309,14 +293,17 @@ def shuffled(choice: Choice) -> tuple[list[str], str]:
     return [choice.options[i] for i in order], LETTERS[order.index(0)]
 
 
-def _read(path: Path, lesson: Lesson) -> tuple[FrontMatter, str]:
+def _read(path: Path, lesson: Lesson) -> tuple[FrontMatter, str, int]:
+    """The front matter, the Markdown body and the body's first line in the file."""
     try:
         raw, body = front_matter(path)
     except LessonError as exc:
         raise ContentError(str(exc)) from exc
     qid = raw.get("id", path.stem) if isinstance(raw, dict) else path.stem
     try:
-        return FrontMatter.model_validate(raw, context={"checks": lesson.checks}), body
+        fm = FrontMatter.model_validate(raw, context={"checks": lesson.checks})
+        text = path.read_text()
+        return fm, body, text[:len(text) - len(body)].count("\n") + 1
     except ValidationError as exc:
         lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
         raise ContentError(f"{path}: question {qid}: invalid front matter:\n" + "\n".join(lines)) from None
@@ -353,12 +340,35 @@ def _cases(fm: FrontMatter, config: GradingConfig, lesson: Lesson, path: Path) -
             if spec.diagnosis not in known:
                 raise ContentError(f"{path}: question {fm.id}: case {spec.name}: unknown diagnosis "
                                    f"{spec.diagnosis!r}; known: {sorted(known)}")
+            if spec.check in lesson.checks.USES_EXPECTED and not reads_diagnosis(lesson.checks.CHECKS[spec.check]):
+                raise ContentError(f"{path}: question {fm.id}: case {spec.name}: `diagnosis:` has no effect on a "
+                                   f"value case: its check {spec.check!r} names the mistake from the catalogue's "
+                                   "outputs and never reads case['known_cause']; remove it (it belongs on a "
+                                   "property case whose check passes case.get('known_cause') to fail())")
             case["known_cause"] = {"id": spec.diagnosis, "description": known[spec.diagnosis].description}
         case.update(id=f"{fm.id}/{spec.name}", question=fm.id, points=pts, words=tuple(spec.words),
                     requires=tuple(spec.requires), near=tuple(spec.near), atol=spec.atol or config.tolerances.atol,
                     rtol=spec.rtol or config.tolerances.rtol)
         out.append(Case(**case))
     return out
+
+
+def reads_diagnosis(fn: Any) -> bool:
+    """Whether a check reads its case's `known_cause` (where `diagnosis:` goes): in its own code, or in a function of
+    its module that it calls by name, however deep."""
+    seen: set[int] = set()
+
+    def reads(code: Any, names: dict[str, Any]) -> bool:
+        if id(code) in seen:
+            return False
+        seen.add(id(code))
+        consts = [c for c in code.co_consts if hasattr(c, "co_consts")]
+        return "known_cause" in code.co_consts or any(reads(c, names) for c in consts) or any(
+            reads(f.__code__, f.__globals__) for n in code.co_names
+            if callable(f := names.get(n)) and hasattr(f, "__code__"))
+
+    fn = getattr(fn, "__wrapped__", fn)
+    return reads(fn.__code__, fn.__globals__)
 
 
 def _check_requires(specs: list[CaseSpec], path: Path, qid: str) -> None:
@@ -437,12 +447,13 @@ def load_questions(config: GradingConfig, lesson: Lesson, directory: Path | None
     if not read:
         raise ContentError(f"{directory}: no question files (*.md)")
     questions: list[Question] = []
-    for path, fm, body in sorted(read, key=lambda r: (ORDER.get(r[1].kind, 1), r[0].stem)):
+    for path, fm, body, body_line in sorted(read, key=lambda r: (ORDER.get(r[1].kind, 1), r[0].stem)):
         fm.choices = [c.model_copy(update={  # choice texts are templates too (numbers from reference/)
-            "prompt": render_text(c.prompt, path, fm.id, config, lesson),
-            "why": render_text(c.why, path, fm.id, config, lesson),
-            "options": [render_text(o, path, fm.id, config, lesson) for o in c.options],
-            "misconceptions": [render_text(m, path, fm.id, config, lesson) for m in c.misconceptions]})
+            "prompt": render_text(c.prompt, path, fm.id, config, lesson, part=f"{c.var}'s prompt"),
+            "why": render_text(c.why, path, fm.id, config, lesson, part=f"{c.var}'s why"),
+            "options": [render_text(o, path, fm.id, config, lesson, part=f"{c.var}'s options") for o in c.options],
+            "misconceptions": [render_text(m, path, fm.id, config, lesson, part=f"{c.var}'s misconceptions")
+                               for m in c.misconceptions]})
             for c in fm.choices]
         for c in fm.choices:
             c._lesson = lesson.name
@@ -457,7 +468,7 @@ def load_questions(config: GradingConfig, lesson: Lesson, directory: Path | None
                      checkpoint=fm.checkpoint)
         if graded and not manual:
             q.cases = _cases(fm, config, lesson, path)
-        q.cells = split_cells(render_text(body, path, fm.id, config, lesson), path, fm.id)
+        q.cells = split_cells(render_text(body, path, fm.id, config, lesson, first_line=body_line), path, fm.id)
         if graded:
             _heading_points(q, config)
         kinds = [c.kind for c in q.cells]
@@ -494,6 +505,12 @@ def _heading_points(q: Question, config: GradingConfig) -> None:
         if cell.kind == "markdown" and at is not None:
             tail = f"(`{q.id}`)"
             head = lines[at].rstrip()
+            if STATED_POINTS.search(head):
+                source = q.path.read_text().splitlines()
+                line = next((i + 1 for i, text in enumerate(source) if text.rstrip() == head), None)
+                raise ContentError(f"{q.path}{f':{line}' if line else ''}: question {q.id}: the heading {head!r} "
+                                   f"states points; the builder appends ({points}) from grading_config.yaml: "
+                                   "write the heading without them")
             lines[at] = head[:-1] + f", {points})" if head.endswith(tail) else f"{head} ({points})"
             cell.source = "\n".join(lines)
             return

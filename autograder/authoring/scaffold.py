@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("folder", type=Path, help="the new course folder")
     args = parser.parse_args(argv)
     config = scaffold(args.name, into=args.folder)
-    print(f"new lesson {args.name}: {config}\nnext: {COMMAND} --config {config} release, then selfcheck")
+    print(f"new lesson {args.name}: {config}\nnext: {COMMAND} --lesson {config.parent} release, then selfcheck")
 
 
 if __name__ == "__main__":

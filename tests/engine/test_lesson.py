@@ -160,7 +160,7 @@ def test_front_matter_is_read_by_one_function(tmp_path: Path, monkeypatch: pytes
 def test_release_builds_the_second_lesson_in_its_own_folder(course: Path) -> None:
     student = course / "student_templates" / "lesson_demo"
     assert sorted(p.name for p in student.iterdir() if p.is_file()) == ["checks_runtime.py", "lesson_demo.ipynb",
-                                                                       "lesson_demo_checks.py"]
+                                                                       "lesson_demo_checks.py", "plain_codec.py"]
     notebook = (student / "lesson_demo.ipynb").read_text()
     assert "def center(x)" in notebook and "x.mean(axis=0" not in notebook  # the stub, not the solution
     tests = "".join(p.read_text() for p in (student / "tests").glob("*.py"))

@@ -47,3 +47,24 @@ def test_a_scaffolded_lesson_releases_and_self_checks(tmp_path: Path) -> None:
     assert (tmp_path / "course" / "student_templates" / "lesson_new" / "lesson_new.ipynb").is_file()
     out = _cli(config, "selfcheck").stdout
     assert "self-check passed" in out, out
+
+
+def test_the_scaffold_notebook_states_the_time_limits_of_its_config(tmp_path: Path) -> None:
+    from autograder.authoring.questions import load_questions
+    from autograder.course import Course
+
+    config = scaffold("lesson_new", into=tmp_path / "course")
+    text = config.read_text()
+    limits = {"cell_timeout_s": 37, "probe_timeout_s": 3.5, "question_timeout_s": 11, "wall_timeout_s": 123,
+              "cpu_timeout_s": 131}
+    for key in ("cell_timeout_s", "wall_timeout_s", "cpu_timeout_s"):
+        text = "\n".join(line for line in text.splitlines() if not line.strip().startswith(key))
+    config.write_text(text.replace("execution:\n", "execution:\n" + "".join(f"  {k}: {v}\n" for k, v in
+                                                                             limits.items())))
+    course = Course.load(config)
+    intro = " ".join(c.source for c in load_questions(course.config, course.lesson)[0].cells)
+    assert "**Time limits when grading.**" in intro
+    for phrase in ("A single cell may run for at most 37 s", "may run for at most 3.5 s",
+                   "the checks of one question for at most 11 s together",
+                   "at most 123 s of wall-clock time and 131 s of CPU time"):
+        assert phrase in intro, intro
