@@ -46,9 +46,9 @@ NOT_RUN: dict[str, str] = {
     "python benchmarks/gpu_check.py": "a GPU, on a bare PyTorch image's own python (about 5 minutes on an H200); "
                                       "test_gpu_check.py runs its --smoke mode",
     "python benchmarks/gpu_check.py --smoke": "that image's python: test_gpu_check.py runs it with this one",
-    ".venv/bin/lesson83 --config courses/lesson84/grading_config.yaml release":
+    ".venv/bin/lesson83 --lesson courses/lesson84 release":
         "a scaffolded lesson's release (minutes): tests/engine/test_scaffold.py releases and self-checks one",
-    ".venv/bin/lesson83 --config courses/lesson84/grading_config.yaml selfcheck":
+    ".venv/bin/lesson83 --lesson courses/lesson84 selfcheck":
         "a scaffolded lesson's self-check in the sandbox: tests/engine/test_scaffold.py runs it",
     ".venv/bin/python benchmarks/similarity.py": "a benchmark that fails over its 60 s goal, a timing on a shared "
                                                  "machine: tests/engine/test_similarity_benchmark.py runs it smaller",
