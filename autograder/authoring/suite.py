@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 from autograder import COMMAND, env_name
 from autograder.authoring.content import expected_values
 from autograder.authoring.questions import Question, checkpoint_of, load_questions, mc_answers
-from autograder.config import ConfigError, GradingConfig
+from autograder.config import ConfigError, GradingConfig, load_config
 from autograder.lesson import Lesson
 from autograder.model import Case, CheckpointCase
 from autograder.runtime.plain_codec import from_plain, to_plain
@@ -173,20 +174,30 @@ def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str,
     return from_plain(json.loads(text)["expected"])
 
 
+def graded_part(questions: Sequence[Question]) -> str:
+    """What grading reads of the question files, as canonical text: each question's id, points and graded names,
+    and each case as the checks receive it (its probe, arguments, check, tolerances, texts, points). The questions'
+    prose, which students read and grading does not, is left out: a text-only edit keeps every stored result."""
+    data = [{"id": q.id, "points": q.points, "solution": sorted(q.solution), "written": [p.part for p in q.written],
+             "cases": [c.plain() for c in q.cases]} for q in questions]
+    return json.dumps(data, sort_keys=True, default=repr)
+
+
 def suite_fingerprint(config_path: Path, lesson: Lesson, *, assignments: Path | None = None,
-                      reference_file: Path | None = None) -> str:
-    """Changes whenever a question, the reference, a check, the engine or the config changes (by default the
-    lesson's own sources; `assignments` and `reference_file` stand in for a copy of them)."""
-    lesson_files = lesson.source_files
-    if assignments is not None:
-        lesson_files = [f for f in lesson_files if f.parent != lesson.assignment_dir or f.suffix != ".md"]
-        lesson_files += sorted(assignments.glob("*.md"))
+                      reference_file: Path | None = None, questions: Sequence[Question] | None = None) -> str:
+    """Changes whenever a case, a point, the reference, the catalogue, a check, the engine or the config changes,
+    not when only a question's prose does (by default the lesson's own sources; `assignments` and `reference_file`
+    stand in for a copy of them). questions: the questions read from those files (read here when not given)."""
+    if questions is None:
+        questions = load_questions(load_config(config_path), lesson, assignments, reference_file)
+    lesson_files = [f for f in lesson.source_files if f.suffix != ".md"]  # the questions: through graded_part
     if reference_file is not None:
         lesson_files = [reference_file if f == lesson.reference_file else f for f in lesson_files]
     files = [config_path, *lesson_files, *(ENGINE_ROOT / m for m in engine_files())]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
+    h.update(b"questions\0" + graded_part(questions).encode())
     return h.hexdigest()[:16]
 
 
@@ -194,9 +205,10 @@ def read_suite(config_path: Path, config: GradingConfig, lesson: Lesson, *, assi
                reference_file: Path | None = None) -> Suite:
     """The suite of a config (read from `config_path`), its lesson and the lesson's sources (or a copy of them),
     read afresh (Course.suite keeps one per course)."""
-    fingerprint = suite_fingerprint(config_path, lesson, assignments=assignments, reference_file=reference_file)
     rules = milestone_rules(config_path, config, lesson)  # first: a bad section is the config's error, named so
     questions = load_questions(config, lesson, assignments, reference_file)
+    fingerprint = suite_fingerprint(config_path, lesson, assignments=assignments, reference_file=reference_file,
+                                    questions=questions)
     cases = tuple(c for q in questions for c in q.cases)
     if config.milestone.points:  # graded from uploaded files, not from the notebook: no probe cases
         milestone = next(q for q in questions if q.checkpoint is not None)  # load_questions: there is one
