@@ -340,11 +340,11 @@ def _cases(fm: FrontMatter, config: GradingConfig, lesson: Lesson, path: Path) -
             if spec.diagnosis not in known:
                 raise ContentError(f"{path}: question {fm.id}: case {spec.name}: unknown diagnosis "
                                    f"{spec.diagnosis!r}; known: {sorted(known)}")
-            if spec.check in lesson.checks.USES_EXPECTED and not reads_diagnosis(lesson.checks.CHECKS[spec.check]):
-                raise ContentError(f"{path}: question {fm.id}: case {spec.name}: `diagnosis:` has no effect on a "
-                                   f"value case: its check {spec.check!r} names the mistake from the catalogue's "
-                                   "outputs and never reads case['known_cause']; remove it (it belongs on a "
-                                   "property case whose check passes case.get('known_cause') to fail())")
+            if not reads_diagnosis(lesson.checks.CHECKS[spec.check]):
+                raise ContentError(f"{path}: question {fm.id}: case {spec.name}: `diagnosis:` has no effect here: "
+                                   f"its check {spec.check!r} never reads case['known_cause'] (a value case names "
+                                   "the mistake from the catalogue's outputs); remove it, or have the check pass "
+                                   "case.get('known_cause') to fail()")
             case["known_cause"] = {"id": spec.diagnosis, "description": known[spec.diagnosis].description}
         case.update(id=f"{fm.id}/{spec.name}", question=fm.id, points=pts, words=tuple(spec.words),
                     requires=tuple(spec.requires), near=tuple(spec.near), atol=spec.atol or config.tolerances.atol,

@@ -913,10 +913,10 @@ def lm_same_device(case: dict[str, Any], got: dict[str, Any], expected: dict[str
     """Every scheme's forward pass keeps to the device of its input and parameters."""
     if (msg := _error_message(got)) is not None:
         return _fail(case, msg)
+    cause = case.get("known_cause") or {}  # the case's `diagnosis:` (the catalogue's lm_tables_on_cpu)
     for pos, result in got.items():
         if result.get("finding"):
-            return Verdict(False, _fail(case, device_message(pos, result["finding"])).message,
-                           "lm_tables_on_cpu")
+            return Verdict(False, _fail(case, device_message(pos, result["finding"])).message, cause.get("id"))
     return Verdict(True)
 
 

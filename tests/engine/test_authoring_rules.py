@@ -1,6 +1,6 @@
 """The builder's rules for a lesson author's question files (autograder/authoring/questions.py, templating.py): a
 template error names the line and the expression, a heading that states its own points is refused (the builder
-appends them), and `diagnosis:` on a value case, where no check reads it, is a build error naming the case."""
+appends them), and `diagnosis:` on a case whose check never reads it is a build error naming the case."""
 
 from __future__ import annotations
 
@@ -80,7 +80,26 @@ def test_diagnosis_on_a_value_case_is_refused(tmp_path: Path) -> None:
     course, q1 = _lesson(tmp_path, "    revisit: multiply every entry by 2.",
                          "    diagnosis: adds_two\n    revisit: multiply every entry by 2.")
     with pytest.raises(ContentError, match=r"q1_double.md: question q1_double: case small: `diagnosis:` has no "
-                       r"effect on a value case: its check 'close'"):
+                       r"effect here: its check 'close' never reads"):
+        load_questions(course.config, course.lesson)
+
+
+def test_diagnosis_on_a_property_case_whose_check_never_reads_it_is_refused(tmp_path: Path) -> None:
+    from autograder.authoring.questions import reads_diagnosis
+
+    course, _ = _lesson(tmp_path, "    revisit: multiply every entry by 2.", "    revisit: multiply every entry by 2.")
+    checks = course.lesson.checks
+    deaf = next(n for n, fn in checks.CHECKS.items() if n not in checks.USES_EXPECTED and not reads_diagnosis(fn))
+    course, _ = _lesson(tmp_path / "again", "cases:\n", f"""cases:
+  - name: prop
+    weight: 1
+    probe: raises
+    args: {{fn: double, args: ["two"]}}
+    check: {deaf}
+    diagnosis: adds_two
+    revisit: check the input's type.
+""")
+    with pytest.raises(ContentError, match=rf"case prop: `diagnosis:` has no effect here: its check '{deaf}'"):
         load_questions(course.config, course.lesson)
 
 
