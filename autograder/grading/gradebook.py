@@ -287,35 +287,36 @@ class Gradebook:
         write_atomic(self.grades_csv, text)
 
     # ------------------------------------------------------------------ merged scores
-    def merged_scores(self, *, command: str) -> dict[str, dict[str, float]]:
-        """The scores `merge` stored (student id -> column -> score); {} when there are none; MergeError (naming
-        the file) when the file is not one `merge` wrote (`command`: the package's command, for the message)."""
-        path = self.merged_path
+    def _merged(self, command: str) -> dict[str, Any]:
+        """merged_scores.json as data ({} when there is none); MergeError naming the file when it cannot be read."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(self.merged_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
-            raise MergeError(f"{path}: cannot be read ({exc})") from None
+            raise MergeError(f"{self.merged_path}: cannot be read ({exc})") from None
+        if not isinstance(data, dict):
+            raise MergeError(f"{self.merged_path}: not a file written by `{command} merge`")
+        return data
+
+    def merged_scores(self, *, command: str) -> dict[str, dict[str, float]]:
+        """The scores `merge` stored (student id -> column -> score); {} when there are none; MergeError (naming
+        the file) when the file is not one `merge` wrote (`command`: the package's command, for the message)."""
+        data = self._merged(command)
         try:
-            return {str(k): {str(c): float(v) for c, v in row.items()} for k, row in data["scores"].items()}
+            return {str(k): {str(c): float(v) for c, v in row.items()} for k, row in data["scores"].items()} \
+                if data else {}
         except (KeyError, TypeError, ValueError, AttributeError):
-            raise MergeError(f"{path}: not a file written by `{command} merge`") from None
+            raise MergeError(f"{self.merged_path}: not a file written by `{command} merge`") from None
 
     def merged_comments(self, *, command: str) -> dict[str, dict[str, str]]:
         """The comments `merge` stored (student id -> the column commented on, "" for the whole work -> text); {}
         when there are none; MergeError as merged_scores."""
-        path = self.merged_path
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise MergeError(f"{path}: cannot be read ({exc})") from None
-        try:
-            return {str(k): {str(c): str(v) for c, v in row.items()} for k, row in data.get("comments", {}).items()}
+            return {str(k): {str(c): str(v) for c, v in row.items()}
+                    for k, row in self._merged(command).get("comments", {}).items()}
         except (TypeError, AttributeError):
-            raise MergeError(f"{path}: not a file written by `{command} merge`") from None
+            raise MergeError(f"{self.merged_path}: not a file written by `{command} merge`") from None
 
     def write_merged(self, scores: dict[str, dict[str, float]], *, sources: list[str],
                      comments: dict[str, dict[str, str]] | None = None) -> None:
