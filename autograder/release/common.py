@@ -86,9 +86,11 @@ def case_json(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str, 
 
 
 def grader_limits(config: GradingConfig) -> dict[str, float]:
-    """The grader's time limits of one cell and one check (the config's `execution`): each case of the release
-    carries them, so the local check warns when a cell or a check takes more than half of one."""
-    return {"cell_s": config.execution.cell_timeout_s, "probe_s": config.execution.probe_timeout_s}
+    """The grader's time limits of one cell, one check and one question's checks together (the config's
+    `execution`): each case of the release carries them, so the local check warns when a cell, a check or a
+    question's checks take more than half of theirs."""
+    return {"cell_s": config.execution.cell_timeout_s, "probe_s": config.execution.probe_timeout_s,
+            "question_s": config.execution.question_timeout_s}
 
 
 def choices_markdown(q: Question) -> str:

@@ -441,7 +441,9 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
         if v is None:
             began = time.perf_counter()
             got = run_probe(env, c["probe"], c["args"])
-            _warn_slow(f"the check {c['id']}", time.perf_counter() - began, "probe_s")
+            took = time.perf_counter() - began
+            _warn_slow(f"the check {c['id']}", took, "probe_s")
+            SPENT.setdefault(str(c["id"]).split("/")[0], []).append(took)
             v = judge(c, got, c["expected"])
             if memo is not None:
                 memo.put(key, v)
@@ -458,7 +460,8 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
 # --------------------------------------------------------------------------- local checks: one thread, a summary
 
 LOCAL_RESULTS: dict[str, bool] = {}  # case id -> whether its latest local check passed (read by the summary)
-LIMITS: dict[str, float] = {}  # the grader's time limits (cell_s, probe_s), as each case of a release carries them
+LIMITS: dict[str, float] = {}  # the grader's time limits (cell_s, probe_s, question_s), as each case carries them
+SPENT: dict[str, list[float]] = {}  # question -> seconds each of its checks took here, since its last summary
 
 
 def _warn_slow(what: str, seconds: float, limit: str) -> None:
@@ -475,7 +478,9 @@ def _watch_cells() -> None:
     shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
     if shell is None or getattr(shell, "_checks_runtime_timer", False) or not hasattr(shell, "events"):
         return
-    began = [0.0, 0.0]  # when the cell began, and whether it is a check cell (1.0)
+    # when the cell began, and whether it is a check cell (1.0): the running cell, which registers the timer from a
+    # check, is one, and its end is not timed (it began before the timer existed)
+    began = [time.perf_counter(), 1.0]
     shell.events.register("pre_run_cell", lambda info=None: began.__setitem__(slice(None), [
         time.perf_counter(), float("grader.check" in str(getattr(info, "raw_cell", "")))]))
     shell.events.register("post_run_cell", lambda result=None: began[1] or _warn_slow(
@@ -521,8 +526,24 @@ def _failed(public: list[str]) -> int:
     return sum(not LOCAL_RESULTS.get(cid, False) for cid in public)
 
 
+def _warn_question(public: list[str], hidden: int) -> None:
+    """Say when a question's checks, at the pace its public checks took here, would use more than half of the share
+    of checking time the grader gives the question (its public and hidden checks together): graded, the checks
+    that have not run by then earn nothing."""
+    question = public[0].split("/")[0] if public else ""
+    spent, cap = SPENT.pop(question, []), LIMITS.get("question_s")
+    if not spent or not cap:
+        return
+    projected = sum(spent) / len(spent) * (len(public) + hidden)
+    if projected > cap / 2:
+        print(f"Warning: the checks of {question} took {sum(spent):.1f} s here; at that pace its {len(public) + hidden}"
+              f" graded checks take about {projected:.0f} s, and the grader gives them {cap:g} s together, on a "
+              "machine that may be slower: the checks not run by then earn nothing. Make it faster.", file=sys.stderr)
+
+
 def public_summary(public: list[str], *, hidden: int, answers: bool = False) -> str:
     """summary_line for the public cases `public` (ids), from their latest local checks."""
+    _warn_question(public, hidden)
     failed = _failed(public)
     return summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers)
 
@@ -530,6 +551,7 @@ def public_summary(public: list[str], *, hidden: int, answers: bool = False) -> 
 def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> None:
     """Otter's last case of a question (worth 0): always passes, so Otter counts only the real failed tests, and
     Otter prints summary_line (what was checked, what is graded later) as its message."""
+    _warn_question(public, hidden)
     MEMO.clear()  # the question's check is over
 
 

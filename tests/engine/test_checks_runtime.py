@@ -210,3 +210,58 @@ def test_the_local_check_warns_when_a_call_or_a_cell_takes_half_the_graders_limi
     finally:
         lesson.runtime.LIMITS.clear()
         InteractiveShell.clear_instance()
+
+
+def test_the_first_check_in_a_fresh_kernel_warns_of_no_slow_cell(capfd: pytest.CaptureFixture[str]) -> None:
+    """The cell timer is registered inside the running check cell: that cell's end is not timed from zero (it read
+    as the machine's uptime: "this cell took 3678.9 s"); the cells after it are timed (issue 40, item 7)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    lesson = LESSONS[1]
+    checks = lesson.checks
+    case = {"id": "q1_center/demo", "probe": "call", "args": {"fn": "center", "args": [[[1.0, 2.0], [3.0, 6.0]]]},
+            "check": "close", "atol": 1e-6, "rtol": 1e-6, "what": "center(x)", "revisit": "column means"}
+    expected = {"value": checks.run_probe(lesson.namespace(), "call", case["args"]), "variants": []}
+    InteractiveShell.clear_instance()
+    shell = InteractiveShell.instance()
+    try:
+        shell.user_ns.update(lesson.namespace(), _checks=checks,
+                             _data=checks.dumps(case | {"expected": expected, "limits": {"cell_s": 0.5}}))
+        shell.run_cell("_checks.check_case(dict(globals()), _data)")  # the first check: it registers the timer
+        assert "this cell took" not in capfd.readouterr().err
+        shell.run_cell("import time\ntime.sleep(0.3)")
+        assert "this cell took 0.3 s" in capfd.readouterr().err
+    finally:
+        lesson.runtime.LIMITS.clear()
+        InteractiveShell.clear_instance()
+
+
+def test_a_questions_checks_warn_when_they_would_use_half_its_share(capfd: pytest.CaptureFixture[str]) -> None:
+    """grader.check warns when a question's checks, public and hidden together at the pace the public ones took
+    here, would pass half of the question's share (the release ships it as `question_s`); quick checks say
+    nothing (issue 40, item 7)."""
+    lesson = LESSONS[1]
+    checks = lesson.checks
+    case = {"id": "q1_center/demo", "probe": "call", "args": {"fn": "center", "args": [[[1.0, 2.0], [3.0, 6.0]]]},
+            "check": "close", "atol": 1e-6, "rtol": 1e-6, "what": "center(x)", "revisit": "column means"}
+    expected = {"value": checks.run_probe(lesson.namespace(), "call", case["args"]), "variants": []}
+    center = lesson.namespace()["center"]
+
+    def slow_center(x: object) -> object:
+        import time
+
+        time.sleep(0.1)
+        return center(x)
+
+    data = checks.dumps(case | {"expected": expected, "limits": {"question_s": 1.0}})
+    try:
+        checks.check_case(lesson.namespace(), data)
+        checks.check_summary(["q1_center/demo"], hidden=4)
+        assert "Warning" not in capfd.readouterr().err  # five quick checks
+        checks.check_case({**lesson.namespace(), "center": slow_center}, data)
+        checks.check_summary(["q1_center/demo"], hidden=4)  # five of 0.1 s: past half of 1 s
+        err = capfd.readouterr().err
+        assert "the checks of q1_center took 0.1 s here" in err and "5 graded checks" in err, err
+        assert "1 s together" in err
+    finally:
+        lesson.runtime.LIMITS.clear()

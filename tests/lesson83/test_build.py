@@ -514,3 +514,16 @@ def test_gradescope_bundle_carries_only_what_grading_needs(course: Course, tmp_p
             "lesson83/assignments/lesson83/lesson83_checks.py", "lesson83/autograder/runtime/checks_runtime.py",
             "lesson83/grading_config.yaml"} <= names
     assert [n for n in names if n.endswith(("README.md", "variants.py"))] == []
+
+
+def test_the_nbgrader_release_says_nothing_of_grader_check(fresh_build: dict[str, Path]) -> None:
+    """nbgrader students have no `grader.check`: their notebook's text never names it (issue 40, item 7); the
+    Otter notebook, whose check cells call it, does."""
+    import nbformat
+
+    def text(path: Path) -> str:
+        nb = nbformat.read(str(path), as_version=4)
+        return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+
+    assert "grader.check" not in text(fresh_build["nbgrader"] / "release" / "lesson83" / "lesson83.ipynb")
+    assert "grader.check" in text(fresh_build["otter"] / "student" / "lesson83.ipynb")
