@@ -75,6 +75,8 @@ class Similarity:
     with_code: int = 0
     with_sketch: int = 0
     common: int = 0  # fingerprints left out as shared by most of the class
+    skipped: dict[str, str] = field(default_factory=dict)  # id -> why their code could not be compared
+    problem: str = ""  # why no code was compared at all ("" when it was)
 
 
 def written_code(cells: Sequence[tuple[int, str]], template: Sequence[str]) -> str:
@@ -88,7 +90,7 @@ def in_name_order(code: str) -> str:
     classes sorted by name (a reordering of functions changes nothing; code that does not parse stays as it is)."""
     try:
         tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # the last two: a tree too deep to build
         return code
     lines = code.splitlines(keepends=True)
 
@@ -115,15 +117,32 @@ def _drop(fp: CodeFingerprint, common: set[int]) -> None:
         fp.token_coverage = get_token_coverage(fp.hash_idx, fp.k, len(fp.filtered_code))
 
 
+def fingerprints(codes: dict[str, str], boilerplate: np.ndarray) -> tuple[dict[str, CodeFingerprint], dict[str, str]]:
+    """Each student's fingerprints (id -> the code they wrote), and the students whose code could not be
+    fingerprinted (id -> why): one notebook never stops the comparison of the rest of the class."""
+    fps, skipped = {}, {}
+    for sid, code in codes.items():
+        if not code.strip():
+            continue
+        try:
+            fps[sid] = _fingerprint(in_name_order(code), boilerplate)
+        except Exception as exc:  # noqa: BLE001 - RecursionError, MemoryError, whatever one notebook raises
+            skipped[sid] = f"its code could not be fingerprinted ({type(exc).__name__}: {str(exc)[:200]})"
+    return fps, skipped
+
+
 def code_pairs(codes: dict[str, str], template: str, *, threshold: float = CODE_THRESHOLD,
                min_shared: int = MIN_SHARED, common_share: float = COMMON_SHARE,
-               highlight: bool = True) -> tuple[list[CodePair], int]:
+               highlight: bool = True, skipped: dict[str, str] | None = None) -> tuple[list[CodePair], int]:
     """The pairs of students (id -> the code they wrote) whose code shares at least `threshold` of each one's
     fingerprints, most similar first, and how many fingerprints were left out as common. Fingerprints use
-    Python's salted hash(), so they are made and compared in this one process and never stored."""
+    Python's salted hash(), so they are made and compared in this one process and never stored. `skipped`, when
+    given, receives the students whose code could not be fingerprinted (id -> why); the rest are compared."""
     boilerplate = np.array(sorted(_fingerprint(template, np.array([])).hashes), dtype=np.int64) if template else \
         np.array([], dtype=np.int64)
-    fps = {sid: _fingerprint(in_name_order(code), boilerplate) for sid, code in codes.items() if code.strip()}
+    fps, left_out = fingerprints(codes, boilerplate)
+    if skipped is not None:
+        skipped.update(left_out)
     seen = Counter(h for fp in fps.values() for h in fp.hashes)
     cut = max(3, math.ceil(common_share * len(fps)))
     common = {h for h, n in seen.items() if n >= cut}
@@ -147,8 +166,11 @@ def code_pairs(codes: dict[str, str], template: str, *, threshold: float = CODE_
             continue
         pair = CodePair(x, y, round(float(a), 3), round(float(b), 3), int(overlap))
         if highlight:
-            pair.left = Markup(highlight_overlap(fx.raw_code, sx, "<mark>", "</mark>", escape_html=True)[0])
-            pair.right = Markup(highlight_overlap(fy.raw_code, sy, "<mark>", "</mark>", escape_html=True)[0])
+            try:
+                pair.left = Markup(highlight_overlap(fx.raw_code, sx, "<mark>", "</mark>", escape_html=True)[0])
+                pair.right = Markup(highlight_overlap(fy.raw_code, sy, "<mark>", "</mark>", escape_html=True)[0])
+            except Exception:  # noqa: BLE001 - the pair is listed all the same, its code unmarked
+                pair.left, pair.right = Markup(""), Markup("")
         pairs.append(pair)
     pairs.sort(key=lambda p: (-p.score, p.first, p.second))
     return pairs, len(common)
@@ -228,13 +250,19 @@ def find_similar(codes: dict[str, str], template: str, sketches: dict[str, dict[
     env = {**os.environ, "PYTHONHASHSEED": HASH_SEED,
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "autograder.report.similarity"], input=payload, env=env,
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"the similarity child failed ({done.returncode}): {done.stderr.strip()[-800:]}")
-    data = json.loads(done.stdout)
-    code = [CodePair(**{**p, "left": Markup(p["left"]), "right": Markup(p["right"])}) for p in data["pairs"]]
-    return Similarity(code, weight_pairs(sketches), len(set(codes) | set(sketches)),
-                      sum(bool(c.strip()) for c in codes.values()), len(sketches), int(data["common"]))
+                          capture_output=True, text=True, check=False, errors="surrogateescape")
+    found = Similarity(weights=weight_pairs(sketches), students=len(set(codes) | set(sketches)),
+                       with_code=sum(bool(c.strip()) for c in codes.values()), with_sketch=len(sketches))
+    try:  # a child that died (memory, the C stack) costs the code pairs, said on the page, never the report
+        if done.returncode != 0:
+            raise RuntimeError(f"exit status {done.returncode}: {done.stderr.strip()[-300:]}")
+        data = json.loads(done.stdout)
+        found.code = [CodePair(**{**p, "left": Markup(p["left"]), "right": Markup(p["right"])})
+                      for p in data["pairs"]]
+        found.common, found.skipped = int(data["common"]), {str(k): str(v) for k, v in data["skipped"].items()}
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        found.problem = f"the code could not be compared ({str(exc)[:400]}); the checkpoint pairs are listed"
+    return found
 
 
 def main() -> int:
@@ -243,9 +271,10 @@ def main() -> int:
         print(f"run with PYTHONHASHSEED={HASH_SEED} (find_similar does)", file=sys.stderr)
         return 2
     given = json.loads(sys.stdin.read())
-    pairs, common = code_pairs(given["codes"], given["template"], highlight=given["highlight"])
+    skipped: dict[str, str] = {}
+    pairs, common = code_pairs(given["codes"], given["template"], highlight=given["highlight"], skipped=skipped)
     out = [{**asdict(p), "left": str(p.left), "right": str(p.right)} for p in pairs]
-    sys.stdout.write(json.dumps({"pairs": out, "common": common}))
+    sys.stdout.write(json.dumps({"pairs": out, "common": common, "skipped": skipped}))
     return 0
 
 
