@@ -22,7 +22,7 @@ import numpy as np
 from markupsafe import Markup, escape
 
 from autograder.grading.gradebook import Gradebook
-from autograder.report.fingerprints import Unit, defined_names, fingerprint
+from autograder.report.fingerprints import Unit, aliases, defined_names, fingerprint
 from autograder.report.text import clip_text
 
 # Documented in docs/similarity.md, with the benchmark that measured them (benchmarks/similarity.py).
@@ -121,8 +121,9 @@ def code_pairs(codes: Mapping[str, Sequence[str] | str], template: Sequence[str]
     """The pairs of students (id -> the code cells they wrote) one of whose fingerprints are found, for at least
     `threshold` of them, in the other's, most similar first. A student whose code cannot be fingerprinted is left
     out and named (never the whole class)."""
-    keep = defined_names(_as_cells(template))
-    boilerplate = {h for u in fingerprint(_as_cells(template), keep=keep) for h in u.hashes}
+    given = _as_cells(template)
+    keep = defined_names(given)
+    boilerplate = {h for u in fingerprint(given, keep=keep) for h in u.hashes}
     units: dict[str, list[Unit]] = {}
     skipped: dict[str, str] = {}
     cells = {sid: _as_cells(code) for sid, code in codes.items()}
@@ -130,7 +131,7 @@ def code_pairs(codes: Mapping[str, Sequence[str] | str], template: Sequence[str]
         if not any(c.strip() for c in mine):
             continue
         try:
-            found = fingerprint(mine, keep=keep)
+            found = fingerprint(mine, names=aliases([*given, *mine]), keep=keep)  # the template's imports too
         except Exception as exc:  # noqa: BLE001 - one notebook never stops the comparison of the class
             skipped[sid] = f"its code could not be read ({type(exc).__name__}: {str(exc)[:200]})"
             continue
