@@ -1,7 +1,8 @@
 """No single notebook stops the report or the feedback pages (issue 41 item 2): a class on the demo lesson with a
-milestone, faked as stored results that name notebooks, among them a 240 KB attribute chain, ten thousand nested
-lambdas, and a recursion bomb (a 50,000-deep tree); each hostile student gets a page saying what could not be read, and
-every other student is reported as usual (student pages, similarity, leaderboard, compare)."""
+milestone, faked as stored results that name notebooks, among them a 240 KB attribute chain, twenty thousand nested
+lambdas, 10,000 nested parentheses, a sum 1,500 levels deep (it parses) and a recursion bomb (a 50,000-deep tree); each
+hostile student gets a page saying what could not be read, and every other student is reported as usual (student
+pages, similarity, leaderboard, compare)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ HONEST = {
     "bob": "def center(x):\n    n = len(x)\n    total = sum(x) / n\n    return [v - total for v in x]\n\n\n"
            "def scale(x, f):\n    return [f * v for v in x]\n",
 }
-HOSTILE = {"chain": CHAIN, "nested": NESTED, "bomb": BOMB}
+PARENS = "y = " + "(" * 10_000 + "1" + ")" * 10_000  # 10,000 nested parentheses: the parser refuses them
+DEEP = "z = " + " + ".join(["1"] * 1_500) + "\n"  # parses, but 1,500 levels deep: a recursive walk of it overflows
+HOSTILE = {"chain": CHAIN, "nested": NESTED, "bomb": BOMB, "parens": PARENS, "deep": DEEP}
 
 
 @pytest.fixture()
