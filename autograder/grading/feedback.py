@@ -99,6 +99,22 @@ def render_feedback(suite: Suite, sid: str, record: Record | None, merged: dict[
                               pending=[q.id for q in questions if q.score is None])
 
 
+def feedback_page(suite: Suite, sid: str, record: Record | None, merged: dict[str, dict[str, float]], *,
+                  said: dict[str, str] | None = None) -> str:
+    """One student's page, isolated: a stored result the page cannot show (whatever it raises: a missing field, a
+    number no float holds, a structure too deep to walk) gets a page saying so, and the class's other pages are
+    written all the same; the grader's own words stay in grades.csv."""
+    if record is None:  # the grader failed on it: its reason (the grader's own, for TAs) stays in grades.csv
+        return render_feedback(suite, sid, None, {}, problem="the grader could not grade it")
+    try:
+        return render_feedback(suite, sid, record, merged.get(sid, {}), said=said)
+    except (ValueError, KeyError, TypeError):
+        problem = "its stored result could not be read"
+    except Exception:  # noqa: BLE001 - RecursionError, OverflowError, a template error: one page, never the class
+        problem = "its stored result could not be shown"
+    return render_feedback(suite, sid, None, {}, problem=problem)
+
+
 def write_feedback(suite: Suite, book: Gradebook, tables: Tables) -> Path:
     """Write the grades folder's feedback/: one page per row of the summary (from the records the tables were made
     from), built in a temporary folder and swapped in whole (a re-run or `merge` replaces it; a folder it did not
@@ -111,16 +127,10 @@ def write_feedback(suite: Suite, book: Gradebook, tables: Tables) -> Path:
     try:
         for row in tables.summary.rows:
             record = tables.records.get(row.id) if row.result else None
-            if record is not None:
-                try:
-                    page = render_feedback(suite, row.id, record, merged.get(row.id, {}),
-                                           said=tables.comments.get(row.id))
-                except (ValueError, KeyError, TypeError):  # the grader's words stay in grades.csv
-                    page = render_feedback(suite, row.id, None, {}, problem="its stored result could not be read")
-            else:  # the grader failed on it: its reason (the grader's own, for TAs) stays in grades.csv
-                page = render_feedback(suite, row.id, None, {}, problem="the grader could not grade it")
             name = feedback_name(row.result or result_file_name(row.id, row.id.encode("utf-8", "surrogateescape")))
-            (tmp / name).write_text(page, encoding="utf-8", errors="backslashreplace")
+            (tmp / name).write_text(feedback_page(suite, row.id, record, merged,
+                                                  said=tables.comments.get(row.id)),
+                                    encoding="utf-8", errors="backslashreplace")
         (tmp / MARKER).write_text("written by the grader; the whole folder is replaced on the next run\n")
         tmp.chmod(0o755)
         old = dest.with_name(f".{dest.name}.old")

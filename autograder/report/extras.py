@@ -3,6 +3,7 @@ exist for a batch, and the index's links to them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,24 @@ def class_pages(suite: Suite, students: list[Any], *, grades: Path, title: str,
     grades/leaderboard_roster.csv when present)."""
     if roster is None and Gradebook(grades).roster_path.is_file():
         roster = Gradebook(grades).roster_path
-    pages = leaderboard_pages(suite, students, title=title, roster=roster)
     from autograder.report.similarity_page import similarity_pages
 
-    pages |= similarity_pages(suite, students, grades=grades, title=title)
+    pages = guarded("leaderboard.html", f"{title}: leaderboard",
+                    lambda: leaderboard_pages(suite, students, title=title, roster=roster))
+    pages |= guarded("similarity.html", f"{title}: similarity",
+                     lambda: similarity_pages(suite, students, grades=grades, title=title))
     return pages
+
+
+def guarded(name: str, title: str, build: Callable[[], dict[str, str]]) -> dict[str, str]:
+    """The pages `build` makes; when it fails, the page `name` saying so (the rest of the report is written)."""
+    try:
+        return build()
+    except Exception as exc:  # noqa: BLE001 - one page never stops the report
+        from autograder.report.render import failed_page
+
+        return {name: failed_page(title, exc, what="This page", where="the class report and the students' pages "
+                                  "are written all the same; write the report again after fixing the cause.")}
 
 
 def link_pages(index: str, pages: dict[str, str]) -> str:

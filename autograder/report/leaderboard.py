@@ -38,14 +38,21 @@ class Entry:
         return self.sid
 
 
-def ranked(suite: Suite, students: list[Any]) -> dict[str, list[Entry]]:
+def ranked(suite: Suite, students: list[Any], *, unread: dict[str, str] | None = None) -> dict[str, list[Entry]]:
     """Per part, the students with verified figures, best first by the figure at the last axis value (then the
-    other axis values from the last, then the id: ties keep one order, and a re-run gives the same one)."""
+    other axis values from the last, then the id: ties keep one order, and a re-run gives the same one).
+    `unread`, when given, receives the students whose figures could not be read (id -> why); the rest are ranked."""
     m, out = meta(suite), {}
     sign = -1.0 if m["order"] == "desc" else 1.0
     by_part: dict[str, list[Entry]] = {}
     for s in students:
-        for part, row in figures_of(suite, s.record).items():
+        try:
+            found = figures_of(suite, s.record)
+        except Exception as exc:  # noqa: BLE001 - one record never stops the leaderboard
+            if unread is not None:
+                unread[s.id] = f"its figures could not be read ({type(exc).__name__}: {str(exc)[:200]})"
+            continue
+        for part, row in found.items():
             by_part.setdefault(part, []).append(Entry(s.id, s.page, part, row))
     for part, entries in by_part.items():
         def key(e: Entry) -> tuple[Any, ...]:
@@ -140,7 +147,8 @@ def leaderboard_pages(suite: Suite, students: list[Any], *, title: str,
     post, public_leaderboard.html; {} when no student has a verified figure."""
     from autograder.report.render import render_template
 
-    board = ranked(suite, students)
+    unread: dict[str, str] = {}
+    board = ranked(suite, students, unread=unread)
     if not board:
         return {}
     m = meta(suite)
@@ -149,8 +157,9 @@ def leaderboard_pages(suite: Suite, students: list[Any], *, title: str,
                 *((f"a{a}", f"{m['axis']} {a}".strip(), "num") for a in axs)] for p, axs in axes.items()}
     ranked_ids = {e.sid for es in board.values() for e in es}
     parts = {c.id for c in suite.checkpoint_cases}
-    unverified = [s for s in students if s.id not in ranked_ids
-                  and any(c.get("id") in parts and c.get("received") for c in s.record.get("cases") or [])]
+    unverified = [s for s in students if s.id not in ranked_ids and s.id not in unread
+                  and any(isinstance(c, dict) and c.get("id") in parts and c.get("received")
+                          for c in s.record.get("cases") or [])]
     pages = {}
     if roster is not None:
         public = public_rows(board, read_roster(roster))
@@ -161,5 +170,6 @@ def leaderboard_pages(suite: Suite, students: list[Any], *, title: str,
         "leaderboard.html.j2", page_title=f"{title}: leaderboard", meta=m, board=board, axes=axes, axes_head=head,
         plots={p: plot(es, axis=m["axis"], metric=m["metric"]) for p, es in board.items()},
         n=len(students), n_ranked=len(ranked_ids), unverified=unverified, roster_file=ROSTER_FILE,
+        unread=[(s, unread[s.id]) for s in students if s.id in unread],
         public="public_leaderboard.html" if roster is not None else "")
     return dict(reversed(pages.items()))

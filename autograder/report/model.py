@@ -246,7 +246,11 @@ def clusters(students: list[Student], questions: list[Question]) -> dict[str, li
     for q in questions:
         groups: dict[str, Cluster] = {}
         for s in students:
-            for d in s.labels(q):
+            try:
+                labels = s.labels(q)
+            except Exception:  # noqa: BLE001 - one result never stops the index; its own page says what it holds
+                labels = []
+            for d in labels:
                 groups.setdefault(d, Cluster(q.id, d)).students.append(s)
         out[q.id] = sorted(groups.values(), key=lambda c: (c.diagnosis in UNDIAGNOSED, c.diagnosis in APART,
                                                            c.diagnosis == UNFINISHED, -len(c.students),

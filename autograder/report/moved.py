@@ -101,6 +101,7 @@ class Moved:
     only_before: list[tuple[str, float]]  # (id, total) of students graded only in the earlier run
     only_after: list[tuple[str, float]]
     both: int  # how many students are in both runs
+    unread: list[tuple[str, str]] = field(default_factory=list)  # (id, why) of students whose results broke it
 
 
 def _changed_cases(old: SubmissionResult, new: SubmissionResult) -> list[CaseChange]:
@@ -120,11 +121,24 @@ def _changed_cases(old: SubmissionResult, new: SubmissionResult) -> list[CaseCha
     return list(out.values())
 
 
+def _comparable(old: SubmissionResult, new: SubmissionResult) -> None:
+    """Raises when the two results of one student cannot be compared."""
+    for r in (old, new):
+        _ = [float(r.total), *(float(r.score(q)) for q in r.question_scores())]
+    _changed_cases(old, new)
+
+
 def compare_runs(old: dict[str, SubmissionResult], new: dict[str, SubmissionResult], question_ids: list[str],
                  *, pages: dict[str, str] | None = None) -> Moved:
     """What moved from `old` to `new` (id -> result each). question_ids: the columns, in order; a question scored
     in either run but not listed is added after them. pages: id -> the student's page in this report."""
-    both = [sid for sid in new if sid in old]
+    both, unread = [], []
+    for sid in (sid for sid in new if sid in old):
+        try:  # one result that cannot be compared is named; the rest of the class is compared
+            _comparable(old[sid], new[sid])
+            both.append(sid)
+        except Exception as exc:  # noqa: BLE001
+            unread.append((sid, f"{type(exc).__name__}: {clip_text(as_text(exc), 200)}"))
     seen = {q for sid in both for r in (old[sid], new[sid]) for q in r.question_scores()}
     qids = [*question_ids, *sorted(seen - set(question_ids))]
     questions = []
@@ -143,7 +157,7 @@ def compare_runs(old: dict[str, SubmissionResult], new: dict[str, SubmissionResu
                                     (pages or {}).get(sid, "")))
     students.sort(key=lambda s: (s.delta, s.id))
     return Moved(questions, students, sorted((sid, r.total) for sid, r in old.items() if sid not in new),
-                 sorted((sid, r.total) for sid, r in new.items() if sid not in old), len(both))
+                 sorted((sid, r.total) for sid, r in new.items() if sid not in old), len(both), unread)
 
 
 def compare_page(old_grades: Path, old: dict[str, SubmissionResult], students: list[Any], question_ids: list[str],

@@ -380,6 +380,11 @@ def _fallback(title: str, exc: Exception, **values: Any) -> str:
                            **{"heading": "", "students": [], **values})
 
 
+def failed_page(title: str, exc: Exception, *, what: str, where: str) -> str:
+    """A top-level page of the report that could not be built: what, why, and where to look instead."""
+    return _fallback(title, exc, heading=title, what=what, where=where)
+
+
 def written_page_or_note(ctx: RenderContext, q: Question, n: int, students: list[Student]) -> str:
     try:
         return written_page(ctx, q, n, students)

@@ -1,55 +1,57 @@
-"""Similarity evidence for TAs (never a score): pairs of students whose code shares more than CODE_THRESHOLD of
-its fingerprints (copydetect's winnowing over normalised tokens: names, comments and string contents do not
-count; the template's code is boilerplate and fingerprints most of the class shares are left out), and pairs whose
-checkpoint weights are identical or nearly so (the sketches the lesson's checkpoint reader took; no weights are
-loaded here). A TA's decision on a pair is read from a small JSON file kept beside the grades."""
+"""Similarity evidence for TAs (never a score): pairs of students one of whose code is found, for at least
+CODE_THRESHOLD of its fingerprints, in the other's (winnowed hashes of normalised tokens, fingerprints.py: names,
+comments, docstrings and string contents do not count; the template's code and the code most of the class shares are
+left out of every student alike), and pairs whose checkpoint weights are identical or nearly so (the sketches the
+lesson's checkpoint reader took; no weights are loaded here). A TA's decision on a pair is read from a small file
+kept beside the grades."""
 
 from __future__ import annotations
 
-import ast
-import io
 import json
 import math
 import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
-from copydetect import CodeFingerprint, compare_files
-from copydetect.utils import get_token_coverage, highlight_overlap
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from autograder.grading.gradebook import Gradebook
+from autograder.report.fingerprints import Unit, aliases, defined_names, fingerprint
+from autograder.report.text import clip_text
 
 # Documented in docs/similarity.md, with the benchmark that measured them (benchmarks/similarity.py).
-NOISE = 25  # k: fingerprints are 25 filtered characters long (copydetect's default noise threshold)
-GUARANTEE = 30  # every shared run this long is found (copydetect's default guarantee threshold)
-CODE_THRESHOLD = 0.85  # a pair is listed when each student's code shares at least this share with the other's
-MIN_SHARED = 120  # ... and at least this many filtered characters (a student who wrote little is not listed)
+CODE_THRESHOLD = 0.8  # a pair is listed when at least this share of one student's fingerprints is in the other's
+OTHER_SHARE = 0.5  # ... and at least this share of the other's is in the first's (code added to a copy is tolerated)
+MIN_SHARED = 30  # ... and at least this many fingerprints are shared (a student who wrote little is not listed)
 COMMON_SHARE = 0.2  # a fingerprint in at least this share of the class (and 3 students) is everyone's code
+COMMON_UNIT = 0.5  # a unit (function, method) whose fingerprints are at least this share common is left out whole
+MARK_SHARE = 0.5  # a unit is marked on the page when at least this share of its fingerprints is in the other's
+CODE_CHARS = 20_000  # a cell is shown up to this many characters
 WEIGHTS_THRESHOLD = 0.05  # checkpoint parts whose sketches lie closer than this (relative) are "nearly identical"
 
 
 @dataclass
 class CodePair:
-    """Two students whose code shares a share `a` of the first's and `b` of the second's fingerprinted code."""
+    """Two students: a share `a` of the first's fingerprints is in the second's code, `b` of the second's in the
+    first's; `shared` fingerprints in common."""
 
     first: str
     second: str
     a: float
     b: float
     shared: int
-    left: Markup = Markup("")  # each student's code, the matching parts marked
+    left: Markup = Markup("")  # each student's code, the matching units marked
     right: Markup = Markup("")
 
     @property
     def score(self) -> float:
-        return min(self.a, self.b)
+        return max(self.a, self.b)
 
 
 @dataclass
@@ -75,83 +77,96 @@ class Similarity:
     with_code: int = 0
     with_sketch: int = 0
     common: int = 0  # fingerprints left out as shared by most of the class
+    skipped: dict[str, str] = field(default_factory=dict)  # id -> why their code could not be compared
+    problem: str = ""  # why no code was compared at all ("" when it was)
 
 
-def written_code(cells: Sequence[tuple[int, str]], template: Sequence[str]) -> str:
-    """The code a student wrote: their code cells, those identical to a cell of the template left out."""
+class CodeFindings(NamedTuple):
+    """What code_pairs found: the pairs, how many fingerprints were left out as common, and the students whose
+    code could not be fingerprinted (id -> why)."""
+
+    pairs: list[CodePair]
+    common: int
+    skipped: dict[str, str]
+
+
+def written_cells(cells: Sequence[tuple[int, str]], template: Sequence[str]) -> list[str]:
+    """The code cells a student wrote: their code cells, those identical to a cell of the template left out."""
     given = {t.strip() for t in template}
-    return "\n\n".join(src for _, src in cells if src.strip() and src.strip() not in given)
+    return [src for _, src in cells if src.strip() and src.strip() not in given]
 
 
-def in_name_order(code: str) -> str:
-    """The code with its top-level statements regrouped: the others first, in their order, then the functions and
-    classes sorted by name (a reordering of functions changes nothing; code that does not parse stays as it is)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return code
-    lines = code.splitlines(keepends=True)
-
-    def text(node: ast.stmt) -> str:
-        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-        return "".join(lines[first - 1:node.end_lineno or node.lineno])
-
-    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    rest = [text(n) for n in tree.body if not isinstance(n, defs)]
-    named = sorted(((n.name, i, text(n)) for i, n in enumerate(tree.body) if isinstance(n, defs)))
-    return "\n".join([*rest, *(t for _, _, t in named)])
+def _as_cells(code: Sequence[str] | str) -> list[str]:
+    return [code] if isinstance(code, str) else [c for c in code if isinstance(c, str)]
 
 
-def _fingerprint(code: str, boilerplate: np.ndarray) -> CodeFingerprint:
-    win = GUARANTEE - NOISE + 1
-    return CodeFingerprint("code.py", NOISE, win, boilerplate=boilerplate, language="python", fp=io.StringIO(code))
+def _marked(cells: list[str], units: list[Unit], other: set[int]) -> Markup:
+    """A student's cells as HTML, the units that share at least MARK_SHARE of their fingerprints with `other`
+    marked."""
+    marks: dict[int, set[int]] = {}
+    for u in units:
+        if u.hashes and len(u.hashes & other) >= MARK_SHARE * len(u.hashes):
+            marks.setdefault(u.cell, set()).update(range(u.first, u.last + 1))
+    out = []
+    for n, cell in enumerate(cells):
+        lines = clip_text(cell, CODE_CHARS).split("\n")
+        out.append(Markup("\n").join(Markup("<mark>{}</mark>").format(line) if i in marks.get(n, ()) else escape(line)
+                                      for i, line in enumerate(lines, start=1)))
+    return Markup("\n\n").join(out)
 
 
-def _drop(fp: CodeFingerprint, common: set[int]) -> None:
-    """Leave the class-common fingerprints out of one student's (as copydetect leaves boilerplate out)."""
-    if common & fp.hashes:
-        fp.hashes = fp.hashes - common
-        fp.hash_idx = {h: i for h, i in fp.hash_idx.items() if h not in common}
-        fp.token_coverage = get_token_coverage(fp.hash_idx, fp.k, len(fp.filtered_code))
-
-
-def code_pairs(codes: dict[str, str], template: str, *, threshold: float = CODE_THRESHOLD,
-               min_shared: int = MIN_SHARED, common_share: float = COMMON_SHARE,
-               highlight: bool = True) -> tuple[list[CodePair], int]:
-    """The pairs of students (id -> the code they wrote) whose code shares at least `threshold` of each one's
-    fingerprints, most similar first, and how many fingerprints were left out as common. Fingerprints use
-    Python's salted hash(), so they are made and compared in this one process and never stored."""
-    boilerplate = np.array(sorted(_fingerprint(template, np.array([])).hashes), dtype=np.int64) if template else \
-        np.array([], dtype=np.int64)
-    fps = {sid: _fingerprint(in_name_order(code), boilerplate) for sid, code in codes.items() if code.strip()}
-    seen = Counter(h for fp in fps.values() for h in fp.hashes)
-    cut = max(3, math.ceil(common_share * len(fps)))
+def code_pairs(codes: Mapping[str, Sequence[str] | str], template: Sequence[str] | str, *,
+               threshold: float = CODE_THRESHOLD, min_shared: int = MIN_SHARED, common_share: float = COMMON_SHARE,
+               other: float = OTHER_SHARE, highlight: bool = True) -> CodeFindings:
+    """The pairs of students (id -> the code cells they wrote) one of whose fingerprints are found, for at least
+    `threshold` of them, in the other's, most similar first. A student whose code cannot be fingerprinted is left
+    out and named (never the whole class)."""
+    given = _as_cells(template)
+    keep = defined_names(given)
+    boilerplate = {h for u in fingerprint(given, keep=keep) for h in u.hashes}
+    units: dict[str, list[Unit]] = {}
+    skipped: dict[str, str] = {}
+    cells = {sid: _as_cells(code) for sid, code in codes.items()}
+    for sid, mine in cells.items():
+        if not any(c.strip() for c in mine):
+            continue
+        try:
+            found = fingerprint(mine, names=aliases([*given, *mine]), keep=keep)  # the template's imports too
+        except Exception as exc:  # noqa: BLE001 - one notebook never stops the comparison of the class
+            skipped[sid] = f"its code could not be read ({type(exc).__name__}: {str(exc)[:200]})"
+            continue
+        for u in found:
+            u.hashes -= boilerplate
+        units[sid] = [u for u in found if u.hashes]
+    seen = Counter(h for found in units.values() for h in set().union(*(u.hashes for u in found)))
+    cut = max(3, math.ceil(common_share * len(units)))
     common = {h for h, n in seen.items() if n >= cut}
+    sets: dict[str, set[int]] = {}
+    for sid, found in units.items():  # the class's code is left out of every student alike: a unit mostly common
+        kept = [u for u in found if len(u.hashes & common) < COMMON_UNIT * len(u.hashes)]  # goes whole
+        for u in kept:
+            u.hashes -= common
+        units[sid] = [u for u in kept if u.hashes]
+        sets[sid] = set().union(*(u.hashes for u in units[sid]))
     index: dict[int, list[str]] = {}
-    for sid, fp in fps.items():
-        _drop(fp, common)
-        for h in fp.hashes:
+    for sid in sorted(sets):
+        for h in sets[sid]:
             index.setdefault(h, []).append(sid)
     shared: Counter[tuple[str, str]] = Counter()
     for ids in index.values():
         if len(ids) > 1:
-            ids = sorted(ids)
             shared.update((x, y) for i, x in enumerate(ids) for y in ids[i + 1:])
     pairs = []
     for (x, y), n in shared.items():
-        fx, fy = fps[x], fps[y]
-        if n < threshold / 2 * min(len(fx.hashes), len(fy.hashes)):
-            continue  # far too few shared fingerprints to reach the threshold: not compared in full
-        overlap, (a, b), (sx, sy) = compare_files(fx, fy)
-        if min(a, b) < threshold or overlap < min_shared:
+        sx, sy = sets[x], sets[y]
+        if n < min_shared or n < threshold * min(len(sx), len(sy)) or n < other * max(len(sx), len(sy)):
             continue
-        pair = CodePair(x, y, round(float(a), 3), round(float(b), 3), int(overlap))
+        pair = CodePair(x, y, round(n / len(sx), 3), round(n / len(sy), 3), n)
         if highlight:
-            pair.left = Markup(highlight_overlap(fx.raw_code, sx, "<mark>", "</mark>", escape_html=True)[0])
-            pair.right = Markup(highlight_overlap(fy.raw_code, sy, "<mark>", "</mark>", escape_html=True)[0])
+            pair.left, pair.right = _marked(cells[x], units[x], sy), _marked(cells[y], units[y], sx)
         pairs.append(pair)
     pairs.sort(key=lambda p: (-p.score, p.first, p.second))
-    return pairs, len(common)
+    return CodeFindings(pairs, len(common), skipped)
 
 
 def weight_pairs(sketches: dict[str, dict[str, list[float]]], *,
@@ -213,39 +228,39 @@ def pair_decisions(book: Gradebook) -> tuple[dict[tuple[str, str], dict[str, str
     return out, ""
 
 
-HASH_SEED = "0"  # the child that makes and compares the fingerprints runs with PYTHONHASHSEED fixed to this
+def find_similar(codes: Mapping[str, Sequence[str] | str], template: Sequence[str] | str,
+                 sketches: dict[str, dict[str, list[float]]], *, highlight: bool = True) -> Similarity:
+    """Both kinds of pairs for a class (codes: id -> the code cells written; sketches: id -> part -> sketch).
 
-
-def find_similar(codes: dict[str, str], template: str, sketches: dict[str, dict[str, list[float]]], *,
-                 highlight: bool = True) -> Similarity:
-    """Both kinds of pairs for a class (codes: id -> code written; sketches: id -> part -> sketch).
-
-    copydetect's fingerprints are Python's salted hash() of each k-gram, and winnowing keeps the smallest hash of
-    each window, so which fingerprints a file has depends on the salt. They are therefore made and compared in a
-    child interpreter with the hash seed fixed (HASH_SEED): every run of the report lists the same pairs with the
-    same scores, whatever this process's salt."""
-    payload = json.dumps({"codes": codes, "template": template, "highlight": highlight})
-    env = {**os.environ, "PYTHONHASHSEED": HASH_SEED,
+    The code is fingerprinted and compared in a child interpreter: a notebook that exhausts it (memory, the C
+    stack) costs the code pairs, said on the page, never the report; the checkpoint pairs are found here. The
+    fingerprints are keyed hashes (blake2b), the same in every process: every run lists the same pairs."""
+    cells = {sid: _as_cells(code) for sid, code in codes.items()}
+    payload = json.dumps({"codes": cells, "template": _as_cells(template), "highlight": highlight})
+    env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "autograder.report.similarity"], input=payload, env=env,
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"the similarity child failed ({done.returncode}): {done.stderr.strip()[-800:]}")
-    data = json.loads(done.stdout)
-    code = [CodePair(**{**p, "left": Markup(p["left"]), "right": Markup(p["right"])}) for p in data["pairs"]]
-    return Similarity(code, weight_pairs(sketches), len(set(codes) | set(sketches)),
-                      sum(bool(c.strip()) for c in codes.values()), len(sketches), int(data["common"]))
+                          capture_output=True, text=True, check=False, errors="surrogateescape")
+    found = Similarity(weights=weight_pairs(sketches), students=len(set(codes) | set(sketches)),
+                       with_code=sum(any(c.strip() for c in v) for v in cells.values()), with_sketch=len(sketches))
+    try:  # a child that died (memory, the C stack) costs the code pairs, said on the page, never the report
+        if done.returncode != 0:
+            raise RuntimeError(f"exit status {done.returncode}: {done.stderr.strip()[-300:]}")
+        data = json.loads(done.stdout)
+        found.code = [CodePair(**{**p, "left": Markup(p["left"]), "right": Markup(p["right"])})
+                      for p in data["pairs"]]
+        found.common, found.skipped = int(data["common"]), {str(k): str(v) for k, v in data["skipped"].items()}
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        found.problem = f"the code could not be compared ({str(exc)[:400]}); the checkpoint pairs are listed"
+    return found
 
 
 def main() -> int:
-    """The child of find_similar: a class's codes as JSON on stdin, the code pairs as JSON on stdout."""
-    if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
-        print(f"run with PYTHONHASHSEED={HASH_SEED} (find_similar does)", file=sys.stderr)
-        return 2
+    """The child of find_similar: a class's code cells as JSON on stdin, the code pairs as JSON on stdout."""
     given = json.loads(sys.stdin.read())
-    pairs, common = code_pairs(given["codes"], given["template"], highlight=given["highlight"])
-    out = [{**asdict(p), "left": str(p.left), "right": str(p.right)} for p in pairs]
-    sys.stdout.write(json.dumps({"pairs": out, "common": common}))
+    found = code_pairs(given["codes"], given["template"], highlight=given["highlight"])
+    out = [{**asdict(p), "left": str(p.left), "right": str(p.right)} for p in found.pairs]
+    sys.stdout.write(json.dumps({"pairs": out, "common": found.common, "skipped": found.skipped}))
     return 0
 
 

@@ -15,11 +15,12 @@ from autograder.grading.gradebook import SIMILARITY_DECISIONS_FILE, Gradebook
 from autograder.report.code import code_cells, submission_cells
 from autograder.report.similarity import (
     CODE_THRESHOLD,
+    OTHER_SHARE,
     WEIGHTS_THRESHOLD,
     find_similar,
     pair_decisions,
     sketches_of,
-    written_code,
+    written_cells,
 )
 
 
@@ -39,11 +40,11 @@ def similarity_pages(suite: Suite, students: list[Any], *, grades: Path, title: 
 
     template = template_cells(suite)
     parts = {c.id: c.part for c in suite.checkpoint_cases}
-    codes = {s.id: written_code(s.cells, template) for s in students if s.cells}
+    codes = {s.id: written_cells(s.cells, template) for s in students if s.cells}
     sketches = {s.id: row for s in students if (row := sketches_of(s.record, parts))}
     if len(codes) + len(sketches) < 2:
         return {}
-    found = find_similar(codes, "\n\n".join(template), sketches)
+    found = find_similar(codes, template, sketches)
     decisions, problem = pair_decisions(Gradebook(grades))
     pages = {s.id: s.page for s in students}
     figures = {s.id: {parts[c["id"]]: c.get("received") or {} for c in s.record.get("cases") or []
@@ -60,6 +61,7 @@ def similarity_pages(suite: Suite, students: list[Any], *, grades: Path, title: 
                if not any(sorted(x["pair"]) == list(k) for x in listed)]  # kept: a TA's word is never dropped
     page = render_template("similarity.html.j2", page_title=f"{title}: similarity", found=found, pages=pages,
                    decided=decided, figures=figures, problem=problem, decisions_file=SIMILARITY_DECISIONS_FILE,
-                   code_threshold=CODE_THRESHOLD, weights_threshold=WEIGHTS_THRESHOLD, grades=str(grades))
+                   code_threshold=CODE_THRESHOLD, other_share=OTHER_SHARE, weights_threshold=WEIGHTS_THRESHOLD,
+                   grades=str(grades))
     filled = yaml.safe_dump({"decisions": listed}, sort_keys=False, allow_unicode=True, width=1000)
     return {"similarity.html": page, SIMILARITY_DECISIONS_FILE: filled}

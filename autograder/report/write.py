@@ -12,7 +12,7 @@ from autograder.config import command, runnable_command
 from autograder.course import Course
 from autograder.grading.gradebook import Gradebook
 from autograder.grading.tables import merged_or_problem
-from autograder.report.extras import class_pages, link_pages
+from autograder.report.extras import class_pages, guarded, link_pages
 from autograder.report.model import Student, catalogue, choice_catalogue, clusters, load_students
 from autograder.report.moved import compare_page, read_run
 from autograder.report.render import (
@@ -81,8 +81,9 @@ def write_report(grades: Path, *, out: Path = Path("report"), course: Course,
     written = {p.part: written_page_or_note(ctx, q, n, students) for q in manual for n, p in enumerate(q.written)}
     extra = class_pages(suite, students, grades=grades.resolve(), title=ctx.title, roster=roster)
     if compare is not None and earlier is not None:
-        extra |= compare_page(compare, earlier, students, [q.id for q in questions], grades=grades.resolve(),
-                              title=ctx.title)
+        extra |= guarded("compare.html", f"{ctx.title}: before and after",
+                         lambda: compare_page(compare, earlier, students, [q.id for q in questions],
+                                              grades=grades.resolve(), title=ctx.title))
     index = link_pages(index, extra)  # leaderboard, page to post, similarity: linked from the index's top
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)

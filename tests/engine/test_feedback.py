@@ -112,3 +112,39 @@ def test_the_demo_sample_class_gets_one_safe_file_each(demo_course: Course, tmp_
         assert not [c.what for c in hidden if c.what and c.what in page], sid
         assert not [w for w in whys if w in page], f"{sid}: the explanation of a multiple-choice answer"
     assert "Score: <b>7</b> of 10" in pages["reference"] and "q3_explain not graded yet" in pages["reference"]
+
+
+BROKEN_VIEWS = {
+    "dave": [{"name": "q1_center/small", "max_score": 2.5, "output": ""}],  # no score: the template cannot show it
+    "erin": [{"name": "q1_center/small", "score": 10 ** 400, "max_score": 2.5, "output": ""}],  # no float holds it
+    "finn": [{"name": "q1_center/small", "score": 0, "max_score": 2.5, "output": "x"}] * 3,
+}
+
+
+@pytest.mark.parametrize("depth", [0, 2_000])
+def test_a_page_that_breaks_says_so_and_the_rest_are_written(tmp_path: Path, depth: int) -> None:
+    """Each student's page is isolated: a stored view the page cannot show (a missing field, a number no float
+    holds, a recursion too deep for the renderer: finn's output is 2,000 nested lists), and the others get theirs."""
+    suite = course_of(DEMO).suite
+    subs = [Submission(sid, Path(f"{sid}.ipynb"), b"{}", result_name=f"{sid}.json")
+            for sid in ("alice", *BROKEN_VIEWS)]
+    for sub in subs:
+        result = SubmissionResult(sub.id, Status.GRADED, [CaseResult("q1_center/small", "q1_center", 2.5, 2.5, True,
+                                                                      False)])
+        view = result.gradescope(revisit=suite.revisit())
+        if sub.id in BROKEN_VIEWS:
+            view = {**view, "tests": [dict(t) for t in BROKEN_VIEWS[sub.id]]}
+        Gradebook(tmp_path).write_record(sub.result_name, Record("key", str(sub.path), result, view))
+    book = Gradebook(tmp_path)
+    tables = write_tables(suite, subs, book)
+    if depth:  # the stored output is read back as nested lists no renderer can walk
+        nested: object = "x"
+        for _ in range(depth):
+            nested = [nested]
+        tables.records["finn"].gradescope["tests"][0]["output"] = nested
+    write_feedback(suite, book, tables)
+    pages = {p.stem: p.read_text() for p in (tmp_path / FEEDBACK_DIR).glob("*.html")}
+    assert sorted(pages) == ["alice", *sorted(BROKEN_VIEWS)]
+    assert "Score: <b>2.5</b>" in pages["alice"]
+    for sid in ("dave", "erin", *(["finn"] if depth else [])):
+        assert "Not graded yet: its stored result could not be shown" in pages[sid], sid

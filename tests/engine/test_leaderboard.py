@@ -122,7 +122,7 @@ def test_a_disguised_copy_is_listed_and_honest_code_is_not() -> None:
     copy = ("def scale(arr, factor):\n    # my own loop\n    for k in range(len(arr)):\n"
             "        arr[k] = arr[k] * factor\n    return arr\n\n"
             "def center(data):\n    mu = data.mean(axis=0)  # the mean\n    res = data - mu\n    return res\n")
-    pairs, _ = code_pairs(HONEST | {"cat": copy}, "def center(x):\n    raise NotImplementedError\n", min_shared=20)
+    pairs = code_pairs(HONEST | {"cat": copy}, "def center(x):\n    raise NotImplementedError\n", min_shared=3).pairs
     assert [(p.first, p.second) for p in pairs] == [("ann", "cat")]
     assert "<mark>" in pairs[0].left and "&lt;" not in HONEST["ann"]
 
