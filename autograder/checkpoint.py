@@ -52,38 +52,51 @@ from autograder.sandbox import (  # the reader processes, for the plug-ins: chec
 __all__ = ["MISSING", "STARTUP_TIMEOUT_S", "UNREADABLE", "VERIFY_SLOTS", "CheckpointVerdict", "PartVerdict", "Verdict",
            "Verifier",
            "VerifierError", "main", "pool", "read_limited", "reader_pool", "reader_isolation", "reader_limits_lowered",
-           "reader_files", "reads_checkpoint", "run_child"]
+           "reader_files", "reader_lesson", "reads_checkpoint", "run_child"]
 UNREADABLE = "checkpoint_unreadable"  # the problem of uploads that could not be read at all
 MISSING = "checkpoint_missing"  # the problem of a submission that uploaded no checkpoint: not a mistake in its code
 
 
-def reader_files(plugin: Path) -> ReaderFiles:
+def reader_lesson(namespace: dict[str, Any]) -> Lesson:
+    """A plug-in's lesson, from the plug-in module's own namespace (`globals()`): the one its loader handed it
+    (Lesson.plugin binds LESSON: in the grader, the course's lesson); else the lesson of the folder the plug-in lies
+    in, for the one process that is handed no course, the checkpoint reader (the sandbox reads no config: it stages
+    the lesson's folders and imports the plug-in by its file)."""
+    given = namespace.get("LESSON")
+    if isinstance(given, Lesson):
+        return given
+    plugin = Path(namespace["__file__"]).resolve()
+    return Lesson.load(plugin.parent.name, near=plugin.parents[2])
+
+
+def reader_files(plugin: Path, *, shipped: Sequence[Path] = ()) -> ReaderFiles:
     """What a reader of this plug-in stages (the sandbox reads no course): the plug-in's assignment folder and the
-    course's reference/ folder, of which only the files shipped to students stay once the reader has started; the
-    course folder hidden from its children. A plug-in outside a course's assignments/NAME/ is staged alone."""
+    course's reference/ folder, of which only `shipped` (the files the lesson ships to students: its
+    Lesson.shipped_files) stays once the reader has started; the course folder hidden from its children. A plug-in
+    outside a course's assignments/NAME/ is staged alone."""
     plugin = Path(plugin).resolve()
     if plugin.parent.parent.name != "assignments":
         return ReaderFiles(folders={}, plugin=plugin.name, hide=(plugin.parent,))
     root, name = plugin.parents[2], plugin.parent.name
     folders = {f"assignments/{name}": root / "assignments" / name,
                **({"reference": root / "reference"} if (root / "reference").is_dir() else {})}
-    shipped = {p.resolve().relative_to(root).as_posix() for p in Lesson(name, root).shipped_files
-               if p.resolve().is_relative_to(root)}
-    return ReaderFiles(folders=folders, plugin=f"assignments/{name}/{plugin.name}", shipped=frozenset(shipped),
+    kept = {p.resolve().relative_to(root).as_posix() for p in shipped if p.resolve().is_relative_to(root)}
+    return ReaderFiles(folders=folders, plugin=f"assignments/{name}/{plugin.name}", shipped=frozenset(kept),
                        hide=(root,))
 
 
 class Verifier(sandbox.Verifier):
-    """A checkpoint reader of a plug-in file (autograder/sandbox/files.py), staged with the files reader_files gives."""
+    """A checkpoint reader of a plug-in file (autograder/sandbox/files.py), staged with the files reader_files gives
+    (`shipped`: what its lesson ships to students, which stays readable once it has started)."""
 
-    def __init__(self, *, plugin: Path, **options: Any) -> None:
-        super().__init__(plugin=plugin, files=reader_files(plugin), **options)
+    def __init__(self, *, plugin: Path, shipped: Sequence[Path] = (), **options: Any) -> None:
+        super().__init__(plugin=plugin, files=reader_files(plugin, shipped=shipped), **options)
 
 
-def reader_pool(plugin: Path) -> Any:
+def reader_pool(plugin: Path, *, shipped: Sequence[Path] = ()) -> Any:
     """The process's pool of readers of one plug-in file (started when first needed, stopped at exit): the sandbox's
     reader_pool, its readers this module's Verifier."""
-    return sandbox.reader_pool(plugin, make=Verifier)
+    return sandbox.reader_pool(plugin, make=lambda plugin: Verifier(plugin=plugin, shipped=shipped))
 
 
 # The old name of reader_pool, kept for one release because it is part of the plug-in API (`checkpoint.pool(...)`;
@@ -92,11 +105,11 @@ pool = reader_pool
 
 
 def run_child(data: bytes, request: dict[str, Any], *, plugin: Path, memory_mb: int, timeout_s: float,
-              verifier: sandbox.Verifier | None = None) -> dict[str, Any]:
+              verifier: sandbox.Verifier | None = None, shipped: Sequence[Path] = ()) -> dict[str, Any]:
     """Read and evaluate a file's bytes in a limited child of a reader of `plugin` (the pool's unless one is given);
     any failure comes back as {"error": ...}."""
     return sandbox.run_child(data, request, memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier,
-                             readers=None if verifier is not None else reader_pool(plugin))
+                             readers=None if verifier is not None else reader_pool(plugin, shipped=shipped))
 
 
 def reads_checkpoint(files: Sequence[str], uploaded: dict[str, bytes]) -> bool:

@@ -103,10 +103,11 @@ class MilestonePlugin(Protocol):
     def reader_evaluate(self, request: Any, data: bytes, state: Any) -> dict[str, Any]: ...
 
 
-def load_module(name: str, path: Path) -> ModuleType:
+def load_module(name: str, path: Path, *, preset: dict[str, Any] | None = None) -> ModuleType:
     """Import the file at `path` under the module name `name`, once per process. Where that name is taken by
     another file (in a notebook kernel that also imported the student's copy, as nbgrader's hidden cells do),
-    the file is imported under a private name beside it: the engine never uses the student's copy."""
+    the file is imported under a private name beside it: the engine never uses the student's copy. preset: names
+    the module finds already bound when it runs (a plug-in's LESSON)."""
     path = path.resolve()
     known = sys.modules.get(name)
     if known is not None and Path(getattr(known, "__file__", "") or "").resolve() != path:
@@ -119,6 +120,7 @@ def load_module(name: str, path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(preset or {})
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
@@ -287,7 +289,7 @@ class Lesson:
         if path is None:
             raise LessonError(f"{self.assignment_dir}: lesson {self.name} grades a checkpoint but has no plug-in "
                               f"{self.plugin_name}.py: add it (autograder/checkpoint.py says what it defines)")
-        module = load_module(self.plugin_name, path)
+        module = load_module(self.plugin_name, path, preset={"LESSON": self})  # its lesson: this one
         if missing := [n for n in members(MilestonePlugin) if not hasattr(module, n)]:
             raise LessonError(f"{path}: a milestone plug-in must define {', '.join(missing)} "
                               "(autograder/lesson.py: MilestonePlugin)")

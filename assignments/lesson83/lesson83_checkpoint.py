@@ -39,9 +39,9 @@ from autograder.lesson import Lesson
 from autograder.sandbox import CHECKPOINT_MEMORY_MB, UPLOAD_CAP_MB
 
 ROOT = Path(__file__).resolve().parents[2]  # the course folder: assignments/NAME/ holds this file
-# This plug-in's lesson: its milestone trainer (shipped next to the notebook) and the reference model class its
-# milestone question names (autograder/lesson.py).
-LESSON = Lesson.load(Path(__file__).parent.name, near=ROOT)
+# This plug-in's lesson, as its loader hands it over (the grader's course; autograder/checkpoint.py reader_lesson):
+# its milestone trainer (shipped next to the notebook) and the reference model class its milestone question names.
+LESSON: Lesson = checkpoint.reader_lesson(globals())
 (ARCH, CONTEXTS, PRECISIONS, PRESETS, SCHEMES, VOCAB, corpus_tokens, evaluate_ppl, load_checkpoint, plot_table,
  run_milestone, save_checkpoint, val_starts, windows) = attrgetter(
     "ARCH", "CONTEXTS", "PRECISIONS", "PRESETS", "SCHEMES", "VOCAB", "corpus_tokens", "evaluate_ppl",
@@ -422,7 +422,8 @@ def _claimed_row(ppl: dict[str, Any], pos: str) -> dict[int, float]:
 PARTS = SCHEMES  # the checkpoint's graded parts (autograder/checkpoint.py): one per scheme
 VERIFY_SLOTS = checkpoint.VERIFY_SLOTS  # checkpoints verified side by side (grade_batch verifies ahead)
 PLUGIN = Path(__file__).resolve()
-_POOL = checkpoint.reader_pool(PLUGIN)
+SHIPPED = LESSON.shipped_files  # what stays readable in a started reader: what students have anyway
+_POOL = checkpoint.reader_pool(PLUGIN, shipped=SHIPPED)
 VerifierError = checkpoint.VerifierError
 reader_limits_lowered = checkpoint.reader_limits_lowered
 
@@ -432,7 +433,7 @@ class Verifier(checkpoint.Verifier):
     five models built once (reader_start); a child per milestone.pt, loaded with weights_only."""
 
     def __init__(self, *, threads: int = 1, startup_s: float = checkpoint.STARTUP_TIMEOUT_S) -> None:
-        super().__init__(plugin=PLUGIN, threads=threads, startup_s=startup_s)
+        super().__init__(plugin=PLUGIN, shipped=SHIPPED, threads=threads, startup_s=startup_s)
 
 
 def _run_child(pt_bytes: bytes, request: dict[str, Any], *, memory_mb: int, timeout_s: float,
@@ -440,7 +441,7 @@ def _run_child(pt_bytes: bytes, request: dict[str, Any], *, memory_mb: int, time
     """Load and evaluate milestone.pt in a limited child of a verifier (the pool's unless one is given); any
     failure comes back as {"error": ...}."""
     return checkpoint.run_child(pt_bytes, request, plugin=PLUGIN, memory_mb=memory_mb, timeout_s=timeout_s,
-                                verifier=verifier)
+                                verifier=verifier, shipped=SHIPPED)
 
 
 def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,

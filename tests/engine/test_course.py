@@ -149,15 +149,14 @@ def test_no_stage_runs_without_a_course(tmp_path: Path) -> None:
     assert defaulted == [], f"a stage with a default course: {defaulted}"
 
 
-# The processes that cannot read a course (no grading_config.yaml, or no pydantic) and so find their lesson from a
-# file's place, each with why: the only ones left. The milestone plug-in runs on a bare PyTorch image and in the
-# checkpoint reader, whose staged folder has the assignment and reference/ but no config; autograder/checkpoint.py
-# lies below course.py in the import contract (pyproject.toml) and stages the reader from the plug-in's path, and
-# its main() is the plug-in's command line on that PyTorch image.
+# The processes that are handed no course, each with why: the only ones left. The checkpoint reader (a sandboxed
+# process that stages the lesson's folders, not its config, and imports the plug-in by its file) finds the lesson
+# of the folder the plug-in lies in (checkpoint.reader_lesson; everywhere else a plug-in's LESSON is the one its
+# loader, Lesson.plugin, hands it: the course's); the plug-in's command line, checkpoint.main, runs on a bare PyTorch
+# image without pydantic, and a command line may default (as cli.py's does).
 LESSON_FINDERS_WITHOUT_A_COURSE = {
-    ("autograder/checkpoint.py", "reader_files", "Lesson"),
+    ("autograder/checkpoint.py", "reader_lesson", "Lesson.load"),
     ("autograder/checkpoint.py", "main", "lesson_named_in"),
-    ("assignments/lesson83/lesson83_checkpoint.py", "<module>", "Lesson.load"),
 }
 
 
@@ -191,6 +190,17 @@ def test_the_lesson_is_reached_through_the_course() -> None:
 
     with pytest.raises(TypeError, match="lesson"):
         filled_notebook(ROOT / "student_templates" / "lesson83" / "lesson83.ipynb")  # type: ignore[call-arg]
+
+
+def test_a_plug_in_is_handed_its_lesson_by_the_course(tmp_path: Path) -> None:
+    """A milestone plug-in loaded through its course's lesson (Lesson.plugin) uses that very lesson: it finds no
+    other; loaded by its file alone (as the checkpoint reader loads it), it finds the lesson of its folder."""
+    from autograder.checkpoint import reader_lesson
+
+    course = Course.load(ROOT / "grading_config.yaml")
+    assert course.lesson.plugin.LESSON is course.lesson
+    alone = reader_lesson({"__file__": str(course.lesson.plugin_file)})
+    assert (alone.name, alone.root) == (course.lesson.name, course.lesson.root)
 
 
 def test_the_report_of_a_course_never_reads_the_package_config(tmp_path: Path, no_package_config: None) -> None:
