@@ -101,16 +101,18 @@ def _child(out: Path, *, config: Path | None, assignments: Path | None) -> None:
             if hasattr(module, name):
                 setattr(module, name, timed(None, getattr(module, name)))
     options: dict[str, Any] = {"assignments": assignments} if assignments is not None else {}
+    bundle: dict[str, Any] = {}  # the Gradescope bundle is the package's own course's (as the command line builds it)
     try:  # a Course where the tree's build takes one (after issue 22; required after issue 39), else the config's path
         from autograder.course import Course
 
         options["course"] = Course.load(config) if config is not None else Course.load()
+        bundle["course"] = Course.load()
     except ImportError:
         if config is not None:
             options["config_path"] = config
     with tempfile.TemporaryDirectory(prefix="release-time-") as tmp:
         b.build(work=Path(tmp) / "out", **options)
-        b.gradescope_bundle(Path(tmp) / "gradescope.zip", **{k: v for k, v in options.items() if k == "course"})
+        b.gradescope_bundle(Path(tmp) / "gradescope.zip", **bundle)
     total = [time.perf_counter() - wall0, _cpu(resource.RUSAGE_SELF) - cpu0]
     ours = [sum(v[i] for k, v in seconds.items() if k not in EXTERNAL) for i in (0, 1)]
     tools_wall = sum(v[0] for k, v in seconds.items() if k in EXTERNAL)
