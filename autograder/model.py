@@ -218,6 +218,18 @@ def csv_text(rows: Iterable[Iterable[Any]]) -> str:
     return buf.getvalue()
 
 
+def shown(value: float) -> str:
+    """A score as a student reads it: at most two decimals, no trailing zeros ("35.9971" -> "36", "0.4706" ->
+    "0.47", "2.5" -> "2.5"); grades.csv and the stored results keep full precision."""
+    text = f"{round(float(value), 2):.2f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def shown_number(value: float) -> float:
+    """A score as a student's platform stores it (Gradescope's results.json): rounded to two decimals."""
+    return round(float(value), 2) + 0.0
+
+
 def full_marks(score: float | None, points: float) -> bool:
     """The one definition of "full marks": a score that reaches the question's points (not the batch's best)."""
     return score is not None and score >= points - 1e-6
@@ -361,12 +373,13 @@ class SubmissionResult:
             if c.hidden and not c.passed and c.reason != Reason.TIME_LIMIT:  # the notes above say which was slow
                 hidden_failed[c.question] = likely_cause([x for x in self.cases if x.question == c.question],
                                                          revisit)
-            tests.append({"name": c.id, "score": c.points, "max_score": c.max_points, "output": output,
+            tests.append({"name": c.id, "score": shown_number(c.points), "max_score": shown_number(c.max_points),
+                          "output": output,
                           "visibility": "hidden" if c.hidden else "visible"})
         lines = [f"Status: {self.status}", STUDENT_HELP.get(self.status, ""), *self.student_notes]
         if self.status != Status.UNREADABLE:  # nothing ran: the reading problem says it all
             lines += [f"{q}: a hidden case failed. {why}" for q, why in hidden_failed.items()]
-        return {"score": self.total, "tests": tests, "output": "\n".join(x for x in lines if x),
+        return {"score": shown_number(self.total), "tests": tests, "output": "\n".join(x for x in lines if x),
                 "stdout_visibility": "hidden", "extra_data": {"status": self.status}}
 
     # ------------------------------------------------------------------ the gradebook's view

@@ -17,6 +17,7 @@ from autograder.authoring.suite import Suite
 from autograder.grading.gradebook import Gradebook, Record
 from autograder.grading.submissions import result_file_name
 from autograder.grading.tables import Tables, merged_or_problem, merged_value
+from autograder.model import shown
 
 MARKER = ".autograder-feedback"  # only a folder holding this file is ever replaced
 HERE = Path(__file__).parent
@@ -26,6 +27,7 @@ HERE = Path(__file__).parent
 def _template() -> jinja2.Template:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["shown"] = shown  # every score the page shows: at most two decimals
     return env.get_template("feedback.html.j2")
 
 

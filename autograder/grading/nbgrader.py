@@ -26,7 +26,7 @@ from traitlets import Unicode
 
 from autograder.config import DEFAULT_CONFIG, command
 from autograder.course import Course, course_of
-from autograder.model import STUDENT_HELP, Status
+from autograder.model import STUDENT_HELP, Status, shown
 
 # The feedback page: nbgrader's own template with a few lines of CSS in place of Bootstrap (117 KB on every page).
 FEEDBACK_TEMPLATE, FEEDBACK_FILE = "compact_feedback", "compact.html.j2"  # it extends nbgrader's index.html.j2
@@ -139,14 +139,15 @@ def cell_text(record: dict[str, Any], question: str, points: float) -> tuple[str
         lines.append(f"status: {status}. {STUDENT_HELP.get(status, '')}".strip())
     if record.get("isolation") == "none":
         lines.append("graded without a sandbox on the instructor's machine")
-    lines.append(f"{question}: {score:g} of {points:g} points (graded by the {command()} grader after submission)")
+    lines.append(f"{question}: {shown(score)} of {shown(points)} points (graded by the {command()} grader after "
+                 "submission)")
     lines += [str(n) for n in record.get("student_notes", [])  # a time limit this question's checks ran into
               if f"{question} " in str(n) or f"{question}/" in str(n)]
     for test in record.get("gradescope", {}).get("tests", []):
         if str(test.get("name", "")).startswith(question + "/"):
             mark = "passed" if test["score"] >= test["max_score"] - 1e-9 else "FAILED"
             output = str(test.get("output") or "")
-            lines.append(f"- {mark} {test['name']} ({test['score']:g} of {test['max_score']:g})"
+            lines.append(f"- {mark} {test['name']} ({shown(test['score'])} of {shown(test['max_score'])})"
                          + ("" if output == "passed" else f": {output}"))
     return "\n".join(lines) + "\n", score
 

@@ -166,3 +166,23 @@ def test_the_model_needs_no_pydantic() -> None:
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def test_students_see_at_most_two_decimals_and_the_stored_record_keeps_all() -> None:
+    """Issue 42, item 7: "35.9971 of 100" and "0.4706 / 0.4706" become "36" and "0.47" wherever a student reads
+    a score (Gradescope's results.json, nbgrader's grade cell); the stored record and grades.csv keep every digit."""
+    from autograder.grading.nbgrader import cell_text
+    from autograder.model import shown
+
+    assert [shown(x) for x in (35.9971, 0.4706, 2.5, 100.0, 0.0, -0.001, 1 / 3)] == \
+        ["36", "0.47", "2.5", "100", "0", "0", "0.33"]
+    cases = [CaseResult(f"q1/c{n}", "q1", 0.4706, 0.4706, True, n % 2 == 1) for n in range(3)]
+    cases.append(CaseResult("q1/d", "q1", 0.0, 1 / 3, False, False, "q1/d: wrong"))
+    result = SubmissionResult("ann", Status.GRADED, cases)
+    view = result.gradescope(revisit={})
+    assert view["score"] == 1.41 and result.total == 1.4118 and result.csv_row(["q1"])["q1"] == 1.4118
+    assert all(round(t[k], 2) == t[k] for t in view["tests"] for k in ("score", "max_score"))
+    record = json.loads(json.dumps(result.to_dict() | {"gradescope": view}))
+    text, score = cell_text(record, "q1", 1.7451)
+    assert "q1: 1.41 of 1.75 points" in text and "0.4706" not in text and "1.4118" not in text, text
+    assert score == 1.4118  # the gradebook's number keeps full precision
