@@ -315,8 +315,9 @@ def judge(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -
 def gate_message(case_id: str, blocked: list[str], note: str | None = None, why: str | None = None) -> str:
     """Why a property earns nothing yet, in one short sentence: the value cases it requires are not a genuine
     attempt (`why`: how the first falls short; and, if known, the earlier question they fail because of)."""
-    text = (f"{case_id}: counts once {' and '.join(blocked)} computes something"
-            f"{f' ({blocked[0]}: {why})' if why else ''}: work on {blocked[0]} first.")
+    names = [f"`{b.split('/', 1)[-1]}`" for b in blocked]  # the cases' names, never the grader's ids
+    text = (f"{case_id}: counts once {' and '.join(names)} {'gives' if len(names) == 1 else 'give'} a real answer"
+            f"{f' ({names[0]}: {why})' if why else ''}: work on {names[0]} first.")
     return f"{text}\n  {note}" if note else text
 
 

@@ -58,7 +58,7 @@ def test_one_safe_page_per_student(tmp_path: Path) -> None:
     alice = pages["alice.html"]
     # the visible case in full, the hidden one's verdict and what to revisit, per-question scores
     assert "expected [[-1, -2], [1, 2]], received [[0, 0], [0, 0]]" in alice
-    assert re.search(r"q1_center/hidden_tall \(hidden\)</td>\s*<td class=\"fail\">failed", alice)
+    assert re.search(r"q1_center: hidden tests</td>\s*<td class=\"fail\">failed", alice)
     assert "revisit: subtract the mean of each column (axis=0) from that column." in alice
     assert "Likely cause: the mean is taken over each row (axis=1) instead of over each column (axis=0)." in alice
     assert re.search(r"q1_center</a>[^<]*</td>\s*<td>0</td>\s*<td>5</td>", alice)
