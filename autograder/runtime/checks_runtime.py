@@ -549,10 +549,14 @@ def public_summary(public: list[str], *, hidden: int, answers: bool = False) -> 
 
 
 def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> None:
-    """Otter's last case of a question (worth 0): always passes, so Otter counts only the real failed tests, and
-    Otter prints summary_line (what was checked, what is graded later) as its message."""
+    """Otter's last case of a question (worth 0): it passes when every public case passed (Otter then prints
+    summary_line, what was checked and what is graded later, as its message) and fails, saying how many did not,
+    when one did not: its row never says "passed" under failed tests."""
     _warn_question(public, hidden)
     MEMO.clear()  # the question's check is over
+    failed = _failed(public)
+    if failed:
+        raise AssertionError(summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers))
 
 
 # The engine's API: what `from checks_runtime import *` gives a lesson's checks module (autograder/lesson.py).
