@@ -307,7 +307,7 @@ class CaseResult:
 
 
 def row_name(question: str, *, hidden: bool) -> str:
-    """The name of a question's Gradescope row of visible (or hidden) cases: "q1_equivariance: visible tests"."""
+    """The name of a question's Gradescope row of visible (or hidden) cases: "q1_center: visible tests"."""
     return f"{question}: {'hidden' if hidden else 'visible'} tests"
 
 
@@ -317,13 +317,13 @@ def row_question(name: str) -> str:
 
 
 def short_name(case_id: str) -> str:
-    """A case's name within its question: "q5_rope/cache_values" -> "cache_values"."""
+    """A case's name within its question: "q2_pick/answers_valid" -> "answers_valid"."""
     return case_id.split("/", 1)[-1]
 
 
 def without_ids(text: str, questions: Iterable[str]) -> str:
     """Student-facing text without the grader's case ids: each "<question>/<name>" of `questions` becomes its
-    name ("waits for q5_rope/cache_values" -> "waits for cache_values"); the TA's copy keeps the ids."""
+    name ("waits for q1_center/small" -> "waits for cache_values"); the TA's copy keeps the ids."""
     names = sorted({q for q in questions if q}, key=len, reverse=True)
     if not names:
         return text
