@@ -323,7 +323,7 @@ def short_name(case_id: str) -> str:
 
 def without_ids(text: str, questions: Iterable[str]) -> str:
     """Student-facing text without the grader's case ids: each "<question>/<name>" of `questions` becomes its
-    name ("waits for q1_center/small" -> "waits for cache_values"); the TA's copy keeps the ids."""
+    name ("waits for q1_center/small" -> "waits for small"); the TA's copy keeps the ids."""
     names = sorted({q for q in questions if q}, key=len, reverse=True)
     if not names:
         return text
