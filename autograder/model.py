@@ -218,6 +218,18 @@ def csv_text(rows: Iterable[Iterable[Any]]) -> str:
     return buf.getvalue()
 
 
+def shown(value: float) -> str:
+    """A score as a student reads it: at most two decimals, no trailing zeros ("35.9971" -> "36", "0.4706" ->
+    "0.47", "2.5" -> "2.5"); grades.csv and the stored results keep full precision."""
+    text = f"{round(float(value), 2):.2f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def shown_number(value: float) -> float:
+    """A score as a student's platform stores it (Gradescope's results.json): rounded to two decimals."""
+    return round(float(value), 2) + 0.0
+
+
 def full_marks(score: float | None, points: float) -> bool:
     """The one definition of "full marks": a score that reaches the question's points (not the batch's best)."""
     return score is not None and score >= points - 1e-6
@@ -294,6 +306,44 @@ class CaseResult:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+def row_name(question: str, *, hidden: bool) -> str:
+    """The name of a question's Gradescope row of visible (or hidden) cases: "q1_center: visible tests"."""
+    return f"{question}: {'hidden' if hidden else 'visible'} tests"
+
+
+def row_question(name: str) -> str:
+    """The question a Gradescope row belongs to (from `row_name`, or a case id of a result stored before rows)."""
+    return name.split(":")[0].split("/")[0]
+
+
+def short_name(case_id: str) -> str:
+    """A case's name within its question: "q2_pick/answers_valid" -> "answers_valid"."""
+    return case_id.split("/", 1)[-1]
+
+
+def without_ids(text: str, questions: Iterable[str]) -> str:
+    """Student-facing text without the grader's case ids: each "<question>/<name>" of `questions` becomes its
+    name ("waits for q1_center/small" -> "waits for small"); the TA's copy keeps the ids."""
+    names = sorted({q for q in questions if q}, key=len, reverse=True)
+    if not names:
+        return text
+    pattern = re.compile(r"(?<![\w/])(?:" + "|".join(map(re.escape, names)) + r")/([\w.-]+)")
+    return pattern.sub(lambda m: m.group(1), text)
+
+
+def _case_line(case: CaseResult, n: int, revisit: dict[str, str]) -> str:
+    """One case's line in its row: a visible case's message (without its id), a hidden case's verdict and, when it
+    failed, its cause or the idea to revisit (never its values)."""
+    if case.hidden:
+        if case.passed:
+            return f"hidden case {n}: passed"
+        if case.reason in CAUSE_TEXT:  # says its cause, no more than the notes
+            return f"hidden case {n}: {CAUSE_TEXT[case.reason]}"
+        return f"hidden case {n}: failed; revisit: {revisit.get(case.id)}"
+    message = case.message.removeprefix(f"{case.id}: ").removeprefix(f"{case.id} ")
+    return f"{short_name(case.id)}: {without_ids(message, [case.question]) or 'passed'}"
+
+
 @dataclass
 class SubmissionResult:
     """Everything the grader concluded about one submission, with its views: the stored record (`to_dict`,
@@ -344,29 +394,35 @@ class SubmissionResult:
         """The Gradescope results.json of this submission, the student's view of it (`revisit`: case id -> the
         idea a failed case sends the student back to).
 
-        Visible cases keep their messages (their probes run before any hidden one). A hidden case says only that
+        A question has at most two rows (`row_name`): its visible cases in one, its hidden cases in another, each
+        case a line of the row's output, the row's score the sum of its cases' points. Visible cases keep their
+        messages (their probes run before any hidden one). A hidden case says only that
         it failed and which idea to revisit: never its inputs, expected or received values; and nothing the
         student's process wrote or raised (notes, stdout) reaches this view. The TA's copy in results/ keeps
         everything.
         """
-        tests, hidden_failed = [], {}
+        rows: dict[tuple[str, bool], list[CaseResult]] = {}
+        hidden_failed = {}
         for c in self.cases:
             if c.max_points <= 0:
                 continue
-            output = c.message or "passed"
-            if c.hidden and not c.passed and c.reason in CAUSE_TEXT:  # says its cause, no more than the notes
-                output = CAUSE_TEXT[c.reason]
-            elif c.hidden:
-                output = "passed" if c.passed else f"a hidden case of {c.question} failed; revisit: {revisit.get(c.id)}"
+            rows.setdefault((c.question, c.hidden), []).append(c)
             if c.hidden and not c.passed and c.reason != Reason.TIME_LIMIT:  # the notes above say which was slow
                 hidden_failed[c.question] = likely_cause([x for x in self.cases if x.question == c.question],
                                                          revisit)
-            tests.append({"name": c.id, "score": c.points, "max_score": c.max_points, "output": output,
-                          "visibility": "hidden" if c.hidden else "visible"})
+        tests, questions = [], {c.question for c in self.cases}
+        for (question, hidden), cases in rows.items():
+            lines = [without_ids(_case_line(c, n, revisit), questions) for n, c in enumerate(cases, 1)]
+            tests.append({"name": row_name(question, hidden=hidden),
+                          "score": shown_number(sum(c.points for c in cases)),
+                          "max_score": shown_number(sum(c.max_points for c in cases)),
+                          "status": "passed" if all(c.passed for c in cases) else "failed",
+                          "output": "\n".join(lines), "visibility": "hidden" if hidden else "visible"})
         lines = [f"Status: {self.status}", STUDENT_HELP.get(self.status, ""), *self.student_notes]
         if self.status != Status.UNREADABLE:  # nothing ran: the reading problem says it all
             lines += [f"{q}: a hidden case failed. {why}" for q, why in hidden_failed.items()]
-        return {"score": self.total, "tests": tests, "output": "\n".join(x for x in lines if x),
+        output = without_ids("\n".join(x for x in lines if x), questions)
+        return {"score": shown_number(self.total), "tests": tests, "output": output,
                 "stdout_visibility": "hidden", "extra_data": {"status": self.status}}
 
     # ------------------------------------------------------------------ the gradebook's view

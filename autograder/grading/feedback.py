@@ -17,6 +17,7 @@ from autograder.authoring.suite import Suite
 from autograder.grading.gradebook import Gradebook, Record
 from autograder.grading.submissions import result_file_name
 from autograder.grading.tables import Tables, merged_or_problem, merged_value
+from autograder.model import row_question, shown
 
 MARKER = ".autograder-feedback"  # only a folder holding this file is ever replaced
 HERE = Path(__file__).parent
@@ -26,6 +27,7 @@ HERE = Path(__file__).parent
 def _template() -> jinja2.Template:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["shown"] = shown  # every score the page shows: at most two decimals
     return env.get_template("feedback.html.j2")
 
 
@@ -41,6 +43,7 @@ class QuestionFeedback:
     parts: list[tuple[str, str, float | None, float]]  # (part, prompt, score or None, max)
     manual: bool
     comments: list[tuple[str, str]]  # a TA's comments merged on this question or its parts: (column, text)
+    causes: list[str]  # the catalogued mistakes its failed hidden cases matched, in the catalogue's words
 
 
 def feedback_name(result_name: str) -> str:
@@ -66,13 +69,13 @@ def likely_causes(suite: Suite, record: Record) -> dict[str, str]:
             if c.hidden and not c.passed and c.diagnosis in known}
 
 
-def _questions(suite: Suite, view: dict[str, Any], merged: dict[str, float],
-               said: dict[str, str]) -> list[QuestionFeedback]:
+def _questions(suite: Suite, view: dict[str, Any], merged: dict[str, float], said: dict[str, str],
+               causes: dict[str, str]) -> list[QuestionFeedback]:
     out = []
     for q in suite.questions:
         if not q.graded:
             continue
-        tests = [t for t in view["tests"] if str(t.get("name", "")).split("/")[0] == q.id]
+        tests = [t for t in view["tests"] if row_question(str(t.get("name", ""))) == q.id]
         points = suite.question_points().get(q.id, q.points)
         value = merged_value(q, merged)
         if value is None and not q.manual:
@@ -80,7 +83,8 @@ def _questions(suite: Suite, view: dict[str, Any], merged: dict[str, float],
         share = round(q.points / len(q.written), 4) if q.written else 0.0
         parts = [(p.part, p.prompt, merged.get(p.part), share) for p in q.written]
         notes = [(col, said[col]) for col in (q.id, *(p.part for p in q.written)) if said.get(col)]
-        out.append(QuestionFeedback(q.id, q.title, points, value, tests, parts, q.manual, notes))
+        mistakes = list(dict.fromkeys(why for cid, why in causes.items() if cid.split("/")[0] == q.id))
+        out.append(QuestionFeedback(q.id, q.title, points, value, tests, parts, q.manual, notes, mistakes))
     return out
 
 
@@ -90,10 +94,10 @@ def render_feedback(suite: Suite, sid: str, record: Record | None, merged: dict[
     a TA's comments merged for this student, column ("" the whole work) -> text)."""
     said = said or {}
     view = _student_view(record) if record is not None else None
-    questions = _questions(suite, view, merged, said) if view is not None else []
-    scored = [q.score for q in questions if q.score is not None]
     causes = likely_causes(suite, record) if record is not None else {}
-    return _template().render(sid=sid, view=view, questions=questions, problem=problem, causes=causes,
+    questions = _questions(suite, view, merged, said, causes) if view is not None else []
+    scored = [q.score for q in questions if q.score is not None]
+    return _template().render(sid=sid, view=view, questions=questions, problem=problem,
                               comment=said.get(""),
                               total=round(sum(scored), 4), max_total=round(sum(q.points for q in questions), 4),
                               pending=[q.id for q in questions if q.score is None])

@@ -26,7 +26,7 @@ from traitlets import Unicode
 
 from autograder.config import DEFAULT_CONFIG, command
 from autograder.course import Course, course_of
-from autograder.model import STUDENT_HELP, Status
+from autograder.model import STUDENT_HELP, Status, row_question, shown, without_ids
 
 # The feedback page: nbgrader's own template with a few lines of CSS in place of Bootstrap (117 KB on every page).
 FEEDBACK_TEMPLATE, FEEDBACK_FILE = "compact_feedback", "compact.html.j2"  # it extends nbgrader's index.html.j2
@@ -139,15 +139,18 @@ def cell_text(record: dict[str, Any], question: str, points: float) -> tuple[str
         lines.append(f"status: {status}. {STUDENT_HELP.get(status, '')}".strip())
     if record.get("isolation") == "none":
         lines.append("graded without a sandbox on the instructor's machine")
-    lines.append(f"{question}: {score:g} of {points:g} points (graded by the {command()} grader after submission)")
-    lines += [str(n) for n in record.get("student_notes", [])  # a time limit this question's checks ran into
+    lines.append(f"{question}: {shown(score)} of {shown(points)} points (graded by the {command()} grader after "
+                 "submission)")
+    questions = {str(c.get("question", "")) for c in record.get("cases", []) if isinstance(c, dict)} | {question}
+    lines += [without_ids(str(n), questions) for n in record.get("student_notes", [])  # a time limit it ran into
               if f"{question} " in str(n) or f"{question}/" in str(n)]
     for test in record.get("gradescope", {}).get("tests", []):
-        if str(test.get("name", "")).startswith(question + "/"):
-            mark = "passed" if test["score"] >= test["max_score"] - 1e-9 else "FAILED"
+        if row_question(str(test.get("name", ""))) == question:
+            ok = test.get("status", "passed") == "passed" and test["score"] >= test["max_score"] - 1e-9
+            mark = "passed" if ok else "FAILED"
             output = str(test.get("output") or "")
-            lines.append(f"- {mark} {test['name']} ({test['score']:g} of {test['max_score']:g})"
-                         + ("" if output == "passed" else f": {output}"))
+            lines.append(f"- {mark} {test['name']} ({shown(test['score'])} of {shown(test['max_score'])})"
+                         + ("" if output == "passed" else ":\n  " + output.replace("\n", "\n  ")))
     return "\n".join(lines) + "\n", score
 
 

@@ -57,7 +57,8 @@ def otter_test(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str,
 def _otter_summary_test(q: Question) -> str:
     """The question's last Otter case (0 points): it passes only when every public case passed, and then Otter
     prints its success message, which says what was checked and what is graded after submission (instead of
-    a bare "All test cases passed!"); otherwise it fails with the count of public cases that did not pass."""
+    a bare "All test cases passed!"); otherwise it fails (check_summary raises) with the count of public cases
+    that did not pass."""
     line = q.lesson.checks.summary_line(public=sum(not c.hidden for c in q.cases),
                                         hidden=sum(c.hidden for c in q.cases), answers=bool(q.choices))
     config = yaml.safe_dump({"hidden": False, "points": 0, "success_message": line}, sort_keys=True, width=1000)

@@ -315,8 +315,9 @@ def judge(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any]) -
 def gate_message(case_id: str, blocked: list[str], note: str | None = None, why: str | None = None) -> str:
     """Why a property earns nothing yet, in one short sentence: the value cases it requires are not a genuine
     attempt (`why`: how the first falls short; and, if known, the earlier question they fail because of)."""
-    text = (f"{case_id}: counts once {' and '.join(blocked)} computes something"
-            f"{f' ({blocked[0]}: {why})' if why else ''}: work on {blocked[0]} first.")
+    names = [f"`{b.split('/', 1)[-1]}`" for b in blocked]  # the cases' names, never the grader's ids
+    text = (f"{case_id}: counts once {' and '.join(names)} {'gives' if len(names) == 1 else 'give'} a real answer"
+            f"{f' ({names[0]}: {why})' if why else ''}: work on {names[0]} first.")
     return f"{text}\n  {note}" if note else text
 
 
@@ -548,10 +549,14 @@ def public_summary(public: list[str], *, hidden: int, answers: bool = False) -> 
 
 
 def check_summary(public: list[str], *, hidden: int, answers: bool = False) -> None:
-    """Otter's last case of a question (worth 0): always passes, so Otter counts only the real failed tests, and
-    Otter prints summary_line (what was checked, what is graded later) as its message."""
+    """Otter's last case of a question (worth 0): it passes when every public case passed (Otter then prints
+    summary_line, what was checked and what is graded later, as its message) and fails, saying how many did not,
+    when one did not: its row never says "passed" under failed tests."""
     _warn_question(public, hidden)
     MEMO.clear()  # the question's check is over
+    failed = _failed(public)
+    if failed:
+        raise AssertionError(summary_line(public=len(public), hidden=hidden, failed=failed, answers=answers))
 
 
 # The engine's API: what `from checks_runtime import *` gives a lesson's checks module (autograder/lesson.py).

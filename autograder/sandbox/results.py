@@ -190,10 +190,11 @@ def _signame(sig: int) -> str:
         return str(sig)
 
 
-def _calls(name: str, args: dict[str, Any]) -> str:
-    """A probe in words: its name, and the function or class it calls when its arguments name one."""
+def _calls(args: dict[str, Any]) -> str:
+    """What a check calls, in the student's words: " (it calls `rope_cache`)" when its arguments name the function
+    or class, else "" (the probe's own name is the grader's, never said to the student)."""
     named = next((args[k] for k in ("fn", "cls") if isinstance(args.get(k), str)), None)
-    return f"probe `{name}`" + (f", which calls `{str(named)[:60]}`" if named else "")
+    return f" (it calls `{str(named)[:60]}`)" if named else ""
 
 
 class ProbeStops:
@@ -219,16 +220,16 @@ class ProbeStops:
         self.void |= t.void
         key = t.probe_over or t.probe_running
         if key and key not in self.answered:
-            name, args = self.probes[key]
+            args = self.probes[key][1]
             if t.probe_over and share.get(group_of(key), 1.0) > 0:
                 probe_s = self.limits.probe_timeout_s
-                self.not_run[key] = (f"{_calls(name, args)}: still running after {probe_s:g} s, the "
+                self.not_run[key] = (f"the check{_calls(args)}: still running after {probe_s:g} s, the "
                                      "time limit of one check")
-                self.said.append(f"The check {key} ({_calls(name, args)}) was still running after "
+                self.said.append(f"The check {key}{_calls(args)} was still running after "
                                  f"{probe_s:g} s, the time limit of one check: it earns nothing, and the "
                                  "checks after it ran in a fresh run of the notebook")
             elif not t.probe_over and key in self.retried:
-                self.not_run[key] = f"{_calls(name, args)}: stopped twice by the notebook's whole time limit"
+                self.not_run[key] = f"the check{_calls(args)}: stopped twice by the notebook's whole time limit"
             elif not t.probe_over:
                 self.retried.add(key)
         for k, _, _ in left:
@@ -240,7 +241,7 @@ class ProbeStops:
     def _spent(self, group: str, share: dict[str, float]) -> str:
         """Why the probes of a question whose share ran out do not run; said to the student once."""
         slow = max((k for k in self.wall if group_of(k) == group), key=lambda k: self.wall[k], default="")
-        what = f" (the slowest: {slow}, {_calls(*self.probes[slow])}, {self.wall[slow]:.1f} s)" if slow else ""
+        what = f" (the slowest: {slow}{_calls(self.probes[slow][1])}, {self.wall[slow]:.1f} s)" if slow else ""
         why = (f"the checks of {group} used up the question's share of {self.limits.question_timeout_s:g} s of "
                f"checking time{what}")
         if group not in self.spent:
@@ -251,8 +252,8 @@ class ProbeStops:
 
     def give_up(self, left: list[tuple[str, str, dict[str, Any]]], runs: int) -> None:
         """The probes left when the grader stops running the notebook again."""
-        for k, n, a in left:
-            self.not_run.setdefault(k, f"{_calls(n, a)}: had not run after {runs} runs of the notebook")
+        for k, _, a in left:
+            self.not_run.setdefault(k, f"the check{_calls(a)}: had not run after {runs} runs of the notebook")
         if left:
             self.said.append(f"The grader ran the notebook {runs} times for its checks and then stopped: "
                              f"{len(left)} checks did not run ({NOT_RUN}), the first {left[0][0]}")

@@ -163,6 +163,36 @@ def check_devices(model_cls: Callable[..., nn.Module], pos: str) -> None:
         raise ValueError(checks.device_message(pos, finding))
 
 
+MARKED = ("add_positions", "attend")  # the skeleton's marked methods (its third marked place is __init__)
+
+
+def check_filled(model_cls: Callable[..., nn.Module], pos: str) -> None:
+    """Refuse (NotImplementedError) a model whose marked methods still return the template's `...`, naming the
+    method to fill, before anything trains: a tiny forward pass on the CPU, watching what each one returns. Any
+    other error of that pass is left to the training itself, which shows it with its own traceback."""
+    model = model_cls(pos=pos, **ARCH)
+    blank: list[str] = []
+    for name in MARKED:
+        method = getattr(model, name, None)
+        if callable(method):
+            def watched(*args: Any, _method: Callable[..., Any] = method, _name: str = name, **kwargs: Any) -> Any:
+                out = _method(*args, **kwargs)
+                if out is None or out is Ellipsis:
+                    blank.append(_name)
+                return out
+            object.__setattr__(model, name, watched)
+    try:
+        with torch.no_grad():
+            model(torch.zeros((1, 8), dtype=torch.long))
+    except Exception:  # noqa: BLE001 - a blank method is said below; any other error shows when training
+        pass
+    if blank:
+        raise NotImplementedError(
+            f"{model_cls.__name__}.{blank[0]} is not filled in yet (it returns `...` as the template left it): "
+            f"fill the three marked places of {model_cls.__name__} (`__init__`, `add_positions`, `attend`), run "
+            "its cell, then run this cell again") from None
+
+
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor, starts: torch.Tensor,
                offsets: torch.Tensor, index: torch.Tensor, total: torch.Tensor, *,
                amp_dtype: torch.dtype | None) -> None:
@@ -256,6 +286,7 @@ def train(model_cls: Callable[..., nn.Module], pos: str, *, steps: int = 3000, b
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     device = torch.device(device) if device is not None else default_device()
+    check_filled(model_cls, pos)
     check_devices(model_cls, pos)
     cuda = device.type == "cuda"
     graph = (cuda and not compile) if graph is None else graph
@@ -458,7 +489,8 @@ def run_milestone(model_cls: Callable[..., nn.Module], preset: str = "quick", *,
                   ) -> tuple[dict[str, nn.Module], dict[str, dict[int, float]]]:
     """Train and evaluate one model per scheme with a preset; returns the models and the perplexity table.
 
-    Every scheme's model is checked for mixed devices before the first one trains (ValueError). The progress
+    Every scheme's model is checked for a marked method left blank (NotImplementedError, check_filled) and for
+    mixed devices (ValueError) before the first one trains. The progress
     names the scheme being trained (scheme 2/5 sinusoidal) and estimates the time left on `clock`: the
     remaining steps at the pace of the steps so far (Pace: warm-up steps left out, the recent half of the
     steps of all schemes), plus the evaluations (evaluation_estimate until one has been timed)."""
@@ -466,6 +498,7 @@ def run_milestone(model_cls: Callable[..., nn.Module], preset: str = "quick", *,
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
     cfg = PRESETS[preset]
     for pos in schemes:
+        check_filled(model_cls, pos)
         check_devices(model_cls, pos)
     on_cpu = torch.device(device or default_device()).type == "cpu"
     with _Threads(cpu_threads() if on_cpu else None):

@@ -265,3 +265,22 @@ def test_a_questions_checks_warn_when_they_would_use_half_its_share(capfd: pytes
         assert "1 s together" in err
     finally:
         lesson.runtime.LIMITS.clear()
+
+
+def test_otters_summary_case_fails_when_a_public_case_failed() -> None:
+    """Otter's summary row agrees with its tests (issue 42, item 7): it passes only when every public case of the
+    question passed, and otherwise says how many did not ("passed" under seven failures, before)."""
+    checks = LESSONS[1].checks
+    public = ["q1_center/demo", "q1_center/other"]
+    try:
+        checks.LOCAL_RESULTS.update({"q1_center/demo": True, "q1_center/other": True})
+        checks.check_summary(public, hidden=3)
+        checks.LOCAL_RESULTS["q1_center/other"] = False
+        with pytest.raises(AssertionError, match=r"1 of 2 public tests did not pass \(see above\)"):
+            checks.check_summary(public, hidden=3)
+        del checks.LOCAL_RESULTS["q1_center/demo"]  # not run: not passed
+        with pytest.raises(AssertionError, match="2 of 2 public tests did not pass"):
+            checks.check_summary(public, hidden=3)
+    finally:
+        for cid in public:
+            checks.LOCAL_RESULTS.pop(cid, None)

@@ -58,7 +58,7 @@ def test_one_safe_page_per_student(tmp_path: Path) -> None:
     alice = pages["alice.html"]
     # the visible case in full, the hidden one's verdict and what to revisit, per-question scores
     assert "expected [[-1, -2], [1, 2]], received [[0, 0], [0, 0]]" in alice
-    assert re.search(r"q1_center/hidden_tall \(hidden\)</td>\s*<td class=\"fail\">failed", alice)
+    assert re.search(r"q1_center: hidden tests</td>\s*<td class=\"fail\">failed", alice)
     assert "revisit: subtract the mean of each column (axis=0) from that column." in alice
     assert "Likely cause: the mean is taken over each row (axis=1) instead of over each column (axis=0)." in alice
     assert re.search(r"q1_center</a>[^<]*</td>\s*<td>0</td>\s*<td>5</td>", alice)
@@ -148,3 +148,22 @@ def test_a_page_that_breaks_says_so_and_the_rest_are_written(tmp_path: Path, dep
     assert "Score: <b>2.5</b>" in pages["alice"]
     for sid in ("dave", "erin", *(["finn"] if depth else [])):
         assert "Not graded yet: its stored result could not be shown" in pages[sid], sid
+
+
+def test_the_page_shows_scores_with_at_most_two_decimals(tmp_path: Path) -> None:
+    """Issue 42, item 7: a share of 17 points over 36 cases reads "0.47 / 0.47" and the total "36 of 100" style,
+    never "0.4706"; the stored record keeps every digit."""
+    suite = course_of(DEMO).suite
+    sub = Submission("dana", Path("dana.ipynb"), b"{}", result_name="dana.json")
+    cases = [CaseResult("q1_center/small", "q1_center", 2.4706, 2.5, False, False, "close, not equal"),
+             CaseResult("q1_center/hidden_tall", "q1_center", 2.5, 2.5, True, True),
+             CaseResult("q2_pick/answers_valid", "q2_pick", 1.0, 1.0, True, False),
+             CaseResult("q2_pick/correct_column_sum", "q2_pick", 0.9999, 1.0, False, True, "", "x")]
+    result = SubmissionResult(sub.id, Status.GRADED, cases)
+    book = Gradebook(tmp_path)
+    book.write_record(sub.result_name, Record("key", str(sub.path), result, result.gradescope(revisit=suite.revisit())))
+    write_feedback(suite, book, write_tables(suite, [sub], book, failed={}))
+    page = (tmp_path / FEEDBACK_DIR / "dana.html").read_text()
+    assert "2.4706" not in page and "0.9999" not in page and "6.9705" not in page, page
+    assert "Score: <b>6.97</b> of 10" in page and re.search(r"q1_center</a>[^<]*</td>\s*<td>4.97</td>", page), page
+    assert json.loads((tmp_path / "results" / "dana.json").read_text())["total"] == 6.9705

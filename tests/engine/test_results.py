@@ -69,8 +69,8 @@ def test_the_csv_row_puts_the_reason_first_and_the_report_view_finds_failures() 
 
 def test_the_gradescope_view_hides_hidden_cases_and_the_ta_notes() -> None:
     view = _result().gradescope(revisit={"q1/b": "the sign of the angle"})
-    hidden = next(t for t in view["tests"] if t["name"] == "q1/b")
-    assert hidden["output"] == "a hidden case of q1 failed; revisit: the sign of the angle"
+    hidden = next(t for t in view["tests"] if t["name"] == "q1: hidden tests")
+    assert hidden["output"] == "hidden case 1: failed; revisit: the sign of the angle"
     assert "called sys.exit" not in json.dumps(view) and "wrong" not in json.dumps(view)
     assert view["output"].startswith(f"Status: crashed\n{STUDENT_HELP[Status.CRASHED]}\na note for ann")
 
@@ -166,3 +166,42 @@ def test_the_model_needs_no_pydantic() -> None:
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def test_students_see_at_most_two_decimals_and_the_stored_record_keeps_all() -> None:
+    """Issue 42, item 7: "35.9971 of 100" and "0.4706 / 0.4706" become "36" and "0.47" wherever a student reads
+    a score (Gradescope's results.json, nbgrader's grade cell); the stored record and grades.csv keep every digit."""
+    from autograder.grading.nbgrader import cell_text
+    from autograder.model import shown
+
+    assert [shown(x) for x in (35.9971, 0.4706, 2.5, 100.0, 0.0, -0.001, 1 / 3)] == \
+        ["36", "0.47", "2.5", "100", "0", "0", "0.33"]
+    cases = [CaseResult(f"q1/c{n}", "q1", 0.4706, 0.4706, True, n % 2 == 1) for n in range(3)]
+    cases.append(CaseResult("q1/d", "q1", 0.0, 1 / 3, False, False, "q1/d: wrong"))
+    result = SubmissionResult("ann", Status.GRADED, cases)
+    view = result.gradescope(revisit={})
+    assert view["score"] == 1.41 and result.total == 1.4118 and result.csv_row(["q1"])["q1"] == 1.4118
+    assert all(round(t[k], 2) == t[k] for t in view["tests"] for k in ("score", "max_score"))
+    record = json.loads(json.dumps(result.to_dict() | {"gradescope": view}))
+    text, score = cell_text(record, "q1", 1.7451)
+    assert "q1: 1.41 of 1.75 points" in text and "0.4706" not in text and "1.4118" not in text, text
+    assert score == 1.4118  # the gradebook's number keeps full precision
+
+
+def test_a_question_has_at_most_two_gradescope_rows_with_its_cases_inside() -> None:
+    """Issue 42, item 7: one row of a question's visible cases and one of its hidden cases (not one per case), each
+    listing its cases' verdicts, scored the sum of its cases' points."""
+    result = _result(Status.GRADED)
+    result.cases += [CaseResult("q1/c", "q1", 1.0, 1.0, True, True), CaseResult("q1/d", "q1", 0.5, 0.5, True, False),
+                     CaseResult("q1/note", "q1", 0.0, 0.0, True, False, "not graded here")]
+    view = result.gradescope(revisit={"q1/b": "the sign of the angle"})
+    rows = {t["name"]: t for t in view["tests"]}
+    assert list(rows) == ["q1: visible tests", "q1: hidden tests", "q2: visible tests"]
+    assert (rows["q1: visible tests"]["score"], rows["q1: visible tests"]["max_score"]) == (2.5, 2.5)
+    assert (rows["q1: hidden tests"]["score"], rows["q1: hidden tests"]["max_score"]) == (1.0, 2.5)
+    assert rows["q1: hidden tests"]["status"] == "failed" and rows["q1: visible tests"]["status"] == "passed"
+    assert rows["q1: hidden tests"]["output"].splitlines() == [
+        "hidden case 1: failed; revisit: the sign of the angle", "hidden case 2: passed"]
+    assert rows["q1: visible tests"]["output"].splitlines() == ["a: passed", "d: passed"]
+    assert rows["q2: visible tests"]["output"] == "a: no result" and rows["q2: visible tests"]["status"] == "failed"
+    assert "q1/" not in json.dumps(view["tests"])

@@ -90,9 +90,10 @@ def test_no_feedback_file_holds_a_hidden_case_or_the_key(graded: dict[str, Path]
                 assert c["message"] not in text, f"{sid}: the TA message of {c['id']} is in its feedback"
         # what it says of hidden cases: their rows and the summary on top (a public case's message shows its own
         # values and the student's output, which may equal a hidden case's numbers by chance)
-        rows_said = re.findall(r"\(hidden\)</td>.*?<pre>(.*?)</pre>", page, re.S)
+        rows_said = re.findall(r": hidden tests</td>.*?<pre>(.*?)</pre>", page, re.S)  # one row per question
         said = html.unescape("\n".join([*rows_said, *re.findall(r"</p>\s*<pre>(.*?)</pre>", page, re.S)]))
-        assert len(rows_said) > 20
+        hidden_questions = {c.question for c in suite.cases if c.hidden and c.points > 0}
+        assert len(rows_said) == len(hidden_questions) and said.count("hidden case ") > 20
         assert not [n for n in secret if n in said], f"{sid}: a hidden expected value or argument in its feedback"
         assert not [w for w in whats if w in text], f"{sid}: a hidden case's call in its feedback"
         assert not [w for w in whys if w in text], f"{sid}: the explanation of a multiple-choice answer"

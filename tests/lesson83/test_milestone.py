@@ -477,6 +477,35 @@ def test_trainer_refuses_a_model_with_cpu_tables(monkeypatch: pytest.MonkeyPatch
     lm.check_devices(TinyCharLM, "rope")  # the reference is clean
 
 
+def _template_lm() -> type[nn.Module]:
+    """The student template's TinyCharLM as the student first sees it: its three marked places still `...`."""
+    import nbformat
+
+    nb = nbformat.read(str(ROOT / "student_templates" / "lesson83" / "lesson83.ipynb"), as_version=4)
+    source = next(c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith("class TinyCharLM"))
+    env: dict[str, Any] = {"torch": torch, "nn": nn, "F": F, "math": math}
+    exec(compile(source, "template", "exec"), env)  # noqa: S102 - the template's own cell
+    return env["TinyCharLM"]
+
+
+def test_the_training_cell_on_an_unfilled_model_names_the_method_to_fill(tmp_path: Path) -> None:
+    """Issue 42, item 7: the training cell run before TinyCharLM is filled says which stub to fill (not a raw
+    TypeError from the first forward pass); the reference passes the same check untouched."""
+    blank = _template_lm()
+    with pytest.raises(NotImplementedError, match=r"TinyCharLM\.add_positions is not filled in yet") as info:
+        lm.train_or_load(blank, "quick", retrain=True, pt_path=tmp_path / "m.pt", json_path=tmp_path / "m.json")
+    assert "fill the three marked places" in str(info.value) and info.value.__cause__ is None
+
+    class HalfFilled(blank):  # type: ignore[misc, valid-type]
+        def add_positions(self, H: torch.Tensor) -> torch.Tensor:
+            return H
+
+    with pytest.raises(NotImplementedError, match=r"\.attend is not filled in yet"):
+        lm.run_milestone(HalfFilled, "quick", progress=False)
+    assert not (tmp_path / "m.pt").exists()
+    lm.check_filled(TinyCharLM, "rope")  # the reference is filled
+
+
 # --------------------------------------------------------------------------- hostile uploads
 
 

@@ -136,12 +136,13 @@ def test_honest_notebook_gets_full_marks_and_the_gradebook_totals_exactly_100(gr
 
 def test_the_grade_cells_show_the_graders_verdicts(graded: dict[str, Any]) -> None:
     """The autograded notebook (what formgrader and the feedback show) carries the engine's verdicts: public
-    messages in full, hidden cases by name only."""
+    messages in full, hidden cases by their verdicts only, in one row per question."""
     nb = nbformat.read(str(graded["course"] / "autograded" / "blank" / "lesson83" / "lesson83.ipynb"), as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "q2_sinusoidal_pe-tests")
     text = "".join(o.get("text", "") for o in cell.outputs)
     assert "q2_sinusoidal_pe: 0 of 12 points" in text and "NotImplementedError" in text
-    assert "a hidden case of q2_sinusoidal_pe failed" in text
+    assert "FAILED q2_sinusoidal_pe: hidden tests" in text and "hidden case 1: failed; revisit: " in text, text
+    assert "q2_sinusoidal_pe/" not in text  # the cases by their names, never the grader's ids (#42.7)
 
 
 def _secret_forms(case_json: str) -> set[str]:
