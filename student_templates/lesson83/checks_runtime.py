@@ -455,7 +455,8 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
     verdict = gated(case, verdict, [(cid, v) for cid, v in gate if not attempted(v)])
     if not verdict.passed:
         _otter_shows_message_only()
-        raise CheckFailed(verdict.message)
+        question = str(case["id"]).split("/")[0]  # the student reads its cases by name, not the grader's ids
+        raise CheckFailed(verdict.message.replace(f"{question}/", ""))
 
 
 # --------------------------------------------------------------------------- local checks: one thread, a summary

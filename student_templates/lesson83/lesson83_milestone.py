@@ -181,6 +181,7 @@ def check_filled(model_cls: Callable[..., nn.Module], pos: str) -> None:
                     blank.append(_name)
                 return out
             object.__setattr__(model, name, watched)
+    model.eval()  # a check, not a training step
     try:
         with torch.no_grad():
             model(torch.zeros((1, 8), dtype=torch.long))
@@ -188,7 +189,7 @@ def check_filled(model_cls: Callable[..., nn.Module], pos: str) -> None:
         pass
     if blank:
         raise NotImplementedError(
-            f"{model_cls.__name__}.{blank[0]} is not filled in yet (it returns `...` as the template left it): "
+            f"{model_cls.__name__}.{blank[0]} still returns `...` as the template left it: "
             f"fill the three marked places of {model_cls.__name__} (`__init__`, `add_positions`, `attend`), run "
             "its cell, then run this cell again") from None
 

@@ -162,3 +162,20 @@ def test_gradescope_results_carry_the_verified_figures(course: Course, graded: d
         assert run.graded
         out = json.loads((tmp_path / name / "results.json").read_text())
         assert out.get("leaderboard") == board  # the inflated claims: no leaderboard entry at all
+
+
+@pytest.mark.sandbox
+def test_no_student_facing_output_of_the_sample_class_names_the_graders_internals(graded: dict[str, Path],
+                                                                                suite: Suite) -> None:
+    """Every student of the sample class: the Gradescope view and the feedback page name no case id, no probe and
+    not "computes something" (issue 42, item 7); the TA's results keep the ids."""
+    from autograder.grading.gradebook import RESULTS_DIR
+
+    banned = [*(c.id for c in suite.cases), "probe `", "computes something"]
+    records = [json.loads(p.read_text()) for p in (graded["grades"] / RESULTS_DIR).glob("*.json")]
+    said = {f"gradescope {r['submission']}": json.dumps(r["gradescope"]) for r in records}
+    said |= {f"feedback {p.name}": p.read_text() for p in (graded["grades"] / FEEDBACK_DIR).glob("*.html")}
+    assert len(records) >= 40 and len(said) == 2 * len(records)
+    found = {key: [b for b in banned if b in text] for key, text in said.items()}
+    assert not {k: v for k, v in found.items() if v}, {k: v for k, v in found.items() if v}
+    assert any(c["id"] in c["message"] for r in records for c in r["cases"] if not c["passed"])

@@ -492,7 +492,7 @@ def test_the_training_cell_on_an_unfilled_model_names_the_method_to_fill(tmp_pat
     """Issue 42, item 7: the training cell run before TinyCharLM is filled says which stub to fill (not a raw
     TypeError from the first forward pass); the reference passes the same check untouched."""
     blank = _template_lm()
-    with pytest.raises(NotImplementedError, match=r"TinyCharLM\.add_positions is not filled in yet") as info:
+    with pytest.raises(NotImplementedError, match=r"TinyCharLM\.add_positions still returns `\.\.\.`") as info:
         lm.train_or_load(blank, "quick", retrain=True, pt_path=tmp_path / "m.pt", json_path=tmp_path / "m.json")
     assert "fill the three marked places" in str(info.value) and info.value.__cause__ is None
 
@@ -500,7 +500,7 @@ def test_the_training_cell_on_an_unfilled_model_names_the_method_to_fill(tmp_pat
         def add_positions(self, H: torch.Tensor) -> torch.Tensor:
             return H
 
-    with pytest.raises(NotImplementedError, match=r"\.attend is not filled in yet"):
+    with pytest.raises(NotImplementedError, match=r"\.attend still returns `\.\.\.`"):
         lm.run_milestone(HalfFilled, "quick", progress=False)
     assert not (tmp_path / "m.pt").exists()
     lm.check_filled(TinyCharLM, "rope")  # the reference is filled
