@@ -5,8 +5,12 @@ of several implementations (the sinusoidal table by loops, broadcasting, exp-log
 rotate_half, complex numbers, interleaved pairs; ...) with habits of their own. Each planted copy takes another
 student's notebook and disguises it by renaming, reordering cells and functions, rewriting comments, inlining a
 helper, adding dead code or swapping `@` and matmul, alone or two together (every disguise and pair in turn).
-Checkpoint sketches: honest students' weights are independent; one student submits a copy of another's checkpoint,
-one a copy trained a little further (1% away). The template's code cells are left out, as the report does.
+Checkpoints: honest students' weights are independent (their sketches unrelated, their held-out losses per segment
+the text's own difficulty plus errors of their own, about 0.1 nats: tests/lesson83/test_checkpoint_copies.py
+measures 0.6 and more between real ones); one student submits a copy of another's checkpoint, one a copy trained a
+little further (1% away in weights, its losses 0.04 away: one Adam step), one a copy under other weights (units
+permuted, heads reordered: its sketch unrelated, its losses the original's up to float rounding). The template's
+code cells are left out, as the report does.
 
     python benchmarks/similarity.py                # 300 students, 42 of them planted copies
     python benchmarks/similarity.py --students 60 --copies 21 --smoke
@@ -18,6 +22,7 @@ than 90% of the copies are listed, an honest pair is listed or (without --smoke)
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import sys
@@ -34,10 +39,18 @@ GOAL_S = 10.0
 RECALL = 0.9
 
 
-def make_class(n: int, copies: int, seed: int) -> tuple[dict[str, list[str]], dict[str, str],
-                                                         dict[str, dict[str, list[float]]], set[tuple[str, str]]]:
-    """Students' cells, the planted code copies (copy -> student copied), checkpoint sketches and the planted
-    checkpoint copies (pairs)."""
+Vectors = dict[str, dict[str, list[float]]]
+
+
+def losses(rng: random.Random, n: int = 128) -> list[float]:
+    """One independently trained model's held-out losses per segment (stored to 1e-4, as the reader does)."""
+    return [round(1.8 + 0.4 * math.sin(k) + rng.gauss(0, 0.1), 4) for k in range(n)]
+
+
+def make_class(n: int, copies: int, seed: int) -> tuple[dict[str, list[str]], dict[str, str], Vectors, Vectors,
+                                                         set[tuple[str, str]]]:
+    """Students' cells, the planted code copies (copy -> student copied), checkpoint sketches and held-out losses,
+    and the planted checkpoint copies (pairs)."""
     rng = random.Random(seed)
     cells = {f"s{i:03d}": honest(seed * 100_000 + i) for i in range(n - copies)}
     ids = sorted(cells)
@@ -51,10 +64,13 @@ def make_class(n: int, copies: int, seed: int) -> tuple[dict[str, list[str]], di
         cells[sid] = disguise(cells[source], kinds, random.Random(seed * 1000 + i))
         planted[sid] = source
     sketches = {sid: {p: [rng.gauss(0, 1) for _ in range(256)] for p in ("p1", "p2")} for sid in sorted(cells)}
-    a, b, c, d = ids[3], ids[7], ids[11], ids[13]
-    sketches[b] = {p: list(v) for p, v in sketches[a].items()}  # a copied checkpoint
+    loss = {sid: {p: losses(rng) for p in ("p1", "p2")} for sid in sorted(cells)}
+    a, b, c, d, e, f = ids[3], ids[7], ids[11], ids[13], ids[17], ids[19]
+    sketches[b], loss[b] = ({p: list(v) for p, v in x[a].items()} for x in (sketches, loss))  # a copied checkpoint
     sketches[d] = {p: [x + rng.gauss(0, 0.01) for x in v] for p, v in sketches[c].items()}  # trained a little more
-    return cells, planted, sketches, {(a, b), (c, d)}
+    loss[d] = {p: [round(x + rng.gauss(0, 0.04), 4) for x in v] for p, v in loss[c].items()}
+    loss[f] = {p: [round(x + rng.gauss(0, 2e-6), 4) for x in v] for p, v in loss[e].items()}  # under other weights
+    return cells, planted, sketches, loss, {(a, b), (c, d), (e, f)}
 
 
 def cpu_seconds() -> float:
@@ -72,14 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=83)
     ap.add_argument("--smoke", action="store_true", help="a small class; the time is not judged")
     args = ap.parse_args(argv)
-    cells, planted, sketches, planted_weights = make_class(args.students, args.copies, args.seed)
+    cells, planted, sketches, loss, planted_weights = make_class(args.students, args.copies, args.seed)
 
     start, cpu = time.perf_counter(), cpu_seconds()
     codes = {sid: written_cells(list(enumerate(c)), TEMPLATE) for sid, c in cells.items()}
-    found = find_similar(codes, TEMPLATE, sketches)
+    found = find_similar(codes, TEMPLATE, sketches, losses=loss)
     seconds, cpu_s = time.perf_counter() - start, cpu_seconds() - cpu
     listed = {(p.first, p.second) for p in found.code}
     weights = {(p.first, p.second) for p in found.weights}
+    by_outputs = {(p.first, p.second) for p in found.weights if p.gaps and not p.distances}
     group = {sid: planted.get(sid, sid) for sid in cells}  # a copy and its source (and other copies of it)
     hits = {c for c, s in planted.items() if (min(c, s), max(c, s)) in listed}
     false = {(x, y) for x, y in listed if group[x] != group[y]}
@@ -92,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     scores = [p.score for p in found.code if (p.first, p.second) not in false]
     print(f"lowest score of a listed copy: {min(scores, default=0):.2f}")
     print(f"checkpoint pairs listed: {len(weights)}; copies found: {len(planted_weights & weights)}/"
-          f"{len(planted_weights)}; honest pairs listed: {len(weights - planted_weights)}")
+          f"{len(planted_weights)} ({len(planted_weights & by_outputs)} by what they compute alone); honest pairs "
+          f"listed: {len(weights - planted_weights)}")
     for copy in sorted(set(planted) - hits):
         print(f"MISSED copy: {copy} of {planted[copy]} ({'+'.join(DISGUISES[int(copy[1:]) % len(DISGUISES)])})")
     for pair in sorted(false):

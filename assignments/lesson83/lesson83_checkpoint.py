@@ -470,9 +470,11 @@ def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
             continue
         if request.get("method") == "heldout":  # the leaderboard's figures and the similarity sketch
             try:
-                out["schemes"][pos] = {"sketch": weight_sketch(state_dicts[pos])}
+                nll = heldout_nll(model, heldout)  # one pass: the outputs' fingerprint and the figures
+                out["schemes"][pos] = {"sketch": weight_sketch(state_dicts[pos]),
+                                       "heldout_losses": segment_losses(nll)}
                 if pos in request.get("figures", ()):  # the schemes whose claims agreed: the others get no figure
-                    out["schemes"][pos]["heldout"] = {str(c): v for c, v in heldout_ppl(model, heldout).items()}
+                    out["schemes"][pos]["heldout"] = {str(c): v for c, v in ppl_of(nll).items()}
             except Exception as err:  # noqa: BLE001 - out of memory while evaluating, no held-out text
                 out["schemes"][pos] = {"unfit": f"evaluating them failed ({type(err).__name__})"}
             continue
@@ -537,7 +539,9 @@ def verify(files: dict[str, bytes], *, rules: Any, memory_mb: int) -> checkpoint
 # The leaderboard's figure (docs/leaderboard.md): the perplexity the reader child computes itself, per scheme and
 # context, on text students never receive: chapters I-IV of another novel by the corpus's author (reference/, the
 # graders' data; staged for reader_start only). Only a scheme whose claims agree with the grader's recomputation
-# gets one. The sketch: a count sketch of the scheme's weights (fixed seed), for the similarity report.
+# gets one. For the similarity report: a count sketch of the scheme's weights (fixed seed), and its losses on the
+# held-out windows by 64-token runs (segment_losses: what the weights compute, found again under permuted units or
+# reordered heads), from the same pass.
 LEADERBOARD = {"metric": "held-out perplexity", "order": "asc", "axis": "context", "part": "scheme",
                "note": "each scheme's perplexity on text students never receive (chapters I-IV of another novel by "
                        "the corpus's author), computed by the grader's sandboxed checkpoint reader from the weights"}
@@ -545,8 +549,11 @@ HELDOUT_FILE = "heldout.txt"
 HELDOUT_SHA256 = "a395154f42e8d2f07290b9a493ad292e37de32f597ce2de2cc20127aa6859f64"
 HELDOUT_WINDOWS = 16  # evenly spaced windows of 513 tokens (of about 60 the text holds)
 SKETCH_SIZE = 256
+SEGMENT = 64  # segment_losses: the held-out windows' losses by runs of this many tokens (8 per window, 128 in all)
+SEGMENT_DECIMALS = 4  # ... stored to 1e-4 nats (float32 rounding moves them by about 1e-6)
 SKETCH_SEED = 8311
-_HELDOUT: dict[str, dict[str, dict[str, Any]]] = {}  # weights' digest -> scheme -> {"leaderboard", "sketch"}
+# weights' digest -> scheme -> {"heldout", "sketch", "heldout_losses"}
+_HELDOUT: dict[str, dict[str, dict[str, Any]]] = {}
 
 
 def heldout_tokens(path: Path | None = None) -> torch.Tensor:
@@ -559,24 +566,44 @@ def heldout_tokens(path: Path | None = None) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def heldout_ppl(model: torch.nn.Module, tokens: torch.Tensor | None, *,
-                contexts: Sequence[int] = CONTEXTS) -> dict[int, float]:
-    """Perplexity per context on HELDOUT_WINDOWS evenly spaced windows of the held-out tokens (one pass at the
-    longest context per window, the first c losses giving context c, as measure_ppl)."""
+def heldout_nll(model: torch.nn.Module, tokens: torch.Tensor | None, *, longest: int = max(CONTEXTS)) -> torch.Tensor:
+    """Each token's loss (float64, shape (HELDOUT_WINDOWS, longest)) on HELDOUT_WINDOWS evenly spaced windows of
+    the held-out tokens, one pass at the longest context per window."""
     if tokens is None:
         raise ValueError("no held-out text")
     model.eval()
-    longest = max(contexts)
     last = len(tokens) - longest - 1
     starts = torch.arange(HELDOUT_WINDOWS) * last // max(1, HELDOUT_WINDOWS - 1)
-    totals = torch.zeros(longest, dtype=torch.float64)
+    rows = []
     for batch in starts.split(VERIFY_BATCH):
         X, Y = windows(tokens, batch, longest)
         with CausalChunks():
             logits = model(X)
-        totals += F.cross_entropy(logits.float().transpose(1, 2), Y, reduction="none").sum(0, dtype=torch.float64)
-    prefix = totals.cumsum(0)
-    return {c: math.exp(prefix[c - 1].item() / (len(starts) * c)) for c in contexts}
+        rows.append(F.cross_entropy(logits.float().transpose(1, 2), Y, reduction="none").double())
+    return torch.cat(rows)
+
+
+def ppl_of(nll: torch.Tensor, *, contexts: Sequence[int] = CONTEXTS) -> dict[int, float]:
+    """Perplexity per context from heldout_nll's losses (the first c losses of each window giving context c, as
+    measure_ppl)."""
+    prefix = nll.sum(0).cumsum(0)
+    return {c: math.exp(prefix[c - 1].item() / (len(nll) * c)) for c in contexts}
+
+
+def heldout_ppl(model: torch.nn.Module, tokens: torch.Tensor | None, *,
+                contexts: Sequence[int] = CONTEXTS) -> dict[int, float]:
+    """Perplexity per context on HELDOUT_WINDOWS evenly spaced windows of the held-out tokens (heldout_nll)."""
+    return ppl_of(heldout_nll(model, tokens, longest=max(contexts)), contexts=contexts)
+
+
+def segment_losses(nll: torch.Tensor, *, size: int = SEGMENT) -> list[float]:
+    """What the weights compute, whatever their parametrisation: the mean loss of each run of `size` tokens of
+    heldout_nll's windows (window by window), rounded to SEGMENT_DECIMALS. Float32 rounding moves these means by
+    about 1e-6 (units permuted, heads reordered, a machine of other kernels), so the stored digits are those it
+    cannot move, but at a rounding boundary: the similarity report compares them with a tolerance of several
+    steps, never for equality."""
+    means = nll.reshape(nll.shape[0], -1, size).mean(-1).flatten()
+    return [round(v, SEGMENT_DECIMALS) for v in means.tolist()]
 
 
 def weight_sketch(state_dict: Mapping[str, torch.Tensor], *, size: int = SKETCH_SIZE) -> list[float]:
@@ -592,10 +619,11 @@ def weight_sketch(state_dict: Mapping[str, torch.Tensor], *, size: int = SKETCH_
 
 
 def heldout_figures(pt: bytes | None, found: dict[str, Any], *, memory_mb: int) -> dict[str, dict[str, Any]]:
-    """Per scheme of a checkpoint that loaded: its weights' sketch and, when its claims agree with the grader's
-    recomputation, its held-out perplexity per context ("leaderboard"; only those schemes are evaluated on the
-    held-out text); each computed once per weights, in a reader child; {} when nothing loaded or the child failed
-    (the verdict stands without them)."""
+    """Per scheme of a checkpoint that loaded: its weights' sketch, its held-out losses by segment
+    ("heldout_losses", segment_losses) and, when its claims agree with the grader's recomputation, its held-out
+    perplexity per context ("leaderboard"; the others get no figure); each computed once per weights, in a reader
+    child, from one pass over the held-out windows; {} when nothing loaded or the child failed (the verdict stands
+    without them)."""
     if not found.get("ok") or not isinstance(pt, bytes):
         return {}
     digest = hashlib.sha256(pt).hexdigest()
@@ -614,7 +642,7 @@ def heldout_figures(pt: bytes | None, found: dict[str, Any], *, memory_mb: int) 
     out = {}
     for pos in found["schemes"]:
         if pos in kept:
-            out[pos] = {"sketch": kept[pos]["sketch"]}
+            out[pos] = {k: kept[pos][k] for k in ("sketch", "heldout_losses") if k in kept[pos]}
             if pos in agree and "heldout" in kept[pos]:
                 out[pos]["leaderboard"] = kept[pos]["heldout"]
     return out

@@ -1,9 +1,10 @@
 """Similarity evidence for TAs (never a score): pairs of students one of whose code is found, for at least
 CODE_THRESHOLD of its fingerprints, in the other's (winnowed hashes of normalised tokens, fingerprints.py: names,
 comments, docstrings and string contents do not count; the template's code and the code most of the class shares are
-left out of every student alike), and pairs whose checkpoint weights are identical or nearly so (the sketches the
-lesson's checkpoint reader took; no weights are loaded here). A TA's decision on a pair is read from a small file
-kept beside the grades."""
+left out of every student alike), and pairs whose checkpoints are the same: weights identical or nearly so (the
+sketches the lesson's checkpoint reader took), or computing the same losses on held-out text whatever the weights'
+parametrisation (units permuted, heads reordered: the reader's per-segment losses); no weights are loaded here. A
+TA's decision on a pair is read from a small file kept beside the grades."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ COMMON_UNIT = 0.5  # a unit (function, method) whose fingerprints are at least t
 MARK_SHARE = 0.5  # a unit is marked on the page when at least this share of its fingerprints is in the other's
 CODE_CHARS = 20_000  # a cell is shown up to this many characters
 WEIGHTS_THRESHOLD = 0.05  # checkpoint parts whose sketches lie closer than this (relative) are "nearly identical"
+# Checkpoint parts whose held-out losses (per segment, stored to 1e-4) all lie within this of each other (nats) compute
+# the same function: float32 rounding moves them by about 1e-6 (units permuted, heads reordered), independently
+# trained models differ by 0.15 or more somewhere, untrained ones of two seeds by 0.002 (docs/similarity.md).
+LOSS_TOLERANCE = 1e-3
 
 
 @dataclass
@@ -56,15 +61,24 @@ class CodePair:
 
 @dataclass
 class WeightPair:
-    """Two students whose checkpoint parts are identical or nearly so: part -> relative distance of the sketches."""
+    """Two students whose checkpoint parts are the same: distances, part -> relative distance of the weights'
+    sketches (the parts within WEIGHTS_THRESHOLD); gaps, part -> the largest difference of their held-out losses
+    (the parts within LOSS_TOLERANCE: the same function, whatever the weights)."""
 
     first: str
     second: str
     distances: dict[str, float]
+    gaps: dict[str, float] = field(default_factory=dict)
 
     @property
     def score(self) -> float:
-        return min(self.distances.values())
+        """The closest part's weight distance (inf when only what they compute is the same)."""
+        return min(self.distances.values(), default=math.inf)
+
+    @property
+    def parts(self) -> list[str]:
+        """The parts found the same either way, the weights' first."""
+        return list(dict.fromkeys([*self.distances, *self.gaps]))
 
 
 @dataclass
@@ -194,17 +208,66 @@ def weight_pairs(sketches: dict[str, dict[str, list[float]]], *,
     return pairs
 
 
-def sketches_of(record: dict[str, Any], parts: dict[str, str]) -> dict[str, list[float]]:
-    """A stored result's weight sketches per checkpoint part (case id -> part in `parts`); {} when none."""
+def output_pairs(losses: dict[str, dict[str, list[float]]], *,
+                 tolerance: float = LOSS_TOLERANCE) -> dict[tuple[str, str], dict[str, float]]:
+    """The pairs of students (id -> part -> held-out losses per segment) with a part whose losses all lie within
+    `tolerance` of each other: (first, second) -> part -> the largest difference. Pairs are looked for among
+    neighbours in the order of the losses' means (two vectors within `tolerance` everywhere have means that close),
+    so a class costs a sort and the few close neighbours, not every pair."""
+    found: dict[tuple[str, str], dict[str, float]] = {}
+    for part in sorted({p for row in losses.values() for p in row}):
+        ids = sorted(sid for sid, row in losses.items() if len(row.get(part) or []) > 0)
+        size = max((len(losses[sid][part]) for sid in ids), default=0)
+        ids = [sid for sid in ids if len(losses[sid][part]) == size]
+        if len(ids) < 2:
+            continue
+        m = np.array([losses[sid][part] for sid in ids], dtype=np.float64)
+        means = m.mean(1)
+        order = np.argsort(means, kind="stable")
+        for a, i in enumerate(order):
+            for j in order[a + 1:]:
+                if means[j] - means[i] > tolerance:
+                    break
+                gap = float(np.abs(m[i] - m[j]).max())
+                if gap <= tolerance:
+                    x, y = sorted((ids[i], ids[j]))
+                    found.setdefault((x, y), {})[part] = round(gap, 5)
+    return found
+
+
+def checkpoint_pairs(sketches: dict[str, dict[str, list[float]]], losses: dict[str, dict[str, list[float]]], *,
+                     threshold: float = WEIGHTS_THRESHOLD, tolerance: float = LOSS_TOLERANCE) -> list[WeightPair]:
+    """The pairs of students whose checkpoints are the same by their weights (weight_pairs) or by what they compute
+    (output_pairs), each with both kinds of evidence; identical weights first, then the closest, then those found
+    by their outputs alone (most alike first)."""
+    pairs = {(p.first, p.second): p for p in weight_pairs(sketches, threshold=threshold)}
+    for key, gaps in output_pairs(losses, tolerance=tolerance).items():
+        pairs.setdefault(key, WeightPair(*key, {})).gaps = {p: gaps[p] for p in sorted(gaps)}
+    return sorted(pairs.values(), key=lambda p: (p.score, min(p.gaps.values(), default=math.inf), p.first,
+                                                 p.second))
+
+
+def _vectors_of(record: dict[str, Any], parts: dict[str, str], key: str) -> dict[str, list[float]]:
     out = {}
     for case in record.get("cases") or []:
         got = case.get("received") if isinstance(case, dict) else None
-        sketch = got.get("sketch") if isinstance(got, dict) else None
+        values = got.get(key) if isinstance(got, dict) else None
         part = parts.get(case.get("id")) if isinstance(case, dict) else None
-        if part and isinstance(sketch, list) and sketch and all(
-                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in sketch):
-            out[part] = [float(v) for v in sketch]
+        if part and isinstance(values, list) and values and all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            out[part] = [float(v) for v in values]
     return out
+
+
+def sketches_of(record: dict[str, Any], parts: dict[str, str]) -> dict[str, list[float]]:
+    """A stored result's weight sketches per checkpoint part (case id -> part in `parts`); {} when none."""
+    return _vectors_of(record, parts, "sketch")
+
+
+def losses_of(record: dict[str, Any], parts: dict[str, str]) -> dict[str, list[float]]:
+    """A stored result's held-out losses per segment per checkpoint part (the reader's `heldout_losses`); {} when
+    none (a result stored before they were taken)."""
+    return _vectors_of(record, parts, "heldout_losses")
 
 
 def pair_decisions(book: Gradebook) -> tuple[dict[tuple[str, str], dict[str, str]], str]:
@@ -229,8 +292,10 @@ def pair_decisions(book: Gradebook) -> tuple[dict[tuple[str, str], dict[str, str
 
 
 def find_similar(codes: Mapping[str, Sequence[str] | str], template: Sequence[str] | str,
-                 sketches: dict[str, dict[str, list[float]]], *, highlight: bool = True) -> Similarity:
-    """Both kinds of pairs for a class (codes: id -> the code cells written; sketches: id -> part -> sketch).
+                 sketches: dict[str, dict[str, list[float]]], *, highlight: bool = True,
+                 losses: dict[str, dict[str, list[float]]] | None = None) -> Similarity:
+    """Both kinds of pairs for a class (codes: id -> the code cells written; sketches: id -> part -> sketch;
+    losses: id -> part -> held-out losses per segment).
 
     The code is fingerprinted and compared in a child interpreter: a notebook that exhausts it (memory, the C
     stack) costs the code pairs, said on the page, never the report; the checkpoint pairs are found here. The
@@ -241,8 +306,11 @@ def find_similar(codes: Mapping[str, Sequence[str] | str], template: Sequence[st
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "autograder.report.similarity"], input=payload, env=env,
                           capture_output=True, text=True, check=False, errors="surrogateescape")
-    found = Similarity(weights=weight_pairs(sketches), students=len(set(codes) | set(sketches)),
-                       with_code=sum(any(c.strip() for c in v) for v in cells.values()), with_sketch=len(sketches))
+    losses = losses or {}
+    found = Similarity(weights=checkpoint_pairs(sketches, losses),
+                       students=len(set(codes) | set(sketches) | set(losses)),
+                       with_code=sum(any(c.strip() for c in v) for v in cells.values()),
+                       with_sketch=len(set(sketches) | set(losses)))
     try:  # a child that died (memory, the C stack) costs the code pairs, said on the page, never the report
         if done.returncode != 0:
             raise RuntimeError(f"exit status {done.returncode}: {done.stderr.strip()[-300:]}")

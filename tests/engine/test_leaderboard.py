@@ -5,6 +5,8 @@ sketches. Nothing here knows Lesson 83; the sandboxed run on its sample class is
 from __future__ import annotations
 
 import json
+import math
+import random
 import re
 import shutil
 from pathlib import Path
@@ -18,7 +20,14 @@ from autograder.grading.figures import gradescope_entries
 from autograder.grading.gradebook import OLD_SIMILARITY_DECISIONS_FILE, SIMILARITY_DECISIONS_FILE, Gradebook
 from autograder.report.leaderboard import RosterError, ranked, read_roster
 from autograder.report.model import Student
-from autograder.report.similarity import code_pairs, pair_decisions, weight_pairs
+from autograder.report.similarity import (
+    LOSS_TOLERANCE,
+    checkpoint_pairs,
+    code_pairs,
+    output_pairs,
+    pair_decisions,
+    weight_pairs,
+)
 from autograder.report.write import write_report
 from helpers.demo import FIXTURE, MILESTONE
 
@@ -35,8 +44,10 @@ def course(tmp_path: Path) -> Course:
 
 
 def record(course: Course, sid: str, figures: dict[str, dict[str, float]] | None,
-           sketch: list[float] | None = None, *, passed: bool = True) -> dict[str, Any]:
-    """A stored result whose checkpoint parts hold these verified figures (None: claims that did not verify)."""
+           sketch: list[float] | None = None, *, passed: bool = True,
+           losses: list[float] | None = None) -> dict[str, Any]:
+    """A stored result whose checkpoint parts hold these verified figures (None: claims that did not verify), weight
+    sketch and held-out losses per segment."""
     cases = []
     for c in course.suite.checkpoint_cases:
         received: dict[str, Any] = {"ppl": {"1": 2.0}}
@@ -44,6 +55,8 @@ def record(course: Course, sid: str, figures: dict[str, dict[str, float]] | None
             received["leaderboard"] = figures[c.part]
         if sketch is not None:
             received["sketch"] = sketch
+        if losses is not None:
+            received["heldout_losses"] = losses
         cases.append({"id": c.id, "question": c.question, "points": c.points if passed else 0.0,
                       "max_points": c.points, "passed": passed, "hidden": False, "message": "", "diagnosis": None,
                       "received": received, "expected": None})
@@ -136,6 +149,36 @@ def test_checkpoint_pairs_from_sketches() -> None:
     assert pairs[0].distances == {"p": 0.0} and 0 < pairs[1].distances["p"] < 0.05
 
 
+def _losses(seed: int, n: int = 128) -> list[float]:
+    """Held-out losses per segment of one independently trained model: the windows' own difficulty (the same text
+    for everyone) plus the model's own errors, about 0.1 nats."""
+    rng = random.Random(seed)
+    return [round(1.8 + 0.4 * math.sin(k) + rng.gauss(0, 0.1), 4) for k in range(n)]
+
+
+def test_checkpoint_pairs_by_what_they_compute() -> None:
+    """A part whose held-out losses agree within LOSS_TOLERANCE everywhere pairs two students whatever their weights;
+    models trained apart, or a copy moved by more than the tolerance in one segment, do not pair. The pairs found by
+    a sweep over the losses' means are every pair a full comparison finds."""
+    base = _losses(0)
+    copy = [round(v + random.Random(k).uniform(-2e-6, 2e-6), 4) for k, v in enumerate(base)]  # float rounding
+    moved = list(base)
+    moved[40] += 0.01
+    found = output_pairs({"ann": {"p": base, "q": _losses(9)}, "bob": {"p": copy, "q": _losses(10)},
+                          "cat": {"p": _losses(1)}, "dan": {"p": moved}, "eve": {"p": base[:64]}})
+    assert list(found) == [("ann", "bob")] and set(found[("ann", "bob")]) == {"p"}
+    assert found[("ann", "bob")]["p"] <= 2e-4
+    sketches = {"ann": {"p": [1.0, 0.0]}, "bob": {"p": [0.0, 1.0]}, "cat": {"p": [1.0, 0.0]}}
+    pairs = checkpoint_pairs(sketches, {"ann": {"p": base}, "bob": {"p": copy}})
+    assert [(p.first, p.second, p.distances, set(p.gaps)) for p in pairs] == [
+        ("ann", "cat", {"p": 0.0}, set()), ("ann", "bob", {}, {"p"})]  # identical weights first
+    rng = random.Random(3)
+    klass = {f"s{i:03d}": {"p": [round(v + rng.gauss(0, 2.5e-4), 4) for v in _losses(i % 40)]} for i in range(120)}
+    brute = {(x, y) for x in klass for y in klass if x < y and max(
+        abs(a - b) for a, b in zip(klass[x]["p"], klass[y]["p"], strict=True)) <= LOSS_TOLERANCE}
+    assert set(output_pairs(klass)) == brute and 20 < len(brute) < 100  # some within, some beyond
+
+
 def test_decisions_are_read_and_a_bad_file_says_so(tmp_path: Path) -> None:
     book, decided = Gradebook(tmp_path), ({("ann", "bob"): {"decision": "not a copy", "note": "pair work"}}, "")
     assert pair_decisions(book) == ({}, "")
@@ -178,3 +221,28 @@ def test_a_decision_is_shown_and_kept_across_runs(course: Course, tmp_path: Path
     assert {"pair": ["ann", "bob"], "kind": "no longer listed", "decision": "copy confirmed",
             "note": "same file, TA Kim"} in kept
     assert yaml.safe_load((grades / SIMILARITY_DECISIONS_FILE).read_text())["decisions"] == listed  # never written
+
+
+def test_a_checkpoint_that_computes_the_same_is_listed_on_the_page(course: Course, tmp_path: Path) -> None:
+    """bob's weights are ann's under another parametrisation: their sketches lie far apart, their held-out losses
+    agree to float rounding; cat trained her own. The page lists ann and bob, says their weights are apart and
+    shows the loss gap; the decisions file lists the pair as a checkpoint pair."""
+    grades = tmp_path / "grades"
+    (grades / "results").mkdir(parents=True)
+    rows = []
+    base = _losses(0)
+    for sid, sketch, losses in (("ann", [1.0] * 8, base), ("bob", [-1.0, 2.0] * 4, [v + 1e-4 for v in base]),
+                                ("cat", [3.0] * 8, _losses(1))):
+        (grades / "results" / f"{sid}.json").write_text(json.dumps(record(course, sid, None, sketch, losses=losses)))
+        rows.append({"id": sid, "result": f"{sid}.json", "status": "graded", "message": ""})
+    (grades / "summary.json").write_text(json.dumps({"rows": rows}))
+    report = tmp_path / "report"
+    write_report(grades, out=report, course=course)
+    page = (report / "similarity.html").read_text()
+    pairs = re.findall(r'<tr><td><a href="students/[^"]+">([^<]+)</a> and <a href="students/[^"]+">([^<]+)</a></td>'
+                       r'\s*<td>([^<]*)</td>\s*<td>([^<]*)</td>', page)
+    assert [(a, b) for a, b, _, _ in pairs] == [("ann", "bob")]
+    assert pairs[0][2] == "more than 5% apart" and "0.00010" in pairs[0][3]
+    listed = yaml.safe_load((report / SIMILARITY_DECISIONS_FILE).read_text())["decisions"]
+    assert [(d["pair"], d["kind"], "distance" in d, d.get("loss_gap")) for d in listed] == [
+        (["ann", "bob"], "checkpoint", False, pytest.approx(1e-4))]
