@@ -70,6 +70,7 @@ from autograder.grading.review_scope import ALL, Names, Scope, line_scope, quest
 from autograder.model import Reason
 from autograder.sandbox import NotebookError, read_notebook
 
+MAX_EVENTS = 100  # run-time tripwire records turned into flags one by one (a run may record many)
 _MAGIC = re.compile(r"^\s*[%!]")
 _CODE_MAGICS = frozenset({"time", "timeit", "capture", "prun"})  # their text is Python code, reviewed as such
 _PLAIN_MAGICS = frozenset({"matplotlib", "load_ext", "autoreload", "config", "pip", "env", "precision", "ls",
@@ -415,7 +416,9 @@ def review_cells(cells: Iterable[tuple[int, str]], *, graded: Mapping[str, Itera
             reader.flag(tree, "unreviewable", "the cell is nested too deeply to review")
         flags += reader.flags
     lines = {index: source.splitlines() for index, source in cells}
-    flags += [_tripwire_flag(e, lines=lines, trees=trees, scopes=scopes) for e in events]
+    flags += [_tripwire_flag(e, lines=lines, trees=trees, scopes=scopes) for e in list(events)[:MAX_EVENTS]]
+    if len(events) > MAX_EVENTS:  # the first ones name the lines; the rest are counted, held for every question
+        flags.append(Flag("tripwire", -1, 0, "", f"and {len(events) - MAX_EVENTS} more run-time tripwire records"))
     seen: dict[tuple[str, int, int, str], Flag] = {}  # one flag per kind and line: the first reason found
     for f in flags:
         seen.setdefault((f.kind, f.cell, f.line, f.code), f)

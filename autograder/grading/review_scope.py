@@ -117,7 +117,13 @@ class Names:
         elif isinstance(target, ast.Starred):
             self._targets(scope, target.value, None, loop)
 
-    def _collect(self, node: ast.AST, scope: int) -> None:
+    def _collect(self, tree: ast.AST, top: int) -> None:
+        todo = [(tree, top)]  # a stack, not recursion: a cell nested past the recursion limit is read all the same
+        while todo:
+            node, scope = todo.pop()
+            self._collect_children(node, scope, todo)
+
+    def _collect_children(self, node: ast.AST, scope: int, todo: list[tuple[ast.AST, int]]) -> None:
         for child in ast.iter_child_nodes(node):
             inner = scope
             if isinstance(child, _SCOPES):
@@ -157,7 +163,7 @@ class Names:
                 for n in child.targets:
                     if isinstance(n, ast.Name):
                         self._bind(scope, n.id, "other")
-            self._collect(child, inner)
+            todo.append((child, inner))
 
     def _watch(self, node: ast.AST) -> None:
         """Mark the names whose value may change where no binding shows: written into, mutated, handed on."""

@@ -15,7 +15,7 @@ import pytest
 from autograder.config import ROOT
 from autograder.course import Course
 from autograder.grading.gradebook import Gradebook, Record, RunFacts
-from autograder.grading.review import ALL, digest, hold_claims, review_cells, reviewed
+from autograder.grading.review import ALL, MAX_EVENTS, digest, hold_claims, review_cells, reviewed
 from autograder.grading.submissions import Submission, result_file_name
 from autograder.grading.tables import write_tables
 from autograder.model import CaseResult, Status, SubmissionResult
@@ -141,6 +141,17 @@ def test_tripwire_records_become_flags_on_their_lines_scoped_like_static_flags()
         ("tripwire", 9, 1, "", ALL), ("tripwire", -1, 0, "", ALL)]
     assert "sys._getframe" in got[0].why and "depth 1" in got[0].why and "PyFrame_LocalsToFast" in got[2].why
     assert flags(*cells) == []  # the same notebook without records: clean
+
+
+def test_a_run_with_many_records_names_the_first_and_counts_the_rest() -> None:
+    events = [{"event": "sys._getframe", "cell": 0, "line": 1, "detail": str(i)} for i in range(MAX_EVENTS + 7)]
+    got = flags("x = 1\n", events=events)
+    assert len(got) == 2 and got[0].code == "x = 1" and "7 more" in got[1].why and got[1].scope == ALL
+
+
+def test_a_cell_nested_past_the_recursion_limit_is_unreviewable_not_a_failure() -> None:
+    got = flags("import math\n", "x = a" + ".b" * 2000 + "\n", "def alpha():\n    return " + " + ".join(["y"] * 2000))
+    assert [(f.cell, f.kind, f.scope) for f in got] == [(1, "unreviewable", ALL), (2, "unreviewable", ALL)]
 
 
 def test_reviewed_takes_the_runs_records_and_holds_by_their_scope() -> None:

@@ -52,6 +52,15 @@ TOP_LEVEL = {
                       'os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"\ntorch.backends.cudnn.deterministic = True\n'
                       'plt.rcParams["figure.figsize"] = (8, 4)\ngc.collect()\n'),
     "sys_modules_membership": 'import sys\nprint("torch" in sys.modules)\n',
+    "everyday_settings": ('import random\nimport warnings\nimport types\nimport traceback\n'
+                          'random.seed(0)\nnp.random.seed(0)\ntorch.manual_seed(0)\nwarnings.filterwarnings("ignore")\n'
+                          'np.set_printoptions(precision=3)\ntorch.set_printoptions(precision=3)\n'
+                          'print(torch.__version__, np.__version__)\n'
+                          'if hasattr(torch, "compile") and getattr(torch.backends, "mps", None) is not None:\n'
+                          '    print(torch.backends.mps.is_available())\n'
+                          'ns = types.SimpleNamespace(d_model=16)\nprint(vars(ns), ns.__dict__)\n'
+                          'try:\n    import google.colab\nexcept ImportError:\n    traceback.print_exc()\n'
+                          'if __name__ == "__main__":\n    torch.cuda.empty_cache()\n'),
 }
 # Lines changed inside graded classes: (class, the reference's line, the honest student's).
 IN_CLASS = {
@@ -81,6 +90,10 @@ REACH = {
     "getattr_computed": ("dynamic", "name = '_' + 'C'\nC = getattr(torch, name)\n"),
     "getattr_under_another_name": ("dynamic", "fetch = getattr\nC = fetch(torch, 'zeros')\n"),
     "cfg_assigned_into": ("dynamic", 'cfg = {"act": "GELU"}\ncfg["act"] = input()\nact = getattr(nn, cfg["act"])\n'),
+    "reduce_getattr": ("dynamic", "import functools\nM = functools.reduce(getattr, ['nn', 'Module'], torch)\n"),
+    "shell_under_another_name": ("dynamic", "shell = get_ipython\nshell().ex('1')\n"),
+    "os_system": ("interpreter", "import os\nos.system('true')\n"),
+    "probe_registry_written": ("rebinding", "import checks_runtime\nchecks_runtime.PROBES.update({})\n"),
     "harness": ("harness", "from autograder.sandbox.frames import CANARY\n"),
     "torch_mode": ("torch internals", "from torch.overrides import TorchFunctionMode\n"),
 }
