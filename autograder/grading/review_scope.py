@@ -148,7 +148,7 @@ class Names:
                 self._bind(scope, child.target.id, "other")
             elif isinstance(child, (ast.Import, ast.ImportFrom)):
                 for alias in child.names:
-                    self._bind(scope, (alias.asname or alias.name).split(".")[0], "other")
+                    self._bind(scope, (alias.asname or alias.name).split(".")[0], "import")
             elif isinstance(child, ast.ExceptHandler) and child.name:
                 self._bind(scope, child.name, "other")
             elif isinstance(child, ast.withitem) and child.optional_vars is not None:
@@ -193,12 +193,25 @@ class Names:
         if isinstance(parent, ast.Call) and parent.func is node:
             return True
         if isinstance(parent, ast.Call) and any(a is node for a in parent.args):
-            return isinstance(parent.func, ast.Name) and parent.func.id in _PURE_BUILTINS
+            return self._library_call(parent.func)
         if isinstance(parent, (ast.keyword, ast.Starred)):
             return isinstance(parent, ast.keyword) and parent.arg is None or \
                 isinstance(self.parents.get(id(parent)), ast.Call)
         return isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension, ast.Compare, ast.FormattedValue,
                                    ast.If, ast.IfExp, ast.BoolOp, ast.UnaryOp, ast.BinOp, ast.Expr, ast.Assert))
+
+    def _library_call(self, fn: ast.AST) -> bool:
+        """A call that does not change what it is given: a plain builtin (print, len, sorted, ...) or a function of
+        an imported module (json.dumps, pprint.pprint, display), none of them redefined by the notebook."""
+        root = fn
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name) or root.id in self.unsafe:
+            return False
+        kinds = {kind for kind, _, _ in self.bindings[0].get(root.id, [])}
+        if isinstance(fn, ast.Name) and fn.id in _PURE_BUILTINS and not kinds:
+            return True
+        return kinds == {"import"}
 
     # ------------------------------------------------------------------ resolving
     def _lookup(self, name: str, chain: list[ast.AST]) -> tuple[list[tuple[str, ast.AST | None, ast.AST | None]],

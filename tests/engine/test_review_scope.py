@@ -44,6 +44,8 @@ RESOLVES = {
     "enumerate": 'import torch\nfor i, n in enumerate(("zeros", "ones")):\n    getattr(torch, n)(i)\n',
     "dict_literal_subscript": 'import torch\ncfg = {"fn": "zeros", "n": 3}\nprint(cfg, len(cfg))\n'
                               'def f(**kw):\n    return kw\nf(**cfg)\nx = getattr(torch, cfg["fn"])(cfg["n"])\n',
+    "dict_shown_by_libraries": 'import json\nimport torch\nfrom pprint import pprint\ncfg = {"fn": "zeros"}\n'
+                               'pprint(cfg)\nprint(json.dumps(cfg), sorted(cfg))\ngetattr(torch, cfg["fn"])\n',
     "setattr_self_fstring": 'class M:\n    def __init__(self):\n        for i in range(2):\n'
                             '            setattr(self, f"block{i}", i)\n',
     "frozen_dataclass": 'class C:\n    def __post_init__(self):\n        object.__setattr__(self, "a", 1)\n',
@@ -55,6 +57,10 @@ UNRESOLVED = {
     "dict_updated": 'import torch\ncfg = {"fn": "zeros"}\ncfg.update(fn="_C")\ngetattr(torch, cfg["fn"])\n',
     "dict_handed_on": 'import torch\ncfg = {"fn": "zeros"}\nalias = cfg\nalias["fn"] = "_C"\n'
                       'getattr(torch, cfg["fn"])\n',
+    "dict_handed_to_own_function": 'import torch\ndef f(c):\n    c["fn"] = "_C"\ncfg = {"fn": "zeros"}\nf(cfg)\n'
+                                   'getattr(torch, cfg["fn"])\n',
+    "dict_to_a_builtin_redefined": 'import torch\ndef print(c):\n    c["fn"] = "_C"\ncfg = {"fn": "zeros"}\n'
+                                   'print(cfg)\ngetattr(torch, cfg["fn"])\n',
     "dict_bound_twice": 'import torch\ncfg = {"fn": "zeros"}\ncfg = {"fn": "_C"}\ngetattr(torch, cfg["fn"])\n',
     "list_appended": 'import torch\nNAMES = ["zeros"]\nNAMES.append("_C")\nfor n in NAMES:\n'
                      '    getattr(torch, n)\n',
