@@ -125,7 +125,8 @@ class Storer:
         try:
             t0 = time.thread_time()
             result = judge()
-            review = reviewed(self.suite, sub.source, result, cleared=self.decisions.get(sub.id))
+            review = reviewed(self.suite, sub.source, result, cleared=self.decisions.get(sub.id),
+                              events=run.tripwire if run is not None else [])
             t1 = time.thread_time()
             read = bool(reader_isolation()) and reads_checkpoint(self.suite.checkpoint_files, sub.files)
             record = Record(key, os.path.abspath(sub.path), result, result.gradescope(revisit=self.revisit), run,

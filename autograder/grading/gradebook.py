@@ -83,11 +83,13 @@ class RunFacts:
     sandbox: str
     memory_guard: str
     isolation: str
+    tripwire: list[dict[str, Any]] = field(default_factory=list)  # the run-time tripwire's records (the review's)
 
     @classmethod
     def of(cls, res: Any) -> RunFacts:
         """The facts of a sandbox's ExecResult."""
-        return cls(res.stdout, round(res.wall_s, 3), res.sandbox, res.memory_guard, res.isolation)
+        return cls(res.stdout, round(res.wall_s, 3), res.sandbox, res.memory_guard, res.isolation,
+                   list(getattr(res, "tripwire", None) or []))
 
 
 @dataclass

@@ -158,7 +158,7 @@ def _record(graded: Path, name: str) -> dict:
 
 
 COMPARED = {"1a_gc_mark": ("base_q3", "q3_sinusoidal_module"), "1b_frame_locals": ("base_q3", "q3_sinusoidal_module"),
-            "1c_frame_locals_devices": ("base_m1", "m1_tinycharlm"), "2_cuda_dodge": ("base_q6", "q6_rope_attention"),
+            "1c_frame_locals_devices": ("base_m1", "m1_tinycharlm"),
             "1a_structure_pe": ("base_m1_pe", "m1_tinycharlm"), "1a_structure_head": ("base_m1_head", "m1_tinycharlm")}
 
 
@@ -172,15 +172,22 @@ def test_an_attack_gains_nothing_over_its_honest_baseline_and_is_flagged(graded:
     assert honest["review"]["flags"] == []
 
 
+def test_a_device_query_is_no_static_flag(graded: Path) -> None:
+    """Issue 40 item 1: `torch.cuda.is_available()` in a graded function is no flag (device cases are decided at
+    run time: issue 41 item 3), so the dodge's device cases are not held by the review."""
+    assert _record(graded, "2_cuda_dodge")["review"]["flags"] == []
+
+
 def test_a_tas_decision_clears_the_flags_on_the_next_run(course: Course, graded: Path, suite: Suite) -> None:
-    record = _record(graded, "2_cuda_dodge")
-    (graded / "out" / DECISIONS_FILE).write_text(f"2_cuda_dodge: {record['review']['digest']}\n")
+    name = "1c_frame_locals_devices"
+    record = _record(graded, name)
+    (graded / "out" / DECISIONS_FILE).write_text(f"{name}: {record['review']['digest']}\n")
     grade_batch(graded / "subs", out=graded / "out", progress=False,
                 course=course)  # only the decided one is judged again
-    cleared = _record(graded, "2_cuda_dodge")
+    cleared = _record(graded, name)
     assert cleared["review"]["cleared"] and cleared["total"] >= record["total"]
     grade_batch(graded / "subs", out=graded / "out", progress=False, course=course)  # and the decision stays
-    assert _record(graded, "2_cuda_dodge")["review"]["cleared"]
+    assert _record(graded, name)["review"]["cleared"]
 
 
 CONSEQUENCE_CASES = ("pe_is_buffer", "follows_to", "hidden_pe_is_buffer", "hidden_follows_to")
