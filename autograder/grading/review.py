@@ -23,7 +23,8 @@ What it flags (each with its cell, line, source line and scope):
   `torch.library`, global module hooks), `as_strided`, a private attribute of a library (`torch._C`);
 - `harness`: the grader's package (`autograder`) and the harness's names (`run_probe`, `PROBES`, `TamperGuard`);
 - `dynamic`: exec, eval, compile, `__import__`, breakpoint; getattr, setattr, delattr (and attrgetter,
-  `object.__getattribute__`, ...) with a name that does not resolve (review_scope.Names); those builtins used as
+  `object.__getattribute__`, ...) with a name that does not resolve (review_scope.Names; on `self`, any name is
+  one's own); those builtins used as
   values; `vars()` of a module; `importlib` beyond `reload`/`import_module` of a literal; `get_ipython()` kept;
 - `import`: importing a module that is reach by itself (`ctypes`, `autograder`, `subprocess`, `torch.overrides`),
   a private module, a reaching name (`from gc import get_objects`), or `*` (but from math);
@@ -266,6 +267,9 @@ class _Reader(ast.NodeVisitor):
     def _named(self, node: ast.Call, fn: str, owner: ast.AST | None, key: ast.AST | None, write: bool) -> None:
         """getattr-like calls: the name must resolve; each name it can be is judged as `owner.name` is."""
         got = self.names.strings(key, self.chain, owner=owner, reach=REACH_NAMES) if key is not None else None
+        if got is None and fn in ("getattr", "setattr", "hasattr", "delattr") and isinstance(owner, ast.Name) \
+                and owner.id == "self":
+            return  # one's own attributes (`setattr(self, k, v)` over kwargs): what they lead to is judged where used
         if got is None:
             self.flag(node, "dynamic", f"{fn} with a name that does not resolve")
             return

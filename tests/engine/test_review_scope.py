@@ -48,6 +48,12 @@ RESOLVES = {
                                'pprint(cfg)\nprint(json.dumps(cfg), sorted(cfg))\ngetattr(torch, cfg["fn"])\n',
     "setattr_self_fstring": 'class M:\n    def __init__(self):\n        for i in range(2):\n'
                             '            setattr(self, f"block{i}", i)\n',
+    # one's own attributes under a computed name: what they lead to is judged where it is used
+    "fstring_on_self": 'class M:\n    def f(self, x):\n        return getattr(self, f"f_{x}")\n',
+    "setattr_self_over_kwargs": 'class M:\n    def __init__(self, **kw):\n        for k, v in kw.items():\n'
+                                '            setattr(self, k, v)\n',
+    "getattr_self_over_names": 'class M:\n    def show(self, names):\n'
+                               '        return {n: getattr(self, n) for n in names if hasattr(self, n)}\n',
     "frozen_dataclass": 'class C:\n    def __post_init__(self):\n        object.__setattr__(self, "a", 1)\n',
 }
 UNRESOLVED = {
@@ -68,7 +74,6 @@ UNRESOLVED = {
                         'getattr(torch, act)\n',
     "globals_written": 'import torch\nact = "zeros"\nglobals()["act"] = "_C"\ngetattr(torch, act)\n',
     "fstring_not_on_self": 'import torch\ni = 1\ngetattr(torch, f"zeros{i}")\n',
-    "fstring_prefix_of_a_reach_name": 'class M:\n    def f(self, x):\n        return getattr(self, f"f_{x}")\n',
     "setattr_computed_on_object": 'class M:\n    def f(self, o, x):\n        setattr(o, x, 1)\n',
     "getattribute_computed": 'def f(o, x):\n    return object.__getattribute__(o, x)\n',
 }
