@@ -70,6 +70,31 @@ def test_another_seed_draws_other_hidden_arguments_and_another_fingerprint(tmp_p
     assert second.fingerprint != first.fingerprint
 
 
+def test_release_new_seed_draws_before_the_build_reads_the_suite(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`release --new-seed` (a new term) draws the seed before the build reads the cases: what it ships holds the
+    new draws; a plain `release` keeps the seed."""
+    from autograder import cli
+    from autograder.release import Release
+
+    course = _course(tmp_path / "a")
+    old = course_seed(course.path)
+    built: list[dict] = []
+
+    def fake_release(*, course: Course, say: object) -> Release:
+        built.append({c.id: c.args for c in course.suite.cases})
+        return Release(*(tmp_path / n for n in ("s", "g.zip", "o.zip", "o", "n")))
+
+    monkeypatch.setattr(cli, "release", fake_release)
+    assert cli.main(["--config", str(course.path), "release"]) == 0
+    assert read_seed(seed_file(course.path)) == old
+    assert cli.main(["--config", str(course.path), "release", "--new-seed"]) == 0
+    new = read_seed(seed_file(course.path))
+    assert new != old
+    assert built[0][Q4_HIDDEN]["fill"] == drawn(old, Q4_HIDDEN, "fill")
+    assert built[1][Q4_HIDDEN]["fill"] == drawn(new, Q4_HIDDEN, "fill")
+
+
 def test_two_processes_drawing_at_once_keep_one_seed(tmp_path: Path) -> None:
     path = tmp_path / "grading_config.hidden_seed"
     assert write_seed(path, 11) == 11
