@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from autograder.authoring.hidden_seed import course_seed, seed_file
 from autograder.authoring.questions import ContentError
 from autograder.config import DEFAULT_CONFIG, ROOT, ConfigError, command, runnable_command
 from autograder.course import Course
@@ -44,6 +45,8 @@ def cmd_release(args: argparse.Namespace, course: Course) -> int:
             return 1
         print("student_templates/ is up to date with assignments/ and reference/.")
         return 0
+    if args.new_seed:  # before the suite is read: every case that draws from it draws again
+        course_seed(course.path, fresh=True)
     rel = release(course=course, say=print)  # says what it will replace before it replaces anything
 
     def shown(path: Path) -> Path:
@@ -55,6 +58,9 @@ def cmd_release(args: argparse.Namespace, course: Course) -> int:
     print(f"Otter autograder zip: {shown(rel.otter_zip)}  (the same tests run by `otter run`)")
     print(f"Otter output:         {shown(rel.otter_dir)}")
     print(f"nbgrader course:      {shown(rel.nbgrader_dir)}  (release/ is what students get)")
+    if seed_file(course.path).is_file():
+        print(f"hidden seed:          {shown(seed_file(course.path))}  (grader-only: the hidden cases draw from it; "
+              "keep it with the course, never ship it)")
     return 0
 
 
@@ -263,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="VERB", parser_class=_VerbParser)
     p = sub.add_parser("release", help="build the student release, the Otter zip and the nbgrader release")
     p.add_argument("--check", action="store_true", help="only report whether student_templates/ is stale")
+    p.add_argument("--new-seed", action="store_true",
+                   help="draw a new hidden seed first (a new term): every hidden case that draws from it changes, "
+                        "and grades stored under the old one are graded again")
     p.set_defaults(func=cmd_release)
     p = sub.add_parser("selfcheck", help="grade the reference and the blank template, print a table")
     p.set_defaults(func=cmd_selfcheck)

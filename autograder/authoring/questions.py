@@ -7,13 +7,16 @@ import json
 import math
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 
+from autograder.authoring.hidden_seed import drawn
 from autograder.authoring.templating import TemplateError, fmt, render, table
 from autograder.config import GradingConfig
 from autograder.lesson import Lesson, LessonError, front_matter
@@ -40,6 +43,9 @@ class CaseSpec(_Strict):
     weight: float = Field(1, ge=0)
     probe: str
     args: dict[str, Any] = {}
+    # Integer arguments of a hidden case drawn per release from the course's hidden seed (hidden_seed.py): the
+    # values written in `args` stand only where no seed is given. The reader consumes it: no Case carries it.
+    drawn: list[str] = []
     check: str
     what: str | None = None
     first: str | None = None
@@ -309,7 +315,8 @@ def _read(path: Path, lesson: Lesson) -> tuple[FrontMatter, str, int]:
         raise ContentError(f"{path}: question {qid}: invalid front matter:\n" + "\n".join(lines)) from None
 
 
-def _cases(fm: FrontMatter, config: GradingConfig, lesson: Lesson, path: Path) -> list[Case]:
+def _cases(fm: FrontMatter, config: GradingConfig, lesson: Lesson, path: Path,
+           seed: Callable[[], int] | None = None) -> list[Case]:
     specs = list(fm.cases)
     if fm.choices:
         names = [c.var for c in fm.choices]
@@ -336,6 +343,8 @@ def _cases(fm: FrontMatter, config: GradingConfig, lesson: Lesson, path: Path) -
     out = []
     for spec, pts in zip(specs, points):
         case = spec.model_dump()
+        case["args"] = _drawn_args(case["args"], spec, f"{fm.id}/{spec.name}", path, seed)
+        del case["drawn"]
         if spec.diagnosis:
             if spec.diagnosis not in known:
                 raise ContentError(f"{path}: question {fm.id}: case {spec.name}: unknown diagnosis "
@@ -351,6 +360,26 @@ def _cases(fm: FrontMatter, config: GradingConfig, lesson: Lesson, path: Path) -
                     rtol=spec.rtol or config.tolerances.rtol)
         out.append(Case(**case))
     return out
+
+
+def _drawn_args(args: dict[str, Any], spec: CaseSpec, case_id: str, path: Path,
+                seed: Callable[[], int] | None) -> dict[str, Any]:
+    """The case's arguments with each one it draws (`drawn:`) replaced by its value under the course's hidden seed
+    (`seed()`, asked only when a case draws); without a seed, as written. ContentError for a public case that draws
+    (its arguments ship to students) or an argument that is not an integer of `args`."""
+    if not spec.drawn:
+        return args
+    if not spec.hidden:
+        raise ContentError(f"{path}: case {case_id}: `drawn:` is for hidden cases only (a public case's arguments "
+                           "ship to students)")
+    wrong = [n for n in spec.drawn if type(args.get(n)) is not int]
+    if wrong or len(set(spec.drawn)) != len(spec.drawn):
+        raise ContentError(f"{path}: case {case_id}: `drawn:` names integer arguments of `args`, each once; "
+                           f"{', '.join(map(repr, wrong)) or 'a name repeated'} is not one")
+    if seed is None:
+        return args
+    value = seed()
+    return {k: drawn(value, case_id, k) if k in spec.drawn else v for k, v in args.items()}
 
 
 def reads_diagnosis(fn: Any) -> bool:
@@ -438,11 +467,13 @@ ORDER = {"prose": 0, "milestone": 2}  # prose first, then the questions, then th
 
 
 def load_questions(config: GradingConfig, lesson: Lesson, directory: Path | None = None,
-                   reference_file: Path | None = None) -> list[Question]:
+                   reference_file: Path | None = None, *, seed: Callable[[], int] | None = None) -> list[Question]:
     """Every question file of `lesson` (or of a copy of its sources, `directory`) in order, validated against the
-    config and the reference (by default the lesson's)."""
+    config and the reference (by default the lesson's). `seed`: the course's hidden seed, asked for once when a
+    hidden case draws arguments from it (`drawn:`); without it they keep the values written in the file."""
     directory = directory or lesson.assignment_dir
     reference_file = reference_file or lesson.reference_file
+    seed = cache(seed) if seed is not None else None  # one read (or draw) of the seed file per load
     read = [(path, *_read(path, lesson)) for path in sorted(directory.glob("*.md"))]
     if not read:
         raise ContentError(f"{directory}: no question files (*.md)")
@@ -467,7 +498,7 @@ def load_questions(config: GradingConfig, lesson: Lesson, directory: Path | None
                      points=qcfg.points if qcfg else 0.0, manual=manual, kind=fm.kind, lesson=lesson,
                      checkpoint=fm.checkpoint)
         if graded and not manual:
-            q.cases = _cases(fm, config, lesson, path)
+            q.cases = _cases(fm, config, lesson, path, seed)
         q.cells = split_cells(render_text(body, path, fm.id, config, lesson, first_line=body_line), path, fm.id)
         if graded:
             _heading_points(q, config)

@@ -14,6 +14,7 @@ from typing import Any
 
 from autograder import COMMAND, env_name
 from autograder.authoring.content import expected_values
+from autograder.authoring.hidden_seed import course_seed
 from autograder.authoring.questions import Question, checkpoint_of, load_questions, mc_answers
 from autograder.config import ConfigError, GradingConfig, load_config
 from autograder.lesson import Lesson
@@ -189,7 +190,8 @@ def suite_fingerprint(config_path: Path, lesson: Lesson, *, assignments: Path | 
     not when only a question's prose does (by default the lesson's own sources; `assignments` and `reference_file`
     stand in for a copy of them). questions: the questions read from those files (read here when not given)."""
     if questions is None:
-        questions = load_questions(load_config(config_path), lesson, assignments, reference_file)
+        questions = load_questions(load_config(config_path), lesson, assignments, reference_file,
+                                   seed=lambda: course_seed(config_path))
     lesson_files = [f for f in lesson.source_files if f.suffix != ".md"]  # the questions: through graded_part
     if reference_file is not None:
         lesson_files = [reference_file if f == lesson.reference_file else f for f in lesson_files]
@@ -206,7 +208,7 @@ def read_suite(config_path: Path, config: GradingConfig, lesson: Lesson, *, assi
     """The suite of a config (read from `config_path`), its lesson and the lesson's sources (or a copy of them),
     read afresh (Course.suite keeps one per course)."""
     rules = milestone_rules(config_path, config, lesson)  # first: a bad section is the config's error, named so
-    questions = load_questions(config, lesson, assignments, reference_file)
+    questions = load_questions(config, lesson, assignments, reference_file, seed=lambda: course_seed(config_path))
     fingerprint = suite_fingerprint(config_path, lesson, assignments=assignments, reference_file=reference_file,
                                     questions=questions)
     cases = tuple(c for q in questions for c in q.cases)

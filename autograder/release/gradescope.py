@@ -6,6 +6,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from autograder.authoring.hidden_seed import seed_file
 from autograder.config import ROOT
 from autograder.course import Course
 from autograder.release.common import TORCH_INDEX_URL, TORCH_VERSION
@@ -104,7 +105,8 @@ echo "{name}: installed in $venv ($("$venv/bin/python" --version)):"
 def gradescope_bundle(dest: Path, *, course: Course) -> Path:
     """A Gradescope autograder zip that grades with this package's own engine (not `otter run`): the engine
     from this package's folder, the course's lesson's sources and its config (as grading_config.yaml) from its
-    course folder, all under NAME/."""
+    course folder, with the course's hidden seed beside it when the course has one (the hidden cases' drawn
+    arguments: autograder/authoring/hidden_seed.py), all under NAME/."""
     lesson = course.lesson
     name = lesson.name
     uploads = set(course.suite.checkpoint_files)  # the reference run's own files: the sample class's
@@ -128,6 +130,9 @@ def gradescope_bundle(dest: Path, *, course: Course) -> Path:
         add(zf, GRADESCOPE_REQUIREMENTS.encode(), "requirements.txt")
         for file in BUNDLE_FILES:
             add(zf, course.path if file == "grading_config.yaml" else ROOT / file, f"{name}/{file}")
+        seed = seed_file(course.path)
+        if seed.is_file():  # the course's hidden seed, beside its config as the grader looks for it (grader-only)
+            add(zf, seed, f"{name}/{seed_file(Path('grading_config.yaml')).name}", 0o600)
         for folder in BUNDLE_DIRS:
             root = ROOT if folder == "autograder" else lesson.root
             for path in sorted((root / folder).rglob("*")):

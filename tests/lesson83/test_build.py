@@ -15,6 +15,7 @@ from typing import Any
 import nbformat
 import pytest
 
+from autograder.authoring.hidden_seed import read_seed, seed_file
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
 from autograder.course import Course, course_of
@@ -64,9 +65,11 @@ def test_no_solution_hidden_test_or_reference_reaches_students(fresh_build: dict
     banned = re.compile(r"BEGIN SOLUTION|END SOLUTION|BEGIN HIDDEN|from reference|import reference")
     files = _student_files(fresh_build)
     assert any(f.name == "lesson83.ipynb" for f in files)
+    seed = str(read_seed(seed_file(course_of().path)))  # the hidden seed the hidden cases draw from (issue 41.5)
     for f in files:
         text = f.read_text(errors="replace")
         assert not banned.search(text), f"{f}: solution marker or reference import"
+        assert seed not in text, f"{f}: the course's hidden seed"
         for line in solution:
             assert line not in text, f"{f}: contains solution line {line!r}"
         for case in hidden:

@@ -17,6 +17,7 @@ from typing import Any
 import nbformat
 import pytest
 
+from autograder.authoring.hidden_seed import read_seed, seed_file
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
 from autograder.course import course_of
@@ -183,6 +184,7 @@ def test_nothing_a_student_kernel_can_read_holds_a_hidden_value(graded: dict[str
                          if f not in public and f not in seen} for c in suite.cases if c.hidden}
     valued = [cid for cid in secrets if "value" in suite.expected[cid]]
     assert all(secrets[cid] for cid in valued), [cid for cid in valued if not secrets[cid]]
+    secrets["the hidden seed"] = {str(read_seed(seed_file(course_of().path)))}  # the draws' seed (issue 41.5)
     for path in files:
         text = path.read_bytes().decode("utf-8", "replace")
         leaks = {cid: sorted(f for f in forms if f in text) for cid, forms in secrets.items()}
