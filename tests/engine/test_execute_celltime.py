@@ -51,7 +51,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ExecRes
                            "import time\ntime.sleep(600)", ADD, VALUE),
     }
     try:
-        with WorkerPool(2, limits=LIMITS, probe_module="fake_checks_celltime") as pool:
+        with WorkerPool(2, limits=LIMITS, probe_module="fake_checks_celltime", tripwire=False) as pool:
             yield dict(pool.run_many(cases.items(), probes=PROBES))
     finally:
         sys.path.remove(str(folder))
