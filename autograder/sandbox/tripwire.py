@@ -211,11 +211,15 @@ def _judge(roots: tuple[str, ...], names: dict[str, int], state: list[int]) -> t
     return verdict, place
 
 
-def install(*, report: Callable[[dict[str, Any]], None], roots: tuple[str, ...]) -> Callable[[int], None]:
+def install(*, report: Callable[[dict[str, Any]], None], roots: tuple[str, ...],
+            quiet: Iterable[Any] = ()) -> Callable[[int], None]:
     """Install the tripwire (once per process, in the child, after it is confined and before any cell runs). An event
     raised from student code is refused (RuntimeError in that code; a second audit hook is silently not added) and
     reported as {"event", "cell", "line", "detail"} through `report` (at most MAX_TRIPS per run). Returns
     `enter(cell)`: the child says which cell runs now (-1 once the probes run), for events with no cell frame.
+    quiet: the harness's functions whose code the guard reads after every step (each sweep reads hundreds): a read of
+    their code is not judged, by anyone (it shows nothing their files do not; running the code, or writing it into a
+    function, is an event of its own, judged).
 
     Its state lives in this closure, never in a module global: student code reaches it only through a frame or gc,
     which the hook refuses."""
@@ -224,12 +228,13 @@ def install(*, report: Callable[[dict[str, Any]], None], roots: tuple[str, ...])
     verdict, place = _judge(roots, names, state)
     events, attrs, getframe, ident = dict(_EVENTS).get, _ATTRS, sys._getframe, get_ident
     limit, error, refused, value_error, failure = MAX_TRIPS, RuntimeError, REFUSED, ValueError, Exception
+    unjudged = frozenset(quiet)  # functions hash by identity: no student code runs for the lookup
     busy: set[int] = set()  # the threads inside the hook: the events it raises itself are not judged
     sent = [0]
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         kind = events(event)
-        if kind is None or (kind == "attr" and args[1] not in attrs):
+        if kind is None or (kind == "attr" and (args[1] not in attrs or args[0] in unjudged)):
             return
         me = ident()
         if me in busy:
