@@ -130,8 +130,8 @@ def child_main(fds: list[int], limits: Limits, shell: Any, guard: TamperGuard, r
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(limits.threads)
         # the tripwire, last: the job is confined, and no code of the student's has run (docs/guarantees.md)
-        enter = install(report=report, roots=trusted_roots(exclude=(scratch, os.getcwd())),
-                        quiet=(*guard.functions, *(f for f, _, _ in guard.encoder_parts))) if tripwire else _untripped
+        enter = install(report=report, roots=trusted_roots(exclude=(scratch, os.getcwd()))) if tripwire \
+            else _untripped
         setup_cpu = clock()  # fork (page faults of the copy), limits, until the cells can be received
         job = recv()
         if job is None or job.get("t") != "cells":

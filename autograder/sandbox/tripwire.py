@@ -31,9 +31,10 @@ _EVENTS = {
     "sys.settrace": "trace", "sys.setprofile": "trace", "sys._settraceallthreads": "trace",
     "sys._setprofileallthreads": "trace",
 }
-_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code"})  # give (or need) a frame
-_CODE_ATTRS = frozenset({"__code__", "gi_code", "cr_code", "ag_code"})
-_ATTRS = _FRAME_ATTRS | _CODE_ATTRS
+# attribute reads that give (or need) a frame. Reads of code objects (`__code__`, `gi_code`) are not judged: torch's
+# compiler reads library functions' code from C while a student frame is the current one, and a code object shows
+# nothing its file does not; each use of one (run, written into a function, rebuilt) is an event of its own.
+_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code"})
 # library functions that hand their caller a frame (or a frame's namespaces): called directly from student code, the
 # frame event they raise is the student's
 _FRAME_GIVERS = ("inspect.currentframe", "inspect.stack", "inspect.trace", "inspect.getinnerframes",
@@ -107,8 +108,8 @@ def _judge(roots: tuple[str, ...], names: dict[str, int], state: list[int]) -> t
     givers = frozenset(_codes(_FRAME_GIVERS))
     behalf = {kind: _files(m for m in mods if not m.startswith("<")) + tuple(m for m in mods if m[0] == "<")
               for kind, mods in _ON_BEHALF.items()}
-    on_compile, on_exec, frame_attrs, prefix = behalf["compile"], behalf["exec"], _FRAME_ATTRS, CELL_PREFIX
-    same_file, function, type_, getattr_, id_, str_, len_ = _same_file, FunctionType, type, getattr, id, str, len
+    on_compile, on_exec, prefix = behalf["compile"], behalf["exec"], CELL_PREFIX
+    same_file, type_, getattr_, id_, str_, len_ = _same_file, type, getattr, id, str, len
     trusted: dict[str, bool] = {}
 
     def is_trusted(filename: str) -> bool:
@@ -149,17 +150,8 @@ def _judge(roots: tuple[str, ...], names: dict[str, int], state: list[int]) -> t
     def verdict(kind: str, event: str, args: tuple[Any, ...], f0: Any) -> str | None:
         """Why the event is refused ("" for no detail), or None when it is not the student's reach."""
         if kind == "attr":
-            name = args[1]
-            if name in frame_attrs:
-                who, _ = past(f0, (), givers)
-                return f"read of {type_(args[0]).__name__}.{name}" if student(who) else None
-            if not student(f0):
-                return None
-            code = args[0].__code__ if type_(args[0]) is function else getattr_(args[0], name, None)
-            where = getattr_(code, "co_filename", "")
-            if type_(where) is str_ and not is_trusted(where):
-                return None  # the student's own function or generator
-            return f"read of {name} of {getattr_(args[0], '__qualname__', type_(args[0]).__name__)}"[:200]
+            who, _ = past(f0, (), givers)
+            return f"read of {type_(args[0]).__name__}.{args[1]}" if student(who) else None
         if kind == "setattr":
             return f"write of {args[1]}" if args[1] == "__code__" and student(f0) else None
         if kind == "frame":
@@ -211,30 +203,25 @@ def _judge(roots: tuple[str, ...], names: dict[str, int], state: list[int]) -> t
     return verdict, place
 
 
-def install(*, report: Callable[[dict[str, Any]], None], roots: tuple[str, ...],
-            quiet: Iterable[Any] = ()) -> Callable[[int], None]:
+def install(*, report: Callable[[dict[str, Any]], None], roots: tuple[str, ...]) -> Callable[[int], None]:
     """Install the tripwire (once per process, in the child, after it is confined and before any cell runs). An event
     raised from student code is refused (RuntimeError in that code; a second audit hook is silently not added) and
     reported as {"event", "cell", "line", "detail"} through `report` (at most MAX_TRIPS per run). Returns
     `enter(cell)`: the child says which cell runs now (-1 once the probes run), for events with no cell frame.
-    quiet: the harness's functions whose code the guard reads after every step (each sweep reads hundreds): a read of
-    their code is not judged, by anyone (it shows nothing their files do not; running the code, or writing it into a
-    function, is an event of its own, judged).
 
     Its state lives in this closure, never in a module global: student code reaches it only through a frame or gc,
     which the hook refuses."""
     names: dict[str, int] = {}
     state = [-1]  # the cell running now (-1: none, the probes)
     verdict, place = _judge(roots, names, state)
-    events, attrs, getframe, ident = dict(_EVENTS).get, _ATTRS, sys._getframe, get_ident
+    events, attrs, getframe, ident = dict(_EVENTS).get, _FRAME_ATTRS, sys._getframe, get_ident
     limit, error, refused, value_error, failure = MAX_TRIPS, RuntimeError, REFUSED, ValueError, Exception
-    unjudged = frozenset(quiet)  # functions hash by identity: no student code runs for the lookup
     busy: set[int] = set()  # the threads inside the hook: the events it raises itself are not judged
     sent = [0]
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         kind = events(event)
-        if kind is None or (kind == "attr" and (args[1] not in attrs or args[0] in unjudged)):
+        if kind is None or (kind == "attr" and args[1] not in attrs):
             return
         me = ident()
         if me in busy:

@@ -58,12 +58,15 @@ REACH = {
     11: ("import ctypes\nctypes.pythonapi.PyFrame_GetBack", 2, "ctypes.dlsym"),
     12: ("import logging\nsrc = 'x = 1'\ncode = compile(src, logging.__file__, 'exec')", 3, "compile"),
     13: ("def mine():\n    return 1\nother = (lambda: 2).__code__\nmine.__code__ = other", 4, "object.__setattr__"),
-    14: ("import os\nc = os.path.join.__code__", 2, "object.__getattr__"),
+    14: ("def gen():\n    yield 1\ng = gen()\nnext(g)\nframe = g.gi_frame", 5, "object.__getattr__"),
     15: ("def gen():\n    yield 1\ng = gen()\nf = g.gi_frame", 4, "object.__getattr__"),
     16: ("import sys\nsys.settrace(lambda *a: None)", 2, "sys.settrace"),
     17: ("import sys\nsys.addaudithook(lambda *a: None)\nadded = True", 2, "sys.addaudithook"),
     18: ("import logging\nf = logging.currentframe()", 2, "sys._getframe"),
     19: ("import types\ndef mine():\n    return 1\nc = mine.__code__.replace(co_filename='x')", 4, "code.__new__"),
+    # a trace function set for new threads: refused at the thread's start, where no cell's code is (line 0)
+    20: ("import threading\nthreading.settrace(lambda *a: None)\nt = threading.Thread(target=len, args=((),))\n"
+         "t.start()\nt.join()\nthreading.settrace(None)", 0, "sys.settrace"),
 }
 
 # Everyday code in many styles: nothing of it is the student's reach (the standard library only: every interpreter)
@@ -132,7 +135,7 @@ def test_reach_is_refused_and_recorded_with_its_cell_and_line(python: str, tmp_p
     seen = {(r["cell"], r["line"], r["event"]) for r in got["records"]}
     for i, (_, line, event) in REACH.items():
         assert (i, line, event) in seen, (i, got["records"])
-        if event != "sys.addaudithook":  # a refused second hook is not added, silently (PEP 578)
+        if event != "sys.addaudithook" and line:  # a second hook is not added, silently (PEP 578); a thread's
             assert "refused by the grader" in got["cells"][str(i)], got["cells"][str(i)]
     assert len(got["records"]) == len(REACH), got["records"]
 
@@ -143,6 +146,16 @@ def test_everyday_code_records_nothing(python: str, tmp_path: Path) -> None:
     assert got["records"] == []
     assert set(got["cells"].values()) == {"ok"}, got["cells"]
     assert len(got["printed"]) == 12, got["printed"]
+
+
+def test_torch_compile_records_nothing(tmp_path: Path) -> None:
+    """torch's compiler reads library functions' code from C while the student's frame is the current one: no code
+    read is judged, and nothing it does is refused."""
+    cells = [(0, "import torch, torch.nn.functional as F\ndef attn(q):\n    return F.softmax(q @ q.T, dim=-1)\n"
+                 "scale = 2.0\ndef outer(x):\n    def inner(y):\n        return y * scale\n    return inner(attn(x))\n"
+                 "printed = [str(torch.compile(outer, backend='eager')(torch.ones(3, 4)).shape)]")]
+    got = drive(sys.executable, cells, tmp_path)
+    assert got["records"] == [] and got["printed"] == ["torch.Size([3, 3])"], got
 
 
 def test_a_library_asking_for_a_frame_beyond_the_notebook_is_refused(tmp_path: Path) -> None:
