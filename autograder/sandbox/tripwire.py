@@ -15,7 +15,7 @@ MAX_TRIPS = 50  # records a run reports (and the grader keeps); every event past
 REFUSED = "refused by the grader"
 CELL_PREFIX = "<ipython-input-"  # how IPython names the code of a cell it compiles (its CachingCompiler)
 
-# event -> how it is judged (see `_Judge.verdict`); every other event returns at the first dict lookup
+# event -> how it is judged (`_judge`'s verdict); every other event returns at the first dict lookup
 _EVENTS = {
     "sys._getframe": "frame", "sys._current_frames": "frame", "sys._current_exceptions": "frame",
     "object.__getattr__": "attr", "object.__setattr__": "setattr", "object.__delattr__": "setattr",
@@ -177,7 +177,7 @@ def _judge(roots: tuple[str, ...], names: dict[str, int], state: list[int]) -> t
                 return None
             who, _ = past(f0, on_exec)
             if not student(who):
-                if where.startswith(prefix) and state[0] >= 0:  # IPython runs a cell's code: its name
+                if where.startswith(prefix) and state[0] >= 0 and len_(names) < 100_000:  # IPython runs a cell
                     names.setdefault(where, state[0])
                 return None
             return f"run of code named {where[:120]!r}" if is_trusted(where) else None
