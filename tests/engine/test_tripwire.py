@@ -212,6 +212,12 @@ HONEST_NB = nb("import torch, logging, inspect, enum, sys\nfrom dataclasses impo
                "print(inspect.signature(twice), twice(torch.ones(2)))",
                "from tqdm import tqdm\nfor _ in tqdm(range(3)):\n    pass\nimport matplotlib\nmatplotlib.use('Agg')\n"
                "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.close('all')",
+               # issue 40's everyday idioms
+               "from torch import nn\nfrom IPython.display import display\ncfg = {'act': 'ReLU'}\n"
+               "act = getattr(nn, cfg['act'])()\nw = torch.empty(3, 3)\nfor name in ('xavier_uniform_',):\n"
+               "    getattr(nn.init, name)(w)\nclass M(nn.Module):\n    def __init__(self):\n"
+               "        super().__init__()\n        self.fused = torch.cuda.is_available()\n    def __repr__(self):\n"
+               "        return self.__class__.__name__\ndisplay(M())\nprint(vars(Cfg()), type(act).__name__)",
                "def add(a, b):\n    return a + b\ndef peek():\n    return sum(torch.arange(3.0).tolist())",
                "raise ValueError('a traceback IPython prints')")
 
@@ -238,3 +244,4 @@ def test_honest_notebook_and_the_harness_record_nothing(ran: dict[str, ExecResul
     res = ran["honest"]
     assert res.tripwire == [] and res.outputs == {"add": {"value": 5}, "peek": {"value": 3.0}}, res
     assert "a traceback IPython prints" in res.stdout
+    assert [n for n in res.notes if n.startswith("cell ")] == ["cell 6: ValueError: a traceback IPython prints"]
