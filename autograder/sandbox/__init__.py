@@ -89,6 +89,9 @@ Threat model. Student code is hostile and runs with the child's privileges.
   student code ran (the probe module's own), never through methods a student class or a patch of
   nn.Module overrides. Tables the probe module names in UNGUARDED (its local checks' results, filled
   when an nbgrader notebook runs its checks) are not read as tampering.
+- Reach at run time: the child installs an audit hook (tripwire.py) before any cell runs; frames, gc, ctypes,
+  code objects and a second hook asked for from student code are refused and reported to the grader at once
+  (ExecResult.tripwire; docs/guarantees.md says what no audit event covers).
 - Infrastructure: a worker that fails for reasons that are not the student's (zygote killed, out of
   fds, job not sent) is restarted and the submission retried once; a second failure is the student's
   (Status.CRASHED). When no worker can be started at all, run() raises WorkerError.
@@ -101,9 +104,9 @@ and an editor read); __all__ and the lazy map are read from those imports.
 
 Files, one job each: frames.py (what grader and child share on the wire), limits.py (the limits), notebook.py (a
 submission's cells), isolation.py (the confinement primitives), fallback.py (the choice of isolation, the refusal,
-the uid fallback's namespaces), guard.py (the tamper guard), child.py (the child), zygote.py (the fork server of
-notebook and file jobs), results.py (what a run makes), worker.py (a worker and its conversation with a child),
-pool.py (the pool of workers), files.py (the checkpoint readers).
+the uid fallback's namespaces), guard.py (the tamper guard), tripwire.py (the child's audit hook), child.py (the
+child), zygote.py (the fork server of notebook and file jobs), results.py (what a run makes), worker.py (a worker and
+its conversation with a child), pool.py (the pool of workers), files.py (the checkpoint readers).
 """
 
 from __future__ import annotations

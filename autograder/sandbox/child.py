@@ -10,6 +10,7 @@ import os
 import sys
 import time
 import traceback
+from _thread import allocate_lock
 from functools import partial
 from typing import Any, NoReturn
 
@@ -18,6 +19,7 @@ from autograder.sandbox.frames import HARNESS_FAILED, JOB_FD, LEN, SETUP_FAILED,
 from autograder.sandbox.guard import TamperGuard
 from autograder.sandbox.isolation import confine_job, write_file
 from autograder.sandbox.limits import MIB, Limits
+from autograder.sandbox.tripwire import install, trusted_roots
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +49,10 @@ def _flush() -> None:
 
 
 def child_main(fds: list[int], limits: Limits, shell: Any, guard: TamperGuard, run_probe: Any,
-           suspicious: list[str] | None, scratch: str, uid: int | None) -> NoReturn:
-    """Runs in the forked child: confine, receive the cells from the grader, run them, then answer the
-    grader's probe requests (a frame of public ones, then one of hidden ones) in order; exits without
-    returning."""
+           suspicious: list[str] | None, scratch: str, uid: int | None, *, tripwire: bool = True) -> NoReturn:
+    """Runs in the forked child: confine, install the tripwire (unless a test of the layers beneath turns it off),
+    receive the cells from the grader, run them, then answer the grader's probe requests (a frame of public ones,
+    then one of hidden ones) in order; exits without returning."""
     # Everything that encodes and writes a frame was taken before student code ran (the encoder by the zygote):
     # a patched json, base64, os or struct cannot strip or rewrite what the child reports.
     write, exit_, getpid, encode, decode, sanitize = os.write, os._exit, os.getpid, guard.encode, wire.decode, \
@@ -63,6 +65,19 @@ def child_main(fds: list[int], limits: Limits, shell: Any, guard: TamperGuard, r
     # later step blocks first (a frame's write), so it showed the probes' time as frame traffic
     clock = time.thread_time
 
+    # One frame at a time on the channel: the tripwire reports from whichever thread tripped it, at once when the
+    # channel is free, else right after the frame being written (`trips` waits there, in this closure).
+    lock, trips = allocate_lock(), []
+
+    def put(data: bytes) -> None:
+        view = view_of(pack_len(len(data)) + data)
+        while view:
+            view = view[write(JOB_FD, view):]
+
+    def flush() -> None:
+        while trips:
+            put(encode({"t": "trip", **trips.pop(0)}, res_cap))
+
     def send(msg: dict[str, Any]) -> None:
         if getpid() != me:
             exit_(0)
@@ -73,9 +88,21 @@ def child_main(fds: list[int], limits: Limits, shell: Any, guard: TamperGuard, r
             data = encode(msg, res_cap)
         except wire_error as exc:
             data = encode({**msg, "value": {"error": {"type": "WireError", "message": str(exc)[:300]}}}, res_cap)
-        view = view_of(pack_len(len(data)) + data)
-        while view:
-            view = view[write(JOB_FD, view):]
+        with lock:
+            put(data)
+            flush()
+
+    def report(record: dict[str, Any]) -> None:
+        """A tripped event, to the grader before the student's code goes on (a forked process of the student's
+        reports nothing: its frames would cross the child's)."""
+        if getpid() != me:
+            return
+        trips.append(record)
+        if lock.acquire(False):
+            try:
+                flush()
+            finally:
+                lock.release()
 
     def recv() -> dict[str, Any] | None:
         head = recv_exact(JOB_FD, LEN.size)
@@ -102,6 +129,9 @@ def child_main(fds: list[int], limits: Limits, shell: Any, guard: TamperGuard, r
             exit_(SETUP_FAILED)  # the zygote died before the line above
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(limits.threads)
+        # the tripwire, last: the job is confined, and no code of the student's has run (docs/guarantees.md)
+        enter = install(report=report, roots=trusted_roots(exclude=(scratch, os.getcwd()))) if tripwire \
+            else _untripped
         setup_cpu = clock()  # fork (page faults of the copy), limits, until the cells can be received
         job = recv()
         if job is None or job.get("t") != "cells":
@@ -114,6 +144,7 @@ def child_main(fds: list[int], limits: Limits, shell: Any, guard: TamperGuard, r
     try:
         for i, src in job["cells"]:
             began = clock()
+            enter(i)
             try:
                 result = shell.run_cell(src, store_history=True)
                 err = result.error_before_exec or result.error_in_exec
@@ -135,6 +166,7 @@ def child_main(fds: list[int], limits: Limits, shell: Any, guard: TamperGuard, r
                   "exit": how, "cpu": clock() - began})
             if how:
                 exit_(0)
+        enter(-1)
         send({"t": "cells_done", "cpu": setup_cpu})
         while (req := recv()) is not None and req.get("t") == "probes":
             nonce = str(req.get("nonce"))
@@ -163,6 +195,10 @@ def child_main(fds: list[int], limits: Limits, shell: Any, guard: TamperGuard, r
         with contextlib.suppress(BaseException):
             send({"t": "fail", "text": "the grading harness failed: " + traceback.format_exc()[-400:]})
         exit_(HARNESS_FAILED)
+
+
+def _untripped(cell: int) -> None:
+    """No tripwire: a test of the layers beneath it (WorkerPool(tripwire=False))."""
 
 
 def install_otter_stub() -> None:

@@ -41,6 +41,7 @@ from autograder.sandbox.results import (
     ExecResult,
     Probe,
     ProbeStops,
+    add_trips,
     cell_name,
     cells_job,
     classify,
@@ -61,11 +62,12 @@ class WorkerPool:
                  modules: Mapping[str, Path] | None = None, skip_tags: Iterable[str] = SKIP_TAGS,
                  hide: Iterable[str | Path] = (),
                  sandbox: str = "auto", preload: Iterable[str] = PRELOAD, start_timeout_s: float = 180.0,
-                 memory_guard: str = "auto", allow_unsandboxed: bool | None = None):
+                 memory_guard: str = "auto", allow_unsandboxed: bool | None = None, tripwire: bool = True):
         """probe_module: the lesson's checks module (its name) that answers the probes; modules: the modules shipped
         with it (top-level name -> file: the lesson's sandbox_modules, the checks runtime among them), staged for the
         sandbox (the probe module too unless it is found on sys.path); hide: folders the sandbox shows empty (the
-        course); the sandbox reads no configuration: the caller gives what it runs."""
+        course); the sandbox reads no configuration: the caller gives what it runs. tripwire: the child's audit hook
+        (tripwire.py), on unless a test of the layers beneath it (isolation, the guard) turns it off."""
         if sandbox == "auto" and os.environ.get(SANDBOX_ENV):
             sandbox = os.environ[SANDBOX_ENV]
         if sandbox not in ("auto", "bwrap", "none"):
@@ -114,7 +116,7 @@ class WorkerPool:
             workers.append(Worker(i, limits=limits, sandbox=self.sandbox, probe_module=probe_module,
                                   lesson_modules=self.lesson_modules, tmp=self._tmp, stage=stage, uid=uid,
                                   hide=tuple(hide), preload=tuple(preload), start_timeout_s=start_timeout_s,
-                                  cgroups=groups[i] if groups else {}))
+                                  cgroups=groups[i] if groups else {}, tripwire=tripwire))
         self._workers = workers
         self.drops_privileges = workers[0].uid is not None
         self._idle: queue.Queue[Worker] = queue.Queue()
@@ -204,6 +206,7 @@ class WorkerPool:
         stopped: list[int] = []
         cut: tuple[int, str] | None = None  # (cell, limit): only the cells before it run
         facts: list[str] = []
+        trips: list[dict[str, Any]] = []  # the tripwire's records of every run
         cpu = 0.0
         hidden = {k for k, _, _ in probes[public:]}
         share = {group_of(k): limits.question_timeout_s for k, _, _ in probes}
@@ -217,6 +220,7 @@ class WorkerPool:
             header, _, _, t = raw
             cpu += float(header.get("cpu_s", 0.0))
             facts += [f for f in t.tampering if f not in facts]
+            add_trips(trips, t.tripwire)
             whole = "wall" if header.get("timed_out") else "cpu" if header.get("cpu_exceeded") else ""
             over, limit = t.cell_over, "cell"
             if over is None and t.running is not None and whole:
@@ -245,6 +249,7 @@ class WorkerPool:
             if res.status == Status.GRADED:
                 res.status = Status.TIMED_OUT
         res.tampering = facts + [f for f in res.tampering if f not in facts]
+        res.tripwire = trips
         if res.status == Status.GRADED and res.tampering:
             res.status = Status.TAMPERING
         if over is not None:  # the last run was stopped too: the grader gives up there

@@ -12,6 +12,7 @@ from autograder.model import NOT_RUN, Status
 from autograder.sandbox.frames import HARNESS_FAILED, MEMORY_GUARDS, SETUP_FAILED
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.notebook import MAX_NOTEBOOK_BYTES
+from autograder.sandbox.tripwire import MAX_TRIPS
 
 Probe = tuple[Any, ...]  # (case key, probe name, args) or (case key, probe name, args, hidden)
 MAX_TIME_STOPS = 3  # cells left out for the per-cell limit; one more too slow cell ends the notebook there
@@ -33,6 +34,8 @@ class ExecResult:
     probe_wall: dict[str, float] = field(default_factory=dict)  # probe key -> wall seconds it ran (all runs)
     student_notes: list[str] = field(default_factory=list)  # the grader's own words (no sandbox text)
     tampering: list[str] = field(default_factory=list)
+    # what the child's tripwire refused (tripwire.py): {"event", "cell", "line", "detail"} each, at most MAX_TRIPS
+    tripwire: list[dict[str, Any]] = field(default_factory=list)
     stdout: str = ""
     wall_s: float = 0.0
     cpu_s: float = 0.0
@@ -47,6 +50,13 @@ class ExecResult:
         return asdict(self)
 
 
+
+
+def add_trips(kept: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+    """The tripwire's records of another run (or frame) added to those kept: each once, at most MAX_TRIPS."""
+    for record in new:
+        if record not in kept and len(kept) < MAX_TRIPS:
+            kept.append(record)
 
 
 def cells_job(cells: list[tuple[int, str]]) -> bytes:
@@ -105,6 +115,7 @@ class Transcript:
     outputs: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     tampering: list[str] = field(default_factory=list)
+    tripwire: list[dict[str, Any]] = field(default_factory=list)  # the child's trip frames, as they came
     where: str = "while starting"
     running: int | None = None  # the cell the child was running (None once the cells are done)
     cell_over: int | None = None  # the cell the grader stopped for running past the per-cell limit
@@ -125,7 +136,7 @@ def classify(header: dict[str, Any], output: bytes, total: int, t: Transcript,
               probes: list[tuple[str, str, dict[str, Any]]], limits: Limits, guard: str) -> ExecResult:
     """Turn the zygote's facts and the grader's transcript of the conversation into an ExecResult."""
     res = ExecResult(Status.GRADED, outputs=t.outputs, notes=list(t.notes), tampering=list(t.tampering),
-                     cpu_s=float(header.get("cpu_s", 0.0)))
+                     tripwire=list(t.tripwire), cpu_s=float(header.get("cpu_s", 0.0)))
     res.stdout = output[: limits.max_output_kb * 1024].decode("utf-8", errors="replace")
     if total > len(output):
         res.notes.append(f"output truncated: kept {len(output)} of {total} bytes")

@@ -33,7 +33,7 @@ from autograder.sandbox.isolation import (
 )
 from autograder.sandbox.limits import MIB, Limits
 from autograder.sandbox.notebook import MAX_NOTEBOOK_BYTES
-from autograder.sandbox.results import Transcript, group_of
+from autograder.sandbox.results import Transcript, add_trips, group_of
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Worker:
 
     def __init__(self, index: int, *, limits: Limits, sandbox: str, probe_module: str, lesson_modules: tuple[str, ...],
                  tmp: Path, stage: Path, uid: int | None, hide: tuple[str | Path, ...], preload: tuple[str, ...],
-                 start_timeout_s: float, cgroups: dict[str, str]):
+                 start_timeout_s: float, cgroups: dict[str, str], tripwire: bool = True):
         """limits: every job's; sandbox: "bwrap" or "none" (the pool's choice); probe_module and lesson_modules:
         imported once by the zygote; tmp: the pool's folder (this worker's log and scratch); stage: the staged
         modules; uid: the first of this worker's block of job uids (None: no uid drop); cgroups: controller ->
@@ -60,6 +60,7 @@ class Worker:
         self.index, self.limits, self.sandbox, self.stage, self.uid = index, limits, sandbox, stage, uid
         self.probe_module, self.lesson_modules, self.tmp = probe_module, lesson_modules, tmp
         self.hide, self.preload, self.start_timeout_s, self.cgroups = hide, preload, start_timeout_s, cgroups
+        self.tripwire = tripwire
         self.proc: subprocess.Popen[bytes] | None = None
         self.ctl: socket.socket | None = None
         self.zygote_pid = 0
@@ -98,7 +99,7 @@ class Worker:
                "scratch": scratch, "wipe": wipe, "uid": self.uid, "uids": UIDS_PER_WORKER,
                "limits": asdict(limits), "cgroups": self.cgroups, "own_ipc": own_ipc,
                "sweep": [] if own_ipc or self.uid is None else shared_writable(),
-               "confine": confine}
+               "confine": confine, "tripwire": self.tripwire}
         code = "import sys; sys.path[:] = __import__('json').loads(sys.argv[1])['path']; " \
                "import autograder.sandbox.zygote as e; e.serve_notebooks(sys.argv[1])"
         argv = [*prefix, exe, "-I", "-c", code, json.dumps(cfg)]
@@ -248,6 +249,7 @@ _COALESCE_S, _COALESCE_OWED = 0.005, 8
 _CELL_FRAME = {"t": (str,), "i": (int,), "note": (str, type(None)), "oom": (bool,), "tamper": (list,),
                "exit": (str, type(None))}
 _OUT_FRAME = {"t": (str,), "key": (str,), "value": None, "oom": (bool,), "tamper": (list,)}
+_TRIP_FRAME = {"t": (str,), "event": (str,), "cell": (int,), "line": (int,), "detail": (str,)}
 
 
 def _fits(msg: dict[str, Any], shape: dict[str, Any]) -> bool:
@@ -385,7 +387,10 @@ class Conversation:
 
     def _handle(self, msg: dict[str, Any]) -> None:
         kind, t = msg.get("t"), self.t
-        if kind == "cell" and self.phase == "cells" and self.cell < len(self.cells) and _fits(msg, _CELL_FRAME) \
+        if kind == "trip" and _fits(msg, _TRIP_FRAME):  # the tripwire, at any step: it changes no step's answer
+            add_trips(t.tripwire, [{"event": msg["event"][:80], "cell": msg["cell"], "line": msg["line"],
+                                    "detail": msg["detail"][:200]}])
+        elif kind == "cell" and self.phase == "cells" and self.cell < len(self.cells) and _fits(msg, _CELL_FRAME) \
                 and msg["i"] == self.cells[self.cell][0]:
             self.cell += 1
             t.cpu["cells"] += _cpu_of(msg)

@@ -192,7 +192,7 @@ def _run_job(fds: list[int], shell: Any, guard: TamperGuard, run_probe: Any, sus
             os.close(fd)
         return {"error": f"cannot start the job: {exc}"}
     if pid == 0:
-        child_main(fds, limits, shell, guard, run_probe, suspicious, scratch, uid)
+        child_main(fds, limits, shell, guard, run_probe, suspicious, scratch, uid, tripwire=cfg.get("tripwire", True))
     for fd in fds:  # the child's ends are not ours to keep
         os.close(fd)
     header = _watch(pid, ctl, limits, start, memory)

@@ -334,7 +334,7 @@ def test_reference_and_repository_are_not_visible(batch):
 @pytest.mark.parametrize("case, fact", [
     ("patch_np_allclose", "numpy.allclose"), ("patch_np_testing", "numpy.testing.assert_allclose"),
     ("patch_torch_allclose", "torch.allclose"), ("patch_torch_testing", "torch.testing.assert_close"),
-    ("patch_builtins", "builtins.isinstance"), ("patch_probe_module", "fake_checks.run_probe"),
+    ("patch_builtins", "builtins.isinstance"),
     ("patch_math_isclose", "math.isclose"), ("patch_operator", "operator.eq"),
     ("patch_tensor_numpy", "torch.Tensor.numpy"), ("patch_guard_builtins", "builtins.all"),
     ("patch_guard_builtins", "numpy.allclose"), ("patch_guard_builtins_in_probe", "builtins.all"),
@@ -347,6 +347,14 @@ def test_monkeypatching_is_reported_and_undone(batch, case, fact):
     assert res.status == Status.TAMPERING
     assert any(fact in f for f in res.tampering), res.tampering
     assert value(res, "add") == 5
+
+
+@pytest.mark.sandbox
+def test_a_code_write_to_the_probe_module_is_refused_by_the_tripwire(batch):
+    """Before the guard could see it: the write raises in the cell and is recorded for the grader (its cell, line)."""
+    res = result(batch, "patch_probe_module")
+    assert value(res, "add") == 5 and not res.tampering
+    assert [(r["event"], r["cell"], r["line"]) for r in res.tripwire] == [("object.__setattr__", 1, 2)], res.tripwire
 
 
 @pytest.mark.sandbox
@@ -479,7 +487,8 @@ def test_frames_out_of_protocol_earn_nothing_and_are_flagged(batch, case, silenc
 
 @pytest.fixture(scope="module")
 def one_worker(fake_checks: str) -> Iterator[WorkerPool]:
-    with WorkerPool(1, limits=LIMITS, probe_module=fake_checks) as pool:
+    # the layers beneath the tripwire, on their own: these notebooks reach with ctypes and gc (test_tripwire.py)
+    with WorkerPool(1, limits=LIMITS, probe_module=fake_checks, tripwire=False) as pool:
         yield pool
 
 
@@ -655,7 +664,7 @@ SHRINK_AND_SPREAD = nb("import ctypes, os, time\nctypes.CDLL(None).prctl(4, 1, 0
 
 def cgroup_pool(fake_checks: str, limits: Limits) -> WorkerPool:
     try:
-        return WorkerPool(1, limits=limits, probe_module=fake_checks, memory_guard="cgroup")
+        return WorkerPool(1, limits=limits, probe_module=fake_checks, memory_guard="cgroup", tripwire=False)
     except WorkerError as exc:
         pytest.skip(f"no cgroup here: {exc}")
 

@@ -73,7 +73,8 @@ def fake_checks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def one_worker(fake_checks: str) -> Iterator[WorkerPool]:
-    with WorkerPool(1, limits=dataclasses.replace(LIMITS, cell_timeout_s=3), probe_module=fake_checks) as pool:
+    with WorkerPool(1, limits=dataclasses.replace(LIMITS, cell_timeout_s=3), probe_module=fake_checks,
+                    tripwire=False) as pool:  # its notebooks call libc through ctypes
         yield pool
 
 

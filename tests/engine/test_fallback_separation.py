@@ -52,7 +52,7 @@ from autograder.sandbox import Limits
 from autograder.sandbox import WorkerPool
 read = lambda p: open(p, "rb").read()
 with WorkerPool(2, limits=Limits(**json.loads(limits)), probe_module="isolation_checks",
-                hide=json.loads(hide)) as pool:
+                hide=json.loads(hide), tripwire=False) as pool:  # the isolation on its own: ctypes reaches libc
     out = dict(pool.run_many([("first", read(first)), ("beside", read(beside))], probes=[("report", "report", {})]))
     out["after"] = pool.run(read(after), probes=[("report", "report", {})])
 print(json.dumps({k: v.as_dict() for k, v in out.items()}, default=str))
