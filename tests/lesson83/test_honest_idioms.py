@@ -196,6 +196,8 @@ def test_a_top_level_flag_holds_every_questions_claim_cases(suite: Suite, graded
 
 # --------------------------------------------------------------------------- a real grade run
 
+# the refusal is caught, so the code goes on and its claim cases pass: held, not paid
+TRIPPED = "import logging\ntry:\n    caller = logging.currentframe()\nexcept RuntimeError:\n    caller = None\n"
 GRADED_IDIOMS = ("tinycharlm_fused", "class_name_repr", "getattr_init_loop", "vars_settings")
 
 
@@ -211,6 +213,15 @@ def test_honest_idioms_keep_the_references_marks_in_a_grade_run(course: Course, 
                                            "ipython_display", "dataclass", "enum"))
     notebooks = {"reference": reference, "top_level_idioms": _top_level(suite, top),
                  **{name: _notebook(suite, reference, name) for name in GRADED_IDIOMS}}
+    # Reach no static reading sees (a frame from logging's own helper): the run-time tripwire records it, and the
+    # review turns the record into a flag scoped like a static one (issue 41 item 6 with issue 40 item 1).
+    tripped = {"tripped_top_level": _top_level(suite, TRIPPED),
+               "tripped_in_learnedpe": _in_class(reference, "LearnedPE", "        T = x.shape[1]\n",
+                                                 "        T = x.shape[1]\n" + "".join(
+                                                     f"        {line}\n" for line in TRIPPED.splitlines()))}
+    for nb in tripped.values():
+        assert _flags(nb, graded) == [], "the static review must not see it: the tripwire's test"
+    notebooks.update(tripped)
     for name, nb in notebooks.items():
         nbformat.write(nb, str(tmp_path / "subs" / f"{name}.ipynb"))
     grade_batch(tmp_path / "subs", out=tmp_path / "out", progress=False, course=course)
@@ -218,5 +229,15 @@ def test_honest_idioms_keep_the_references_marks_in_a_grade_run(course: Course, 
     best = records["reference"]
     assert best["total"] > 0 and best["review"]["flags"] == []
     for name, record in records.items():
+        if name in tripped:
+            continue
         assert record["review"]["flags"] == [], (name, record["review"])
         assert record["questions"] == best["questions"], name
+    q4 = next(q.id for q in suite.questions if "LearnedPE" in q.solution)
+    claims = {c.id: c.question for c in suite.cases if c.claim}
+    for name, scope in (("tripped_top_level", set(claims.values())), ("tripped_in_learnedpe", {q4})):
+        record = records[name]
+        flags = record["review"]["flags"]
+        assert flags and all(f["kind"] == "tripwire" and "currentframe" in f["code"] for f in flags), (name, flags)
+        held = {c["id"] for c in record["cases"] if c.get("reason") == "held for review"}
+        assert held == {c for c, q in claims.items() if q in scope}, (name, held)
