@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from checks_runtime import error_record
+from torch_kit import module_state, named_modules, tables
 from torch_kit import torch as _torch
 
 # Frames of these files are the grader's, never the student's (`student_line`): the kit's, a lesson's checks and
@@ -29,11 +29,13 @@ MOVES = {"to", "copy_", "cuda", "cpu", "type", "new_tensor", "__getitem__", "__s
           "index_put", "as_tensor", "tensor"}
 
 
-class DeviceMismatch(Exception):
-    """Raised inside a traced forward pass at the first op that mixes devices; carries plain data."""
+class DeviceMismatch(RuntimeError):
+    """Raised inside a traced forward pass at an op that mixes devices, with the words a GPU run raises; carries
+    the finding as plain data."""
 
     def __init__(self, finding: dict[str, Any]) -> None:
-        super().__init__(finding.get("op", ""))
+        super().__init__(f"Expected all tensors to be on the same device, but found at least two devices, "
+                         f"{finding.get('device', '')} and cpu! (when checking the arguments of {finding.get('op')})")
         self.finding = finding
 
 
@@ -202,6 +204,73 @@ def fresh_meta(shape: tuple, stride: tuple, dtype: Any, grad: bool) -> Any:
     return out.requires_grad_().clone() if grad else out
 
 
+def tensors_in(value: Any) -> list[Any]:
+    """The tensors in value, in order, looking into lists, tuples and dicts."""
+    Tensor, nested = _torch().Tensor, (list, tuple, dict)
+    if isinstance(value, Tensor):
+        return [value]
+    out: list[Any] = []
+    if isinstance(value, nested):
+        for v in value.values() if isinstance(value, dict) else value:
+            if isinstance(v, Tensor):
+                out.append(v)
+            elif isinstance(v, nested):
+                out += tensors_in(v)
+    return out
+
+
+def plain_attributes(model: Any, off: Callable[[Any], bool]) -> dict[int, tuple[Any, str]]:
+    """id -> (tensor, what it is) for each tensor attribute of the model's modules that `off` picks: a plain
+    attribute, which is not a registered buffer and so does not move with the model."""
+    torch, origins = _torch(), {}
+    for mod_name, mod in model.named_modules():
+        for attr, value in vars(mod).items():
+            if isinstance(value, torch.Tensor) and off(value):
+                owner = f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
+                origins[id(value)] = (value, f"the plain attribute self.{attr} of {owner}, which "
+                                             "is not a registered buffer and so did not move with the model")
+    return origins
+
+
+def describe_tensor(t: Any, origins: dict[int, tuple[Any, str]], device: str) -> str:
+    """A finding's words for tensor t on `device`: its dtype, shape and where it was made (`origins`)."""
+    known = origins.get(id(t))
+    made = known[1] if known and known[0] is t else "a tensor the forward pass made there"
+    return f"a {str(t.dtype).replace('torch.', '')} tensor of shape {list(t.shape)} on {device}: {made}"
+
+
+class ModuleStack:
+    """The labels of the model's modules being called during a trace (`top`: the innermost), from two hooks for
+    every module call (torch's global ones, entered with `with`), not two registered on each module."""
+
+    def __init__(self, model: Any) -> None:
+        self.labels = {id(mod): f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
+                       for mod_name, mod in model.named_modules()}
+        self.names: list[str] = []
+        self.hooks: list[Any] = []
+
+    def top(self) -> str:
+        return self.names[-1] if self.names else ""
+
+    def __enter__(self) -> ModuleStack:
+        hooks = _torch().nn.modules.module
+
+        def enter(m: Any, _args: Any) -> None:
+            if id(m) in self.labels:
+                self.names.append(self.labels[id(m)])
+
+        def leave(m: Any, _args: Any, _out: Any) -> None:
+            if id(m) in self.labels and self.names:
+                self.names.pop()
+
+        self.hooks = [hooks.register_module_forward_pre_hook(enter), hooks.register_module_forward_hook(leave)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self.hooks:
+            h.remove()
+
+
 def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = None,
                   disguise: str | None = None) -> dict[str, Any] | None:
     """Run model(X) once and report the first op that combines tensors of different devices, or None.
@@ -222,48 +291,12 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
 
     device = X.device
     mask = Disguise(device, disguise) if disguise and device.type == "meta" else None
-    origins: dict[int, tuple[Any, str]] = {}  # id -> (tensor, where it was made), for tensors off the device
-    for mod_name, mod in model.named_modules():
-        for attr, value in vars(mod).items():
-            if isinstance(value, torch.Tensor) and value.device != device:
-                owner = f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
-                origins[id(value)] = (value, f"the plain attribute self.{attr} of {owner}, which "
-                                             "is not a registered buffer and so did not move with the model")
-    stack: list[str] = []  # the labels of the model's modules being called, innermost last
-    labels = {id(mod): f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
-              for mod_name, mod in model.named_modules()}
-
-    def enter(m: Any, _args: Any) -> None:
-        if id(m) in labels:
-            stack.append(labels[id(m)])
-
-    def leave(m: Any, _args: Any, _out: Any) -> None:
-        if id(m) in labels and stack:
-            stack.pop()
-
-    # two hooks for every module call of the pass (torch's global ones), not two registered on each module
-    module_hooks = torch.nn.modules.module
-    hooks = [module_hooks.register_module_forward_pre_hook(enter), module_hooks.register_module_forward_hook(leave)]
-
-    Tensor, nested = torch.Tensor, (list, tuple, dict)
-
-    def tensors(value: Any) -> list[Any]:
-        """The tensors in value, in order, looking into lists, tuples and dicts."""
-        if isinstance(value, Tensor):
-            return [value]
-        out: list[Any] = []
-        if isinstance(value, nested):
-            for v in value.values() if isinstance(value, dict) else value:
-                if isinstance(v, Tensor):
-                    out.append(v)
-                elif isinstance(v, nested):
-                    out += tensors(v)
-        return out
+    origins = plain_attributes(model, lambda value: value.device != device)  # id -> (tensor, where it was made)
+    stack = ModuleStack(model)
+    Tensor = torch.Tensor
 
     def describe(t: Any) -> str:
-        known = origins.get(id(t))
-        made = known[1] if known and known[0] is t else "a tensor the forward pass made there"
-        return f"a {str(t.dtype).replace('torch.', '')} tensor of shape {list(t.shape)} on {t.device.type}: {made}"
+        return describe_tensor(t, origins, t.device.type)
 
     class Tracker(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -276,12 +309,12 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
                 func, name, args, kwargs = mask.unmask(func, name, args, kwargs)
             if name == "__get__" and len(args) == 1 and not kwargs:  # a property of one tensor (x.shape, x.T):
                 return func(*args)  # one tensor cannot mix devices, and what a property returns is not recorded
-            inputs = tensors(args) + tensors(kwargs) if kwargs else tensors(args)
+            inputs = tensors_in(args) + tensors_in(kwargs) if kwargs else tensors_in(args)
             devices = [t.device for t in inputs]
             off = [t for t, d in zip(inputs, devices, strict=True)
                    if d != device and not (d.type == "cpu" and t.dim() == 0)]
             if off and device in devices and name not in MOVES:
-                raise DeviceMismatch({"op": name, "module": stack[-1] if stack else "",
+                raise DeviceMismatch({"op": name, "module": stack.top(),
                                       "line": student_line(), "device": disguise if mask else device.type,
                                       "tensor": describe(off[0]), "shape": list(off[0].shape)})
             if (layouts is not None and name in FRESH_OPS and device.type == "meta" and "out" not in kwargs
@@ -292,29 +325,26 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
             if type(out) is Tensor:
                 made = [out] if out.device != device else []
             else:
-                made = [t for t in tensors(out) if t.device != device]
+                made = [t for t in tensors_in(out) if t.device != device]
             if made and name not in ("__get__",):
                 parent = next((origins[id(t)][1] for t in off if id(t) in origins and origins[id(t)][0] is t),
                               None)
                 where = parent or (f"made by torch.{name} at {student_line() or 'an unknown line'}"
-                                   f"{' in ' + stack[-1] if stack else ''}")
+                                   f"{' in ' + stack.top() if stack.top() else ''}")
                 for t in made:
                     origins.setdefault(id(t), (t, where))
             return out
 
     try:
-        with Tracker():
+        with stack, Tracker():
             out = model(X)
-        bad = [t for t in tensors(out) if t.device != device]
+        bad = [t for t in tensors_in(out) if t.device != device]
         if bad:
             return {"op": "the returned logits", "module": type(model).__name__, "line": "",
                     "device": disguise if mask else device.type, "tensor": describe(bad[0]),
                     "shape": list(bad[0].shape)}
     except DeviceMismatch as exc:
         return exc.finding
-    finally:
-        for h in hooks:
-            h.remove()
     return None
 
 
@@ -334,9 +364,11 @@ class Disguise:
         self.tensors, self.device_types, self.to = (torch.Tensor, torch.nn.Parameter), (torch.device, str), \
             torch.Tensor.to
 
-    def shown(self, func: Any, name: str, args: Any) -> Any:
-        """What a device query on one of the traced tensors returns, or REAL for any other call."""
-        if not args or type(args[0]) not in self.tensors or args[0].device != self.real:
+    def shown(self, func: Any, name: str, args: Any, here: Callable[[Any], bool] | None = None) -> Any:
+        """What a device query on one of the traced tensors (those on the real device, or those `here` picks)
+        returns, or REAL for any other call."""
+        if not args or type(args[0]) not in self.tensors or not (
+                here(args[0]) if here is not None else args[0].device == self.real):
             return self.REAL
         if name == "__get__" and len(args) == 1:
             return self.props.get(getattr(getattr(func, "__self__", None), "__name__", ""), self.REAL)
@@ -431,23 +463,164 @@ def trace_devices_as_gpu(model: Any, X: Any, *, layouts: dict[tuple, tuple]) -> 
         return trace_devices(model, X, layouts=layouts)
 
 
-def device_finding(model: Any, x: Any, *, layouts: dict[tuple, tuple]) -> dict[str, Any]:
-    """A device probe's output for model(x) on `meta`: {"finding": trace_devices_as_gpu's finding or None, "note":
-    ""}, or, where the pass fails for a reason the trace cannot judge (.item() has no value on `meta`, say), a
-    finding built from an error that names devices, else no finding and the error as the note. `model` is a
-    callable that builds the module to trace (it may raise too)."""
+class Undecided(Exception):
+    """The trace on the CPU cannot show a call as on the other device (the tensor's storage, say): no decision."""
+
+
+# Calls that tell a tensor's place apart where the CPU cannot show another device's answer: no decision.
+UNSHOWN = frozenset({"untyped_storage", "storage", "_typed_storage", "is_pinned", "pin_memory", "share_memory_",
+                     "is_shared", "__cuda_array_interface__", "__dlpack__", "__dlpack_device__"})
+NUMPY = frozenset({"numpy", "__array__"})  # fail on a GPU tensor
+FORMAT = frozenset({"__repr__", "__str__", "__format__"})
+
+
+def trace_on_cpu(model: Any, X: Any, *, shown: str = "cuda") -> dict[str, Any] | None:
+    """Run model(X) once on the CPU with real values, shown as on `shown` (cuda:0), and report the first op that
+    would combine tensors of two devices there, or None; Undecided when a call cannot be shown.
+
+    X and the model's registered parameters and buffers (from nn.Module's own tables) are the tensors on the
+    shown device. A TorchFunctionMode sees every torch call and keeps, per tensor made, where it lives on that
+    device: on it when the call names it (device=q.device, .to(q.device), .cuda(), .to(q)) or, naming no device,
+    takes a tensor on it; on the CPU when made by a factory that names no device (torch.arange(T)), named "cpu",
+    or made only from CPU tensors. Since the values are real, data-dependent code (asserts, isfinite checks,
+    .item()) takes the path it takes on a GPU. A tensor on the shown device answers every device query as one
+    there (device, is_cuda, is_cpu, get_device, repr, str and format) and refuses numpy() as a GPU tensor does;
+    its data_ptr is a real one. An op that meets a tensor on each device (not MOVES; a 0-dim CPU tensor counts as
+    a number, as on a GPU), a CPU tensor indexed by one on the device, numpy() of one, or a returned tensor left
+    on the CPU is a finding, recorded when it happens (a caught error keeps it) and raised as a GPU run raises.
+    The CPU generator is left as it was."""
+    torch = _torch()
+    from torch.overrides import TorchFunctionMode
+
+    cpu, Tensor = torch.device("cpu"), torch.Tensor
+    on: dict[int, Any] = {id(X): X}  # id -> tensor, for the tensors on the shown device (kept alive: ids stay theirs)
+    on.update((id(p), p) for p in module_state(model)["parameters"].values())  # .to sets their .data: kept
+    swapped = [(buffers, k, b) for _, m in named_modules(model) for buffers in [tables(m)[2]]
+               for k, b in buffers.items() if b is not None]  # .to puts new buffers in the tables: so do we
+    origins = plain_attributes(model, lambda value: on.get(id(value)) is not value)
+    mask, stack, found = Disguise(cpu, shown), ModuleStack(model), []
+
+    def here(t: Any) -> bool:
+        return on.get(id(t)) is t
+
+    def finding(op: str, t: Any) -> DeviceMismatch:
+        place = shown if here(t) else "cpu"
+        found.append({"op": op, "module": stack.top(), "line": student_line(), "device": shown,
+                      "tensor": describe_tensor(t, origins, place), "shape": list(t.shape)})
+        return DeviceMismatch(found[-1])
+
+    def target(name: str, args: Any, kwargs: dict[str, Any]) -> tuple[str | None, Any, dict[str, Any]]:
+        """Where the call puts what it makes ("on", "cpu", None: not named), and its args for the CPU."""
+        if name in ("cuda", shown) and args and isinstance(args[0], Tensor):
+            return "on", (args[0], cpu), {k: v for k, v in kwargs.items() if k == "non_blocking"}
+        if name == "cpu":
+            return "cpu", args, kwargs
+        moves = name in ("to", "type")
+        named: list[str] = []
+
+        def real(value: Any, key: str | int) -> Any:
+            if type(value) is Tensor and moves and key == 1:
+                named.append("on" if here(value) else "cpu")
+            elif type(value) is int and (key == "device" or (moves and key == 1)):
+                named.append("on")
+                return cpu
+            elif type(value) in (str, torch.device) and not (type(value) is str and key not in ("device", 1)):
+                try:
+                    kind = torch.device(value).type
+                except (RuntimeError, TypeError):
+                    return value
+                if kind in (shown, "cpu"):
+                    named.append("on" if kind == shown else "cpu")
+                    return cpu
+            return value
+
+        args = tuple(real(a, i) for i, a in enumerate(args))
+        kwargs = {k: real(v, k) for k, v in kwargs.items()}
+        return (named[-1] if named else None), args, kwargs
+
+    class Shown(TorchFunctionMode):  # inside a repr: every tensor shown on the device (the repr's own ops)
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            got = mask.shown(func, getattr(func, "__name__", ""), args, lambda t: True)
+            return func(*args, **(kwargs or {})) if got is Disguise.REAL else got
+
+    class Tracker(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", str(func))
+            if args and isinstance(args[0], Tensor) and here(args[0]):
+                got = mask.shown(func, name, args, here)
+                if got is not Disguise.REAL:
+                    return got
+                if name in UNSHOWN:
+                    raise Undecided(f"{name}() of a tensor cannot be shown on {shown} by a trace on the CPU")
+                if name in NUMPY:
+                    finding(name, args[0])
+                    raise TypeError(f"can't convert {shown}:0 device type tensor to numpy. Use Tensor.cpu() to "
+                                    "copy the tensor to host memory first.")
+                if name in FORMAT and not (name == "__format__" and args[0].dim() == 0):
+                    if name == "__format__" and args[1:] and args[1]:
+                        raise TypeError("unsupported format string passed to Tensor.__format__")
+                    with Shown():
+                        return torch._tensor_str._str(args[0])
+            if name in ("cuda", shown) and args and isinstance(args[0], Tensor):
+                func = Tensor.to
+            where, args, kwargs = target(name, args, kwargs)
+            inputs = tensors_in(args) + tensors_in(kwargs) if kwargs else tensors_in(args)
+            mine = [t for t in inputs if here(t)]
+            off = [t for t in inputs if not here(t) and t.dim() > 0]
+            if mine and off and name not in MOVES:
+                raise finding(name, off[0])
+            if name == "__getitem__" and off and off[0] is args[0] and any(here(t) for t in tensors_in(args[1:])):
+                raise finding(name, args[0])  # a CPU tensor indexed by indices on the device
+            out = func(*args, **kwargs)
+            if isinstance(out, Tensor) and where and any(out is t for t in inputs) and (where == "on") != here(out):
+                out = Tensor.clone(out)  # a move to the other device: a copy there, as on a GPU
+            for t in tensors_in(out) if isinstance(out, (Tensor, tuple, list)) else ():
+                if any(t is i for i in inputs):
+                    continue  # an input returned as it is (in place, or a no-op): it stays where it is
+                if where == "on" or (where is None and mine):
+                    on[id(t)] = t
+                else:
+                    origins.setdefault(id(t), (t, f"made by torch.{name} at {student_line() or 'an unknown line'}"
+                                                  f"{' in ' + stack.top() if stack.top() else ''}"))
+            return out
+
+    rng = torch.get_rng_state()
     try:
-        return {"finding": trace_devices_as_gpu(model(), x, layouts=layouts), "note": ""}
-    except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
-        text = str(exc).splitlines()[0][:200] if str(exc) else ""
-        if "device" in text and ("cpu" in text or "meta" in text):
-            return {"finding": {"op": "an operation", "module": "", "line": error_record(exc)["where"],
-                                "device": "meta", "tensor": f"a tensor on another device ({text})", "shape": []},
-                    "note": ""}
-        return {"finding": None, "note": f"{type(exc).__name__}: {text}"}
+        for buffers, k, b in swapped:  # each buffer's copy "on the device" under its id (`here` tells them apart)
+            if id(b) not in on:
+                on[id(b)] = b.detach().clone().requires_grad_(b.requires_grad)
+                on[id(on[id(b)])] = on[id(b)]
+            buffers[k] = on[id(b)]
+        with stack, Tracker():
+            out = model(X)
+        bad = [t for t in tensors_in(out) if not here(t)]
+        if bad and not found:
+            finding("the returned logits", bad[0])
+            found[-1]["module"] = type(model).__name__
+    except DeviceMismatch:
+        pass
+    except Exception:
+        if not found:
+            raise
+    finally:
+        torch.set_rng_state(rng)
+        for buffers, k, b in swapped:
+            buffers[k] = b
+    return found[0] if found else None
+
+
+def device_finding(build: Callable[[], Any], x: Any) -> dict[str, Any]:
+    """A device probe's output for build()(x) with real values on the CPU, shown as on cuda (`trace_on_cpu`):
+    {"finding": the first op that would mix devices on a GPU, or None, "note": ""}. Only a pass that ran to its
+    end or to a finding decides: where the student's code raises anything else (or a call cannot be shown on
+    cuda: Undecided), that error is raised, so the probe records it and its case does not pay. `build`
+    builds the module on the CPU (it may raise too); x is a CPU tensor of real values."""
+    return {"finding": trace_on_cpu(build(), x), "note": ""}
 
 
 __all__ = ["OWN_FILES", "MOVES", "DeviceMismatch", "student_line", "FRESH_OPS", "meta_memo", "ELEMENTWISE",
            "CPU_SHAPED", "SMALL", "shaped_on_cpu", "SDPA", "SDPA_ARGS", "attention_on_meta", "fresh_meta",
-           "trace_devices", "Disguise", "twin", "modules_of", "Layouts", "LAYOUTS", "trace_devices_as_gpu",
-           "device_finding"]
+           "tensors_in", "plain_attributes", "describe_tensor", "ModuleStack", "trace_devices", "Disguise", "twin",
+           "modules_of", "Layouts", "LAYOUTS", "trace_devices_as_gpu", "Undecided", "UNSHOWN", "NUMPY", "FORMAT",
+           "trace_on_cpu", "device_finding"]

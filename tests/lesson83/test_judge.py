@@ -410,10 +410,9 @@ ALIASED_MODELS = {  # name -> (the class, the schemes whose device check finds a
         "class TinyCharLM(TinyCharLM):\n"
         "    def __init__(self, *args, **kwargs):\n"
         "        super().__init__(*args, **kwargs)\n"
-        "        self.first = [self.token_emb.weight]  # .to() puts a new Parameter in the table: this one stays\n"
+        "        self.first = [self.token_emb.weight]  # .to('cuda') sets the Parameter's .data: this one moves\n"
         "    def add_positions(self, H):\n"
-        "        return super().add_positions(H) + 0 * self.first[0][0]\n",
-        {"learned", "sinusoidal", "rope", "alibi", "none"}),
+        "        return super().add_positions(H) + 0 * self.first[0][0]\n", set()),
 }
 
 
