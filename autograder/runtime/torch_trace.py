@@ -1,16 +1,16 @@
 """The device trace shipped beside a lesson's checks (torch_trace.py): which op of a forward pass mixes devices.
 
-A forward pass runs once on the `meta` device (nothing is computed) under a torch function mode that sees every
-call (`trace_devices`); `trace_devices_as_gpu` shows it its tensors as cuda tensors, so code that treats `meta` as a
-special case is traced as it runs on a GPU; `device_finding` is a probe's whole job (a finding, or a note saying why
-there is nothing to conclude). `meta_memo` and its shortcuts (`shaped_on_cpu`, `attention_on_meta`) reuse the
-output layout of a call seen before; `twin` copies a verified model cheaply for `.to("meta")`. The memo lives on an
-object (LAYOUTS), never in a module-level table: the grader's guard reads a changed module table as tampering.
+`device_finding` is a device probe's whole job: `trace_on_cpu` runs the forward pass once on real values on the CPU
+under a torch function mode that shows its tensors as cuda tensors and keeps where each tensor made would live on
+a GPU, so data-dependent code takes its real path and a tensor that would stay on the CPU is found where it meets
+one on the device. `trace_devices` (with `trace_devices_as_gpu`, the milestone trainer's quick check) runs it on
+`meta` instead (nothing is computed); `meta_memo` and its shortcuts (`shaped_on_cpu`, `attention_on_meta`) reuse
+the output layout of a call seen before. Memos live on objects (LAYOUTS), never in module-level tables: the
+grader's guard reads a changed module table as tampering.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import sys
 from collections.abc import Callable
@@ -275,16 +275,14 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
                   disguise: str | None = None) -> dict[str, Any] | None:
     """Run model(X) once and report the first op that combines tensors of different devices, or None.
 
-    X and the model's parameters and buffers live on one device (the probe uses `meta`, so nothing is
-    computed). A TorchFunctionMode sees every torch call of the forward pass, so a table made on the CPU
-    inside forward (or kept as a plain attribute) is caught even where an op would accept it (on torch 2.13 a
-    matmul of a meta tensor with a CPU tensor succeeds). 0-dim CPU tensors count as Python numbers, as they
-    do on a GPU. The report says which tensor, made where (module, line, op, shape), met which op. With
-    `layouts`, calls of FRESH_OPS on `meta` reuse the output layout of an identical earlier call (`meta_memo`).
-
-    With `disguise` (a device type such as "cuda"), the forward pass sees its tensors on `meta` as tensors on that
-    device (`Disguise`), so code that treats `meta` as a special case (`if q.device.type == "meta"`) is traced
-    as it runs on a real accelerator; a finding then names that device.
+    X and the model's parameters and buffers live on one device (`meta`: nothing is computed). A
+    TorchFunctionMode sees every torch call, so a table made on the CPU inside forward (or kept as a plain
+    attribute) is caught even where an op would accept it (on torch 2.13 a matmul of a meta tensor with a CPU
+    tensor succeeds); 0-dim CPU tensors count as numbers, as on a GPU. The report says which tensor, made where
+    (module, line, op, shape), met which op. With `layouts`, calls of FRESH_OPS reuse the output layout of an
+    identical earlier call (`meta_memo`). With `disguise` (a device type such as "cuda"), the pass sees its
+    `meta` tensors as on that device (`Disguise`); a finding then names that device. Code that asks `meta` what
+    it cannot answer (values, data_ptr, repr) is judged by `trace_on_cpu`, never by this trace.
     """
     torch = _torch()
     from torch.overrides import TorchFunctionMode
@@ -349,10 +347,9 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
 
 
 class Disguise:
-    """How a traced forward pass on `meta` is shown tensors on another device type (`trace_devices`): the device
-    properties of a `meta` tensor read as that device (cuda:0: is_cuda True, is_meta False, get_device 0), and
-    that device, passed to any torch call (device=..., .to(...), .cuda()), means `meta` again. The real devices
-    are untouched, so a table left on the CPU still meets the `meta` tensors and is caught."""
+    """How a traced forward pass is shown its tensors on another device type (`trace_devices` on `meta`, and
+    `trace_on_cpu`): their device properties read as that device (cuda:0: is_cuda True, is_meta False,
+    get_device 0), and that device, passed to a torch call, means the real one again (`unmask`, for `meta`)."""
 
     REAL = object()  # shown(): nothing to show instead, run the call as it is
 
@@ -394,55 +391,10 @@ class Disguise:
         return func, name, tuple(self._real(a) for a in args), {k: self._real(v) for k, v in kwargs.items()}
 
 
-def twin(model: Any) -> Any:
-    """A copy of a model that `ModelState` verified, for `.to("meta")` to move as it would move the model: new module
-    objects and containers throughout, every registered parameter a new Parameter over the same values, every
-    other tensor (registered buffers included: `.to` replaces them in the twin's own tables) the same object.
-    Aliases keep their meaning: a parameter, buffer or module referred to from anywhere else in the model is the
-    twin's one there too. Nothing is computed or copied in bulk (a model whose build computes large tables would
-    cost as much again)."""
-    torch = _torch()
-    modules = list(modules_of(model))  # the modules `.to` walks: the _modules tables, recursively
-    aliases: dict[int, Any] = {id(m): object.__new__(type(m)) for m in modules}
-    for module in modules:
-        for p in module._parameters.values():
-            if p is not None and id(p) not in aliases:
-                aliases[id(p)] = torch.nn.Parameter(p.detach(), requires_grad=p.requires_grad)
-
-    def copy(value: Any) -> Any:
-        t = type(value)
-        if id(value) in aliases:
-            return aliases[id(value)]
-        if t in (dict, collections.OrderedDict):
-            return t((k, copy(v)) for k, v in value.items())
-        if t in (list, tuple):
-            return t(map(copy, value))
-        if t in (set, frozenset):
-            return t(value)
-        return value  # immutable values, functions, tensors, numpy arrays: shared
-
-    for module in modules:
-        aliases[id(module)].__dict__.update({k: copy(v) for k, v in vars(module).items()})
-    return aliases[id(model)]
-
-
-def modules_of(model: Any) -> Any:
-    """The modules reachable through the _modules tables (each once)."""
-    seen, todo = set(), [model]
-    while todo:
-        module = todo.pop()
-        if id(module) not in seen:
-            seen.add(id(module))
-            yield module
-            todo += [m for m in module._modules.values() if m is not None]
-
-
 class Layouts:
-    """The memo of `meta` output layouts (`meta_memo`) that the probes share in one process: an entry is a fact
-    about torch (an op's output layout for given argument layouts), the same whichever probe or notebook made it,
-    so the device traces of every probe, public and hidden cases alike, reuse each other's. An
-    attribute of an object, never a module-level table (the grader's guard reads a changed module table as
-    tampering)."""
+    """The memo of `meta` output layouts (`meta_memo`) shared in one process: an entry is a fact about torch (an
+    op's output layout for given argument layouts), whichever trace made it. An attribute of an object, never a
+    module-level table (the grader's guard reads a changed module table as tampering)."""
 
     def __init__(self) -> None:
         self.table: dict[tuple, tuple] = {}
@@ -464,67 +416,60 @@ def trace_devices_as_gpu(model: Any, X: Any, *, layouts: dict[tuple, tuple]) -> 
 
 
 class Undecided(Exception):
-    """The trace on the CPU cannot show a call as on the other device (the tensor's storage, say): no decision."""
+    """A trace on the CPU met a call it cannot show as on the other device (a tensor's storage): no decision."""
 
 
-# Calls that tell a tensor's place apart where the CPU cannot show another device's answer: no decision.
 UNSHOWN = frozenset({"untyped_storage", "storage", "_typed_storage", "is_pinned", "pin_memory", "share_memory_",
                      "is_shared", "__cuda_array_interface__", "__dlpack__", "__dlpack_device__"})
-NUMPY = frozenset({"numpy", "__array__"})  # fail on a GPU tensor
-FORMAT = frozenset({"__repr__", "__str__", "__format__"})
+NUMPY, FORMAT = frozenset({"numpy", "__array__"}), frozenset({"__repr__", "__str__", "__format__"})
 
 
 def trace_on_cpu(model: Any, X: Any, *, shown: str = "cuda") -> dict[str, Any] | None:
-    """Run model(X) once on the CPU with real values, shown as on `shown` (cuda:0), and report the first op that
-    would combine tensors of two devices there, or None; Undecided when a call cannot be shown.
+    """Run model(X) once on the CPU with real values shown as on `shown` (cuda:0): the first op that would mix
+    devices there, or None; Undecided where a call of UNSHOWN met a tensor on that device.
 
-    X and the model's registered parameters and buffers (from nn.Module's own tables) are the tensors on the
-    shown device. A TorchFunctionMode sees every torch call and keeps, per tensor made, where it lives on that
-    device: on it when the call names it (device=q.device, .to(q.device), .cuda(), .to(q)) or, naming no device,
-    takes a tensor on it; on the CPU when made by a factory that names no device (torch.arange(T)), named "cpu",
-    or made only from CPU tensors. Since the values are real, data-dependent code (asserts, isfinite checks,
-    .item()) takes the path it takes on a GPU. A tensor on the shown device answers every device query as one
-    there (device, is_cuda, is_cpu, get_device, repr, str and format) and refuses numpy() as a GPU tensor does;
-    its data_ptr is a real one. An op that meets a tensor on each device (not MOVES; a 0-dim CPU tensor counts as
-    a number, as on a GPU), a CPU tensor indexed by one on the device, numpy() of one, or a returned tensor left
-    on the CPU is a finding, recorded when it happens (a caught error keeps it) and raised as a GPU run raises.
-    The CPU generator is left as it was."""
+    On the device are X, the model's registered parameters (`.to` keeps their objects) and copies of its buffers
+    put in its tables for the pass (`.to` puts new ones there), read from nn.Module's own tables. A torch
+    function mode keeps where each tensor made lives: on the device when the call names it (device=q.device,
+    .to(q.device), .to(q), .cuda()) or, naming none, takes a tensor there; else on the CPU (torch.arange(T)).
+    Values are real, so data-dependent code (asserts, isfinite, .item()) takes its real path. A tensor on the
+    device answers device queries, repr, str and format as one there and refuses numpy() as it does; data_ptr
+    is real. A finding (an op meeting a tensor of each device, not MOVES, a 0-dim CPU tensor counting as a
+    number; a CPU tensor indexed by one on the device; numpy(); a returned tensor left on the CPU) is kept when
+    it happens, whatever the code catches, and raised as a GPU raises. The CPU generator is left as it was."""
     torch = _torch()
     from torch.overrides import TorchFunctionMode
 
     cpu, Tensor = torch.device("cpu"), torch.Tensor
     on: dict[int, Any] = {id(X): X}  # id -> tensor, for the tensors on the shown device (kept alive: ids stay theirs)
-    on.update((id(p), p) for p in module_state(model)["parameters"].values())  # .to sets their .data: kept
+    on.update((id(p), p) for p in module_state(model)["parameters"].values())
     swapped = [(buffers, k, b) for _, m in named_modules(model) for buffers in [tables(m)[2]]
-               for k, b in buffers.items() if b is not None]  # .to puts new buffers in the tables: so do we
+               for k, b in buffers.items() if b is not None]
     origins = plain_attributes(model, lambda value: on.get(id(value)) is not value)
-    mask, stack, found = Disguise(cpu, shown), ModuleStack(model), []
+    mask, stack, found, unshown = Disguise(cpu, shown), ModuleStack(model), [], []
 
     def here(t: Any) -> bool:
         return on.get(id(t)) is t
 
     def finding(op: str, t: Any) -> DeviceMismatch:
-        place = shown if here(t) else "cpu"
         found.append({"op": op, "module": stack.top(), "line": student_line(), "device": shown,
-                      "tensor": describe_tensor(t, origins, place), "shape": list(t.shape)})
+                      "tensor": describe_tensor(t, origins, shown if here(t) else "cpu"), "shape": list(t.shape)})
         return DeviceMismatch(found[-1])
 
     def target(name: str, args: Any, kwargs: dict[str, Any]) -> tuple[str | None, Any, dict[str, Any]]:
-        """Where the call puts what it makes ("on", "cpu", None: not named), and its args for the CPU."""
-        if name in ("cuda", shown) and args and isinstance(args[0], Tensor):
+        """Where the call puts what it makes ("on", "cpu", None: it names no device), and its args for the CPU."""
+        if name == "cuda":
             return "on", (args[0], cpu), {k: v for k, v in kwargs.items() if k == "non_blocking"}
-        if name == "cpu":
-            return "cpu", args, kwargs
-        moves = name in ("to", "type")
-        named: list[str] = []
+        moves, named = name in ("to", "type"), ["cpu"] if name == "cpu" else []
 
         def real(value: Any, key: str | int) -> Any:
-            if type(value) is Tensor and moves and key == 1:
+            slot = key == "device" or (moves and key == 1)
+            if moves and key == 1 and isinstance(value, Tensor):
                 named.append("on" if here(value) else "cpu")
-            elif type(value) is int and (key == "device" or (moves and key == 1)):
+            elif type(value) is int and slot:
                 named.append("on")
                 return cpu
-            elif type(value) in (str, torch.device) and not (type(value) is str and key not in ("device", 1)):
+            elif type(value) is torch.device or (type(value) is str and slot):
                 try:
                     kind = torch.device(value).type
                 except (RuntimeError, TypeError):
@@ -534,8 +479,7 @@ def trace_on_cpu(model: Any, X: Any, *, shown: str = "cuda") -> dict[str, Any] |
                     return cpu
             return value
 
-        args = tuple(real(a, i) for i, a in enumerate(args))
-        kwargs = {k: real(v, k) for k, v in kwargs.items()}
+        args, kwargs = tuple(real(a, i) for i, a in enumerate(args)), {k: real(v, k) for k, v in kwargs.items()}
         return (named[-1] if named else None), args, kwargs
 
     class Shown(TorchFunctionMode):  # inside a repr: every tensor shown on the device (the repr's own ops)
@@ -545,26 +489,25 @@ def trace_on_cpu(model: Any, X: Any, *, shown: str = "cuda") -> dict[str, Any] |
 
     class Tracker(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            kwargs = kwargs or {}
             name = getattr(func, "__name__", str(func))
-            if args and isinstance(args[0], Tensor) and here(args[0]):
-                got = mask.shown(func, name, args, here)
-                if got is not Disguise.REAL:
-                    return got
-                if name in UNSHOWN:
-                    raise Undecided(f"{name}() of a tensor cannot be shown on {shown} by a trace on the CPU")
-                if name in NUMPY:
-                    finding(name, args[0])
-                    raise TypeError(f"can't convert {shown}:0 device type tensor to numpy. Use Tensor.cpu() to "
-                                    "copy the tensor to host memory first.")
-                if name in FORMAT and not (name == "__format__" and args[0].dim() == 0):
-                    if name == "__format__" and args[1:] and args[1]:
-                        raise TypeError("unsupported format string passed to Tensor.__format__")
-                    with Shown():
-                        return torch._tensor_str._str(args[0])
-            if name in ("cuda", shown) and args and isinstance(args[0], Tensor):
-                func = Tensor.to
-            where, args, kwargs = target(name, args, kwargs)
+            mine0 = bool(args) and isinstance(args[0], Tensor) and here(args[0])
+            if mine0 and (got := mask.shown(func, name, args, here)) is not Disguise.REAL:
+                return got
+            if mine0 and name in UNSHOWN:
+                unshown.append(name)
+                raise Undecided(f"{name}() of a tensor on {shown} cannot be shown by a trace on the CPU")
+            if mine0 and name in NUMPY:
+                finding(name, args[0])
+                raise TypeError(f"can't convert {shown}:0 device type tensor to numpy. Use Tensor.cpu() to copy "
+                                "the tensor to host memory first.")
+            if mine0 and name in FORMAT and not (name == "__format__" and args[0].dim() == 0):
+                if name == "__format__" and args[1:] and args[1]:
+                    raise TypeError("unsupported format string passed to Tensor.__format__")
+                with Shown():
+                    return torch._tensor_str._str(args[0])
+            cuda = name in ("cuda", shown) and bool(args) and isinstance(args[0], Tensor)  # x.cuda(): x.to(cpu)
+            func = Tensor.to if cuda else func
+            where, args, kwargs = target("cuda" if cuda else name, args, kwargs or {})
             inputs = tensors_in(args) + tensors_in(kwargs) if kwargs else tensors_in(args)
             mine = [t for t in inputs if here(t)]
             off = [t for t in inputs if not here(t) and t.dim() > 0]
@@ -587,40 +530,37 @@ def trace_on_cpu(model: Any, X: Any, *, shown: str = "cuda") -> dict[str, Any] |
 
     rng = torch.get_rng_state()
     try:
-        for buffers, k, b in swapped:  # each buffer's copy "on the device" under its id (`here` tells them apart)
+        for buffers, k, b in swapped:  # each buffer's copy on the device, also under its id (`here` tells apart)
             if id(b) not in on:
                 on[id(b)] = b.detach().clone().requires_grad_(b.requires_grad)
                 on[id(on[id(b)])] = on[id(b)]
             buffers[k] = on[id(b)]
         with stack, Tracker():
             out = model(X)
-        bad = [t for t in tensors_in(out) if not here(t)]
-        if bad and not found:
-            finding("the returned logits", bad[0])
-            found[-1]["module"] = type(model).__name__
-    except DeviceMismatch:
-        pass
+        if not found and (bad := [t for t in tensors_in(out) if not here(t)]):
+            finding("the returned logits", bad[0]).finding["module"] = type(model).__name__
     except Exception:
-        if not found:
+        if not found and not unshown:
             raise
     finally:
         torch.set_rng_state(rng)
         for buffers, k, b in swapped:
             buffers[k] = b
+    if unshown and not found:
+        raise Undecided(f"{unshown[0]}() of a tensor on {shown} cannot be shown by a trace on the CPU")
     return found[0] if found else None
 
 
 def device_finding(build: Callable[[], Any], x: Any) -> dict[str, Any]:
-    """A device probe's output for build()(x) with real values on the CPU, shown as on cuda (`trace_on_cpu`):
+    """A device probe's output for build()(x), traced on real values on the CPU shown as cuda (`trace_on_cpu`):
     {"finding": the first op that would mix devices on a GPU, or None, "note": ""}. Only a pass that ran to its
-    end or to a finding decides: where the student's code raises anything else (or a call cannot be shown on
-    cuda: Undecided), that error is raised, so the probe records it and its case does not pay. `build`
-    builds the module on the CPU (it may raise too); x is a CPU tensor of real values."""
+    end or to a finding decides: any other error of the student's code (or Undecided) is raised, so the probe
+    records it and its case does not pay. `build` builds the module on the CPU; x is a CPU tensor."""
     return {"finding": trace_on_cpu(build(), x), "note": ""}
 
 
 __all__ = ["OWN_FILES", "MOVES", "DeviceMismatch", "student_line", "FRESH_OPS", "meta_memo", "ELEMENTWISE",
            "CPU_SHAPED", "SMALL", "shaped_on_cpu", "SDPA", "SDPA_ARGS", "attention_on_meta", "fresh_meta",
-           "tensors_in", "plain_attributes", "describe_tensor", "ModuleStack", "trace_devices", "Disguise", "twin",
-           "modules_of", "Layouts", "LAYOUTS", "trace_devices_as_gpu", "Undecided", "UNSHOWN", "NUMPY", "FORMAT",
-           "trace_on_cpu", "device_finding"]
+           "tensors_in", "plain_attributes", "describe_tensor", "ModuleStack", "trace_devices", "Disguise", "Layouts",
+           "LAYOUTS", "trace_devices_as_gpu", "Undecided", "UNSHOWN", "NUMPY", "FORMAT", "trace_on_cpu",
+           "device_finding"]
