@@ -523,9 +523,10 @@ def trace_on_cpu(model: Any, X: Any, *, shown: str = "cuda") -> dict[str, Any] |
                     continue  # an input returned as it is (in place, or a no-op): it stays where it is
                 if where == "on" or (where is None and mine):
                     on[id(t)] = t
-                else:
-                    origins.setdefault(id(t), (t, f"made by torch.{name} at {student_line() or 'an unknown line'}"
-                                                  f"{' in ' + stack.top() if stack.top() else ''}"))
+                else:  # what it was made from tells most (a slice of a plain attribute), else where it was made
+                    parent = next((origins[id(i)][1] for i in inputs if origins.get(id(i), (None,))[0] is i), None)
+                    made = f"made by torch.{name} at {student_line() or 'an unknown line'}"
+                    origins.setdefault(id(t), (t, parent or made + (f" in {stack.top()}" if stack.top() else "")))
             return out
 
     rng = torch.get_rng_state()
