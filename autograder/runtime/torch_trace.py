@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -540,9 +541,9 @@ def trace_on_cpu(model: Any, X: Any, *, shown: str = "cuda") -> dict[str, Any] |
             out = model(X)
         if not found and (bad := [t for t in tensors_in(out) if not here(t)]):
             finding("the returned logits", bad[0]).finding["module"] = type(model).__name__
-    except Exception:
+    except Exception as exc:
         if not found and not unshown:
-            raise
+            raise exc.with_traceback(without_own_frames(exc.__traceback__)) from exc.__cause__
     finally:
         torch.set_rng_state(rng)
         for buffers, k, b in swapped:
@@ -550,6 +551,20 @@ def trace_on_cpu(model: Any, X: Any, *, shown: str = "cuda") -> dict[str, Any] |
     if unshown and not found:
         raise Undecided(f"{unshown[0]}() of a tensor on {shown} cannot be shown by a trace on the CPU")
     return found[0] if found else None
+
+
+def without_own_frames(tb: Any) -> Any:
+    """A traceback without this module's frames, so that an error of the student's code raised through the trace
+    points at the student's line (error_record reads the innermost frame), as it does without the trace."""
+    frames = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("torch_trace.py"):
+            frames.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(frames):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
 
 
 def device_finding(build: Callable[[], Any], x: Any) -> dict[str, Any]:
@@ -564,4 +579,4 @@ __all__ = ["OWN_FILES", "MOVES", "DeviceMismatch", "student_line", "FRESH_OPS", 
            "CPU_SHAPED", "SMALL", "shaped_on_cpu", "SDPA", "SDPA_ARGS", "attention_on_meta", "fresh_meta",
            "tensors_in", "plain_attributes", "describe_tensor", "ModuleStack", "trace_devices", "Disguise", "Layouts",
            "LAYOUTS", "trace_devices_as_gpu", "Undecided", "UNSHOWN", "NUMPY", "FORMAT", "trace_on_cpu",
-           "device_finding"]
+           "without_own_frames", "device_finding"]

@@ -29,9 +29,11 @@ from checks_runtime import (
     Verdict,
     as_array,
     check,
+    error_record,
     hook,
     one_torch_thread,
     probe,
+    run_probe,
 )
 from checks_runtime import catch as _catch
 from checks_runtime import close_to as _close
@@ -641,15 +643,40 @@ def fn_device(env: dict[str, Any], fn: str, shape: list[int], args: list[Any] | 
 
 
 @probe
-def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]:
+def lm_device(env: dict[str, Any], schemes: list[str], T: int,
+              earlier: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Per scheme, the first op of a forward pass that would mix devices on a GPU (None: clean), traced on real
-    values on the CPU shown as cuda (the kit's trace_on_cpu)."""
+    values on the CPU shown as cuda (the kit's trace_on_cpu). A pass that raises anything else decides nothing
+    and its error is the probe's, except where the scheme's earlier question (`earlier`: the basis of its logits
+    cases) raises that very error in its own probe: that scheme is left out here (its note says why), as the
+    judge leaves out a case that raises an earlier question's error, while another scheme decides."""
     torch = _torch()
     out: dict[str, Any] = {}
+    first: Exception | None = None
     for pos in schemes:
-        model = MODELS.build(env, pos)
-        out[pos] = device_finding(lambda m=model: m, torch.arange(2 * T).reshape(2, T) % LM_VOCAB)
+        try:
+            out[pos] = device_finding(lambda p=pos: MODELS.build(env, p), torch.arange(2 * T).reshape(2, T) % LM_VOCAB)
+        except Exception as exc:  # noqa: BLE001 - undecided: raised below unless the earlier question raises it
+            basis = (earlier or {}).get(pos)
+            if not isinstance(basis, dict) or not _raised_there(env, exc, basis):
+                raise
+            first = first or exc
+            out[pos] = {"finding": None, "note": f"left out: your {basis['what']} raises "
+                                                 f"{type(exc).__name__} there too"}
+    if first is not None and all(r["note"] for r in out.values()):
+        raise first  # no scheme decided
     return out
+
+
+def _raised_there(env: dict[str, Any], exc: Exception, basis: dict[str, Any]) -> bool:
+    """Whether `basis` (an earlier question's probe) raises exc itself: the same type at the same line of one of
+    the functions it names, or the same type and message (the judge's test for an earlier question's error)."""
+    err, own = error_record(exc), run_probe(env, basis["probe"], basis["args"]).get("error")
+    if not isinstance(own, dict) or err["type"] != own.get("type"):
+        return False
+    where = str(own.get("where", ""))
+    return (where == err["where"] and where.rsplit(" in ", 1)[-1] in basis.get("names", [])) or \
+        err["message"] == own.get("message")
 
 
 # --------------------------------------------------------------------------- checks

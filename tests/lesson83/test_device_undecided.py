@@ -277,3 +277,23 @@ def test_the_traces_decisions_are_the_outcomes_gpu_check_expects_on_a_gpu() -> N
         decided[name] = ("fails" if trace.trace_on_cpu(model, x) else "follows", expected)
     assert [name for name, (got, want) in decided.items() if got != want] == []
     assert {want for _, want in decided.values()} == {"fails", "follows"}
+
+
+def test_a_scheme_is_left_out_only_for_its_earlier_questions_own_error(suite: Suite) -> None:
+    """M1's device case leaves out a scheme whose forward raises the error its earlier question's own probe raises
+    (one penalty: tests/lesson83/test_one_penalty.py); an error raised only on the device probe's input is not
+    that, so the case is undecided and does not pay, wherever the tables are."""
+    cases = _graded(suite, '''
+class TinyCharLM(TinyCharLM):
+    def attend(self, q, k, v):
+        if self.pos == "rope" and q.shape[-2] == 16:
+            raise ValueError("sixteen positions are not supported")
+        return super().attend(q, k, v)
+''')
+    case = cases["m1_tinycharlm/same_device"]
+    assert not case.passed and "sixteen positions" in case.message, case.message
+    broken = _graded(suite, '''
+def alibi_bias(num_heads, seq_len):
+    raise NotImplementedError("ALiBi comes later")
+''')
+    assert broken["m1_tinycharlm/same_device"].passed, broken["m1_tinycharlm/same_device"].message
