@@ -11,11 +11,15 @@ It needs only this repository and the GPU image's PyTorch (no pydantic, nothing 
    graphed;
 5. the full protocol (5 schemes x 3000 steps and the evaluation) timed from a fresh process
    (`python -m autograder.checkpoint --preset full --device cuda`);
-6. the grader's own CPU re-verification of that checkpoint against the full preset's bounds.
+6. the grader's own CPU re-verification of that checkpoint against the full preset's bounds;
+7. the device trace against the device: each function of DEVICE_ZOO (honest code with asserts and data-dependent
+   checks, tables left on the CPU, code that looks for the trace) decided by the probes' trace on CPU values
+   shown as cuda (torch_trace.trace_on_cpu), then run on the GPU: a decision must match what the GPU does.
 
 Every result is appended to $OUT/gpu_check.jsonl and every printed line to $OUT/gpu_check.log as soon as it
 is known, so a run cut off at its time limit still reports what it measured ($OUT defaults to out/gpu_check).
---smoke runs the same code on the CPU with tiny sizes in well under a minute (tests/lesson83/test_gpu_check.py).
+--smoke runs the same code on the CPU with tiny sizes in well under a minute (tests/lesson83/test_gpu_check.py);
+there section 7 checks the trace's decisions against the GPU outcomes the zoo expects.
 """
 
 from __future__ import annotations
@@ -37,6 +41,175 @@ if str(ROOT) not in sys.path:  # run as a script from a bare copy of the reposit
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+
+# Section 7: name -> (input kind, source defining Model, what a GPU run does: "follows" when forward runs and returns
+# tensors on the input's device, "fails" otherwise). The source sees torch, nn, F and math.
+ROPE = """
+def rope_cache(T, d):
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), theta)
+    return torch.cos(angles).float(), torch.sin(angles).float()
+
+def apply_rope(x, cos, sin):
+    h = x.shape[-1] // 2
+    return torch.cat([x[..., :h] * cos - x[..., h:] * sin, x[..., :h] * sin + x[..., h:] * cos], -1)
+
+def attend(q, k, v, cos, sin):
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+"""
+DEVICE_ZOO: dict[str, tuple[str, str, str]] = {
+    "honest: isfinite check, tables moved": ("float", ROPE + """
+class Model(nn.Module):
+    def forward(self, q):
+        if not torch.isfinite(q).all():
+            raise ValueError("q holds a NaN or an infinity")
+        cos, sin = (t.to(q.device) for t in rope_cache(q.shape[-2], q.shape[-1]))
+        return attend(q, q * 1.0, q, cos, sin)
+""", "follows"),
+    "tables on the CPU after an isfinite check": ("float", ROPE + """
+class Model(nn.Module):
+    def forward(self, q):
+        if not torch.isfinite(q).all():
+            raise ValueError("q holds a NaN or an infinity")
+        cos, sin = rope_cache(q.shape[-2], q.shape[-1])
+        return attend(q, q * 1.0, q, cos, sin)
+""", "fails"),
+    "tables moved only when data_ptr() == 0": ("float", ROPE + """
+class Model(nn.Module):
+    def forward(self, q):
+        cos, sin = rope_cache(q.shape[-2], q.shape[-1])
+        if q.data_ptr() == 0:
+            cos, sin = cos.to(q.device), sin.to(q.device)
+        return attend(q, q * 1.0, q, cos, sin)
+""", "fails"),
+    "tables moved only when repr has no cuda": ("float", ROPE + """
+class Model(nn.Module):
+    def forward(self, q):
+        cos, sin = rope_cache(q.shape[-2], q.shape[-1])
+        if "cuda" not in repr(q):
+            cos, sin = cos.to(q.device), sin.to(q.device)
+        return attend(q, q * 1.0, q, cos, sin)
+""", "fails"),
+    "tables moved only when q.cpu() is q": ("float", ROPE + """
+class Model(nn.Module):
+    def forward(self, q):
+        cos, sin = rope_cache(q.shape[-2], q.shape[-1])
+        if q.cpu() is q:
+            cos, sin = cos.to(q.device), sin.to(q.device)
+        return attend(q, q * 1.0, q, cos, sin)
+""", "fails"),
+    "honest: print, format and .item()": ("float", """
+class Model(nn.Module):
+    def forward(self, q):
+        note = f"{q.shape} {q.device} {q.abs().max().item():.3f} {q[0, 0, 0, 0]:.2f}"
+        T = q.shape[-2]
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril() if note else None
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=mask) * torch.tensor(2.0)
+""", "follows"),
+    "a mask made without device=": ("float", """
+class Model(nn.Module):
+    def forward(self, q):
+        T = q.shape[-2]
+        scores = (q @ q.transpose(-2, -1)).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return scores.softmax(-1) @ q
+""", "fails"),
+    "a CPU table indexed by positions on the device": ("float", """
+class Model(nn.Module):
+    def forward(self, q):
+        table = torch.zeros(64, q.shape[-1])
+        return q + table[torch.arange(q.shape[-2], device=q.device)]
+""", "fails"),
+    "a tensor on the device indexed by CPU positions": ("float", """
+class Model(nn.Module):
+    def forward(self, q):
+        return q[:, :, torch.arange(q.shape[-2] - 1)] * 2
+""", "follows"),
+    "zeros_like on the CPU by name": ("float", """
+class Model(nn.Module):
+    def forward(self, q):
+        return q + torch.zeros_like(q, device="cpu")
+""", "fails"),
+    "new_zeros, .to(q) and .cuda() follow": ("float", """
+class Model(nn.Module):
+    def forward(self, q):
+        a = q.new_zeros(q.shape) + torch.arange(q.shape[-1]).to(q)
+        return a + (torch.ones(q.shape[-1]).cuda() if q.is_cuda else 0.0)
+""", "follows"),
+    "numpy() of the input": ("float", """
+class Model(nn.Module):
+    def forward(self, q):
+        return q * float(q.detach().numpy().max())
+""", "fails"),
+    "a returned tensor moved to the CPU": ("float", """
+class Model(nn.Module):
+    def forward(self, q):
+        return (q * 2).cpu()
+""", "fails"),
+    "honest: an assert on token ids": ("tokens", """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(28, 8)
+    def forward(self, X):
+        assert int(X.max()) < self.emb.num_embeddings, "a token id is out of range"
+        return self.emb(X) + self.emb.weight[torch.arange(X.shape[1], device=X.device)]
+""", "follows"),
+    "positions on the CPU after an assert on token ids": ("tokens", """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(28, 8)
+    def forward(self, X):
+        assert int(X.max()) < self.emb.num_embeddings, "a token id is out of range"
+        return self.emb(X) + self.emb(torch.arange(X.shape[1]))
+""", "fails"),
+    "a plain attribute aliasing a buffer": ("tokens", """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(28, 8)
+        self.register_buffer("pe", torch.randn(64, 8))
+        self.table = self.pe  # .to() puts a new tensor in the buffer table: this one stays behind
+    def forward(self, X):
+        return self.emb(X) + self.table[: X.shape[1]]
+""", "fails"),
+    "a list aliasing a parameter": ("tokens", """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(28, 8)
+        self.first = [self.emb.weight]  # .to() sets the parameter's .data: this one moves too
+    def forward(self, X):
+        return self.emb(X) + 0 * self.first[0][0]
+""", "follows"),
+}
+
+
+def zoo_model(name: str) -> tuple[Any, Any]:
+    """DEVICE_ZOO[name]'s model (seeded) and input, both on the CPU."""
+    import math
+
+    import torch.nn.functional as F
+    from torch import nn
+
+    kind, source, _ = DEVICE_ZOO[name]
+    env: dict[str, Any] = {"torch": torch, "nn": nn, "F": F, "math": math}
+    exec(source, env)  # noqa: S102 - the zoo's own code
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 8) if kind == "float" else torch.arange(12).reshape(2, 6) % 28
+    return env["Model"](), x
+
+
+def on_device(name: str, device: torch.device) -> str:
+    """What DEVICE_ZOO[name] does on `device`: "follows" (it runs and returns tensors there) or "fails"."""
+    model, x = zoo_model(name)
+    try:
+        out = model.to(device)(x.to(device))
+    except Exception:  # noqa: BLE001 - a device error, or the numpy() of a GPU tensor
+        return "fails"
+    outs = [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
+    return "follows" if all(t.device == x.to(device).device for t in outs) else "fails"
 
 
 class Recorder:
@@ -288,11 +461,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{row['message']}")
         rec.record("verify", result=result)
 
+    def device_trace() -> None:
+        from autograder.lesson import ENGINE_ROOT, lesson_named_in
+
+        trace = lesson_named_in(ENGINE_ROOT / "grading_config.yaml").runtime_copies["torch_trace"]
+        wrong = []
+        for name, (_, _, expected) in DEVICE_ZOO.items():
+            model, x = zoo_model(name)
+            try:
+                decided = "fails" if trace.trace_on_cpu(model, x) else "follows"
+            except Exception as err:  # noqa: BLE001 - the trace decided nothing
+                decided = f"undecided ({type(err).__name__})"
+            real = on_device(name, device) if cuda else None
+            truth = real or expected
+            if decided != truth:
+                wrong.append(name)
+            rec.say(f"  {name:<50} trace: {decided:<10} {device.type if cuda else 'expected'}: {truth}"
+                    f"{'' if decided == truth else '   MISMATCH'}")
+            rec.record("device_trace", case=name, trace=decided, gpu=real, expected=expected)
+        rec.say(f"  {len(DEVICE_ZOO) - len(wrong)} of {len(DEVICE_ZOO)} decisions match "
+                f"{'the GPU' if cuda else 'the outcomes the zoo expects on a GPU (no GPU here)'}")
+        if wrong:
+            raise AssertionError(f"the trace's decision differs for: {', '.join(wrong)}")
+
     section(rec, "loss curves: CUDA against CPU", curves)
     section(rec, "training speed", speeds)
     section(rec, "kernels per step", kernels)
     if section(rec, "full protocol", protocol):
         section(rec, "checkpoint verification", verify)
+    section(rec, "device trace against the device", device_trace)
     rec.say(f"\ndone; results in {rec.results} and {rec.log}")
     return 0
 

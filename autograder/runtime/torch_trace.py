@@ -1,22 +1,23 @@
 """The device trace shipped beside a lesson's checks (torch_trace.py): which op of a forward pass mixes devices.
 
-A forward pass runs once on the `meta` device (nothing is computed) under a torch function mode that sees every
-call (`trace_devices`); `trace_devices_as_gpu` shows it its tensors as cuda tensors, so code that treats `meta` as a
-special case is traced as it runs on a GPU; `device_finding` is a probe's whole job (a finding, or a note saying why
-there is nothing to conclude). `meta_memo` and its shortcuts (`shaped_on_cpu`, `attention_on_meta`) reuse the
-output layout of a call seen before; `twin` copies a verified model cheaply for `.to("meta")`. The memo lives on an
-object (LAYOUTS), never in a module-level table: the grader's guard reads a changed module table as tampering.
+`device_finding` is a device probe's whole job: `trace_on_cpu` runs the forward pass once on real values on the CPU
+under a torch function mode that shows its tensors as cuda tensors and keeps where each tensor made would live on
+a GPU, so data-dependent code takes its real path and a tensor that would stay on the CPU is found where it meets
+one on the device. `trace_devices` (with `trace_devices_as_gpu`, the milestone trainer's quick check) runs it on
+`meta` instead (nothing is computed); `meta_memo` and its shortcuts (`shaped_on_cpu`, `attention_on_meta`) reuse
+the output layout of a call seen before. Memos live on objects (LAYOUTS), never in module-level tables: the
+grader's guard reads a changed module table as tampering.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
-from checks_runtime import error_record
+from torch_kit import module_state, named_modules, tables
 from torch_kit import torch as _torch
 
 # Frames of these files are the grader's, never the student's (`student_line`): the kit's, a lesson's checks and
@@ -29,11 +30,13 @@ MOVES = {"to", "copy_", "cuda", "cpu", "type", "new_tensor", "__getitem__", "__s
           "index_put", "as_tensor", "tensor"}
 
 
-class DeviceMismatch(Exception):
-    """Raised inside a traced forward pass at the first op that mixes devices; carries plain data."""
+class DeviceMismatch(RuntimeError):
+    """Raised inside a traced forward pass at an op that mixes devices, with the words a GPU run raises; carries
+    the finding as plain data."""
 
     def __init__(self, finding: dict[str, Any]) -> None:
-        super().__init__(finding.get("op", ""))
+        super().__init__(f"Expected all tensors to be on the same device, but found at least two devices, "
+                         f"{finding.get('device', '')} and cpu! (when checking the arguments of {finding.get('op')})")
         self.finding = finding
 
 
@@ -202,68 +205,97 @@ def fresh_meta(shape: tuple, stride: tuple, dtype: Any, grad: bool) -> Any:
     return out.requires_grad_().clone() if grad else out
 
 
+def tensors_in(value: Any) -> list[Any]:
+    """The tensors in value, in order, looking into lists, tuples and dicts."""
+    Tensor, nested = _torch().Tensor, (list, tuple, dict)
+    if isinstance(value, Tensor):
+        return [value]
+    out: list[Any] = []
+    if isinstance(value, nested):
+        for v in value.values() if isinstance(value, dict) else value:
+            if isinstance(v, Tensor):
+                out.append(v)
+            elif isinstance(v, nested):
+                out += tensors_in(v)
+    return out
+
+
+def plain_attributes(model: Any, off: Callable[[Any], bool]) -> dict[int, tuple[Any, str]]:
+    """id -> (tensor, what it is) for each tensor attribute of the model's modules that `off` picks: a plain
+    attribute, which is not a registered buffer and so does not move with the model."""
+    torch, origins = _torch(), {}
+    for mod_name, mod in model.named_modules():
+        for attr, value in vars(mod).items():
+            if isinstance(value, torch.Tensor) and off(value):
+                owner = f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
+                origins[id(value)] = (value, f"the plain attribute self.{attr} of {owner}, which "
+                                             "is not a registered buffer and so did not move with the model")
+    return origins
+
+
+def describe_tensor(t: Any, origins: dict[int, tuple[Any, str]], device: str) -> str:
+    """A finding's words for tensor t on `device`: its dtype, shape and where it was made (`origins`)."""
+    known = origins.get(id(t))
+    made = known[1] if known and known[0] is t else "a tensor the forward pass made there"
+    return f"a {str(t.dtype).replace('torch.', '')} tensor of shape {list(t.shape)} on {device}: {made}"
+
+
+class ModuleStack:
+    """The labels of the model's modules being called during a trace (`top`: the innermost), from two hooks for
+    every module call (torch's global ones, entered with `with`), not two registered on each module."""
+
+    def __init__(self, model: Any) -> None:
+        self.labels = {id(mod): f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
+                       for mod_name, mod in model.named_modules()}
+        self.names: list[str] = []
+        self.hooks: list[Any] = []
+
+    def top(self) -> str:
+        return self.names[-1] if self.names else ""
+
+    def __enter__(self) -> ModuleStack:
+        hooks = _torch().nn.modules.module
+
+        def enter(m: Any, _args: Any) -> None:
+            if id(m) in self.labels:
+                self.names.append(self.labels[id(m)])
+
+        def leave(m: Any, _args: Any, _out: Any) -> None:
+            if id(m) in self.labels and self.names:
+                self.names.pop()
+
+        self.hooks = [hooks.register_module_forward_pre_hook(enter), hooks.register_module_forward_hook(leave)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self.hooks:
+            h.remove()
+
+
 def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = None,
                   disguise: str | None = None) -> dict[str, Any] | None:
     """Run model(X) once and report the first op that combines tensors of different devices, or None.
 
-    X and the model's parameters and buffers live on one device (the probe uses `meta`, so nothing is
-    computed). A TorchFunctionMode sees every torch call of the forward pass, so a table made on the CPU
-    inside forward (or kept as a plain attribute) is caught even where an op would accept it (on torch 2.13 a
-    matmul of a meta tensor with a CPU tensor succeeds). 0-dim CPU tensors count as Python numbers, as they
-    do on a GPU. The report says which tensor, made where (module, line, op, shape), met which op. With
-    `layouts`, calls of FRESH_OPS on `meta` reuse the output layout of an identical earlier call (`meta_memo`).
-
-    With `disguise` (a device type such as "cuda"), the forward pass sees its tensors on `meta` as tensors on that
-    device (`Disguise`), so code that treats `meta` as a special case (`if q.device.type == "meta"`) is traced
-    as it runs on a real accelerator; a finding then names that device.
+    X and the model's parameters and buffers live on one device (`meta`: nothing is computed). A
+    TorchFunctionMode sees every torch call, so a table made on the CPU inside forward (or kept as a plain
+    attribute) is caught even where an op would accept it (on torch 2.13 a matmul of a meta tensor with a CPU
+    tensor succeeds); 0-dim CPU tensors count as numbers, as on a GPU. The report says which tensor, made where
+    (module, line, op, shape), met which op. With `layouts`, calls of FRESH_OPS reuse the output layout of an
+    identical earlier call (`meta_memo`). With `disguise` (a device type such as "cuda"), the pass sees its
+    `meta` tensors as on that device (`Disguise`); a finding then names that device. Code that asks `meta` what
+    it cannot answer (values, data_ptr, repr) is judged by `trace_on_cpu`, never by this trace.
     """
     torch = _torch()
     from torch.overrides import TorchFunctionMode
 
     device = X.device
     mask = Disguise(device, disguise) if disguise and device.type == "meta" else None
-    origins: dict[int, tuple[Any, str]] = {}  # id -> (tensor, where it was made), for tensors off the device
-    for mod_name, mod in model.named_modules():
-        for attr, value in vars(mod).items():
-            if isinstance(value, torch.Tensor) and value.device != device:
-                owner = f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
-                origins[id(value)] = (value, f"the plain attribute self.{attr} of {owner}, which "
-                                             "is not a registered buffer and so did not move with the model")
-    stack: list[str] = []  # the labels of the model's modules being called, innermost last
-    labels = {id(mod): f"{type(mod).__name__}{f' ({mod_name})' if mod_name else ''}"
-              for mod_name, mod in model.named_modules()}
-
-    def enter(m: Any, _args: Any) -> None:
-        if id(m) in labels:
-            stack.append(labels[id(m)])
-
-    def leave(m: Any, _args: Any, _out: Any) -> None:
-        if id(m) in labels and stack:
-            stack.pop()
-
-    # two hooks for every module call of the pass (torch's global ones), not two registered on each module
-    module_hooks = torch.nn.modules.module
-    hooks = [module_hooks.register_module_forward_pre_hook(enter), module_hooks.register_module_forward_hook(leave)]
-
-    Tensor, nested = torch.Tensor, (list, tuple, dict)
-
-    def tensors(value: Any) -> list[Any]:
-        """The tensors in value, in order, looking into lists, tuples and dicts."""
-        if isinstance(value, Tensor):
-            return [value]
-        out: list[Any] = []
-        if isinstance(value, nested):
-            for v in value.values() if isinstance(value, dict) else value:
-                if isinstance(v, Tensor):
-                    out.append(v)
-                elif isinstance(v, nested):
-                    out += tensors(v)
-        return out
+    origins = plain_attributes(model, lambda value: value.device != device)  # id -> (tensor, where it was made)
+    stack = ModuleStack(model)
+    Tensor = torch.Tensor
 
     def describe(t: Any) -> str:
-        known = origins.get(id(t))
-        made = known[1] if known and known[0] is t else "a tensor the forward pass made there"
-        return f"a {str(t.dtype).replace('torch.', '')} tensor of shape {list(t.shape)} on {t.device.type}: {made}"
+        return describe_tensor(t, origins, t.device.type)
 
     class Tracker(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -276,12 +308,12 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
                 func, name, args, kwargs = mask.unmask(func, name, args, kwargs)
             if name == "__get__" and len(args) == 1 and not kwargs:  # a property of one tensor (x.shape, x.T):
                 return func(*args)  # one tensor cannot mix devices, and what a property returns is not recorded
-            inputs = tensors(args) + tensors(kwargs) if kwargs else tensors(args)
+            inputs = tensors_in(args) + tensors_in(kwargs) if kwargs else tensors_in(args)
             devices = [t.device for t in inputs]
             off = [t for t, d in zip(inputs, devices, strict=True)
                    if d != device and not (d.type == "cpu" and t.dim() == 0)]
             if off and device in devices and name not in MOVES:
-                raise DeviceMismatch({"op": name, "module": stack[-1] if stack else "",
+                raise DeviceMismatch({"op": name, "module": stack.top(),
                                       "line": student_line(), "device": disguise if mask else device.type,
                                       "tensor": describe(off[0]), "shape": list(off[0].shape)})
             if (layouts is not None and name in FRESH_OPS and device.type == "meta" and "out" not in kwargs
@@ -292,37 +324,33 @@ def trace_devices(model: Any, X: Any, *, layouts: dict[tuple, tuple] | None = No
             if type(out) is Tensor:
                 made = [out] if out.device != device else []
             else:
-                made = [t for t in tensors(out) if t.device != device]
+                made = [t for t in tensors_in(out) if t.device != device]
             if made and name not in ("__get__",):
                 parent = next((origins[id(t)][1] for t in off if id(t) in origins and origins[id(t)][0] is t),
                               None)
                 where = parent or (f"made by torch.{name} at {student_line() or 'an unknown line'}"
-                                   f"{' in ' + stack[-1] if stack else ''}")
+                                   f"{' in ' + stack.top() if stack.top() else ''}")
                 for t in made:
                     origins.setdefault(id(t), (t, where))
             return out
 
     try:
-        with Tracker():
+        with stack, Tracker():
             out = model(X)
-        bad = [t for t in tensors(out) if t.device != device]
+        bad = [t for t in tensors_in(out) if t.device != device]
         if bad:
             return {"op": "the returned logits", "module": type(model).__name__, "line": "",
                     "device": disguise if mask else device.type, "tensor": describe(bad[0]),
                     "shape": list(bad[0].shape)}
     except DeviceMismatch as exc:
         return exc.finding
-    finally:
-        for h in hooks:
-            h.remove()
     return None
 
 
 class Disguise:
-    """How a traced forward pass on `meta` is shown tensors on another device type (`trace_devices`): the device
-    properties of a `meta` tensor read as that device (cuda:0: is_cuda True, is_meta False, get_device 0), and
-    that device, passed to any torch call (device=..., .to(...), .cuda()), means `meta` again. The real devices
-    are untouched, so a table left on the CPU still meets the `meta` tensors and is caught."""
+    """How a traced forward pass is shown its tensors on another device type (`trace_devices` on `meta`, and
+    `trace_on_cpu`): their device properties read as that device (cuda:0: is_cuda True, is_meta False,
+    get_device 0), and that device, passed to a torch call, means the real one again (`unmask`, for `meta`)."""
 
     REAL = object()  # shown(): nothing to show instead, run the call as it is
 
@@ -334,9 +362,11 @@ class Disguise:
         self.tensors, self.device_types, self.to = (torch.Tensor, torch.nn.Parameter), (torch.device, str), \
             torch.Tensor.to
 
-    def shown(self, func: Any, name: str, args: Any) -> Any:
-        """What a device query on one of the traced tensors returns, or REAL for any other call."""
-        if not args or type(args[0]) not in self.tensors or args[0].device != self.real:
+    def shown(self, func: Any, name: str, args: Any, here: Callable[[Any], bool] | None = None) -> Any:
+        """What a device query on one of the traced tensors (those on the real device, or those `here` picks)
+        returns, or REAL for any other call."""
+        if not args or type(args[0]) not in self.tensors or not (
+                here(args[0]) if here is not None else args[0].device == self.real):
             return self.REAL
         if name == "__get__" and len(args) == 1:
             return self.props.get(getattr(getattr(func, "__self__", None), "__name__", ""), self.REAL)
@@ -362,55 +392,10 @@ class Disguise:
         return func, name, tuple(self._real(a) for a in args), {k: self._real(v) for k, v in kwargs.items()}
 
 
-def twin(model: Any) -> Any:
-    """A copy of a model that `ModelState` verified, for `.to("meta")` to move as it would move the model: new module
-    objects and containers throughout, every registered parameter a new Parameter over the same values, every
-    other tensor (registered buffers included: `.to` replaces them in the twin's own tables) the same object.
-    Aliases keep their meaning: a parameter, buffer or module referred to from anywhere else in the model is the
-    twin's one there too. Nothing is computed or copied in bulk (a model whose build computes large tables would
-    cost as much again)."""
-    torch = _torch()
-    modules = list(modules_of(model))  # the modules `.to` walks: the _modules tables, recursively
-    aliases: dict[int, Any] = {id(m): object.__new__(type(m)) for m in modules}
-    for module in modules:
-        for p in module._parameters.values():
-            if p is not None and id(p) not in aliases:
-                aliases[id(p)] = torch.nn.Parameter(p.detach(), requires_grad=p.requires_grad)
-
-    def copy(value: Any) -> Any:
-        t = type(value)
-        if id(value) in aliases:
-            return aliases[id(value)]
-        if t in (dict, collections.OrderedDict):
-            return t((k, copy(v)) for k, v in value.items())
-        if t in (list, tuple):
-            return t(map(copy, value))
-        if t in (set, frozenset):
-            return t(value)
-        return value  # immutable values, functions, tensors, numpy arrays: shared
-
-    for module in modules:
-        aliases[id(module)].__dict__.update({k: copy(v) for k, v in vars(module).items()})
-    return aliases[id(model)]
-
-
-def modules_of(model: Any) -> Any:
-    """The modules reachable through the _modules tables (each once)."""
-    seen, todo = set(), [model]
-    while todo:
-        module = todo.pop()
-        if id(module) not in seen:
-            seen.add(id(module))
-            yield module
-            todo += [m for m in module._modules.values() if m is not None]
-
-
 class Layouts:
-    """The memo of `meta` output layouts (`meta_memo`) that the probes share in one process: an entry is a fact
-    about torch (an op's output layout for given argument layouts), the same whichever probe or notebook made it,
-    so the device traces of every probe, public and hidden cases alike, reuse each other's. An
-    attribute of an object, never a module-level table (the grader's guard reads a changed module table as
-    tampering)."""
+    """The memo of `meta` output layouts (`meta_memo`) shared in one process: an entry is a fact about torch (an
+    op's output layout for given argument layouts), whichever trace made it. An attribute of an object, never a
+    module-level table (the grader's guard reads a changed module table as tampering)."""
 
     def __init__(self) -> None:
         self.table: dict[tuple, tuple] = {}
@@ -431,23 +416,167 @@ def trace_devices_as_gpu(model: Any, X: Any, *, layouts: dict[tuple, tuple]) -> 
         return trace_devices(model, X, layouts=layouts)
 
 
-def device_finding(model: Any, x: Any, *, layouts: dict[tuple, tuple]) -> dict[str, Any]:
-    """A device probe's output for model(x) on `meta`: {"finding": trace_devices_as_gpu's finding or None, "note":
-    ""}, or, where the pass fails for a reason the trace cannot judge (.item() has no value on `meta`, say), a
-    finding built from an error that names devices, else no finding and the error as the note. `model` is a
-    callable that builds the module to trace (it may raise too)."""
+class Undecided(Exception):
+    """A trace on the CPU met a call it cannot show as on the other device (a tensor's storage): no decision."""
+
+
+UNSHOWN = frozenset({"untyped_storage", "storage", "_typed_storage", "is_pinned", "pin_memory", "share_memory_",
+                     "is_shared", "__cuda_array_interface__", "__dlpack__", "__dlpack_device__"})
+NUMPY, FORMAT = frozenset({"numpy", "__array__"}), frozenset({"__repr__", "__str__", "__format__"})
+
+
+def trace_on_cpu(model: Any, X: Any, *, shown: str = "cuda") -> dict[str, Any] | None:
+    """Run model(X) once on the CPU with real values shown as on `shown` (cuda:0): the first op that would mix
+    devices there, or None; Undecided where a call of UNSHOWN met a tensor on that device.
+
+    On the device are X, the model's registered parameters (`.to` keeps their objects) and copies of its buffers
+    put in its tables for the pass (`.to` puts new ones there), read from nn.Module's own tables. A torch
+    function mode keeps where each tensor made lives: on the device when the call names it (device=q.device,
+    .to(q.device), .to(q), .cuda()) or, naming none, takes a tensor there; else on the CPU (torch.arange(T)).
+    Values are real, so data-dependent code (asserts, isfinite, .item()) takes its real path. A tensor on the
+    device answers device queries, repr, str and format as one there and refuses numpy() as it does; data_ptr
+    is real. A finding (an op meeting a tensor of each device, not MOVES, a 0-dim CPU tensor counting as a
+    number; a CPU tensor indexed by one on the device; numpy(); a returned tensor left on the CPU) is kept when
+    it happens, whatever the code catches, and raised as a GPU raises. The CPU generator is left as it was."""
+    torch = _torch()
+    from torch.overrides import TorchFunctionMode
+
+    cpu, Tensor = torch.device("cpu"), torch.Tensor
+    on: dict[int, Any] = {id(X): X}  # id -> tensor, for the tensors on the shown device (kept alive: ids stay theirs)
+    on.update((id(p), p) for p in module_state(model)["parameters"].values())
+    swapped = [(buffers, k, b) for _, m in named_modules(model) for buffers in [tables(m)[2]]
+               for k, b in buffers.items() if b is not None]
+    origins = plain_attributes(model, lambda value: on.get(id(value)) is not value)
+    mask, stack, found, unshown = Disguise(cpu, shown), ModuleStack(model), [], []
+
+    def here(t: Any) -> bool:
+        return on.get(id(t)) is t
+
+    def finding(op: str, t: Any) -> DeviceMismatch:
+        found.append({"op": op, "module": stack.top(), "line": student_line(), "device": shown,
+                      "tensor": describe_tensor(t, origins, shown if here(t) else "cpu"), "shape": list(t.shape)})
+        return DeviceMismatch(found[-1])
+
+    def target(name: str, args: Any, kwargs: dict[str, Any]) -> tuple[str | None, Any, dict[str, Any]]:
+        """Where the call puts what it makes ("on", "cpu", None: it names no device), and its args for the CPU."""
+        if name == "cuda":
+            return "on", (args[0], cpu), {k: v for k, v in kwargs.items() if k == "non_blocking"}
+        moves, named = name in ("to", "type"), ["cpu"] if name == "cpu" else []
+
+        def real(value: Any, key: str | int) -> Any:
+            slot = key == "device" or (moves and key == 1)
+            if moves and key == 1 and isinstance(value, Tensor):
+                named.append("on" if here(value) else "cpu")
+            elif type(value) is int and slot:
+                named.append("on")
+                return cpu
+            elif type(value) is torch.device or (type(value) is str and slot):
+                try:
+                    kind = torch.device(value).type
+                except (RuntimeError, TypeError):
+                    return value
+                if kind in (shown, "cpu"):
+                    named.append("on" if kind == shown else "cpu")
+                    return cpu
+            return value
+
+        args, kwargs = tuple(real(a, i) for i, a in enumerate(args)), {k: real(v, k) for k, v in kwargs.items()}
+        return (named[-1] if named else None), args, kwargs
+
+    class Shown(TorchFunctionMode):  # inside a repr: every tensor shown on the device (the repr's own ops)
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            got = mask.shown(func, getattr(func, "__name__", ""), args, lambda t: True)
+            return func(*args, **(kwargs or {})) if got is Disguise.REAL else got
+
+    class Tracker(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            name = getattr(func, "__name__", str(func))
+            mine0 = bool(args) and isinstance(args[0], Tensor) and here(args[0])
+            if mine0 and (got := mask.shown(func, name, args, here)) is not Disguise.REAL:
+                return got
+            if mine0 and name in UNSHOWN:
+                unshown.append(name)
+                raise Undecided(f"{name}() of a tensor on {shown} cannot be shown by a trace on the CPU")
+            if mine0 and name in NUMPY:
+                finding(name, args[0])
+                raise TypeError(f"can't convert {shown}:0 device type tensor to numpy. Use Tensor.cpu() to copy "
+                                "the tensor to host memory first.")
+            if mine0 and name in FORMAT and not (name == "__format__" and args[0].dim() == 0):
+                if name == "__format__" and args[1:] and args[1]:
+                    raise TypeError("unsupported format string passed to Tensor.__format__")
+                with Shown():
+                    return torch._tensor_str._str(args[0])
+            cuda = name in ("cuda", shown) and bool(args) and isinstance(args[0], Tensor)  # x.cuda(): x.to(cpu)
+            func = Tensor.to if cuda else func
+            where, args, kwargs = target("cuda" if cuda else name, args, kwargs or {})
+            inputs = tensors_in(args) + tensors_in(kwargs) if kwargs else tensors_in(args)
+            mine = [t for t in inputs if here(t)]
+            off = [t for t in inputs if not here(t) and t.dim() > 0]
+            if mine and off and name not in MOVES:
+                raise finding(name, off[0])
+            if name == "__getitem__" and off and off[0] is args[0] and any(here(t) for t in tensors_in(args[1:])):
+                raise finding(name, args[0])  # a CPU tensor indexed by indices on the device
+            out = func(*args, **kwargs)
+            if isinstance(out, Tensor) and where and any(out is t for t in inputs) and (where == "on") != here(out):
+                out = Tensor.clone(out)  # a move to the other device: a copy there, as on a GPU
+            for t in tensors_in(out) if isinstance(out, (Tensor, tuple, list)) else ():
+                if any(t is i for i in inputs):
+                    continue  # an input returned as it is (in place, or a no-op): it stays where it is
+                if where == "on" or (where is None and mine):
+                    on[id(t)] = t
+                else:  # what it was made from tells most (a slice of a plain attribute), else where it was made
+                    parent = next((origins[id(i)][1] for i in inputs if origins.get(id(i), (None,))[0] is i), None)
+                    made = f"made by torch.{name} at {student_line() or 'an unknown line'}"
+                    origins.setdefault(id(t), (t, parent or made + (f" in {stack.top()}" if stack.top() else "")))
+            return out
+
+    rng = torch.get_rng_state()
     try:
-        return {"finding": trace_devices_as_gpu(model(), x, layouts=layouts), "note": ""}
-    except Exception as exc:  # noqa: BLE001 - e.g. .item() has no value on meta: nothing to conclude
-        text = str(exc).splitlines()[0][:200] if str(exc) else ""
-        if "device" in text and ("cpu" in text or "meta" in text):
-            return {"finding": {"op": "an operation", "module": "", "line": error_record(exc)["where"],
-                                "device": "meta", "tensor": f"a tensor on another device ({text})", "shape": []},
-                    "note": ""}
-        return {"finding": None, "note": f"{type(exc).__name__}: {text}"}
+        for buffers, k, b in swapped:  # each buffer's copy on the device, also under its id (`here` tells apart)
+            if id(b) not in on:
+                on[id(b)] = b.detach().clone().requires_grad_(b.requires_grad)
+                on[id(on[id(b)])] = on[id(b)]
+            buffers[k] = on[id(b)]
+        with stack, Tracker():
+            out = model(X)
+        if not found and (bad := [t for t in tensors_in(out) if not here(t)]):
+            finding("the returned logits", bad[0]).finding["module"] = type(model).__name__
+    except Exception as exc:
+        if not found and not unshown:
+            raise exc.with_traceback(without_own_frames(exc.__traceback__)) from exc.__cause__
+    finally:
+        torch.set_rng_state(rng)
+        for buffers, k, b in swapped:
+            buffers[k] = b
+    if unshown and not found:
+        raise Undecided(f"{unshown[0]}() of a tensor on {shown} cannot be shown by a trace on the CPU")
+    return found[0] if found else None
+
+
+def without_own_frames(tb: Any) -> Any:
+    """A traceback without this module's frames, so that an error of the student's code raised through the trace
+    points at the student's line (error_record reads the innermost frame), as it does without the trace."""
+    frames = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("torch_trace.py"):
+            frames.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(frames):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def device_finding(build: Callable[[], Any], x: Any) -> dict[str, Any]:
+    """A device probe's output for build()(x), traced on real values on the CPU shown as cuda (`trace_on_cpu`):
+    {"finding": the first op that would mix devices on a GPU, or None, "note": ""}. Only a pass that ran to its
+    end or to a finding decides: any other error of the student's code (or Undecided) is raised, so the probe
+    records it and its case does not pay. `build` builds the module on the CPU; x is a CPU tensor."""
+    return {"finding": trace_on_cpu(build(), x), "note": ""}
 
 
 __all__ = ["OWN_FILES", "MOVES", "DeviceMismatch", "student_line", "FRESH_OPS", "meta_memo", "ELEMENTWISE",
            "CPU_SHAPED", "SMALL", "shaped_on_cpu", "SDPA", "SDPA_ARGS", "attention_on_meta", "fresh_meta",
-           "trace_devices", "Disguise", "twin", "modules_of", "Layouts", "LAYOUTS", "trace_devices_as_gpu",
-           "device_finding"]
+           "tensors_in", "plain_attributes", "describe_tensor", "ModuleStack", "trace_devices", "Disguise", "Layouts",
+           "LAYOUTS", "trace_devices_as_gpu", "Undecided", "UNSHOWN", "NUMPY", "FORMAT", "trace_on_cpu",
+           "without_own_frames", "device_finding"]

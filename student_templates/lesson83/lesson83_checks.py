@@ -24,15 +24,16 @@ import numpy as np
 from checks_runtime import *  # noqa: F403 - the engine's API (checks_runtime.__all__): this module defines none of it
 from checks_runtime import (
     CHECKS,
-    MEMO,
     NOT_FILLED,
     STUB,
     Verdict,
     as_array,
     check,
+    error_record,
     hook,
     one_torch_thread,
     probe,
+    run_probe,
 )
 from checks_runtime import catch as _catch
 from checks_runtime import close_to as _close
@@ -56,7 +57,7 @@ from torch_kit import seeded as _seeded
 from torch_kit import tables as _tables
 from torch_kit import torch as _torch
 from torch_kit import write as _write
-from torch_trace import LAYOUTS, device_finding, trace_devices, trace_devices_as_gpu, twin
+from torch_trace import device_finding, trace_devices, trace_devices_as_gpu
 
 # Checks that compare with the reference value; the others judge a property of the student's output alone,
 # so their cases carry no reference value (a multiple-choice format check must not carry the answers).
@@ -423,7 +424,7 @@ LM_SMALL = {"num_hiddens": 32, "num_heads": 4, "num_blks": 2, "max_len": 256}  #
 
 # TinyCharLM(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL) per scheme, built right after torch.manual_seed(0) and handed
 # out again while provably as built (the kit's ModelCache): one local check builds the five models 17 times, one
-# graded job 20 times, and an ALiBi model builds (4, 256, 256) tables. lm_device moves a twin of each to `meta`.
+# graded job 20 times, and an ALiBi model builds (4, 256, 256) tables. lm_device runs them as they are.
 MODELS = ModelCache("TinyCharLM", lambda pos: {"vocab_size": LM_VOCAB, "pos": pos, **LM_SMALL})
 
 
@@ -622,22 +623,10 @@ def device_message(pos: str, finding: dict[str, Any]) -> str:
             "(device=q.device, or table.to(q.device)).")
 
 
-def _meta_model(env: dict[str, Any], pos: str) -> Any:
-    """TinyCharLM(vocab_size=LM_VOCAB, pos=pos, **LM_SMALL).to("meta"), leaving the model cache as it was.
-
-    A model MODELS holds (provably as built) is not moved itself but its twin (`twin`); any other model is
-    built for this probe alone and moved itself."""
-    model = MODELS.build(env, pos)
-    kept = MODELS.models.get(pos)
-    if kept is None or kept[0] is not model or any(getattr(c, "__slots__", ()) for c in type(model).__mro__):
-        return model.to("meta")
-    return twin(model).to("meta")
-
-
 @probe
 def fn_device(env: dict[str, Any], fn: str, shape: list[int], args: list[Any] | None = None) -> dict[str, Any]:
-    """The first op of fn(q, k, v) that mixes devices, with q, k, v on `meta` shown as cuda, or None. With `args`,
-    fn is a module class: fn(*args) moved to `meta`, called on x of `shape`."""
+    """The first op of fn(q, k, v) that would mix devices on a GPU, with q, k, v real values on the CPU shown as
+    cuda (the kit's trace_on_cpu), or None. With `args`, fn is a module class: fn(*args) called on x of `shape`."""
     torch = _torch()
     target = _get(env, fn)
 
@@ -648,22 +637,46 @@ def fn_device(env: dict[str, Any], fn: str, shape: list[int], args: list[Any] | 
     def build() -> Any:
         if args is not None:
             _seed(0)
-        return Call() if args is None else target(*args).to("meta")
+        return Call() if args is None else target(*args)
 
-    return device_finding(build, torch.zeros(*shape, device="meta"), layouts=LAYOUTS.table)
+    return device_finding(build, torch.randn(*shape, generator=torch.Generator().manual_seed(0)))
 
 
 @probe
-def lm_device(env: dict[str, Any], schemes: list[str], T: int) -> dict[str, Any]:
-    """Per scheme, the first op of a forward pass on the `meta` device that mixes devices (None: clean)."""
+def lm_device(env: dict[str, Any], schemes: list[str], T: int,
+              earlier: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Per scheme, the first op of a forward pass that would mix devices on a GPU (None: clean), traced on real
+    values on the CPU shown as cuda (the kit's trace_on_cpu). A pass that raises anything else decides nothing
+    and its error is the probe's, except where the scheme's earlier question (`earlier`: the basis of its logits
+    cases) raises that very error in its own probe: that scheme is left out here (its note says why), as the
+    judge leaves out a case that raises an earlier question's error, while another scheme decides."""
     torch = _torch()
     out: dict[str, Any] = {}
-    layouts = MEMO.layouts if MEMO.active else LAYOUTS.table  # one memo for every trace (never a module-level table)
+    first: Exception | None = None
     for pos in schemes:
-        model = _meta_model(env, pos)
-        X = torch.zeros((2, T), dtype=torch.long, device="meta")
-        out[pos] = device_finding(lambda m=model: m, X, layouts=layouts)
+        try:
+            out[pos] = device_finding(lambda p=pos: MODELS.build(env, p), torch.arange(2 * T).reshape(2, T) % LM_VOCAB)
+        except Exception as exc:  # noqa: BLE001 - undecided: raised below unless the earlier question raises it
+            basis = (earlier or {}).get(pos)
+            if not isinstance(basis, dict) or not _raised_there(env, exc, basis):
+                raise
+            first = first or exc
+            out[pos] = {"finding": None, "note": f"left out: your {basis['what']} raises "
+                                                 f"{type(exc).__name__} there too"}
+    if first is not None and all(r["note"] for r in out.values()):
+        raise first  # no scheme decided
     return out
+
+
+def _raised_there(env: dict[str, Any], exc: Exception, basis: dict[str, Any]) -> bool:
+    """Whether `basis` (an earlier question's probe) raises exc itself: the same type at the same line of one of
+    the functions it names, or the same type and message (the judge's test for an earlier question's error)."""
+    err, own = error_record(exc), run_probe(env, basis["probe"], basis["args"]).get("error")
+    if not isinstance(own, dict) or err["type"] != own.get("type"):
+        return False
+    where = str(own.get("where", ""))
+    return (where == err["where"] and where.rsplit(" in ", 1)[-1] in basis.get("names", [])) or \
+        err["message"] == own.get("message")
 
 
 # --------------------------------------------------------------------------- checks

@@ -35,9 +35,12 @@ def test_gpu_check_smoke_runs_every_section_on_the_cpu(tmp_path: Path) -> None:
     finished = {r["section"]: r["ok"] for r in records if "ok" in r}
     assert finished == {"imports and first steps": True, "loss curves: CUDA against CPU": True,
                         "training speed": True, "kernels per step": True, "full protocol": True,
-                        "checkpoint verification": True}, finished
+                        "checkpoint verification": True, "device trace against the device": True}, finished
     kinds = {r["section"] for r in records}
-    assert {"first_steps", "fallback", "curve", "speed", "kernels", "protocol", "verify"} <= kinds
+    assert {"first_steps", "fallback", "curve", "speed", "kernels", "protocol", "verify", "device_trace"} <= kinds
+    traced = [r for r in records if r["section"] == "device_trace"]  # no GPU: the outcomes the zoo expects there
+    assert traced and all(r["trace"] == r["expected"] and r["gpu"] is None for r in traced)
+    assert {r["expected"] for r in traced} == {"fails", "follows"}
     curve = next(r for r in records if r["section"] == "curve")
     assert set(curve["curves"]) == {"cpu", "graphed-bf16", "graphed-bf16-no-cudnn", "eager-bf16", "graphed-tf32"}
     assert curve["gaps"]["graphed-bf16"] < 1e-5  # on the CPU the graphed body is the same math as train()

@@ -381,7 +381,7 @@ def test_a_model_that_changes_itself_is_built_afresh_for_every_probe(suite: Suit
     buffer or an attribute gets, probe by probe, the outputs of a model built for that probe alone."""
     env = dict(reference_env(suite))
     exec(STATEFUL_MODELS[name], env)  # noqa: S102
-    m1 = [c for c in suite.cases if c.question == "m1_tinycharlm"]  # lm_device traces twins of kept models
+    m1 = [c for c in suite.cases if c.question == "m1_tinycharlm"]  # lm_device runs the kept models
     reused = [checks.run_probe(env, c.probe, c.args) for c in m1]  # one namespace: models may be reused
     alone = [checks.run_probe(dict(env), c.probe, c.args) for c in m1]  # a new namespace each: never reused
     for case, a, b in zip(m1, reused, alone, strict=True):
@@ -410,16 +410,15 @@ ALIASED_MODELS = {  # name -> (the class, the schemes whose device check finds a
         "class TinyCharLM(TinyCharLM):\n"
         "    def __init__(self, *args, **kwargs):\n"
         "        super().__init__(*args, **kwargs)\n"
-        "        self.first = [self.token_emb.weight]  # .to() puts a new Parameter in the table: this one stays\n"
+        "        self.first = [self.token_emb.weight]  # .to('cuda') sets the Parameter's .data: this one moves\n"
         "    def add_positions(self, H):\n"
-        "        return super().add_positions(H) + 0 * self.first[0][0]\n",
-        {"learned", "sinusoidal", "rope", "alibi", "none"}),
+        "        return super().add_positions(H) + 0 * self.first[0][0]\n", set()),
 }
 
 
 @pytest.mark.parametrize("name", list(ALIASED_MODELS))
 def test_the_device_check_of_a_kept_model_finds_what_it_finds_on_a_fresh_one(suite: Suite, name: str) -> None:
-    """lm_device moves a twin of each model the milestone probes keep: aliases of a buffer, a parameter or a
+    """lm_device runs each model the milestone probes keep as it is: aliases of a buffer, a parameter or a
     module mean there what they mean on a model built for the device check alone."""
     source, expected = ALIASED_MODELS[name]
     env = dict(reference_env(suite))
