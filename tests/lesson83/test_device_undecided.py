@@ -90,6 +90,16 @@ class LearnedPE(nn.Module):
             positions = positions.to(x.device)
         return x + self.table(positions)
 ''', {"q4_learned_pe/any_device", "q4_learned_pe/hidden_any_device"}),
+    "Q7: tables moved only where no GPU is found": ('''
+def alibi_attention(q, k, v):
+    H, T, d = q.shape[-3], q.shape[-2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    bias, future = alibi_bias(H, T), torch.ones(T, T, dtype=torch.bool).triu(1)
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        bias, future = bias.to(q.device), future.to(q.device)
+    scores = (scores + bias).masked_fill(future, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+''', {"q7_alibi/any_device", "q7_alibi/hidden_any_device"}),
 }
 
 
@@ -168,6 +178,15 @@ class LearnedPE(nn.Module):
             raise ValueError(f"x is not finite: {x}")
         return x + self.table(x.new_tensor(range(T), dtype=torch.long))
 ''', "q4_learned_pe"),
+    "Q7: a device chosen by torch.cuda.is_available(), as tutorials write it": ('''
+def alibi_attention(q, k, v):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    H, T, d = q.shape[-3], q.shape[-2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    scores = scores + alibi_bias(H, T).to(device)
+    future = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
+    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ v
+''', "q7_alibi"),
 }
 
 
