@@ -118,8 +118,10 @@ def attention(env: dict[str, Any], fn: str, shape: list[int], seed: int, kwargs:
 
         def f(q: Any, k: Any, v: Any) -> Any:
             return target(X, q, k, v, **kwargs)
+        moving = (q, k)
     else:
         q, k, v = (_seeded(seed + i, *shape) for i in range(3))
+        moving = (q, k)  # with q = k = 0 neither can move the scores alone: the contract moves them from these
         if zero_qk:
             q, k = q * 0, k * 0
 
@@ -127,7 +129,7 @@ def attention(env: dict[str, Any], fn: str, shape: list[int], seed: int, kwargs:
             return target(q, k, v, **kwargs)
     value = as_array(f(q, k, v), fn)
     again = as_array(f(q, k, v), fn)  # the same call twice: a genuine attempt agrees
-    calls = _attention_calls(f, q, k, v, seed, fn, rope=fn == "rope_attention")
+    calls = _attention_calls(f, q, k, v, seed, fn, rope=fn == "rope_attention", moving=moving)
     return {"value": value, "again": again, "contract": calls}
 
 
@@ -146,11 +148,12 @@ def _turn(d: int, seed: int, planes: str | None) -> Any:
     return R
 
 
-def _attention_calls(f: Callable[..., Any], q: Any, k: Any, v: Any, seed: int, fn: str, *,
-                     rope: bool) -> dict[str, Any]:
+def _attention_calls(f: Callable[..., Any], q: Any, k: Any, v: Any, seed: int, fn: str, *, rope: bool,
+                     moving: tuple[Any, Any]) -> dict[str, Any]:
     """The attention contract's calls (`_attention_gap` judges them): f(q R, k R, v) for R that turns q and k together
-    (for RoPE, in its planes, both conventions), f(q, k, w) and f(q, k, v + w) (linear in v), f(q', k, v) and
-    f(q, k', v) (q and k both matter). A call that raises is recorded as the error."""
+    (for RoPE, in its planes, both conventions), f(q, k, w) and f(q, k, v + w) (linear in v), and, from q, k =
+    `moving` (`base`, where they are not the case's q and k), f(q', k, v) and f(q, k', v) (q and k both matter). A
+    call that raises is recorded as the error."""
     out: dict[str, Any] = {}
     try:
         for name, planes in ((("turned", "half"), ("turned_pairs", "pairs")) if rope else (("turned", None),)):
@@ -158,8 +161,11 @@ def _attention_calls(f: Callable[..., Any], q: Any, k: Any, v: Any, seed: int, f
             out[name] = as_array(f(q @ R, k @ R, v), fn)
         w = _seeded(seed + 7, *v.shape).to(v.dtype)
         out["other_v"], out["sum"] = as_array(f(q, k, w), fn), as_array(f(q, k, v + w), fn)
-        out["other_q"] = as_array(f(_seeded(seed + 8, *q.shape).to(q.dtype), k, v), fn)
-        out["other_k"] = as_array(f(q, _seeded(seed + 9, *k.shape).to(k.dtype), v), fn)
+        q0, k0 = moving
+        if q0 is not q or k0 is not k:
+            out["base"] = as_array(f(q0, k0, v), fn)
+        out["other_q"] = as_array(f(_seeded(seed + 8, *q.shape).to(q.dtype), k0, v), fn)
+        out["other_k"] = as_array(f(q0, _seeded(seed + 9, *k.shape).to(k.dtype), v), fn)
     except Exception as exc:  # noqa: BLE001 - what raised is the evidence
         return {"error": _error_record(exc)}
     return out
@@ -1233,8 +1239,9 @@ def _attention_gap(calls: Any, value: np.ndarray) -> str:
         return "it changes when q and k turn together, which leaves their dot products as they are"
     if not _agree(calls["sum"], value + np.asarray(calls["other_v"], dtype=float)):
         return "it is not linear in v: attention mixes the rows of v with weights from q and k"
+    base = calls.get("base", value)
     for key, name in (("other_q", "q"), ("other_k", "k")):
-        if _agree(calls[key], value):
+        if _agree(calls[key], base):
             return f"it does not change when {name} does"
     return ""
 

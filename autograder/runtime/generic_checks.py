@@ -215,6 +215,9 @@ NORMALISATIONS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 
 Inputs = Callable[[dict[str, Any]], list[np.ndarray]]
+# What a probe records for the contract alone, never stored with the expected values (the release builder drops it):
+# the contract judges the student's own calls, not the reference's.
+UNSTORED = ("contract",)
 # Why `value` (None: the call raised; the probe's `contract` calls alone are judged) breaks the contract; "" when it
 # meets it; None when the lesson has no contract for this probe (then only `within:` opens the gate).
 Contract = Callable[[dict[str, Any], dict[str, Any], "np.ndarray | None"], "str | None"]
@@ -318,4 +321,4 @@ def degenerate(case: dict[str, Any], got: dict[str, Any], want: dict[str, Any], 
 
 __all__ = ["LETTERS", "TOL", "raises", "answers", "close", "pair_equal", "pair_differ", "raises_value_error",
            "shape", "pair_close", "choices_valid", "choice_correct", "NORMALISATIONS", "near", "relative_error",
-           "finite_rows", "agree", "attempt_gap_of", "degenerate"]
+           "UNSTORED", "finite_rows", "agree", "attempt_gap_of", "degenerate"]
