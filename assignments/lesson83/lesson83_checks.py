@@ -563,14 +563,14 @@ def lm_logits(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str, Any
     value = _logits(model, X)
     Y = X.clone()
     Y[:, 0] = X[:, 0] % (LM_VOCAB - 1) + 1
-    return {"value": value, "context": _logits(model, Y)[:, -1], "contract": _lm_calls(model, X, pos)}
+    return {"value": value, "context": _logits(model, Y)[:, -1], "contract": _lm_calls(model, X[:1], pos)}
 
 
 def _lm_calls(model: Any, X: Any, pos: str) -> dict[str, Any]:
-    """The model contract's calls (`_lm_gap` judges them): the logits once every block's queries and keys turn together
-    in each head (`_turn`; for RoPE in its planes, both conventions), and once its queries are doubled (`hot`): the
-    weights of every block's qkv (the skeleton's layout: q, k, v stacked, heads in order) are written in place, and
-    put back after. A call that raises is recorded as the error."""
+    """The model contract's calls (`_lm_gap` judges them), on X (the batch's first sequence): the logits once every
+    block's queries and keys turn together in each head (`_turn`; for RoPE in its planes, both conventions), and once
+    its queries are doubled (`hot`): the weights of every block's qkv (the skeleton's layout: q, k, v stacked, heads in
+    order) are written in place, and put back after. A call that raises is recorded as the error."""
     torch = _torch()
     D, heads = LM_SMALL["num_hiddens"], LM_SMALL["num_heads"]
     params = _module_state(model)["parameters"]
@@ -1205,7 +1205,7 @@ def _contract_gap(case: dict[str, Any], got: dict[str, Any], value: np.ndarray |
     if probe == "lm_logits":
         if _close(np.asarray(got.get("context"), dtype=float), value[:, -1], _TOL, 0.0):
             return "its logits at the last position do not change with the first token: attention reads no other token"
-        return _lm_gap(calls, value)
+        return _lm_gap(calls, value[:1])
     if probe == "call" and args.get("fn") == "alibi_bias":
         return _bias_gap(value)
     if probe == "call" and value.ndim == 2 and value.shape[0] > 1 and float(np.ptp(value, axis=0).max()) <= _TOL:

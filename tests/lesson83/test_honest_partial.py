@@ -256,3 +256,18 @@ def test_a_value_case_that_raises_opens_its_gates_only_by_the_contracts_calls(su
     assert _gap(suite, case, _namespace(HONEST["q4_length_check_ge"])) == ""
     always = HONEST["q4_length_check_ge"].replace("if T >= self.max_len:", "if True:")
     assert _gap(suite, case, _namespace(always)).startswith("it raised an error")
+
+
+def test_the_grader_decides_from_the_recorded_outputs(suite: Suite) -> None:
+    """judge_outputs (the grader's process) judges the contract from the outputs the child recorded: the same near-miss
+    outputs with the contract's turned call made to disagree close the gate there; no verdict comes from the child."""
+    from autograder.grading.judge import judge_outputs, probe_namespace
+
+    outputs = probe_namespace(suite, _namespace(HONEST["q6_rope_on_output"]))
+    honest = {r.id: r.passed for r in judge_outputs(suite, outputs)}
+    assert honest["q6_rope_attention/any_device"]
+    for key in ("turned", "turned_pairs"):
+        calls = outputs["q6_rope_attention/matches_reference"]["contract"]
+        calls[key] = calls[key] + 1.0
+    forged = {r.id: r.passed for r in judge_outputs(suite, outputs)}
+    assert not forged["q6_rope_attention/any_device"]
