@@ -80,6 +80,7 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
                 if not c.hidden and not c.requires and not verdicts[c.id].passed and holds(c.id)}
     left_out = {c.id for c in suite.cases if _raised_earlier(c.args, outputs.get(c.id), stub=checks.STUB)}
     results, waits, upstream = [], {}, {}
+    unstored = set(getattr(checks, "UNSTORED", ()))  # what a probe records for the contract alone
     for case in suite.cases:
         verdict, got = verdicts[case.id], outputs.get(case.id)
         reason = output_reason(got, stub=checks.STUB, not_run=case.id in (not_run or {}))
@@ -102,7 +103,8 @@ def judge_outputs(suite: Suite, outputs: dict[str, dict[str, Any]],
         elif verdict.diagnosis and reason in (Reason.MISMATCH, Reason.RAISED):
             reason = Reason.CATALOGUED
         shown = not verdict.passed and got is not None  # a failed case that ran: the report compares the two
-        received = to_plain(got) if shown else None
+        kept = {k: v for k, v in got.items() if k not in unstored} if isinstance(got, dict) else got
+        received = to_plain(kept) if shown else None  # the contract's own calls are judged, never shown
         expected = to_plain(suite.expected[case.id]["value"]) if shown else None
         results.append(CaseResult(case.id, case.question, case.points if verdict.passed else 0.0,
                                   case.points, verdict.passed, case.hidden, verdict.message,

@@ -4,7 +4,7 @@ A lesson's checks module that starts with `from generic_checks import *` has, re
 checks `close`, `pair_equal`, `pair_differ`, `raises_value_error`, `shape`, `pair_close`; the probe `raises` (which
 exception a call raised); the multiple-choice trio (LETTERS, the probe `answers`, the checks `choices_valid` and
 `choice_correct`, which the engine's choice cases name); and the genuine-attempt test's skeleton (`attempt_gap_of`,
-NORMALISATIONS), which the lesson's own `attempt_gap` hook calls with what its probes give a function. A lesson
+NORMALISATIONS, `agree`), which the lesson's own `attempt_gap` hook calls with what its probes give a function. A lesson
 defines a check of the same name after the import to replace one. Case keys the checks read: `atol`, `rtol`,
 `what`, `against`, `dtype` (close); `first`, `second`, `why`, `known_cause` (the pairs); `words` (raised errors).
 """
@@ -191,14 +191,20 @@ def choice_correct(case: dict[str, Any], got: dict[str, Any], expected: dict[str
 #
 # A property (shuffling the input shuffles the output; only used rows get a gradient) also holds of code that
 # computes nothing, so a property case `requires` value cases of its question. It does not need them to be right:
-# one wrong value must not zero every property that holds. It needs them to be close to right (`attempt_gap_of`):
+# one wrong value must not zero every property that holds. It needs them to be genuine attempts (`attempt_gap_of`):
 # the output of a required value case is the reference after the case's declared normalisations (`near:`), or a
-# catalogued mistake's, or lies within the case's declared closeness (`within:`, a relative error) of the reference
-# while being a genuine attempt, which means that it
-#   1. ran without an error and has the reference's shape, finite values, and the same value when computed again;
+# catalogued mistake's, or a genuine attempt by the question's contract, which means that it
+#   1. ran without an error and has the reference's shape, the same value when computed again, and finite values in
+#      at least half of its rows (a NaN row fails its value case only, where the reference is finite);
 #   2. is not constant (zeros, ones, any single number);
 #   3. is not one of its inputs returned (the lesson's `inputs(case)` lists them: an identity);
-#   4. depends on its inputs as the function's contract says (the lesson's `contract(case, got, value)`).
+#   4. meets the function's contract (the lesson's `contract(case, got, value)`), judged here from what the probe
+#      recorded: what is true of every correct answer, every catalogued mistake and every variant, and of no garbage
+#      (attention: unchanged when q and k turn together, linear in v, moved by q and by k; a module: its positions
+#      each read their own row of its table). Where the lesson has no contract for a probe (None), the output must lie
+#      within the case's declared closeness (`within:`, a relative error) of the reference instead.
+# A value case whose call raised still opens its gates when the probe recorded, beside the error, the contract's own
+# calls (`contract`: a shorter input, say) and they meet the contract: it holds back only what needs its output.
 # Blank stubs, zeros, constants and returning an input fail 1, 2 or 3; `attempt_gap_of` says which.
 
 # The normalisations a value case may declare (`near:`): the first half of the last axis (a table at full width,
@@ -209,7 +215,12 @@ NORMALISATIONS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 
 Inputs = Callable[[dict[str, Any]], list[np.ndarray]]
-Contract = Callable[[dict[str, Any], dict[str, Any], np.ndarray], str]
+# What a probe records for the contract alone, never stored with the expected values (the release builder drops it):
+# the contract judges the student's own calls, not the reference's.
+UNSTORED = ("contract",)
+# Why `value` (None: the call raised; the probe's `contract` calls alone are judged) breaks the contract; "" when it
+# meets it; None when the lesson has no contract for this probe (then only `within:` opens the gate).
+Contract = Callable[[dict[str, Any], dict[str, Any], "np.ndarray | None"], "str | None"]
 
 
 def near(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any], keys: list[str]) -> bool:
@@ -235,48 +246,79 @@ def relative_error(mine: Any, want: Any) -> float:
     return float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-12))
 
 
+def finite_rows(a: Any) -> np.ndarray:
+    """Which rows (along the last axis) of `a` are finite throughout: a mask of a's shape without its last axis."""
+    arr = np.asarray(a, dtype=float)
+    return np.isfinite(arr).all(axis=-1) if arr.ndim else np.isfinite(arr)
+
+
+def agree(a: Any, b: Any, *, rtol: float = 1e-3, atol: float = 1e-5) -> bool:
+    """a equals b on the rows where both are finite, relative to b's scale, and both are non-finite in the same
+    rows; at least half of the rows finite (a NaN row of a causal mask that hides the diagonal, say, is skipped)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.size == 0:
+        return False
+    ok_a, ok_b = finite_rows(a), finite_rows(b)
+    if not np.array_equal(ok_a, ok_b) or 2 * int(ok_a.sum()) < ok_a.size:
+        return False
+    x, y = a[ok_a], b[ok_b]
+    scale = float(np.abs(y).max()) if y.size else 0.0
+    return bool(np.allclose(x, y, rtol=rtol, atol=atol * max(scale, 1.0)))
+
+
 def attempt_gap_of(case: dict[str, Any], got: Any, expected: dict[str, Any], *, inputs: Inputs,
                    contract: Contract) -> str:
     """Why the output `got` of value case `case` does not open the gates of the cases that require it ("" when it
-    does): it must be the reference after the case's normalisations, a catalogued mistake, or a genuine attempt
-    within the case's declared closeness (`within`: a relative error) of the reference; see above. A lesson's
-    `attempt_gap` hook calls this with its `inputs` and `contract`."""
-    if not isinstance(got, dict) or "error" in got:
-        return "it raised an error" if isinstance(got, dict) else "it returned nothing"
+    does): it must be the reference after the case's normalisations, a catalogued mistake, or a genuine attempt by
+    the question's contract (or, where the lesson has none for the probe, within the case's declared closeness);
+    see above. A lesson's `attempt_gap` hook calls this with its `inputs` and `contract`."""
+    if not isinstance(got, dict):
+        return "it returned nothing"
+    if "error" in got:  # it raised: only the contract's own calls, if the probe recorded them, can show an attempt
+        own = contract(case, got, None) if isinstance(got.get("contract"), dict) else None
+        return "" if own == "" else "it raised an error" + (f", and {own}" if own else "")
     want = expected.get("value", {}) if isinstance(expected, dict) else {}
     keys = [k for k, v in want.items() if isinstance(v, np.ndarray) and k in ("value", "first", "second")]
     if not keys:
         return "its output cannot be judged"
     if near(case, got, expected, keys):
         return ""
-    gap = degenerate(case, got, want, keys, inputs=inputs, contract=contract)
-    within = case.get("within")
-    if gap or (within and all(relative_error(got.get(k), want[k]) <= within for k in keys)):
+    gap = degenerate(case, got, want, keys, inputs=inputs)
+    if gap:
         return gap
+    own = contract(case, got, np.asarray(got[keys[0]], dtype=float))
+    if own is not None:
+        return own
+    within = case.get("within")
+    if within and all(relative_error(got.get(k), want[k]) <= within for k in keys):
+        return ""
     return ("its values are far from the reference's" + (f" (more than {within:.0%} off)" if within else "")
             + " and match no known mistake")
 
 
 def degenerate(case: dict[str, Any], got: dict[str, Any], want: dict[str, Any], keys: list[str], *,
-               inputs: Inputs, contract: Contract) -> str:
-    """Why the output computes nothing (1. to 4. above), or ""."""
+               inputs: Inputs) -> str:
+    """Why the output computes nothing (1. to 3. above), or ""."""
     for key in keys:
         mine = np.asarray(got.get(key), dtype=float)
         if mine.shape != np.shape(want[key]):
             return f"it returned shape {list(mine.shape)}, not {list(np.shape(want[key]))}"
-        if not np.isfinite(mine).all():
+        rows = finite_rows(mine)
+        if rows.size == 0 or 2 * int(rows.sum()) < rows.size:
             return "it returned NaN or infinite values"
-        if mine.size > 1 and float(np.ptp(mine)) <= TOL:
+        if mine.size > 1 and float(np.ptp(mine[rows])) <= TOL:
             return "it returned a constant"
     value = np.asarray(got[keys[0]], dtype=float)
-    if "again" in want and not close_to(got.get("again"), value, TOL, 0.0):
-        return "it returned another value when called again on the same inputs"
+    if "again" in want:
+        again = np.asarray(got.get("again"), dtype=float)
+        if again.shape != value.shape or not np.allclose(again, value, atol=TOL, rtol=0.0, equal_nan=True):
+            return "it returned another value when called again on the same inputs"
     for given in inputs(case):
         if given.shape == value.shape and close_to(value, given, TOL, TOL):
             return "it returned one of its inputs unchanged"
-    return contract(case, got, value)
+    return ""
 
 
 __all__ = ["LETTERS", "TOL", "raises", "answers", "close", "pair_equal", "pair_differ", "raises_value_error",
            "shape", "pair_close", "choices_valid", "choice_correct", "NORMALISATIONS", "near", "relative_error",
-           "attempt_gap_of", "degenerate"]
+           "UNSTORED", "finite_rows", "agree", "attempt_gap_of", "degenerate"]

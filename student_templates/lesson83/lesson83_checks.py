@@ -40,11 +40,13 @@ from checks_runtime import close_to as _close
 from checks_runtime import defined as _get
 from checks_runtime import dtype_name as _dtype_name
 from checks_runtime import error_message as _error_message
+from checks_runtime import error_record as _error_record
 from checks_runtime import fail as _fail
 from checks_runtime import first_mismatch as _where
 from checks_runtime import preview as _fmt
 from generic_checks import *  # noqa: F403 - the generic checks, the multiple-choice trio, NORMALISATIONS
 from generic_checks import TOL as _TOL
+from generic_checks import agree as _agree
 from generic_checks import attempt_gap_of, close
 from torch_kit import Fills, ModelCache, run_probe_exact
 from torch_kit import module_facts as _module_facts
@@ -111,22 +113,64 @@ def attention(env: dict[str, Any], fn: str, shape: list[int], seed: int, kwargs:
               zero_qk: bool = False, heads: int = 0) -> dict[str, Any]:
     """Call an attention function on seeded q, k, v of `shape` (or X and weights for self_attention)."""
     target = _get(env, fn)
-    if fn == "self_attention":
+    if fn == "self_attention":  # q = X W_q, k = X W_k, v = X W_v: W_q, W_k and W_v stand in for q, k and v
         T, d_in, d_k = shape
-        X, Wq, Wk, Wv = (_seeded(seed, T, d_in), _seeded(seed + 1, d_in, d_k),
-                         _seeded(seed + 2, d_in, d_k), _seeded(seed + 3, d_in, d_k))
-        out = target(X, Wq, Wk, Wv, **kwargs)
+        X = _seeded(seed, T, d_in)
+        q, k, v = (_seeded(seed + i, d_in, d_k) for i in (1, 2, 3))
+
+        def f(q: Any, k: Any, v: Any) -> Any:
+            return target(X, q, k, v, **kwargs)
+        moving = (q, k)
     else:
         q, k, v = (_seeded(seed + i, *shape) for i in range(3))
+        moving = (q, k)  # with q = k = 0 neither can move the scores alone: the contract moves them from these
         if zero_qk:
             q, k = q * 0, k * 0
-        out = target(q, k, v, **kwargs)
-    value = as_array(out, fn)
-    if fn == "self_attention":
-        again = target(X, Wq, Wk, Wv, **kwargs)
-    else:
-        again = target(q, k, v, **kwargs)
-    return {"value": value, "again": as_array(again, fn)}  # the same call twice: a genuine attempt agrees
+
+        def f(q: Any, k: Any, v: Any) -> Any:
+            return target(q, k, v, **kwargs)
+    value = as_array(f(q, k, v), fn)
+    again = as_array(f(q, k, v), fn)  # the same call twice: a genuine attempt agrees
+    calls = _attention_calls(f, q, k, v, seed, fn, rope=fn == "rope_attention", moving=moving)
+    return {"value": value, "again": again, "contract": calls}
+
+
+def _turn(d: int, seed: int, planes: str | None) -> Any:
+    """A d x d orthogonal matrix (float64) that turns q and k together: any one (planes None), or a rotation by its
+    own angle in each plane RoPE rotates in, `half` (i, i + d/2) or `pairs` (2i, 2i + 1), which commutes with every
+    rotation RoPE makes there (so RoPE's scores do not change either)."""
+    torch = _torch()
+    if planes is None:
+        return torch.linalg.qr(_seeded(seed, d, d))[0]
+    R = torch.eye(d, dtype=torch.float64)
+    for i in range(d // 2):
+        a, b = (i, i + d // 2) if planes == "half" else (2 * i, 2 * i + 1)
+        c, s = float(np.cos(0.7 + 0.9 * i)), float(np.sin(0.7 + 0.9 * i))
+        R[a, a], R[a, b], R[b, a], R[b, b] = c, s, -s, c
+    return R
+
+
+def _attention_calls(f: Callable[..., Any], q: Any, k: Any, v: Any, seed: int, fn: str, *, rope: bool,
+                     moving: tuple[Any, Any]) -> dict[str, Any]:
+    """The attention contract's calls (`_attention_gap` judges them): f(q R, k R, v) for R that turns q and k together
+    (for RoPE, in its planes, both conventions), f(q, k, w) and f(q, k, v + w) (linear in v), and, from q, k =
+    `moving` (`base`, where they are not the case's q and k), f(q', k, v) and f(q, k', v) (q and k both matter). A
+    call that raises is recorded as the error."""
+    out: dict[str, Any] = {}
+    try:
+        for name, planes in ((("turned", "half"), ("turned_pairs", "pairs")) if rope else (("turned", None),)):
+            R = _turn(q.shape[-1], seed + 5, planes).to(q.dtype)
+            out[name] = as_array(f(q @ R, k @ R, v), fn)
+        w = _seeded(seed + 7, *v.shape).to(v.dtype)
+        out["other_v"], out["sum"] = as_array(f(q, k, w), fn), as_array(f(q, k, v + w), fn)
+        q0, k0 = moving
+        if q0 is not q or k0 is not k:
+            out["base"] = as_array(f(q0, k0, v), fn)
+        out["other_q"] = as_array(f(_seeded(seed + 8, *q.shape).to(q.dtype), k0, v), fn)
+        out["other_k"] = as_array(f(q0, _seeded(seed + 9, *k.shape).to(k.dtype), v), fn)
+    except Exception as exc:  # noqa: BLE001 - what raised is the evidence
+        return {"error": _error_record(exc)}
+    return out
 
 
 @probe
@@ -273,13 +317,48 @@ def module_forward(env: dict[str, Any], cls: str, args: list[Any], x_shape: list
         values = (_seeded(fill, *shape) if fill is not None else
                   torch.arange(n, dtype=torch.float64).reshape(shape) / n)
         _write(weight, values)
-    with torch.no_grad():
-        out = m(x)
-    found = {"value": as_array(out, f"{cls}.forward"), "dtype": _dtype_name(out)}
+    try:
+        with torch.no_grad():
+            out = m(x)
+        found = {"value": as_array(out, f"{cls}.forward"), "dtype": _dtype_name(out)}
+    except Exception as exc:  # noqa: BLE001 - it raised here; the contract's calls (shorter) may still show an attempt
+        return {"error": _error_record(exc), "contract": _module_calls(m, x, weight, args, seed, cls)}
+    found["contract"] = _module_calls(m, x, weight, args, seed, cls)
     if weight is not None:
         _write(weight, values.flatten().flip(0).reshape(shape))
         with torch.no_grad():
             found["moved"] = as_array(m(x), f"{cls}.forward with other weights")
+    return found
+
+
+def _module_calls(m: Any, x: Any, weight: Any, args: list[Any], seed: int, cls: str) -> dict[str, Any]:
+    """The module contract's calls (`_module_gap` judges them), on x cut to T - 1 positions (so that a length check off
+    by one at T = max_len still shows the attempt): forward of it (`base`), of another input (`other`), and, for a
+    module with a table of weights, forward of it once the entries of position 1 change (`row1`: row 1, or column 1
+    of a table stored transposed). The weights are as they were after. A call that raises is recorded as the error."""
+    torch = _torch()
+    T = x.shape[1]
+    short = x[:, : T - 1] if T > 2 else x
+    x2 = _seeded(seed + 7, *short.shape).to(short.dtype)
+    try:
+        with torch.no_grad():
+            found = {"x": short.numpy(), "base": as_array(m(short), f"{cls}.forward"), "x2": x2.numpy(),
+                     "other": as_array(m(x2), f"{cls}.forward")}
+            if weight is not None:
+                P = _pristine()
+                kept = weight.detach().clone()
+                changed = kept.clone().double()
+                if P.shape(weight)[0] == args[0]:  # (max_len, d): row 1 holds position 1 (not a shift of it:
+                    changed[1] += _seeded(seed + 11, changed.shape[1])  # a LayerNorm after would undo that)
+                else:  # (d, max_len): column 1 does
+                    changed[:, 1] += _seeded(seed + 11, changed.shape[0])
+                _write(weight, changed)
+                try:
+                    found["row1"] = as_array(m(short), f"{cls}.forward")
+                finally:
+                    _write(weight, kept)
+    except Exception as exc:  # noqa: BLE001 - what raised is the evidence
+        return {"error": _error_record(exc)}
     return found
 
 
@@ -486,7 +565,41 @@ def lm_logits(env: dict[str, Any], pos: str, T: int, seed: int) -> dict[str, Any
     value = _logits(model, X)
     Y = X.clone()
     Y[:, 0] = X[:, 0] % (LM_VOCAB - 1) + 1
-    return {"value": value, "context": _logits(model, Y)[:, -1]}
+    return {"value": value, "context": _logits(model, Y)[:, -1], "contract": _lm_calls(model, X[:1], pos)}
+
+
+def _lm_calls(model: Any, X: Any, pos: str) -> dict[str, Any]:
+    """The model contract's calls (`_lm_gap` judges them), on X (the batch's first sequence): the logits once every
+    block's queries and keys turn together in each head (`_turn`; for RoPE in its planes, both conventions), and once
+    its queries are doubled (`hot`): the weights of every block's qkv (the skeleton's layout: q, k, v stacked, heads in
+    order) are written in place, and put back after. A call that raises is recorded as the error."""
+    torch = _torch()
+    D, heads = LM_SMALL["num_hiddens"], LM_SMALL["num_heads"]
+    params = _module_state(model)["parameters"]
+    qkv = [p for name, p in sorted(params.items()) if name.startswith("blks.") and name.endswith(".qkv.weight")]
+    kept = [(p, p.detach().clone()) for p in qkv]
+    found: dict[str, Any] = {}
+    try:
+        if not qkv or any(tuple(w.shape) != (3 * D, D) for _, w in kept):
+            raise LookupError(f"TinyCharLM has no blks.<i>.qkv.weight of shape ({3 * D}, {D})")
+        for name, planes in ((("turned", "half"), ("turned_pairs", "pairs")) if pos == "rope" else (("turned", None),)):
+            turn = torch.block_diag(*[_turn(D // heads, 5, planes).T] * heads)
+            for p, w in kept:
+                new = w.double().clone()
+                new[:D], new[D:2 * D] = turn @ new[:D], turn @ new[D:2 * D]
+                _write(p, new.to(w.dtype))
+            found[name] = _logits(model, X)
+        for p, w in kept:
+            new = w.clone()
+            new[:D] *= 2
+            _write(p, new)
+        found["hot"] = _logits(model, X)
+    except Exception as exc:  # noqa: BLE001 - what raised is the evidence
+        return {"error": _error_record(exc)}
+    finally:
+        for p, w in kept:
+            _write(p, w)
+    return found
 
 
 @probe
@@ -1051,9 +1164,13 @@ def builds_on(case: dict[str, Any], got: dict[str, Any], expected: dict[str, Any
 #
 # A property case `requires` value cases of its question, whose outputs must be genuine attempts (generic_checks:
 # attempt_gap_of). What is Lesson 83's: the inputs a value case's probe gives the function (x, q, k, v, X or
-# X @ W_v: returning one is an identity), and how its output depends on them (`_contract_gap`): a positional table
-# or a module's x + table changes with the position; RoPE scores differ from the unrotated q k^T; a TinyCharLM's
-# logits at the last position change with the first token.
+# X @ W_v: returning one is an identity), and the contract its output meets (`_contract_gap`), judged from the
+# calls the probe recorded beside it: attention does not change when q and k turn together (a rotation that commutes
+# with the positional scheme), is linear in v and moves with q and with k; a positional module moves with x, adds
+# what changes with the position, and reads one row of its table per position; an ALiBi bias depends on the
+# distance at a constant rate per head; a TinyCharLM's logits change with the first token, do not change when every
+# block's queries and keys turn together, and change when its queries are doubled. A table, RoPE's cache and scores
+# have no contract beyond a few necessary tests here: their cases' `within:` decides.
 
 
 def _inputs(case: dict[str, Any]) -> list[np.ndarray]:
@@ -1087,13 +1204,24 @@ def attempt_gap(case: dict[str, Any], got: Any, expected: dict[str, Any]) -> str
     return attempt_gap_of(case, got, expected, inputs=_inputs, contract=_contract_gap)
 
 
-def _contract_gap(case: dict[str, Any], got: dict[str, Any], value: np.ndarray) -> str:
-    """Whether value depends on the inputs as the function's contract says (4. above): "" or why not."""
+def _contract_gap(case: dict[str, Any], got: dict[str, Any], value: np.ndarray | None) -> str | None:
+    """Whether the output meets its function's contract (4. of generic_checks), judged here from what the probe
+    recorded: "" when it does, why not, or None where this lesson has no contract for the probe (the case's
+    `within:` decides). `value` None: the call raised, and the probe's contract calls alone are judged."""
     probe, args = case.get("probe"), case.get("args", {})
+    calls = got.get("contract")
+    if value is None:
+        return _module_gap(calls, args.get("cls")) if probe == "module_forward" else None
+    if probe == "attention":
+        return _attention_gap(calls, value)
     if probe == "module_forward":
-        added = value - _inputs(case)[0]
-        if value.ndim >= 2 and value.shape[-2] > 1 and float(np.ptp(added, axis=-2).max()) <= _TOL:
-            return "what it adds to x does not change with the position"
+        return _module_gap(calls, args.get("cls"))
+    if probe == "lm_logits":
+        if _close(np.asarray(got.get("context"), dtype=float), value[:, -1], _TOL, 0.0):
+            return "its logits at the last position do not change with the first token: attention reads no other token"
+        return _lm_gap(calls, value[:1])
+    if probe == "call" and args.get("fn") == "alibi_bias":
+        return _bias_gap(value)
     if probe == "call" and value.ndim == 2 and value.shape[0] > 1 and float(np.ptp(value, axis=0).max()) <= _TOL:
         return "its rows are all the same: it does not change with the position"
     if probe == "rope_scores":
@@ -1102,8 +1230,98 @@ def _contract_gap(case: dict[str, Any], got: dict[str, Any], value: np.ndarray) 
         q, k = (torch.randn(args["T"], args["d"], generator=gen, dtype=torch.float64).float() for _ in range(2))
         if _close(value, (q @ k.T).numpy(), 1e-4, 1e-4):
             return "the scores are those of q and k unrotated"
-    if probe == "lm_logits" and _close(np.asarray(got.get("context"), dtype=float), value[:, -1], _TOL, 0.0):
-        return "its logits at the last position do not change with the first token: attention reads no other token"
+    return None
+
+
+def _calls_gap(calls: Any, keys: tuple[str, ...]) -> str:
+    """Why the contract's recorded calls cannot be judged ("" when they can)."""
+    if not isinstance(calls, dict):
+        return "the contract's calls were not recorded"
+    if "error" in calls:
+        err = calls["error"]
+        return f"it raised {err.get('type')} on the contract's inputs" if isinstance(err, dict) else "it raised"
+    missing = [k for k in keys if k not in calls]
+    return f"the contract's calls {missing} were not recorded" if missing else ""
+
+
+def _attention_gap(calls: Any, value: np.ndarray) -> str:
+    """Attention's contract: the output does not change when q and k turn together (by a rotation that commutes with
+    the positional scheme), is linear in v, and moves with q and with k."""
+    if gap := _calls_gap(calls, ("turned", "other_v", "sum", "other_q", "other_k")):
+        return gap
+    if not any(_agree(calls[k], value) for k in ("turned", "turned_pairs") if k in calls):
+        return "it changes when q and k turn together, which leaves their dot products as they are"
+    if not _agree(calls["sum"], value + np.asarray(calls["other_v"], dtype=float)):
+        return "it is not linear in v: attention mixes the rows of v with weights from q and k"
+    base = calls.get("base", value)
+    for key, name in (("other_q", "q"), ("other_k", "k")):
+        if _agree(calls[key], base):
+            return f"it does not change when {name} does"
+    return ""
+
+
+def _module_gap(calls: Any, cls: Any) -> str:
+    """A positional module's contract, on the shorter input: the output moves with x, what it adds to x changes
+    with the position, and, for a table of weights, changing one row of it moves the output at one position alone
+    (each position reads one row); for a fixed table, forward adds the same table to any x, with values
+    in [-1, 1]."""
+    if gap := _calls_gap(calls, ("x", "base", "x2", "other")):
+        return gap
+    x, base, x2, other = (np.asarray(calls[k], dtype=float) for k in ("x", "base", "x2", "other"))
+    if base.shape != x.shape or other.shape != x2.shape or base.ndim < 2:
+        return f"it returned shape {list(base.shape)} for x of shape {list(x.shape)}"
+    added = base - x
+    if not (np.isfinite(base).all() and np.isfinite(other).all()):
+        return "it returned NaN or infinite values"
+    if _agree(other, base):
+        return "its output does not change with x"
+    if base.shape[-2] > 1 and float(np.ptp(added, axis=-2).max()) <= _TOL:
+        return "what it adds to x does not change with the position"
+    if "row1" in calls:
+        moved = np.abs(np.asarray(calls["row1"], dtype=float) - base) > 1e-6
+        moved = moved.reshape(-1, *moved.shape[-2:]).any(axis=(0, -1))  # per position
+        if int(moved.sum()) != 1:
+            return (f"a change to one row of its table moves {int(moved.sum())} positions of the output, not one: "
+                    "each position reads one row")
+        return ""
+    if cls == "SinusoidalPE":
+        if not _agree(other - x2, added):
+            return "what it adds to x depends on x: forward adds a fixed table"
+        if float(np.abs(added).max()) > 1 + 1e-5:
+            return "what it adds to x has values outside [-1, 1], which no sine or cosine takes"
+    return ""
+
+
+def _lm_gap(calls: Any, value: np.ndarray) -> str:
+    """A TinyCharLM's contract: its logits do not change when every block's queries and keys turn together in each
+    head (by a rotation that commutes with the positional scheme), and change when the queries are doubled (the
+    attention weights read the scores)."""
+    if gap := _calls_gap(calls, ("turned", "hot")):
+        return gap
+    if not any(_agree(calls[k], value) for k in ("turned", "turned_pairs") if k in calls):
+        return "its logits change when the queries and keys turn together, which leaves their dot products as they are"
+    if _agree(calls["hot"], value):
+        return "its logits do not change when the queries are doubled: its attention reads no scores"
+    return ""
+
+
+def _bias_gap(value: np.ndarray) -> str:
+    """An ALiBi bias's contract, on the keys at or before each query: each head's bias depends on the distance i - j
+    alone and changes with it at a constant rate (a slope per head), not zero for every head."""
+    if value.ndim != 3 or value.shape[-1] != value.shape[-2] or value.shape[-1] < 3:
+        return f"it returned shape {list(value.shape)}, not (heads, T, T)"
+    T = value.shape[-1]
+    diagonals = [np.diagonal(value, offset=-d, axis1=1, axis2=2) for d in range(T)]  # (heads, T - d) each
+    if not all(np.isfinite(g).all() for g in diagonals):
+        return "it returned NaN or infinite values for keys at or before the query"
+    scale = max(float(np.abs(value[:, np.tril_indices(T)[0], np.tril_indices(T)[1]]).max()), 1e-12)
+    if any(float(np.ptp(g, axis=-1).max()) > 1e-5 * scale for g in diagonals if g.shape[-1] > 1):
+        return "its value for a key at or before the query depends on more than their distance"
+    by_distance = np.stack([g[:, 0] for g in diagonals], axis=-1)  # (heads, T): bias at distance 0, 1, ...
+    if float(np.abs(np.diff(by_distance, n=2, axis=-1)).max()) > 1e-5 * scale:
+        return "it does not change with the distance at a constant rate (a slope per head)"
+    if float(np.abs(np.diff(by_distance, axis=-1)).max()) <= _TOL:
+        return "it does not change with the distance"
     return ""
 
 

@@ -6,6 +6,9 @@
   elsewhere (issue #32 finding 10). Each earns 0 on every question.
 - NEAR_MISSES: honest partial work that is not in the catalogue (a wrong base, a full-width RoPE cache, a table
   one row too long): each keeps the points of every property that holds.
+- GARBAGE_ON_REFERENCE: one question's functions replaced by finding 3's garbage in an otherwise reference notebook
+  (issue #40 finding 2: `cumsum(tanh(q + k) * v)` for RoPE attention, `x * 1.5 + 0.01 * table[:T].cumsum(0)` for
+  LearnedPE): that question earns 0 however right the rest is.
 """
 
 from __future__ import annotations
@@ -149,5 +152,51 @@ def rope_cache(seq_len, d, base=1000.0):
     inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     ang = torch.arange(seq_len, dtype=torch.float64)[:, None] * inv[None, :]
     return ang.cos().float(), ang.sin().float()
+''',
+}
+
+
+# One question's garbage on top of the reference (issue #40 Done-when 2): question -> code that replaces its functions.
+GARBAGE_ON_REFERENCE: dict[str, str] = {
+    "q1_equivariance": '''
+def self_attention(X, W_q, W_k, W_v, causal=False):
+    V = X @ W_v
+    if causal:
+        return torch.cumsum(V, dim=-2) / torch.arange(1, V.shape[-2] + 1, dtype=V.dtype)[:, None]
+    return torch.tanh(V) + V.mean(dim=-2, keepdim=True)
+''',
+    "q4_learned_pe": '''
+class LearnedPE(nn.Module):
+    def __init__(self, max_len, d_model):
+        super().__init__()
+        self.max_len = max_len
+        self.table = nn.Embedding(max_len, d_model)
+
+    def forward(self, x):
+        T = x.shape[1]
+        if T > self.max_len:
+            raise ValueError(f"sequence length {T} is longer than max_len={self.max_len}")
+        return x * 1.5 + 0.01 * self.table.weight[:T].cumsum(0)
+''',
+    "q6_rope_attention": '''
+def rope_attention(q, k, v, causal=True):
+    return torch.cumsum(torch.tanh(q + k) * v, dim=-2)
+''',
+    "q7_alibi": '''
+def alibi_slopes(num_heads):
+    return torch.arange(1, num_heads + 1, dtype=torch.float32) ** 2 / 100
+
+def alibi_bias(num_heads, seq_len):
+    j = torch.arange(seq_len, dtype=torch.float32)
+    return -torch.tanh(alibi_slopes(num_heads)[:, None, None] * (j[None, :, None] + j[None, None, :]))
+
+def alibi_attention(q, k, v):
+    return torch.cumsum(v, dim=-2) / torch.arange(1, v.shape[-2] + 1, dtype=v.dtype)[:, None]
+''',
+    "m1_tinycharlm": LM_CLASS + '''
+    def forward(self, X):
+        H = self.token_emb(X)
+        H = torch.cumsum(H, dim=1) / torch.arange(1, X.shape[1] + 1, dtype=H.dtype)[None, :, None]
+        return F.linear(H, self.token_emb.weight)
 ''',
 }

@@ -1,6 +1,7 @@
 """The garbage zoo and the honest partial zoo (issue #31 Done-when 2, issue #32 Done-when 5 and finding 10): code
-that computes nothing earns 0 on every question, however it fakes the properties; honest partial work (the
-catalogue, and near-misses it does not list) keeps the points of every property that holds."""
+that computes nothing earns 0 on every question, however it fakes the properties, and so does one question's garbage
+in an otherwise reference notebook (issue #40 Done-when 2); honest partial work (the catalogue, and near-misses it
+does not list) keeps the points of every property that holds."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from autograder.authoring.suite import Suite, reference_env
 from autograder.course import course_of
 from autograder.grading.judge import grade_namespace
 from autograder.model import SubmissionResult
-from helpers.zoo import GARBAGE, NEAR_MISSES
+from helpers.zoo import GARBAGE, GARBAGE_ON_REFERENCE, NEAR_MISSES
 from reference.lesson83_mistakes import MISTAKES, reference_namespace
 
 GATED = ("earns its points only once", "waits for", "hidden cases show")  # what a closed gate says
@@ -24,6 +25,10 @@ def _graded(kind: str, name: str) -> SubmissionResult:
     if kind == "garbage":
         env: dict = {}
         exec(GARBAGE[name], env)  # noqa: S102 - test code
+    elif kind == "garbage_on_reference":  # in the reference's own namespace, so its other functions call this one
+        ns = reference_namespace()
+        exec(GARBAGE_ON_REFERENCE[name], ns)  # noqa: S102
+        env = {**reference_env(suite), **ns}
     elif kind == "near":
         env = reference_env(suite)
         exec(NEAR_MISSES[name], env)  # noqa: S102
@@ -37,6 +42,11 @@ def _graded(kind: str, name: str) -> SubmissionResult:
 def test_garbage_earns_nothing_on_any_question(suite: Suite, name: str) -> None:
     scores = _graded("garbage", name).question_scores()
     assert {q: s for q, s in scores.items() if s > 0} == {}
+
+
+@pytest.mark.parametrize("question", sorted(GARBAGE_ON_REFERENCE))
+def test_one_questions_garbage_earns_nothing_beside_the_reference(suite: Suite, question: str) -> None:
+    assert _graded("garbage_on_reference", question).question_scores()[question] == 0
 
 
 def _gated(result: SubmissionResult) -> list[str]:
