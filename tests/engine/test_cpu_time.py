@@ -163,3 +163,87 @@ def test_a_budget_charges_cpu_and_the_backstop_only() -> None:
     assert b.over(2.9, 15.9) == "" and b.over(3.0, 11.0) == "cpu" and b.over(1.5, 10 + BACKSTOP * 2) == "wall"
     assert b.stalled(103.0, 1.5) and not b.stalled(101.0, 1.5) and not b.stalled(103.0, 3.0)
     assert 0.02 <= b.next_look(1.0, 10.0, cpus=2) <= 1.0
+
+
+# --------------------------------------------------------------------------- the checkpoint reader's own limit
+
+TIMED = '''
+import os, signal, time
+
+
+def reader_start():
+    return None
+
+
+def reader_evaluate(request, data, state):
+    if request["how"] == "spin":
+        while True:
+            pass
+    if request["how"] == "stall":  # the machine stops it for a while, past the limit on the wall clock
+        os.kill(os.getpid(), signal.SIGSTOP)  # the test's SIGCONT, below, wakes it
+    if request["how"] == "sleep":
+        time.sleep(600)
+    return {"how": request["how"]}
+'''
+
+
+@pytest.mark.sandbox
+def test_the_checkpoint_reader_charges_cpu_time(tmp_path: Path) -> None:
+    from autograder.checkpoint import Verifier
+
+    plugin = tmp_path / "timed_checkpoint.py"
+    plugin.write_text(TIMED)
+    limit = 1.0
+    with Verifier(plugin=plugin) as verifier:
+        spun = verifier.request(b"x", {"how": "spin", "memory_mb": 256}, timeout_s=limit)
+        slept = verifier.request(b"x", {"how": "sleep", "memory_mb": 256}, timeout_s=limit)
+        done = threading.Event()
+
+        def wake() -> None:  # SIGCONT to the stopped file child, 2 s (past the limit, under the backstop) later
+            assert verifier.proc is not None
+            while not done.is_set():
+                stopped = [p for p in _below(verifier.proc.pid) if _state(p) == "T"]
+                if stopped:
+                    time.sleep(2 * limit)
+                    for p in stopped:
+                        os.kill(int(p), signal.SIGCONT)
+                    return
+                time.sleep(0.02)
+
+        waker = threading.Thread(target=wake)
+        waker.start()
+        try:
+            stalled = verifier.request(b"x", {"how": "stall", "memory_mb": 256}, timeout_s=limit)
+        finally:
+            done.set()
+            waker.join()
+    assert "of CPU time" in spun.get("error", ""), spun
+    assert "waited 3 s on the wall clock" in slept.get("error", ""), slept
+    assert stalled.get("how") == "stall", stalled  # stopped by the machine, under its CPU limit: not charged
+
+
+def _state(pid: str) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2:].split()[0]
+
+
+def _below(pid: int) -> list[str]:
+    """The processes below `pid` (this test's own reader's), from /proc's children lists."""
+    out, todo = [], [str(pid)]
+    while todo:
+        top = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{top}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                kids = Path(f"/proc/{top}/task/{tid}/children").read_text().split()
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
