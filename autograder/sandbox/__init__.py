@@ -145,6 +145,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the public names, written once: what a type checker and an editor see; _exports reads them
+    from autograder.sandbox.cputime import BACKSTOP, CPU_CLOCK_ENV, Budget, JobClock, group_cpu_s, make_cpu_group
     from autograder.sandbox.fallback import (
         ALLOW_UNSANDBOXED,
         UNSANDBOXED_HELP,
@@ -173,6 +174,7 @@ if TYPE_CHECKING:  # the public names, written once: what a type checker and an 
         SANDBOX_ENV,
         UID_LOCKS_ENV,
         choose_sandbox,
+        remove_cgroup,
         uid_drop_problem,
     )
     from autograder.sandbox.limits import (

@@ -17,9 +17,18 @@ from pathlib import Path
 import pytest
 
 from autograder.model import Status
-from autograder.sandbox import ExecResult, Limits, WorkerPool
-from autograder.sandbox.cputime import BACKSTOP, CPU_CLOCK_ENV, Budget, JobClock, group_cpu_s, make_cpu_group
-from autograder.sandbox.isolation import remove_cgroup
+from autograder.sandbox import (
+    BACKSTOP,
+    CPU_CLOCK_ENV,
+    Budget,
+    ExecResult,
+    JobClock,
+    Limits,
+    WorkerPool,
+    group_cpu_s,
+    make_cpu_group,
+    remove_cgroup,
+)
 from helpers.celltime import FAKE_CHECKS, nb
 
 CELL_S, PROBE_S, SHARE_S = 2, 1, 2
