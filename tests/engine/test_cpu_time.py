@@ -256,3 +256,59 @@ def _below(pid: int) -> list[str]:
             out += kids
             todo += kids
     return out
+
+
+# --------------------------------------------------------------------------- the uid fallback, without bubblewrap
+
+RUN_FALLBACK = '''
+import json, sys
+checkout, folder, limits, stalled, busy, probes = sys.argv[1:]
+sys.path[:0] = [checkout, folder]
+from autograder.sandbox import Limits, WorkerPool
+with WorkerPool(1, limits=Limits(**json.loads(limits)), probe_module="fake_checks_cputime", sandbox="none") as pool:
+    out = {"isolation": pool.isolation, "clock": pool.cpu_clock}
+    for name, source, asked in (("stalled", stalled, [["qa/fast", "fast", {}]]), ("busy", busy, json.loads(probes))):
+        out[name] = pool.run(open(source, "rb").read(), probes=[tuple(p) for p in asked]).as_dict()
+print(json.dumps(out, default=str))
+'''
+
+
+@pytest.mark.sandbox
+def test_the_uid_fallback_charges_cpu_time_too(readable_python: Path, tmp_path: Path) -> None:
+    """Without bubblewrap, as root, each job runs as an unprivileged uid: the grader reads its CPU time the same way
+    (the stall: the test stops the job's process, found by its uid, inside its busy cell)."""
+    import json
+    from dataclasses import asdict
+
+    from autograder.config import ROOT
+    from autograder.sandbox.isolation import UID_BASE
+
+    (tmp_path / "fake_checks_cputime.py").write_text(FAKE_CHECKS)
+    (tmp_path / "stalled.ipynb").write_bytes(nb(BUSY, "busy(1.2)\nx = 1", "def fast():\n    return x"))
+    (tmp_path / "busy.ipynb").write_bytes(nb(DEFS, "busy(30)", "y = 2"))
+    proc = subprocess.Popen([str(readable_python), "-c", RUN_FALLBACK, str(ROOT), str(tmp_path),
+                             json.dumps(asdict(LIMITS)), str(tmp_path / "stalled.ipynb"), str(tmp_path / "busy.ipynb"),
+                             json.dumps(PROBES)], stdout=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"})
+    said: list[str] = []
+    deadline = time.monotonic() + 300
+    while not said and proc.poll() is None and time.monotonic() < deadline:
+        for pid in _below(proc.pid):
+            try:
+                uid = Path(f"/proc/{pid}").stat().st_uid
+            except OSError:
+                continue
+            if uid >= UID_BASE and _cpu_of(int(pid)) >= 0.3:
+                os.kill(int(pid), signal.SIGSTOP)
+                time.sleep(STALL_S)
+                os.kill(int(pid), signal.SIGCONT)
+                said.append(pid)
+                break
+        time.sleep(0.01)
+    out, _ = proc.communicate(timeout=600)
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["isolation"] == "unprivileged uid" and said, (found["isolation"], said)
+    stalled, busy = found["stalled"], found["busy"]
+    assert stalled["status"] == Status.GRADED and stalled["outputs"]["qa/fast"] == {"value": 1}, stalled["notes"]
+    assert any("nothing was charged" in n for n in stalled["notes"]), stalled["notes"]
+    assert busy["stopped_cells"] == [2] and "in CPU time" in busy["not_run"]["qb/spin"], busy["notes"]
+    assert {k for k in busy["not_run"] if k.startswith("qc/")} == {"qc/h4"}, busy["not_run"]
