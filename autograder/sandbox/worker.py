@@ -250,7 +250,6 @@ class Worker:
             return "(no log)"
 
 
-
 # While the child still owes many answers to requests already sent, the grader reads its frames every few ms, not
 # at each one: about half the wake-ups of a notebook and a third less of the conversation's CPU. Nothing is lost or
 # late: the child writes on into the socket, and the last answers of a batch (which the child's next request or
@@ -271,8 +270,6 @@ def _cpu_of(msg: dict[str, Any]) -> float:
     """The CPU seconds a frame says its step took (0 when absent): for the benchmark's split, never judged."""
     value = msg.get("cpu")
     return float(value) if type(value) in (float, int) and 0 <= value < 1e6 else 0.0
-
-
 
 
 class Conversation:
@@ -301,6 +298,7 @@ class Conversation:
         self.deadline = self.started + 10 * BACKSTOP * limits.wall_timeout_s + 60
         self.cell_timeout_s, self.probe_timeout_s = limits.cell_timeout_s, limits.probe_timeout_s
         self.clock, self.cpus = clock, job_cpus()  # the job's CPU time, read here (cputime.JobClock)
+        self.last = (0.0, 0.0, 0.0)  # the latest reading: when, CPU seconds, seconds waited for a CPU
         self.whole = Budget(float(limits.cpu_timeout_s), limits.wall_timeout_s, began=self.started)
         self.step: Budget | None = None  # the running cell's or probe's limit
         self.cell_deadline = float("inf")  # when to look at the clock next
@@ -466,15 +464,22 @@ class Conversation:
             self._pump_frames()
         return (self.cell, self.probe) != where
 
-    def _reading(self, now: float) -> tuple[float, float]:
-        """The job's CPU seconds so far and its wall-clock seconds less its waits for a CPU (the backstop's clock)."""
-        return self.clock.cpu_s(), now - self.started - self.clock.waited_s()
+    def _reading(self, now: float, *, fresh: bool = False) -> tuple[float, float]:
+        """The job's CPU seconds so far and its wall-clock seconds less its waits for a CPU (the backstop's clock).
+        Between looks (fresh) a reading of the last 2 ms stands, and the waits are read at most twice a second (an
+        older reading only makes a step's backstop later): a step of a few ms costs no more than it did."""
+        last = self.last
+        if not fresh and now - last[0] < 0.002:
+            return last[1], now - self.started - last[2]
+        waited = self.clock.waited_s() if fresh or now - last[0] >= 0.5 or last[0] == 0.0 else last[2]
+        self.last = (now, self.clock.cpu_s(), waited)
+        return self.last[1], now - self.started - waited
 
     def _look(self, now: float) -> None:
         """The clock at a step's next look: stop the step when it used its CPU share or passed its backstop
         (only a killed process reliably stops a long C call), the job when the notebook's did; else look again
         when it could next be over."""
-        cpu, busy = self._reading(now)
+        cpu, busy = self._reading(now, fresh=True)
         step = self.step.over(cpu, busy) if self.step is not None else ""
         whole = self.whole.over(cpu, busy)
         if step:
@@ -512,12 +517,12 @@ class Conversation:
         step, self.step = self.step, None
         if step is None:
             return 0.0, 0.0
-        cpu = self.clock.cpu_s()
+        cpu, busy = self._reading(now)
         if step.stalled(now, cpu) and len(self.t.stalls) < 20:
             self.t.stalls.append(f"{what} ran {now - step.began:.1f} s on the wall clock, past its limit of "
                                  f"{step.cpu_s:g} s, with {cpu - step.cpu0:.1f} s of CPU time: the machine was slow, "
                                  "and the grader charges CPU time, so nothing was charged")
-        return max(0.0, cpu - step.cpu0), max(0.0, (now - self.started - self.clock.waited_s()) - step.busy0)
+        return max(0.0, cpu - step.cpu0), max(0.0, busy - step.busy0)
 
     def _charge(self, now: float) -> None:
         """The probe being answered ran until now: its CPU time counts against its question's share, its wall time
