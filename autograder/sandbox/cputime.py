@@ -69,7 +69,9 @@ def make_cpu_group(name: str) -> str:
     if os.environ.get(CPU_CLOCK_ENV) == "proc":
         return ""
     try:
-        path = os.path.join(_own_group(), name)
+        root = _own_group()
+        _remove_stale(root, name)
+        path = os.path.join(root, name)
         os.mkdir(path, 0o755)
     except OSError:
         return ""
@@ -78,6 +80,16 @@ def make_cpu_group(name: str) -> str:
             os.rmdir(path)
         return ""
     return path
+
+
+def _remove_stale(root: str, name: str) -> None:
+    """Empty groups of this kind (`name` is PREFIX<pid>-<slot>) left by a grader that was killed: its pid is gone."""
+    prefix = name.rsplit("-", 2)[0] + "-"
+    for entry in os.listdir(root):
+        pid = entry[len(prefix):].split("-")[0]
+        if entry.startswith(prefix) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(root, entry))  # fails while a process is still in it
 
 
 def join_group(folder: str, pid: int) -> bool:
