@@ -172,6 +172,7 @@ if TYPE_CHECKING:  # the public names, written once: what a type checker and an 
     from autograder.sandbox.isolation import (
         MEMORY_GUARD_ENV,
         SANDBOX_ENV,
+        UID_BASE,
         UID_LOCKS_ENV,
         choose_sandbox,
         remove_cgroup,

@@ -20,6 +20,7 @@ from autograder.model import Status
 from autograder.sandbox import (
     BACKSTOP,
     CPU_CLOCK_ENV,
+    UID_BASE,
     Budget,
     ExecResult,
     JobClock,
@@ -281,7 +282,6 @@ def test_the_uid_fallback_charges_cpu_time_too(readable_python: Path, tmp_path: 
     from dataclasses import asdict
 
     from autograder.config import ROOT
-    from autograder.sandbox.isolation import UID_BASE
 
     (tmp_path / "fake_checks_cputime.py").write_text(FAKE_CHECKS)
     (tmp_path / "stalled.ipynb").write_bytes(nb(BUSY, "busy(1.2)\nx = 1", "def fast():\n    return x"))
