@@ -73,19 +73,22 @@ class QuestionPoints(_Strict):
 
 class Execution(_Strict):
     cell_timeout_s: float = Field(CELL_TIMEOUT_S, gt=0,
-                                  description="wall-clock limit of one cell: a cell still running then is stopped "
-                                  "and skipped, and the rest of the notebook runs without it")
+                                  description="limit of one cell, in the student's CPU seconds (with a wall-clock "
+                                  "backstop of three times it): a cell still running then is stopped and skipped, and "
+                                  "the rest of the notebook runs without it")
     probe_timeout_s: float = Field(PROBE_TIMEOUT_S, gt=0,
-                                   description="wall-clock limit of one check (a probe of the student's code): a probe "
-                                   "still running then is stopped and earns nothing; the probes after it run in a "
-                                   "fresh run of the notebook")
+                                   description="limit of one check (a probe of the student's code), in CPU seconds "
+                                   "(a wall-clock backstop of three times it): a probe still running then is stopped "
+                                   "and earns nothing; the probes after it run in a fresh run of the notebook")
     question_timeout_s: float = Field(QUESTION_TIMEOUT_S, gt=0,
-                                      description="each question's share of the checks' time (all its probes, over "
-                                      "every run): once it is spent, the question's probes not yet run earn nothing "
-                                      "(not run: time limit); the other questions keep their own shares")
+                                      description="each question's share of the checks' CPU time (all its probes, over "
+                                      "every run; a wall-clock backstop of three times it): once it is spent, the "
+                                      "question's probes not yet run earn nothing (not run: time limit); the other "
+                                      "questions keep their own shares")
     wall_timeout_s: float = Field(WALL_TIMEOUT_S, gt=0,
-                                  description="wall-clock limit of the whole notebook (all its cells and the probes); "
-                                  "a last resort, above cell_timeout_s")
+                                  description="wall-clock limit of the whole notebook (all its cells and the probes), "
+                                  "the base of its backstop (three times it, less the waits for a CPU); a last "
+                                  "resort, above cell_timeout_s")
     cpu_timeout_s: int = Field(CPU_TIMEOUT_S, gt=0,
                                description="CPU-time limit of the whole notebook; a last resort, above cell_timeout_s")
     memory_mb: int = Field(MEMORY_MB, gt=0, description="address-space limit per submission")

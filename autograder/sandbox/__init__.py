@@ -17,15 +17,20 @@ fork server, zygote.serve_files) started in
 the same isolation (the same bubblewrap argv, or the uid fallback as root, or limits only; cgroups where writable),
 which forks a confined child per file; docs/checkpoint.md.
 
-Time. Each run of a notebook gets the whole-notebook limits (wall clock, enforced by the zygote; CPU, by
-RLIMIT_CPU). The grader times each cell from the frames (a cell starts when the previous one reports) and,
-when one runs past the per-cell limit, has the zygote kill the child: only a killed process reliably stops a
-long C call inside torch. It then runs the notebook again in a fresh child (fresh channels) without that
-cell. When a whole-notebook limit stops a cell, the cells before it run again and the probes still run.
-Each probe has its own limit and each question (a case id's prefix) a share of the probes' time: a probe past
-either is stopped the same way, and the probes not yet answered go to a fresh child (the same cells first, public
-before hidden), at most MAX_PROBE_RUNS times (results.py). A forged cell frame can change which cell is left
-out, never what the probes find.
+Time. Every limit is charged in the student's CPU time, which the grader reads itself (cputime.py: the worker's
+cpuacct cgroup, else /proc of the processes below the zygote; never what the child reports): a step (a cell, a
+check, a question's checks, a whole run of the notebook, a file read) is stopped and charged when its processes used
+its limit in CPU seconds, or passed its wall-clock backstop, three times the limit, counted on the wall clock less
+the time they waited for a CPU. A step the machine slowed past its limit on the wall clock, its CPU under it, goes
+on, uncharged, and the result's notes say so. RLIMIT_CPU still stops any one process at the notebook's CPU limit,
+and the zygote keeps a last-resort wall clock of its own. The grader times each cell from the frames (a cell starts
+when the previous one reports) and, when one is over its limit, has the zygote kill the child: only a killed process
+reliably stops a long C call inside torch. It then runs the notebook again in a fresh child (fresh channels) without
+that cell. When a whole-notebook limit stops a cell, the cells before it run again and the probes still run. Each
+probe has its own limit and each question (a case id's prefix) a share of the probes' time: a probe past either is
+stopped the same way, and the probes not yet answered go to a fresh child (the same cells first, public before
+hidden), at most MAX_PROBE_RUNS times (results.py). A forged cell frame can change which cell is left out, never
+what the probes find.
 
 Threat model. Student code is hostile and runs with the child's privileges.
 - Copying between submissions: the zygote never holds a job's cells, outputs, streams or results (not
@@ -143,6 +148,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the public names, written once: what a type checker and an editor see; _exports reads them
+    from autograder.sandbox.cputime import BACKSTOP, CPU_CLOCK_ENV, Budget, JobClock, group_cpu_s, make_cpu_group
     from autograder.sandbox.fallback import (
         ALLOW_UNSANDBOXED,
         UNSANDBOXED_HELP,
@@ -169,8 +175,10 @@ if TYPE_CHECKING:  # the public names, written once: what a type checker and an 
     from autograder.sandbox.isolation import (
         MEMORY_GUARD_ENV,
         SANDBOX_ENV,
+        UID_BASE,
         UID_LOCKS_ENV,
         choose_sandbox,
+        remove_cgroup,
         uid_drop_problem,
     )
     from autograder.sandbox.limits import (

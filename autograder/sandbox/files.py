@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autograder.sandbox.cputime import BACKSTOP
 from autograder.sandbox.fallback import choose_isolation, fallback_plan, refuse_unsandboxed
 from autograder.sandbox.frames import WorkerError
 from autograder.sandbox.isolation import (
@@ -248,7 +249,9 @@ class Verifier:
         except OSError as err:
             self.close(wait_s=0)
             raise VerifierError(f"the checkpoint reader stopped ({err})") from err
-        line = read_line(proc.stdout.fileno(), time.monotonic() + timeout_s + 60)
+        # the reader stops its child at timeout_s of CPU or at its wall-clock backstop (cputime); this is the grader's
+        # last resort, should the reader itself hang
+        line = read_line(proc.stdout.fileno(), time.monotonic() + 4 * BACKSTOP * timeout_s + 60)
         if line is None:
             self.close(wait_s=0)
             raise VerifierError("the checkpoint reader stopped answering")

@@ -71,7 +71,8 @@ class Limits:
     (the scratch tmpfs) and threads (torch/BLAS threads) are fixed when a pool starts. cell_timeout_s limits one
     cell; wall_timeout_s and cpu_timeout_s the whole notebook, cells and probes, in each run of it. probe_timeout_s
     limits one probe and question_timeout_s all the probes of one question together, over every run (the question's
-    share of the checking time).
+    share of the checking time). Each time limit is in the student's CPU seconds, with a wall-clock backstop of
+    three times it (cputime.py).
     """
 
     wall_timeout_s: float = WALL_TIMEOUT_S

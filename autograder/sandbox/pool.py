@@ -18,6 +18,7 @@ from typing import Any
 
 from autograder import wire
 from autograder.model import Status
+from autograder.sandbox.cputime import BACKSTOP, make_cpu_group
 from autograder.sandbox.fallback import choose_isolation, refuse_unsandboxed
 from autograder.sandbox.frames import MEMORY_GUARDS, WorkerError
 from autograder.sandbox.isolation import (
@@ -103,6 +104,8 @@ class WorkerPool:
             warn_once(msg)
         workers = []
         self._uid_locks: list[int] = []
+        cpu_groups = [make_cpu_group(f"{CGROUP_PREFIX}{os.getpid()}-{slot}") for slot in self._slots]
+        self._cgroups += [g for g in cpu_groups if g]  # removed at close with the others
         for i in range(size):
             uid = None
             if drop:
@@ -116,7 +119,8 @@ class WorkerPool:
             workers.append(Worker(i, limits=limits, sandbox=self.sandbox, probe_module=probe_module,
                                   lesson_modules=self.lesson_modules, tmp=self._tmp, stage=stage, uid=uid,
                                   hide=tuple(hide), preload=tuple(preload), start_timeout_s=start_timeout_s,
-                                  cgroups=groups[i] if groups else {}, tripwire=tripwire))
+                                  cgroups=groups[i] if groups else {}, cpu_group=cpu_groups[i],
+                                  tripwire=tripwire))
         self._workers = workers
         self.drops_privileges = workers[0].uid is not None
         self._idle: queue.Queue[Worker] = queue.Queue()
@@ -132,6 +136,7 @@ class WorkerPool:
             raise WorkerError(failed[0])
         for w in workers:
             self._idle.put(w)
+        self.cpu_clock = "cgroup" if all(w.clock_group for w in workers) else "proc"  # where jobs' CPU time is read
         # An operator's lower hard limits (ulimit) hold for every child instead of the configured ones: said here,
         # in the log, and in each result's notes.
         base = 1 if self.drops_privileges else count_tasks(os.getuid())
@@ -209,20 +214,31 @@ class WorkerPool:
         trips: list[dict[str, Any]] = []  # the tripwire's records of every run
         cpu = 0.0
         hidden = {k for k, _, _ in probes[public:]}
+        # each question's share of the probes' time in CPU seconds, and its wall-clock backstop (wall less waits for
+        # a CPU), both spent over every run (cputime: the grader reads the CPU time itself)
         share = {group_of(k): limits.question_timeout_s for k, _, _ in probes}
+        backstop = {group_of(k): BACKSTOP * limits.question_timeout_s for k, _, _ in probes}
         stops, left = ProbeStops(limits, probes), probes
         cell_runs = probe_runs = 0
+        by: dict[int, str] = {}  # a stopped cell -> what stopped it ("cpu", "wall")
+        stalls: list[str] = []
         while True:
             todo = [(i, s) for i, s in cells if i not in stopped and (cut is None or i < cut[0])]
-            raw = self._attempt(worker, cells_job(todo), todo, left, sum(k not in hidden for k, _, _ in left), share)
+            raw = self._attempt(worker, cells_job(todo), todo, left, sum(k not in hidden for k, _, _ in left), share,
+                                backstop)
             if isinstance(raw, ExecResult):
                 return raw
             header, _, _, t = raw
             cpu += float(header.get("cpu_s", 0.0))
             facts += [f for f in t.tampering if f not in facts]
             add_trips(trips, t.tripwire)
-            whole = "wall" if header.get("timed_out") else "cpu" if header.get("cpu_exceeded") else ""
+            stalls += [s for s in t.stalls if s not in stalls]
+            whole = t.whole or ("wall" if header.get("timed_out") else "cpu" if header.get("cpu_exceeded") else "")
+            if t.whole:  # the grader's own reading stopped the notebook: said as the zygote's would be
+                header["timed_out" if whole == "wall" else "cpu_exceeded"] = True
             over, limit = t.cell_over, "cell"
+            if over is not None:
+                by[over] = t.stopped_by.get(f"cell {over}", "cpu")
             if over is None and t.running is not None and whole:
                 over, limit = t.running, whole
             if over is not None and cell_runs <= MAX_TIME_STOPS:
@@ -240,12 +256,12 @@ class WorkerPool:
                 stops.give_up(left, cell_runs + probe_runs + 1)
             break
         t.outputs = {**stops.answered, **t.outputs}
-        for k, v in t.wall.items():
-            stops.wall[k] = stops.wall.get(k, 0.0) + v
+        stops.take_times(t)
         res = classify(*raw, [p for p in probes if p[0] not in stops.not_run], limits, self.memory_guard)
-        said = [time_note(i, "cell", source[i], limits) for i in stopped]
+        said = [time_note(i, "cell", source[i], limits, by=by.get(i, "cpu")) for i in stopped]
         if cut is not None:
-            said.append(time_note(cut[0], cut[1], source[cut[0]], limits, cut=True, stops=len(stopped)))
+            said.append(time_note(cut[0], cut[1], source[cut[0]], limits, cut=True, stops=len(stopped),
+                                  by=by.get(cut[0], "cpu")))
             if res.status == Status.GRADED:
                 res.status = Status.TIMED_OUT
         res.tampering = facts + [f for f in res.tampering if f not in facts]
@@ -258,8 +274,9 @@ class WorkerPool:
                         "could run")
         said += stops.said
         res.stopped_cells = stopped + ([cut[0]] if cut else [])
-        res.not_run, res.probe_wall = stops.not_run, stops.wall
+        res.not_run, res.probe_wall, res.probe_cpu = stops.not_run, stops.wall, stops.cpu
         res.notes[:0] = said
+        res.notes += stalls  # the machine slowed a step, whose CPU time was under its limit: nothing charged
         res.student_notes = said
         res.cpu_s = cpu
         steps = raw[3].cpu
@@ -269,21 +286,22 @@ class WorkerPool:
 
     def _attempt(self, worker: Worker, job: bytes, cells: list[tuple[int, str]],
                  probes: list[tuple[str, str, dict[str, Any]]], public: int,
-                 share: dict[str, float]) -> tuple[Any, ...] | ExecResult:
+                 share: dict[str, float], backstop: dict[str, float]) -> tuple[Any, ...] | ExecResult:
         """One run of the cells in a fresh child: what the worker returned, or a crashed result when it failed twice.
 
         A worker that fails (not the student's doing) is restarted and the run retried once.
         """
         failures: list[str] = []
-        kept = dict(share)  # a failed worker's run spends nothing of the questions' shares
+        kept = dict(share), dict(backstop)  # a failed worker's run spends nothing of the questions' shares
         while True:
-            share.update(kept)
+            share.update(kept[0])
+            backstop.update(kept[1])
             if not worker.alive():
                 err = worker.restart()
                 if err:
                     raise WorkerError(err)
             try:
-                return worker.run(job, cells, probes, public, share)
+                return worker.run(job, cells, probes, public, share, backstop)
             except (WorkerError, OSError) as exc:
                 failures.append(str(exc)[:300])
                 log.warning("worker %d failed (%s); restarting it", worker.index, exc)

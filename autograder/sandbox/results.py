@@ -9,6 +9,7 @@ from typing import Any
 
 from autograder import wire
 from autograder.model import NOT_RUN, Status
+from autograder.sandbox.cputime import BACKSTOP
 from autograder.sandbox.frames import HARNESS_FAILED, MEMORY_GUARDS, SETUP_FAILED
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.notebook import MAX_NOTEBOOK_BYTES
@@ -32,6 +33,7 @@ class ExecResult:
     stopped_cells: list[int] = field(default_factory=list)  # stopped by a time limit, then left out
     not_run: dict[str, str] = field(default_factory=dict)  # probe key -> why it never ran (a time limit, in words)
     probe_wall: dict[str, float] = field(default_factory=dict)  # probe key -> wall seconds it ran (all runs)
+    probe_cpu: dict[str, float] = field(default_factory=dict)  # probe key -> CPU seconds, read by the grader (all runs)
     student_notes: list[str] = field(default_factory=list)  # the grader's own words (no sandbox text)
     tampering: list[str] = field(default_factory=list)
     # what the child's tripwire refused (tripwire.py): {"event", "cell", "line", "detail"} each, at most MAX_TRIPS
@@ -53,10 +55,18 @@ class ExecResult:
 
 
 def add_trips(kept: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
-    """The tripwire's records of another run (or frame) added to those kept: each once, at most MAX_TRIPS."""
-    for record in new:
+    """The tripwire's records of another run (or frame) added to those kept: each once, at most MAX_TRIPS, its
+    words clipped (a frame's record holds the frame's `t` too: left out)."""
+    for got in new:
+        record = {"event": got["event"][:80], "cell": got["cell"], "line": got["line"], "detail": got["detail"][:200]}
         if record not in kept and len(kept) < MAX_TRIPS:
             kept.append(record)
+
+
+def frame_cpu(msg: dict[str, Any]) -> float:
+    """The CPU seconds a child's frame says its step took (0 when absent): for the benchmark's split, never judged."""
+    value = msg.get("cpu")
+    return float(value) if type(value) in (float, int) and 0 <= value < 1e6 else 0.0
 
 
 def cells_job(cells: list[tuple[int, str]]) -> bytes:
@@ -73,17 +83,27 @@ def cell_name(i: int, src: str, *, word: str = "cell") -> str:
     return f"{word} {i} (the one that starts `{first_line(src)}`)" if first_line(src) else f"{word} {i}"
 
 
-def time_note(i: int, limit: str, src: str, limits: Limits, *, cut: bool = False, stops: int = 0) -> str:
-    """In plain words: which cell a time limit stopped, its first line, the limit and what the grader did."""
+def _backstop(limit: float) -> str:
+    """How a wall-clock stop is said: the backstop for code that sleeps or waits, three times the CPU limit."""
+    return (f"it waited {BACKSTOP * limit:g} s on the wall clock (three times the limit, the grader's backstop for "
+            "code that sleeps or waits; limits are counted in CPU time)")
+
+
+def time_note(i: int, limit: str, src: str, limits: Limits, *, cut: bool = False, stops: int = 0,
+              by: str = "cpu") -> str:
+    """In plain words: which cell a time limit stopped, its first line, the limit and what the grader did. by: what
+    stopped a cell, its CPU time ("cpu") or its wall-clock backstop ("wall")."""
     cell = cell_name(i, src)
+    how = f": {_backstop(limits.cell_timeout_s)}" if by == "wall" else " in CPU time"
     if limit == "cell" and not cut:
         return (f"{cell_name(i, src, word='Cell')} was still running after {limits.cell_timeout_s:g} s, the time limit "
-                "for one cell: the grader stopped it and graded the rest of the notebook without it")
+                f"for one cell{how}; the grader stopped it and graded the rest of the notebook without it")
     if limit == "cell":
-        what = (f"{cell} was still running after {limits.cell_timeout_s:g} s, the time limit for one cell, and "
+        what = (f"{cell} was still running after {limits.cell_timeout_s:g} s, the time limit for one cell{how}; and "
                 f"{stops} cells had been stopped already")
     elif limit == "wall":
-        what = f"the whole notebook reached its wall-clock limit of {limits.wall_timeout_s:g} s in {cell}"
+        what = (f"the whole notebook reached its wall-clock backstop of {BACKSTOP * limits.wall_timeout_s:g} s (three "
+                f"times its limit of {limits.wall_timeout_s:g} s, for code that sleeps or waits) in {cell}")
     else:
         what = f"the whole notebook reached its CPU-time limit of {limits.cpu_timeout_s:g} s in {cell}"
     return (f"{what[0].upper()}{what[1:]}: the grader graded what the cells before it define; cell {i} and "
@@ -129,6 +149,13 @@ class Transcript:
     overflow: bool = False  # more result bytes than the cap
     violated: bool = False  # a frame out of protocol
     cpu: dict[str, Any] = field(default_factory=lambda: {"setup": 0.0, "cells": 0.0, "probes": {}})
+    # the grader's own readings of the job's CPU time (cputime.JobClock): probe key -> CPU seconds; what stopped a
+    # step ("cell N", a probe key or a question -> "cpu": its CPU share, "wall": its wall-clock backstop); "cpu" or
+    # "wall" when the notebook's own limit stopped the run; steps the machine slowed, uncharged (in words)
+    probe_cpu: dict[str, float] = field(default_factory=dict)
+    stopped_by: dict[str, str] = field(default_factory=dict)
+    whole: str = ""
+    stalls: list[str] = field(default_factory=list)
 
 
 
@@ -150,7 +177,8 @@ def classify(header: dict[str, Any], output: bytes, total: int, t: Transcript,
                          f"{limits.question_timeout_s:g} s) reached in probe {t.probe_over!r}")
     elif header.get("timed_out"):
         res.status = Status.TIMED_OUT
-        res.notes.append(f"wall-clock limit of {limits.wall_timeout_s:g} s reached {where}")
+        res.notes.append(f"wall-clock backstop of {BACKSTOP * limits.wall_timeout_s:g} s (three times the limit of "
+                         f"{limits.wall_timeout_s:g} s) reached {where}")
     elif header.get("cpu_exceeded"):
         res.status = Status.TIMED_OUT
         res.notes.append(f"CPU-time limit of {limits.cpu_timeout_s} s reached {where}")
@@ -216,6 +244,8 @@ class ProbeStops:
         self.limits, self.probes = limits, {k: (n, a) for k, n, a in probes}
         self.not_run: dict[str, str] = {}
         self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}  # probe key -> CPU seconds (the grader's reading), all runs
+        self.stopped_by: dict[str, str] = {}  # probe key or question -> "cpu" or "wall" (Transcript.stopped_by)
         self.answered: dict[str, Any] = {}
         self.void: set[str] = set()
         self.retried: set[str] = set()  # stopped once by a whole-notebook limit: it runs once more, never twice
@@ -225,8 +255,7 @@ class ProbeStops:
     def after(self, t: Transcript, left: list[tuple[str, str, dict[str, Any]]],
               share: dict[str, float]) -> list[tuple[str, str, dict[str, Any]]]:
         """Take in a run that ended among its probes; the probes still to run, in order."""
-        for k, v in t.wall.items():
-            self.wall[k] = self.wall.get(k, 0.0) + v
+        self.take_times(t)
         self.answered.update(t.outputs)
         self.void |= t.void
         key = t.probe_over or t.probe_running
@@ -234,10 +263,11 @@ class ProbeStops:
             args = self.probes[key][1]
             if t.probe_over and share.get(group_of(key), 1.0) > 0:
                 probe_s = self.limits.probe_timeout_s
+                how = f" ({_backstop(probe_s)})" if t.stopped_by.get(key) == "wall" else " in CPU time"
                 self.not_run[key] = (f"the check{_calls(args)}: still running after {probe_s:g} s, the "
-                                     "time limit of one check")
+                                     f"time limit of one check{how}")
                 self.said.append(f"The check {key}{_calls(args)} was still running after "
-                                 f"{probe_s:g} s, the time limit of one check: it earns nothing, and the "
+                                 f"{probe_s:g} s, the time limit of one check{how}: it earns nothing, and the "
                                  "checks after it ran in a fresh run of the notebook")
             elif not t.probe_over and key in self.retried:
                 self.not_run[key] = f"the check{_calls(args)}: stopped twice by the notebook's whole time limit"
@@ -249,12 +279,21 @@ class ProbeStops:
                 self.not_run[k] = self._spent(group, share)
         return [p for p in left if p[0] not in self.answered and p[0] not in self.void and p[0] not in self.not_run]
 
+    def take_times(self, t: Transcript) -> None:
+        """Add a run's times (wall, CPU) and what stopped its steps."""
+        for mine, theirs in ((self.wall, t.wall), (self.cpu, t.probe_cpu)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0.0) + v
+        self.stopped_by.update(t.stopped_by)
+
     def _spent(self, group: str, share: dict[str, float]) -> str:
         """Why the probes of a question whose share ran out do not run; said to the student once."""
-        slow = max((k for k in self.wall if group_of(k) == group), key=lambda k: self.wall[k], default="")
-        what = f" (the slowest: {slow}{_calls(self.probes[slow][1])}, {self.wall[slow]:.1f} s)" if slow else ""
-        why = (f"the checks of {group} used up the question's share of {self.limits.question_timeout_s:g} s of "
-               f"checking time{what}")
+        share_s = self.limits.question_timeout_s
+        times = self.wall if self.stopped_by.get(group) == "wall" else self.cpu
+        slow = max((k for k in times if group_of(k) == group), key=lambda k: times[k], default="")
+        what = f" (the slowest: {slow}{_calls(self.probes[slow][1])}, {times[slow]:.1f} s)" if slow else ""
+        how = f" ({_backstop(share_s)})" if self.stopped_by.get(group) == "wall" else " in CPU time"
+        why = f"the checks of {group} used up the question's share of {share_s:g} s of checking time{how}{what}"
         if group not in self.spent:
             self.spent.add(group)
             self.said.append(f"{why[0].upper()}{why[1:]}: its checks that had not run by then earn nothing "

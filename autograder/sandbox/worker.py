@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder import wire
+from autograder.sandbox.cputime import BACKSTOP, Budget, JobClock, job_cpus, join_group
 from autograder.sandbox.fallback import fallback_plan
 from autograder.sandbox.frames import CANARY, CTL_BYTES, LEN, WorkerError
 from autograder.sandbox.isolation import (
@@ -33,7 +34,7 @@ from autograder.sandbox.isolation import (
 )
 from autograder.sandbox.limits import MIB, Limits
 from autograder.sandbox.notebook import MAX_NOTEBOOK_BYTES
-from autograder.sandbox.results import Transcript, add_trips, group_of
+from autograder.sandbox.results import Transcript, add_trips, cell_name, frame_cpu, group_of
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +53,16 @@ class Worker:
 
     def __init__(self, index: int, *, limits: Limits, sandbox: str, probe_module: str, lesson_modules: tuple[str, ...],
                  tmp: Path, stage: Path, uid: int | None, hide: tuple[str | Path, ...], preload: tuple[str, ...],
-                 start_timeout_s: float, cgroups: dict[str, str], tripwire: bool = True):
+                 start_timeout_s: float, cgroups: dict[str, str], cpu_group: str = "", tripwire: bool = True):
         """limits: every job's; sandbox: "bwrap" or "none" (the pool's choice); probe_module and lesson_modules:
         imported once by the zygote; tmp: the pool's folder (this worker's log and scratch); stage: the staged
         modules; uid: the first of this worker's block of job uids (None: no uid drop); cgroups: controller ->
-        folder of this worker's groups ({} for none)."""
+        folder of this worker's groups ({} for none); cpu_group: a CPU-accounting cgroup of this worker's own ("":
+        the grader reads /proc), from which the grader reads its jobs' CPU time (cputime.JobClock)."""
         self.index, self.limits, self.sandbox, self.stage, self.uid = index, limits, sandbox, stage, uid
         self.probe_module, self.lesson_modules, self.tmp = probe_module, lesson_modules, tmp
         self.hide, self.preload, self.start_timeout_s, self.cgroups = hide, preload, start_timeout_s, cgroups
-        self.tripwire = tripwire
+        self.cpu_group, self.clock_group, self.tripwire = cpu_group, "", tripwire
         self.proc: subprocess.Popen[bytes] | None = None
         self.ctl: socket.socket | None = None
         self.zygote_pid = 0
@@ -135,6 +137,8 @@ class Worker:
             except OSError as exc:
                 self.kill()
                 return f"worker {self.index} did not start: it cannot be placed in its cgroups ({exc})"
+        # the jobs' CPU time: read from the worker's cpuacct group where the zygote could join it, else from /proc
+        self.clock_group = self.cpu_group if self.cpu_group and join_group(self.cpu_group, self.zygote_pid) else ""
         return ""
 
     def oom_kills(self) -> int:
@@ -145,8 +149,11 @@ class Worker:
         return self.proc is not None and self.proc.poll() is None and self.ctl is not None
 
     def run(self, job: bytes, cells: list[tuple[int, str]], probes: list[tuple[str, str, dict[str, Any]]],
-            public: int, share: dict[str, float]) -> tuple[dict[str, Any], bytes, int, Transcript]:
-        """One job: make the child's channels, hand them over, talk to the child, collect the facts."""
+            public: int, share: dict[str, float],
+            backstop: dict[str, float] | None = None) -> tuple[dict[str, Any], bytes, int, Transcript]:
+        """One job: make the child's channels, hand them over, talk to the child, collect the facts. share: question
+        -> CPU seconds of checking it has left; backstop: question -> seconds of wall clock (less waits for a CPU)
+        it has left (both spent here, kept across runs)."""
         if not self.alive():
             raise WorkerError("the worker is not running")
         assert self.ctl is not None
@@ -160,6 +167,8 @@ class Worker:
             except OSError as exc:
                 job_c.close()
                 raise WorkerError(f"cannot create the output pipe: {exc}") from exc
+            clock = JobClock(self.zygote_pid, self.clock_group)
+            clock.begin()  # before the fork: the job's CPU time is all its processes', measured here
             try:
                 socket.send_fds(self.ctl, [wire.encode({"t": "job"})], [job_c.fileno(), out_w])
             except OSError as exc:
@@ -168,7 +177,8 @@ class Worker:
             finally:
                 job_c.close()
                 os.close(out_w)
-            talk = Conversation(self, job_g, out_r, job, cells, probes, public, share)
+            talk = Conversation(self, job_g, out_r, job, cells, probes, public, share, clock,
+                                backstop if backstop is not None else {})
             try:
                 return talk.run()
             finally:
@@ -240,7 +250,6 @@ class Worker:
             return "(no log)"
 
 
-
 # While the child still owes many answers to requests already sent, the grader reads its frames every few ms, not
 # at each one: about half the wake-ups of a notebook and a third less of the conversation's CPU. Nothing is lost or
 # late: the child writes on into the socket, and the last answers of a batch (which the child's next request or
@@ -258,20 +267,13 @@ def _fits(msg: dict[str, Any], shape: dict[str, Any]) -> bool:
     return keys == shape.keys() and all(kinds is None or type(msg[k]) in kinds for k, kinds in shape.items())
 
 
-def _cpu_of(msg: dict[str, Any]) -> float:
-    """The CPU seconds a frame says its step took (0 when absent): for the benchmark's split, never judged."""
-    value = msg.get("cpu")
-    return float(value) if type(value) in (float, int) and 0 <= value < 1e6 else 0.0
-
-
-
-
 class Conversation:
     """The grader's side of one job: send the cells, then the public probe requests in one frame and, once
     every public answer is in, the hidden ones in another; one answer per request, strictly in order."""
 
     def __init__(self, worker: Worker, sock: socket.socket, out_r: int, job: bytes, cells: list[tuple[int, str]],
-                 probes: list[tuple[str, str, dict[str, Any]]], public: int, share: dict[str, float]):
+                 probes: list[tuple[str, str, dict[str, Any]]], public: int, share: dict[str, float],
+                 clock: JobClock, backstop: dict[str, float]):
         limits = worker.limits
         self.worker, self.sock, self.out_r, self.job, self.cells, self.probes = worker, sock, out_r, job, cells, probes
         self.out_cap, self.res_cap = limits.max_output_kb * 1024, limits.result_mb * MIB
@@ -282,12 +284,19 @@ class Conversation:
         self.public, self.asked = public, 0  # probes[:asked] have been sent to the child
         self.wanted = {k for k, _, _ in probes}
         self.void = self.t.void
-        self.share = share  # question -> seconds of probe time it has left (spent here, kept across runs)
+        self.share = share  # question -> CPU seconds of probe time it has left (spent here, kept across runs)
+        self.backstop = backstop  # question -> its wall-clock backstop left (wall less waits for a CPU)
         self.probe_began = 0.0
         self.nonce = ""  # sent with the latest probe requests; the guard's report of each answer must carry it
-        self.deadline = time.monotonic() + limits.wall_timeout_s + 30
+        self.started = time.monotonic()
+        # the grader's own safety: the zygote stops the job long before (its backstop), the checks below before it
+        self.deadline = self.started + 10 * BACKSTOP * limits.wall_timeout_s + 60
         self.cell_timeout_s, self.probe_timeout_s = limits.cell_timeout_s, limits.probe_timeout_s
-        self.cell_deadline = float("inf")
+        self.clock, self.cpus = clock, job_cpus()  # the job's CPU time, read here (cputime.JobClock)
+        self.last = (0.0, 0.0, 0.0)  # the latest reading: when, CPU seconds, seconds waited for a CPU
+        self.whole = Budget(float(limits.cpu_timeout_s), limits.wall_timeout_s, began=self.started)
+        self.step: Budget | None = None  # the running cell's or probe's limit
+        self.cell_deadline = float("inf")  # when to look at the clock next
         self.sel = selectors.DefaultSelector()
 
     def run(self) -> tuple[dict[str, Any], bytes, int, Transcript]:
@@ -307,14 +316,8 @@ class Conversation:
                     raise WorkerError("the worker did not report on the job in time")
                 if now >= self.cell_deadline and self._drained():  # its answer was waiting: not slow
                     continue
-                if now >= self.cell_deadline:  # only a killed process reliably stops a long C call
-                    if self.phase == "probes":
-                        self._charge(now)
-                        self.t.probe_over = self.t.probe_running
-                    else:
-                        self.t.cell_over = self.t.running
-                    self.cell_deadline = float("inf")
-                    self._hang_up()
+                if now >= self.cell_deadline:
+                    self._look(now)
                 for key, _ in sel.select(min(left, max(0.0, self.cell_deadline - now))):
                     if key.fileobj is self.worker.ctl:
                         header = self._header(oom_base)
@@ -388,12 +391,11 @@ class Conversation:
     def _handle(self, msg: dict[str, Any]) -> None:
         kind, t = msg.get("t"), self.t
         if kind == "trip" and _fits(msg, _TRIP_FRAME):  # the tripwire, at any step: it changes no step's answer
-            add_trips(t.tripwire, [{"event": msg["event"][:80], "cell": msg["cell"], "line": msg["line"],
-                                    "detail": msg["detail"][:200]}])
+            add_trips(t.tripwire, [msg])
         elif kind == "cell" and self.phase == "cells" and self.cell < len(self.cells) and _fits(msg, _CELL_FRAME) \
                 and msg["i"] == self.cells[self.cell][0]:
             self.cell += 1
-            t.cpu["cells"] += _cpu_of(msg)
+            t.cpu["cells"] += frame_cpu(msg)
             self._facts(msg["tamper"])
             if msg["note"] and len(t.notes) < 50:
                 t.notes.append(msg["note"][:500])
@@ -404,7 +406,7 @@ class Conversation:
             self._where()
         elif kind == "cells_done" and self.phase == "cells" and self.cell == len(self.cells) \
                 and _fits(msg, {"t": (str,)}):
-            t.cpu["setup"] = _cpu_of(msg)
+            t.cpu["setup"] = frame_cpu(msg)
             self.phase = "probes"
             self._next_probe()
         elif kind == "out" and self.phase == "probes" and _fits(msg, _OUT_FRAME) \
@@ -417,7 +419,7 @@ class Conversation:
                              "was switched off or its report rewritten): the case earns nothing")
                 self.void.add(key)
             self._facts(facts)
-            t.cpu["probes"][key] = _cpu_of(msg)
+            t.cpu["probes"][key] = frame_cpu(msg)
             self._charge(time.monotonic())
             if msg["oom"]:
                 t.oom = t.oom or f"in probe {key!r}"
@@ -459,31 +461,105 @@ class Conversation:
             self._pump_frames()
         return (self.cell, self.probe) != where
 
+    def _reading(self, now: float, *, fresh: bool = False) -> tuple[float, float]:
+        """The job's CPU seconds so far and its wall-clock seconds less its waits for a CPU (the backstop's clock).
+        Between looks (fresh) a reading of the last 2 ms stands, and the waits are read at most twice a second (an
+        older reading only makes a step's backstop later): a step of a few ms costs no more than it did."""
+        last = self.last
+        if not fresh and now - last[0] < 0.002:
+            return last[1], now - self.started - last[2]
+        waited = self.clock.waited_s() if fresh or now - last[0] >= 0.5 or last[0] == 0.0 else last[2]
+        self.last = (now, self.clock.cpu_s(), waited)
+        return self.last[1], now - self.started - waited
+
+    def _look(self, now: float) -> None:
+        """The clock at a step's next look: stop the step when it used its CPU share or passed its backstop
+        (only a killed process reliably stops a long C call), the job when the notebook's did; else look again
+        when it could next be over."""
+        cpu, busy = self._reading(now, fresh=True)
+        step = self.step.over(cpu, busy) if self.step is not None else ""
+        whole = self.whole.over(cpu, busy)
+        if step:
+            if self.phase == "probes":
+                key = self.t.probe_running
+                self._charge(now)
+                self.t.probe_over, self.t.stopped_by[key] = key, step
+                group = group_of(key)
+                if step == "wall" and self.backstop.get(group, 1.0) <= 0:  # the question's backstop: its share
+                    self.share[group] = min(self.share.get(group, 0.0), 0.0)
+                    self.t.stopped_by[group] = "wall"
+            else:
+                self.t.cell_over = self.t.running
+                self.t.stopped_by[f"cell {self.t.running}"] = step
+        elif whole:
+            self.t.whole = whole
+        if step or whole:
+            self.cell_deadline = float("inf")
+            self.deadline = min(self.deadline, now + 30)  # the zygote's report on the killed job is due
+            self._hang_up()
+            return
+        looks = [b.next_look(cpu, busy, cpus=self.cpus) for b in (self.step, self.whole) if b is not None]
+        self.cell_deadline = now + min(looks)
+
+    def _begin_step(self, now: float, cpu_s: float, wall_s: float) -> None:
+        """A cell or a probe starts now with these limits (CPU seconds; the backstop's base)."""
+        cpu, busy = self._reading(now)
+        self.step = Budget(cpu_s, wall_s, cpu0=cpu, busy0=busy, began=now)
+        self.cell_deadline = now + min(self.step.next_look(cpu, busy, cpus=self.cpus),
+                                       self.whole.next_look(cpu, busy, cpus=self.cpus))
+
+    def _end_step(self, now: float, what: str) -> tuple[float, float]:
+        """The running step ended now: the CPU seconds it used; a step that ran past its limit on the wall clock with
+        its CPU under it was slowed by the machine, which is said and never charged."""
+        step, self.step = self.step, None
+        if step is None:
+            return 0.0, 0.0
+        cpu, busy = self._reading(now)
+        if step.stalled(now, cpu) and len(self.t.stalls) < 20:
+            self.t.stalls.append(f"{what} ran {now - step.began:.1f} s on the wall clock, past its limit of "
+                                 f"{step.cpu_s:g} s, with {cpu - step.cpu0:.1f} s of CPU time: the machine was slow, "
+                                 "and the grader charges CPU time, so nothing was charged")
+        return max(0.0, cpu - step.cpu0), max(0.0, busy - step.busy0)
+
     def _charge(self, now: float) -> None:
-        """The probe being answered ran until now: its wall time counts against its question's share."""
+        """The probe being answered ran until now: its CPU time counts against its question's share, its wall time
+        (less its waits for a CPU) against the question's backstop."""
         key = self.t.probe_running
         if key:
-            spent = max(0.0, now - self.probe_began)
-            self.t.wall[key] = self.t.wall.get(key, 0.0) + spent
-            self.share[group_of(key)] = self.share.get(group_of(key), 0.0) - spent
+            cpu, busy = self._end_step(now, f"The check {key}")
+            group = group_of(key)
+            self.t.wall[key] = self.t.wall.get(key, 0.0) + max(0.0, now - self.probe_began)
+            self.t.probe_cpu[key] = self.t.probe_cpu.get(key, 0.0) + cpu
+            self.share[group] = self.share.get(group, 0.0) - cpu
+            self.backstop[group] = self.backstop.get(group, 0.0) - busy
             self.probe_began = now
 
     def _where(self) -> None:
         """Say where the child is; a cell that starts now (the previous one reported) starts its clock, and so does
-        a probe (its deadline: its own limit or what is left of its question's share, whichever comes first)."""
-        self.t.running, self.cell_deadline, self.t.probe_running = None, float("inf"), ""
+        a probe (its limits: its own or what is left of its question's share, whichever comes first; in CPU time,
+        with the wall-clock backstop of each)."""
+        now = time.monotonic()
+        if self.step is not None and self.t.running is not None:
+            self._end_step(now, cell_name(self.t.running, dict(self.cells).get(self.t.running, ""), word="Cell"))
+        self.t.running, self.cell_deadline, self.t.probe_running, self.step = None, float("inf"), "", None
         if self.phase == "cells":
             self.t.where = f"in cell {self.cells[self.cell][0]}" if self.cell < len(self.cells) else "after the cells"
             if self.cell < len(self.cells):
-                self.t.running, self.cell_deadline = self.cells[self.cell][0], time.monotonic() + self.cell_timeout_s
+                self.t.running = self.cells[self.cell][0]
+                self._begin_step(now, self.cell_timeout_s, self.cell_timeout_s)
         elif self.phase == "probes":
             key = self.probes[self.probe][0]
             self.t.where, self.t.probe_running = f"in probe {key!r}", key
-            self.probe_began = time.monotonic()
-            left = self.share.get(group_of(key), float("inf"))
-            self.cell_deadline = self.probe_began + max(0.0, min(self.probe_timeout_s, left))
+            self.probe_began = now
+            group = group_of(key)
+            cpu_left = max(0.0, min(self.probe_timeout_s, self.share.get(group, float("inf"))))
+            wall_left = max(0.0, min(self.probe_timeout_s, self.backstop.get(group, float("inf")) / BACKSTOP))
+            self._begin_step(now, cpu_left, wall_left)
         elif self.phase == "ended":
             self.t.where = "after the probes"
+        if self.step is None and self.phase != "over":  # between steps the notebook's own limits still hold
+            cpu, busy = self._reading(now)
+            self.cell_deadline = now + self.whole.next_look(cpu, busy, cpus=self.cpus)
 
     def _facts(self, facts: list[Any]) -> None:
         for f in facts:

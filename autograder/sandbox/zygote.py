@@ -25,6 +25,7 @@ from typing import Any
 
 from autograder import wire
 from autograder.sandbox.child import child_main, install_otter_stub, make_shell
+from autograder.sandbox.cputime import BACKSTOP, Budget, JobClock, job_cpus
 from autograder.sandbox.frames import CTL_BYTES
 from autograder.sandbox.guard import GUARDED_MODULES, TamperGuard, guarded_runtime
 from autograder.sandbox.isolation import (
@@ -212,7 +213,9 @@ def _watch(pid: int, ctl: socket.socket, limits: Limits, start: float, memory: M
     pidfd = os.pidfd_open(pid)
     sel.register(pidfd, selectors.EVENT_READ)
     sel.register(ctl, selectors.EVENT_READ)
-    deadline = start + limits.wall_timeout_s
+    # the grader stops a job at its CPU limit or its wall-clock backstop (cputime), reading its CPU time itself; this
+    # is the zygote's own last resort, should the grader not act
+    deadline = start + 4 * BACKSTOP * limits.wall_timeout_s
     while status is None and not killed:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -358,6 +361,8 @@ def _file_job(request: dict[str, Any], data: bytes, plugin: ModuleType, state: A
                 cfg["memory_limit"] = limit
     read_end, write_end = os.pipe()
     parent = os.getpid()
+    clock = JobClock(parent)  # the child's CPU time, read here from /proc (never what the child says)
+    clock.begin()
     pid = os.fork()
     if pid == 0:  # the child: nothing of the reader's protocol, confined, one answer, then exit
         code = 0
@@ -382,12 +387,11 @@ def _file_job(request: dict[str, Any], data: bytes, plugin: ModuleType, state: A
             os._exit(code)
     os.close(write_end)
     timeout_s = float(request["timeout_s"])
-    deadline = time.monotonic() + timeout_s
     try:
-        line = read_line(read_end, deadline)
+        line, over = _read_answer(read_end, clock, Budget(timeout_s, timeout_s, began=time.monotonic()))
     finally:
         os.close(read_end)
-    timed_out = line is None and time.monotonic() >= deadline
+    timed_out = bool(over)
     if line is None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -399,12 +403,34 @@ def _file_job(request: dict[str, Any], data: bytes, plugin: ModuleType, state: A
     if line is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
         return {**json.loads(line), "cpu_s": cpu_s, **lowered}
     if timed_out:
-        return {"error": f"reading and evaluating it took longer than the grader's limit of {timeout_s:g} s",
+        how = (" of CPU time" if over == "cpu" else f": it waited {BACKSTOP * timeout_s:g} s on the wall clock, three "
+               "times the limit (limits are counted in CPU time)")
+        return {"error": f"reading and evaluating it took longer than the grader's limit of {timeout_s:g} s{how}",
                 "cpu_s": cpu_s, **lowered}
     why = (f"the reader stopped with signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else
            f"the reader failed (exit status {os.WEXITSTATUS(status)})")
     return {"error": f"{why}; loading it needs more than the grader's {request['memory_mb']} MB or crashes the "
                      "reader", "cpu_s": cpu_s, **lowered}
+
+
+def _read_answer(fd: int, clock: JobClock, budget: Budget) -> tuple[bytes | None, str]:
+    """The file child's one line of answer, or None; and what stopped it: "cpu" (its CPU time reached the limit),
+    "wall" (the wall-clock backstop, less its waits for a CPU) or "" (it answered, or exited without a line)."""
+    buf, cpus = b"", job_cpus()
+    while True:
+        now = time.monotonic()
+        cpu, busy = clock.cpu_s(), now - budget.began - clock.waited_s()
+        over = budget.over(cpu, busy)
+        if over:
+            return None, over
+        if not select.select([fd], [], [], budget.next_look(cpu, busy, cpus=cpus))[0]:
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return None, ""
+        buf += chunk
+        if buf.endswith(b"\n"):
+            return buf, ""
 
 
 def serve_files(config_text: str) -> None:
