@@ -20,6 +20,7 @@ from autograder.config import ROOT, GradingConfig, command
 from autograder.lesson import Lesson
 from autograder.model import Case
 from autograder.runtime.plain_codec import dumps
+from autograder.sandbox.cputime import BACKSTOP
 
 TRAIN_TAG = "milestone-train"  # cells that train: skipped by our grader, and by Otter through otter_ignore
 
@@ -87,10 +88,10 @@ def case_json(case: Case, expected: dict[str, dict[str, Any]], cases: dict[str, 
 
 def grader_limits(config: GradingConfig) -> dict[str, float]:
     """The grader's time limits of one cell, one check and one question's checks together (the config's
-    `execution`): each case of the release carries them, so the local check warns when a cell, a check or a
-    question's checks take more than half of theirs."""
+    `execution`, in CPU seconds) and the factor of their wall-clock backstop: each case of the release carries them,
+    so the local check warns when a cell, a check or a question's checks take more than half of either."""
     return {"cell_s": config.execution.cell_timeout_s, "probe_s": config.execution.probe_timeout_s,
-            "question_s": config.execution.question_timeout_s}
+            "question_s": config.execution.question_timeout_s, "backstop": float(BACKSTOP)}
 
 
 def choices_markdown(q: Question) -> str:

@@ -439,9 +439,9 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
         key = memo.key(c_raw) if memo is not None else ""
         v = memo.get(key) if memo is not None else None
         if v is None:
-            began = time.perf_counter()
+            began = _clocks()
             got = run_probe(env, c["probe"], c["args"])
-            took = time.perf_counter() - began
+            took = _since(began)
             _warn_slow(f"the check {c['id']}", took, "probe_s")
             SPENT.setdefault(str(c["id"]).split("/")[0], []).append(took)
             v = judge(c, got, c["expected"])
@@ -461,17 +461,41 @@ def _run_raw(env: dict[str, Any], raw: dict[str, Any], *, memo: VerdictMemo | No
 # --------------------------------------------------------------------------- local checks: one thread, a summary
 
 LOCAL_RESULTS: dict[str, bool] = {}  # case id -> whether its latest local check passed (read by the summary)
-LIMITS: dict[str, float] = {}  # the grader's time limits (cell_s, probe_s, question_s), as each case carries them
-SPENT: dict[str, list[float]] = {}  # question -> seconds each of its checks took here, since its last summary
+# the grader's time limits in CPU seconds (cell_s, probe_s, question_s) and the factor of their wall-clock backstop
+# (backstop), as each case carries them
+LIMITS: dict[str, float] = {}
+SPENT: dict[str, list[tuple[float, float]]] = {}  # question -> (CPU s, wall s) of each check here, since its summary
 
 
-def _warn_slow(what: str, seconds: float, limit: str) -> None:
-    """Say when `what` took more than half the grader's limit `limit` (a cell, one check): graded, it may stop."""
+def _clocks() -> tuple[float, float]:
+    return time.process_time(), time.perf_counter()
+
+
+def _since(began: tuple[float, float]) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) since `began` (_clocks())."""
+    now = _clocks()
+    return now[0] - began[0], now[1] - began[1]
+
+
+def _over_half(took: tuple[float, float], cap: float) -> str:
+    """Which half `took` (CPU s, wall s) passed: of the CPU limit `cap`, of its wall-clock backstop, or ""."""
+    backstop = LIMITS.get("backstop", 3.0) * cap
+    if took[0] > cap / 2:
+        return f"{took[0]:.1f} s of CPU here; the grader allows {cap:g} s of CPU"
+    if took[1] > backstop / 2:
+        return f"{took[1]:.1f} s here (waiting, mostly); the grader stops it after {backstop:g} s on the clock"
+    return ""
+
+
+def _warn_slow(what: str, took: tuple[float, float], limit: str) -> None:
+    """Say when `what` took more than half the grader's limit `limit` (a cell, one check) in CPU time, or half its
+    wall-clock backstop: graded, it may stop."""
     cap = LIMITS.get(limit)
-    if cap and seconds > cap / 2:
+    said = _over_half(took, cap) if cap else ""
+    if said:
         kind = "a cell" if limit == "cell_s" else "one check"
-        print(f"Warning: {what} took {seconds:.1f} s here; the grader stops {kind} after {cap:g} s, on a machine "
-              "that may be slower. Make it faster (or tag a long experiment `long-running`).", file=sys.stderr)
+        print(f"Warning: {what} took {said} for {kind}, on a machine that may be slower. Make it faster (or tag a "
+              "long experiment `long-running`).", file=sys.stderr)
 
 
 def _watch_cells() -> None:
@@ -481,11 +505,11 @@ def _watch_cells() -> None:
         return
     # when the cell began, and whether it is a check cell (1.0): the running cell, which registers the timer from a
     # check, is one, and its end is not timed (it began before the timer existed)
-    began = [time.perf_counter(), 1.0]
+    began: list[Any] = [_clocks(), 1.0]
     shell.events.register("pre_run_cell", lambda info=None: began.__setitem__(slice(None), [
-        time.perf_counter(), float("grader.check" in str(getattr(info, "raw_cell", "")))]))
+        _clocks(), float("grader.check" in str(getattr(info, "raw_cell", "")))]))
     shell.events.register("post_run_cell", lambda result=None: began[1] or _warn_slow(
-        "this cell", time.perf_counter() - began[0], "cell_s"))
+        "this cell", _since(began[0]), "cell_s"))
     shell._checks_runtime_timer = True
 # Tables that only the local checks fill and no probe reads: the grader's guard does not read a change to them as
 # tampering (an nbgrader notebook runs check_case in the student's process, and that is honest).
@@ -535,11 +559,12 @@ def _warn_question(public: list[str], hidden: int) -> None:
     spent, cap = SPENT.pop(question, []), LIMITS.get("question_s")
     if not spent or not cap:
         return
-    projected = sum(spent) / len(spent) * (len(public) + hidden)
-    if projected > cap / 2:
-        print(f"Warning: the checks of {question} took {sum(spent):.1f} s here; at that pace its {len(public) + hidden}"
-              f" graded checks take about {projected:.0f} s, and the grader gives them {cap:g} s together, on a "
-              "machine that may be slower: the checks not run by then earn nothing. Make it faster.", file=sys.stderr)
+    pace = (len(public) + hidden) / len(spent)
+    said = _over_half((sum(s[0] for s in spent) * pace, sum(s[1] for s in spent) * pace), cap)
+    if said:
+        print(f"Warning: at the pace of its checks here, the {len(public) + hidden} graded checks of {question} take "
+              f"{said} for them together, on a machine that may be slower: the checks not run by then earn nothing. "
+              "Make it faster.", file=sys.stderr)
 
 
 def public_summary(public: list[str], *, hidden: int, answers: bool = False) -> str:

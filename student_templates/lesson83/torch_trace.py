@@ -532,7 +532,10 @@ def trace_on_cpu(model: Any, X: Any, *, shown: str = "cuda") -> dict[str, Any] |
             return out
 
     rng = torch.get_rng_state()
+    # as on a machine with one GPU: a branch on the query takes the path it takes where the input is on a GPU
+    queries = {"is_available": torch.cuda.is_available, "device_count": torch.cuda.device_count}
     try:
+        torch.cuda.is_available, torch.cuda.device_count = (lambda: shown == "cuda"), (lambda: int(shown == "cuda"))
         for buffers, k, b in swapped:  # each buffer's copy on the device, also under its id (`here` tells apart)
             if id(b) not in on:
                 on[id(b)] = b.detach().clone().requires_grad_(b.requires_grad)
@@ -546,6 +549,7 @@ def trace_on_cpu(model: Any, X: Any, *, shown: str = "cuda") -> dict[str, Any] |
         if not found and not unshown:
             raise exc.with_traceback(without_own_frames(exc.__traceback__)) from exc.__cause__
     finally:
+        torch.cuda.is_available, torch.cuda.device_count = queries["is_available"], queries["device_count"]
         torch.set_rng_state(rng)
         for buffers, k, b in swapped:
             buffers[k] = b

@@ -177,6 +177,9 @@ def test_the_sandbox_runs_the_engine_runtime_and_guards_it(tmp_path: Path, monke
     assert any("plain_codec" in f for f in recoded.tampering), recoded.tampering
 
 
+BUSY_CELL = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end:\n    pass"
+
+
 def test_the_local_check_warns_when_a_call_or_a_cell_takes_half_the_graders_limit(
         capfd: pytest.CaptureFixture[str]) -> None:
     """The limits travel with each case of a release (`limits`); a check whose call takes more than half the grader's
@@ -194,7 +197,9 @@ def test_the_local_check_warns_when_a_call_or_a_cell_takes_half_the_graders_limi
     def slow_center(x: object) -> object:
         import time
 
-        time.sleep(0.3)
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
         return center(x)
 
     shell = InteractiveShell.instance()
@@ -204,12 +209,12 @@ def test_the_local_check_warns_when_a_call_or_a_cell_takes_half_the_graders_limi
         assert "Warning" not in capfd.readouterr().err  # a quick call
         checks.check_case({**lesson.namespace(), "center": slow_center}, data)
         err = capfd.readouterr().err
-        assert "the check q1_center/demo took 0.3 s" in err and "after 0.4 s" in err, err
+        assert "the check q1_center/demo took 0.3 s of CPU" in err and "allows 0.4 s of CPU for one" in err, err
         shell.run_cell("x = 1")
         assert "Warning" not in capfd.readouterr().err
-        shell.run_cell("import time\ntime.sleep(0.3)")
+        shell.run_cell(BUSY_CELL)
         err = capfd.readouterr().err
-        assert "this cell took 0.3 s" in err and "stops a cell after 0.5 s" in err, err
+        assert "this cell took 0.3 s of CPU" in err and "allows 0.5 s of CPU for a cell" in err, err
     finally:
         lesson.runtime.LIMITS.clear()
         InteractiveShell.clear_instance()
@@ -232,8 +237,8 @@ def test_the_first_check_in_a_fresh_kernel_warns_of_no_slow_cell(capfd: pytest.C
                              _data=checks.dumps(case | {"expected": expected, "limits": {"cell_s": 0.5}}))
         shell.run_cell("_checks.check_case(dict(globals()), _data)")  # the first check: it registers the timer
         assert "this cell took" not in capfd.readouterr().err
-        shell.run_cell("import time\ntime.sleep(0.3)")
-        assert "this cell took 0.3 s" in capfd.readouterr().err
+        shell.run_cell(BUSY_CELL)
+        assert "this cell took 0.3 s of CPU" in capfd.readouterr().err
     finally:
         lesson.runtime.LIMITS.clear()
         InteractiveShell.clear_instance()
@@ -241,8 +246,8 @@ def test_the_first_check_in_a_fresh_kernel_warns_of_no_slow_cell(capfd: pytest.C
 
 def test_a_questions_checks_warn_when_they_would_use_half_its_share(capfd: pytest.CaptureFixture[str]) -> None:
     """grader.check warns when a question's checks, public and hidden together at the pace the public ones took
-    here, would pass half of the question's share (the release ships it as `question_s`); quick checks say
-    nothing (issue 40, item 7)."""
+    here, would pass half of the question's CPU share or half of its wall-clock backstop (the release ships both
+    as `question_s` and `backstop`); quick checks say nothing (issue 40, items 4 and 7)."""
     lesson = LESSONS[1]
     checks = lesson.checks
     case = {"id": "q1_center/demo", "probe": "call", "args": {"fn": "center", "args": [[[1.0, 2.0], [3.0, 6.0]]]},
@@ -250,22 +255,38 @@ def test_a_questions_checks_warn_when_they_would_use_half_its_share(capfd: pytes
     expected = {"value": checks.run_probe(lesson.namespace(), "call", case["args"]), "variants": []}
     center = lesson.namespace()["center"]
 
-    def slow_center(x: object) -> object:
+    def busy_center(x: object) -> object:
+        import time
+
+        end = time.process_time() + 0.12
+        while time.process_time() < end:
+            pass
+        return center(x)
+
+    def sleepy_center(x: object) -> object:
         import time
 
         time.sleep(0.1)
         return center(x)
 
-    data = checks.dumps(case | {"expected": expected, "limits": {"question_s": 1.0}})
+    def data(question_s: float) -> str:
+        return checks.dumps(case | {"expected": expected, "limits": {"question_s": question_s, "backstop": 3.0}})
+
     try:
-        checks.check_case(lesson.namespace(), data)
+        checks.check_case(lesson.namespace(), data(1.0))
         checks.check_summary(["q1_center/demo"], hidden=4)
         assert "Warning" not in capfd.readouterr().err  # five quick checks
-        checks.check_case({**lesson.namespace(), "center": slow_center}, data)
-        checks.check_summary(["q1_center/demo"], hidden=4)  # five of 0.1 s: past half of 1 s
+        checks.check_case({**lesson.namespace(), "center": sleepy_center}, data(1.0))
+        checks.check_summary(["q1_center/demo"], hidden=4)  # 0.5 s of waiting: under half of the 3 s backstop
+        assert "Warning" not in capfd.readouterr().err
+        checks.check_case({**lesson.namespace(), "center": busy_center}, data(1.0))
+        checks.check_summary(["q1_center/demo"], hidden=4)  # five of 0.12 s of CPU: past half of 1 s
         err = capfd.readouterr().err
-        assert "the checks of q1_center took 0.1 s here" in err and "5 graded checks" in err, err
-        assert "1 s together" in err
+        assert "5 graded checks of q1_center" in err and "of CPU" in err and "allows 1 s of CPU" in err, err
+        checks.check_case({**lesson.namespace(), "center": sleepy_center}, data(0.2))
+        checks.check_summary(["q1_center/demo"], hidden=4)  # 0.5 s of waiting: past half of the 0.6 s backstop
+        err = capfd.readouterr().err
+        assert "5 graded checks of q1_center" in err and "after 0.6 s on the clock" in err, err
     finally:
         lesson.runtime.LIMITS.clear()
 

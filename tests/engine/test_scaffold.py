@@ -66,5 +66,5 @@ def test_the_scaffold_notebook_states_the_time_limits_of_its_config(tmp_path: Pa
     assert "**Time limits when grading.**" in intro
     for phrase in ("A single cell may run for at most 37 s", "may run for at most 3.5 s",
                    "the checks of one question for at most 11 s together",
-                   "at most 123 s of wall-clock time and 131 s of CPU time"):
+                   "at most 131 s of CPU time and 369 s on the clock"):
         assert phrase in intro, intro

@@ -9,7 +9,7 @@ points = [0.0, 1.6]
 @test_case(points=0.0, hidden=False)
 def test_answers_valid(env):
     from lesson83_checks import check_case
-    case = '{"args":{"names":["q8_equivariance","q8_pe_value","q8_rope_vs_alibi","q8_learned_rows","q8_alibi_slope"]},"atol":0.0001,"check":"choices_valid","claim":false,"diagnosis":null,"dtype":null,"expected":{"variants":[]},"first":null,"gate":[],"id":"q8_checks/answers_valid","limits":{"cell_s":10.0,"probe_s":5.0,"question_s":15.0},"near":[],"points":0.0,"probe":"answers","question":"q8_checks","requires":[],"revisit":"answer with a single letter string.","rtol":0.0001,"second":null,"what":null,"why":null,"within":null,"words":[]}'
+    case = '{"args":{"names":["q8_equivariance","q8_pe_value","q8_rope_vs_alibi","q8_learned_rows","q8_alibi_slope"]},"atol":0.0001,"check":"choices_valid","claim":false,"diagnosis":null,"dtype":null,"expected":{"variants":[]},"first":null,"gate":[],"id":"q8_checks/answers_valid","limits":{"backstop":3.0,"cell_s":10.0,"probe_s":5.0,"question_s":15.0},"near":[],"points":0.0,"probe":"answers","question":"q8_checks","requires":[],"revisit":"answer with a single letter string.","rtol":0.0001,"second":null,"what":null,"why":null,"within":null,"words":[]}'
     check_case(env, case)
 
 @test_case(points=0, hidden=False, 
