@@ -142,6 +142,8 @@ class Reason:
 CAUSES = (Reason.SYNTAX_ERROR, Reason.TIME_LIMIT, Reason.BLANK, Reason.MISSING, Reason.STOPPED)
 
 
+# how the grader's note on a step the machine slowed ends (its CPU time under the limit: nothing is charged)
+UNCHARGED = "the machine was slow, and the grader charges CPU time, so nothing was charged"
 NOT_RUN = "not run: time limit"  # how a case whose probe never ran for time begins its message (after its id)
 
 # What a student is told of a hidden case that failed for a cause (CAUSES, HELD): the cause, never a hint about the
@@ -439,7 +441,10 @@ class SubmissionResult:
             first = (lost[0].message or lost[0].id).splitlines()[0]
             message = "; ".join(self.student_notes) or f"{len(lost)} of {len(self.cases)} cases lost points: {first}"
         held = [n for n in self.notes if n.startswith("review: ") and "held for TA review" in n]  # after the reason
-        message = "; ".join([m for m in (message, *held) if m])
+        slowed = sum(n.endswith(UNCHARGED) for n in self.notes)
+        stall = f"the machine slowed {slowed} step(s) past their limits on the clock; nothing was charged" \
+            if slowed else ""
+        message = "; ".join([m for m in (message, *held, stall) if m])
         return {"total": float(self.total), **{q: float(scores.get(q, 0.0)) for q in questions},
                 "status": self.status, "message": " ".join(message.split())[:300]}
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder import wire
+from autograder.model import UNCHARGED
 from autograder.sandbox.cputime import BACKSTOP, Budget, JobClock, job_cpus, join_group
 from autograder.sandbox.fallback import fallback_plan
 from autograder.sandbox.frames import CANARY, CTL_BYTES, LEN, WorkerError
@@ -517,8 +518,7 @@ class Conversation:
         cpu, busy = self._reading(now)
         if step.stalled(now, cpu) and len(self.t.stalls) < 20:
             self.t.stalls.append(f"{what} ran {now - step.began:.1f} s on the wall clock, past its limit of "
-                                 f"{step.cpu_s:g} s, with {cpu - step.cpu0:.1f} s of CPU time: the machine was slow, "
-                                 "and the grader charges CPU time, so nothing was charged")
+                                 f"{step.cpu_s:g} s, with {cpu - step.cpu0:.1f} s of CPU time: {UNCHARGED}")
         return max(0.0, cpu - step.cpu0), max(0.0, busy - step.busy0)
 
     def _charge(self, now: float) -> None:

@@ -312,3 +312,18 @@ def test_the_uid_fallback_charges_cpu_time_too(readable_python: Path, tmp_path: 
     assert any("nothing was charged" in n for n in stalled["notes"]), stalled["notes"]
     assert busy["stopped_cells"] == [2] and "in CPU time" in busy["not_run"]["qb/spin"], busy["notes"]
     assert {k for k in busy["not_run"] if k.startswith("qc/")} == {"qc/h4"}, busy["not_run"]
+
+
+def test_the_grades_row_says_when_the_machine_slowed_a_step_and_nothing_was_charged() -> None:
+    """A step the machine slowed past its limit on the clock, its CPU time under the limit, costs nothing, and the
+    row in grades.csv says so (not only the results JSON's notes)."""
+    from autograder.model import UNCHARGED, CaseResult, SubmissionResult
+
+    case = CaseResult("qa/fast", "qa", 1.0, 1.0, True, False)
+    quiet = SubmissionResult("s", Status.GRADED, [case])
+    slowed = SubmissionResult("s", Status.GRADED, [case],
+                              notes=[f"cell 2 ran 7.0 s on the wall clock, past its limit of 2 s, with 0.1 s of CPU "
+                                     f"time: {UNCHARGED}"])
+    assert quiet.csv_row(["qa"])["message"] == ""
+    row = slowed.csv_row(["qa"])
+    assert row["total"] == 1.0 and "slowed 1 step(s)" in row["message"] and "nothing was charged" in row["message"]
