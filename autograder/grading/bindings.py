@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from autograder.pyast import parse
+
 
 @lru_cache(maxsize=4096)
 def _tree(source: str) -> ast.Module | None:
@@ -15,7 +17,7 @@ def _tree(source: str) -> ast.Module | None:
     IPython runs as magics or shell commands (%, %%, !) are read as blank lines."""
     for text in (source, re.sub(r"^[ \t]*[%!].*$", "", source, flags=re.M)):
         try:
-            return ast.parse(text[:200_000])
+            return parse(text[:200_000])
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
     return None

@@ -5,12 +5,12 @@ returned, an error inside a library)."""
 
 from __future__ import annotations
 
-import ast
 import re
 
 from autograder.authoring.suite import Suite
 from autograder.grading.bindings import Binding, bindings, in_effect, stub_state
 from autograder.model import CaseResult, Reason
+from autograder.pyast import parse
 from autograder.sandbox import NotebookError, read_notebook
 
 _SYNTAX = ("SyntaxError", "IndentationError", "TabError")
@@ -26,7 +26,7 @@ def syntax_errors(cells: list[tuple[int, str]], notes: list[str]) -> dict[int, t
         if i not in said:
             continue
         try:
-            ast.parse(re.sub(r"^[ \t]*[%!].*$", "", src, flags=re.M))
+            parse(re.sub(r"^[ \t]*[%!].*$", "", src, flags=re.M))
         except SyntaxError as exc:
             msg = " ".join(str(exc.msg).split())[:120]
             found[i] = (int(exc.lineno or 0), f"{type(exc).__name__}: {msg}")

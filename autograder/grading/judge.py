@@ -3,7 +3,6 @@ clean grader process, never in the sandbox)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from autograder.model import (
     Status,
     SubmissionResult,
 )
+from autograder.pyast import compile_tree, parse
 from autograder.runtime.plain_codec import to_plain
 from autograder.sandbox import SKIP_TAGS, ExecResult
 
@@ -264,7 +264,7 @@ def notebook_env(path: Path) -> tuple[dict[str, Any], list[str]]:
         if cell.cell_type != "code" or _is_otter_cell(cell.source) or skipped:
             continue
         try:
-            exec(compile(ast.parse(cell.source), f"{path.name}[cell {n}]", "exec"), env)  # noqa: S102
+            exec(compile_tree(parse(cell.source), f"{path.name}[cell {n}]"), env)  # noqa: S102
         except Exception as exc:  # noqa: BLE001 - a failing cell is recorded, the next cells still run
             errors.append(f"cell {n}: {type(exc).__name__}: {exc}")
     return env, errors

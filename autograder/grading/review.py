@@ -69,6 +69,7 @@ from autograder.grading.review_rules import (
 )
 from autograder.grading.review_scope import ALL, Names, Scope, line_scope, question_scopes
 from autograder.model import Reason
+from autograder.pyast import parse
 from autograder.sandbox import NotebookError, read_notebook
 
 MAX_EVENTS = 100  # run-time tripwire records turned into flags one by one (a run may record many)
@@ -363,7 +364,7 @@ def _parsed(source: str) -> ast.Module | None:
     """A cell's AST as IPython runs it (magics, shell escapes and `x = !cmd` turned into Python by IPython's own
     transformer, only for a cell plain Python cannot parse); None: it does not parse, so it never ran."""
     try:
-        return ast.parse(source)
+        return parse(source)
     except (SyntaxError, ValueError):
         pass
     except (RecursionError, MemoryError):
@@ -371,11 +372,11 @@ def _parsed(source: str) -> ast.Module | None:
     try:
         from IPython.core.inputtransformer2 import TransformerManager  # the sandbox's own shell: installed
 
-        return ast.parse(TransformerManager().transform_cell(source))
+        return parse(TransformerManager().transform_cell(source))
     except Exception:  # noqa: BLE001 - IPython cannot run it either: the cell raised SyntaxError and ran nothing
         text = "\n".join("" if _MAGIC.match(line) else line for line in source.splitlines())
         try:
-            return ast.parse(text)
+            return parse(text)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
 

@@ -17,6 +17,8 @@ import tokenize
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from autograder.pyast import parse
+
 K = 15  # a fingerprint is the hash of K consecutive normalised tokens
 WINDOW = 3  # winnowing keeps the smallest of every WINDOW consecutive k-gram hashes: every shared run of
 #            K + WINDOW - 1 tokens is found
@@ -271,7 +273,7 @@ def _spans(tree: ast.Module) -> list[tuple[ast.stmt, int, int]]:
 def parsed(source: str) -> ast.Module | None:
     """The cell parsed, its magics blanked; None when it does not parse (a syntax error, a tree too deep)."""
     try:
-        return ast.parse(strip_magics(source))
+        return parse(strip_magics(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
@@ -282,7 +284,7 @@ def unit_tokens(source: str, names: dict[str, str], helpers: Helpers | None = No
     names of top-level functions and classes left out."""
     code = strip_magics(source)
     try:
-        tree = tree or ast.parse(code)
+        tree = tree or parse(code)
         tree.body = [n for n in tree.body if getattr(n, "name", None) not in dead]
         _canonical(tree, helpers or {})
         units = _spans(tree)
