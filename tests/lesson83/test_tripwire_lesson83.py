@@ -14,6 +14,7 @@ from autograder.authoring.questions import mc_answers
 from autograder.config import ROOT
 from autograder.course import Course
 from autograder.grading.runner import make_pool, probe_order
+from autograder.model import Status
 from autograder.release.sample import defined_names, filled_notebook
 from autograder.runtime.plain_codec import to_plain
 from reference.lesson83_mistakes import MISTAKES
@@ -67,7 +68,7 @@ def test_reach_by_another_name_is_refused_recorded_and_gains_nothing(course: Cou
     with make_pool(course, size=1) as pool:
         base = pool.run(nbformat.writes(honest).encode(), probes=probes)
         got = pool.run(nbformat.writes(attack).encode(), probes=probes)
-    assert base.tripwire == [] and base.status == got.status == "graded", (base.status, got.status, got.notes)
+    assert base.tripwire == [] and base.status == got.status == Status.GRADED, (base.status, got.status, got.notes)
     storage = [k for k in base.outputs if k.startswith("q3_sinusoidal_module/")]
     assert storage and all(json.dumps(to_plain(got.outputs[k]), sort_keys=True)
                            == json.dumps(to_plain(base.outputs[k]), sort_keys=True) for k in storage)
