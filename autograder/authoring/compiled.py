@@ -27,7 +27,8 @@ class Compiled:
     fingerprint: str
     texts: str
     versions: dict[str, str]  # torch's and numpy's, which the expected values depend on
-    questions: list[Question]  # the authored questions as read (their lesson left out: the reader's own is bound)
+    questions: list[Question]  # the authored questions as read (their lesson left out and their files relative to
+    # its root: the reader's own lesson is bound)
     parts: tuple[str, ...] | None  # the checkpoint plug-in's PARTS, when the lesson grades a checkpoint
     expected: dict[str, Any]  # the expected values in their plain form (as the cache keeps them)
 
@@ -71,5 +72,5 @@ def load_compiled(config_path: Path, lesson: Lesson) -> Compiled | None:
     if not isinstance(compiled, Compiled) or compiled.texts != texts_hash(lesson):
         return None
     for q in compiled.questions:
-        q.lesson = lesson
+        q.lesson, q.path = lesson, lesson.root / q.path  # (an absolute path stays as it is)
     return compiled

@@ -208,7 +208,9 @@ def compile_suite(suite: Suite) -> bytes:
     expected values computed here, by reading them."""
     suite.milestone_rules  # noqa: B018 - a bad milestone section fails the release, not an upload
     parts = tuple(suite.lesson.plugin.PARTS) if suite.config.milestone.points else None
-    questions = [dataclasses.replace(q, lesson=None) for q in suite.authored]
+    root = suite.lesson.root  # each question's file relative to it: the reader's own lesson is bound instead
+    questions = [dataclasses.replace(q, lesson=None, path=q.path.relative_to(root) if q.path.is_relative_to(root)
+                                     else q.path) for q in suite.authored]
     return pickle.dumps(Compiled(suite.fingerprint, texts_hash(suite.lesson), versions(), questions, parts,
                                  to_plain(suite.expected)), protocol=pickle.HIGHEST_PROTOCOL)
 

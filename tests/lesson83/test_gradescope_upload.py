@@ -33,7 +33,9 @@ parts = [c.part for c in suite.checkpoint_cases]
 before = {"torch": "torch" in sys.modules, "checks": course.lesson.checks_name in sys.modules}
 print(json.dumps({"compiled": suite.compiled is not None, "fingerprint": suite.fingerprint, "parts": parts,
                   "expected": hashlib.sha256(json.dumps(to_plain(expected), sort_keys=True).encode()).hexdigest(),
-                  "cases": [c.id for c in suite.cases], "before": before, "rules": repr(suite.milestone_rules)}))
+                  "cases": [c.id for c in suite.cases], "before": before, "rules": repr(suite.milestone_rules),
+                  "files": all(q.path.is_file() and q.path.is_relative_to(course.lesson.root)
+                               for q in suite.questions)}))
 """
 
 
@@ -71,7 +73,7 @@ def test_the_bundle_reads_its_compiled_suite_without_torch(bundle: Path, course:
     assert got["parts"] == [c.part for c in suite.checkpoint_cases] and got["parts"]
     assert got["expected"] == _digest(suite.expected)
     assert got["before"] == {"torch": False, "checks": False}
-    assert got["rules"] == repr(suite.milestone_rules)
+    assert got["rules"] == repr(suite.milestone_rules) and got["files"]  # each question's file: the bundle's
 
 
 def test_a_changed_bundle_reads_its_sources_again(bundle: Path, course: Course, tmp_path: Path) -> None:
