@@ -1,6 +1,7 @@
-"""A compiled course: what a release computed of its suite (the questions as read, the checkpoint's parts, the
-expected values), shipped beside its config in a release bundle so that grading one upload reads no question file,
-imports no torch and computes nothing; used only where it was compiled from the same files."""
+"""A compiled course: what a release computed of its suite (the questions as read, the expected values), shipped
+beside its config in a release bundle so that reading its suite parses no question file, imports no torch (the
+milestone rules, checked when compiled, are parsed when first asked for) and computes nothing; used only where it
+was compiled from the same files."""
 
 from __future__ import annotations
 
@@ -29,7 +30,6 @@ class Compiled:
     versions: dict[str, str]  # torch's and numpy's, which the expected values depend on
     questions: list[Question]  # the authored questions as read (their lesson left out and their files relative to
     # its root: the reader's own lesson is bound)
-    parts: tuple[str, ...] | None  # the checkpoint plug-in's PARTS, when the lesson grades a checkpoint
     expected: dict[str, Any]  # the expected values in their plain form (as the cache keeps them)
 
 

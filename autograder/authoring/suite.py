@@ -36,10 +36,10 @@ class Deferred:
         return milestone_rules(self.config_path, self.config, self.lesson)
 
 
-def checkpoint_shares(points: float, *, lesson: Lesson, parts: tuple[str, ...] | None = None) -> dict[str, float]:
-    """The milestone checkpoint's points per part its plug-in grades (PARTS: for example one per scheme; `parts`:
-    them as compiled): equal shares, the last one taking the rounding."""
-    schemes = parts or tuple(lesson.plugin.PARTS)  # the plug-in only when the lesson grades a checkpoint
+def checkpoint_shares(points: float, *, lesson: Lesson) -> dict[str, float]:
+    """The milestone checkpoint's points per part its plug-in grades (PARTS: for example one per scheme): equal
+    shares, the last one taking the rounding."""
+    schemes = tuple(lesson.plugin.PARTS)  # the plug-in only when the lesson grades a checkpoint
     share = [round(points / len(schemes), 4) for _ in schemes]
     share[-1] = round(points - sum(share[:-1]), 4)
     return dict(zip(schemes, share))
@@ -59,7 +59,7 @@ class Suite:
     # whose rules were checked when it was compiled, Deferred: parsed when first asked for (the plug-in imported then)
     rules: Any = None
     config_path: Path | None = None  # the config it was read from (a compiled course keeps its data beside it)
-    compiled: Compiled | None = None  # a compiled course's: the checkpoint's parts and the expected values
+    compiled: Compiled | None = None  # a compiled course's: its expected values
 
     @cached_property
     def milestone_rules(self) -> Any:
@@ -121,8 +121,7 @@ class Suite:
         pts = self.config.milestone.points
         if not pts:
             return []
-        parts = self.compiled.parts if self.compiled is not None else None
-        shares = checkpoint_shares(pts, lesson=self.lesson, parts=parts)
+        shares = checkpoint_shares(pts, lesson=self.lesson)
         qid = self.checkpoint_question
         return [CheckpointCase(f"{qid}/{pos}", qid, p, pos) for pos, p in shares.items()]
 
@@ -207,11 +206,10 @@ def compile_suite(suite: Suite) -> bytes:
     """The compiled form of `suite` (autograder/authoring/compiled.py: a release bundle's), its rules checked and its
     expected values computed here, by reading them."""
     suite.milestone_rules  # noqa: B018 - a bad milestone section fails the release, not an upload
-    parts = tuple(suite.lesson.plugin.PARTS) if suite.config.milestone.points else None
     root = suite.lesson.root  # each question's file relative to it: the reader's own lesson is bound instead
     questions = [dataclasses.replace(q, lesson=None, path=q.path.relative_to(root) if q.path.is_relative_to(root)
                                      else q.path) for q in suite.authored]
-    return pickle.dumps(Compiled(suite.fingerprint, texts_hash(suite.lesson), versions(), questions, parts,
+    return pickle.dumps(Compiled(suite.fingerprint, texts_hash(suite.lesson), versions(), questions,
                                  to_plain(suite.expected)), protocol=pickle.HIGHEST_PROTOCOL)
 
 

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,13 +22,6 @@ class GradescopeRun:
 
     graded: bool
     line: str
-
-
-def _import_plugin(course: Course) -> None:
-    try:
-        course.lesson.plugin  # noqa: B018 - imported once per process: judging finds it imported
-    except Exception:  # noqa: BLE001 - judging meets the same error, and says it
-        pass
 
 
 def grade_gradescope(submission: Path, results: Path, *, course: Course,
@@ -56,8 +48,6 @@ def grade_gradescope(submission: Path, results: Path, *, course: Course,
         # Links are copied as links and pipes or devices not at all: the grader refuses both, never follows them.
         shutil.copytree(submission, subs / "submission", symlinks=True,
                         copy_function=lambda src, dst: shutil.copy2(src, dst) if os.path.isfile(src) else None)
-        if course.config.milestone.points:  # judging imports the checkpoint's plug-in (and torch): now, beside
-            threading.Thread(target=_import_plugin, args=(course,), daemon=True).start()  # the sandbox's start
         summary = grade_batch(subs, out=Path(tmp) / "out", force=True, course=course, progress=False, workers=1,
                               sandbox_first=True, allow_unsandboxed=allow_unsandboxed)
     row = summary.tables.summary.rows[0]
