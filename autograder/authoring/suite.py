@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import pickle
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder import COMMAND, env_name
+from autograder.authoring.compiled import Compiled, load_compiled, texts_hash, versions
 from autograder.authoring.content import expected_values
 from autograder.authoring.hidden_seed import course_seed
 from autograder.authoring.questions import Question, checkpoint_of, load_questions, mc_answers
@@ -20,6 +23,18 @@ from autograder.config import ConfigError, GradingConfig, load_config
 from autograder.lesson import Lesson
 from autograder.model import Case, CheckpointCase
 from autograder.runtime.plain_codec import from_plain, to_plain
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """Milestone rules parsed when first asked for: a compiled course's, checked when it was compiled."""
+
+    config_path: Path
+    config: GradingConfig
+    lesson: Lesson
+
+    def parse(self) -> Any:
+        return milestone_rules(self.config_path, self.config, self.lesson)
 
 
 def checkpoint_shares(points: float, *, lesson: Lesson) -> dict[str, float]:
@@ -41,7 +56,16 @@ class Suite:
     questions: tuple[Question, ...]  # the authored questions, then the checkpoint's when it has points
     cases: tuple[Case, ...]
     fingerprint: str = ""  # suite_fingerprint of the files it was read from
-    milestone_rules: Any = None  # the config's milestone section as the lesson's plug-in parsed it (milestone_rules)
+    # the config's milestone section as the lesson's plug-in parsed it (milestone_rules), or, in a compiled course
+    # whose rules were checked when it was compiled, Deferred: parsed when first asked for (the plug-in imported then)
+    rules: Any = None
+    config_path: Path | None = None  # the config it was read from (a compiled course keeps its data beside it)
+    compiled: Compiled | None = None  # a compiled course's: its expected values
+
+    @cached_property
+    def milestone_rules(self) -> Any:
+        """The config's milestone section as the lesson's plug-in parsed it (None when it holds only zero points)."""
+        return self.rules.parse() if isinstance(self.rules, Deferred) else self.rules
 
     @cached_property
     def expected(self) -> dict[str, dict[str, Any]]:
@@ -153,6 +177,10 @@ def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str,
     engine files) and torch/numpy version, and kept as plain JSON (the runtime's codec). Every run uses the values as
     read back from that JSON (the form the generated test files hold), cached or not, so a cached run judges
     exactly as a computing one. Computing them takes about 12 CPU-seconds for the shipped lesson."""
+    shipped = suite.compiled
+    if (not fresh and shipped is not None and shipped.versions == versions()
+            and set(shipped.expected) == {c.id for c in suite.cases}):  # a compiled course's, as computed
+        return from_plain(shipped.expected)
     path = _cache_file(suite)
     if path is not None and path.is_file() and not fresh:
         try:
@@ -173,6 +201,17 @@ def cached_expected(suite: Suite, *, fresh: bool = False) -> dict[str, dict[str,
         except OSError:
             pass  # a read-only home: the values are computed again next time
     return from_plain(json.loads(text)["expected"])
+
+
+def compile_suite(suite: Suite) -> bytes:
+    """The compiled form of `suite` (autograder/authoring/compiled.py: a release bundle's), its rules checked and its
+    expected values computed here, by reading them."""
+    suite.milestone_rules  # noqa: B018 - a bad milestone section fails the release, not an upload
+    root = suite.lesson.root  # each question's file relative to it: the reader's own lesson is bound instead
+    questions = [dataclasses.replace(q, lesson=None, path=q.path.relative_to(root) if q.path.is_relative_to(root)
+                                     else q.path) for q in suite.authored]
+    return pickle.dumps(Compiled(suite.fingerprint, texts_hash(suite.lesson), versions(), questions,
+                                 to_plain(suite.expected)), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def graded_part(questions: Sequence[Question]) -> str:
@@ -207,17 +246,28 @@ def read_suite(config_path: Path, config: GradingConfig, lesson: Lesson, *, assi
                reference_file: Path | None = None) -> Suite:
     """The suite of a config (read from `config_path`), its lesson and the lesson's sources (or a copy of them),
     read afresh (Course.suite keeps one per course)."""
+    compiled = load_compiled(config_path, lesson) if assignments is None and reference_file is None else None
+    if compiled is not None:  # a release bundle: its questions as compiled, where its files are those it was from
+        fingerprint = suite_fingerprint(config_path, lesson, questions=compiled.questions)
+        if fingerprint == compiled.fingerprint:  # the rules were checked when compiled: parsed when asked for
+            return _suite(config, lesson, list(compiled.questions), fingerprint, Deferred(config_path, config, lesson),
+                          config_path, compiled)
     rules = milestone_rules(config_path, config, lesson)  # first: a bad section is the config's error, named so
     questions = load_questions(config, lesson, assignments, reference_file, seed=lambda: course_seed(config_path))
     fingerprint = suite_fingerprint(config_path, lesson, assignments=assignments, reference_file=reference_file,
                                     questions=questions)
+    return _suite(config, lesson, questions, fingerprint, rules, config_path)
+
+
+def _suite(config: GradingConfig, lesson: Lesson, questions: list[Question], fingerprint: str, rules: Any,
+           config_path: Path, compiled: Compiled | None = None) -> Suite:
     cases = tuple(c for q in questions for c in q.cases)
     if config.milestone.points:  # graded from uploaded files, not from the notebook: no probe cases
         milestone = next(q for q in questions if q.checkpoint is not None)  # load_questions: there is one
         assert milestone.checkpoint is not None
         questions.append(Question(milestone.checkpoint.id, milestone.checkpoint.title, milestone.path, [], [], [], [],
                                   points=config.milestone.points))
-    return Suite(config, lesson, tuple(questions), cases, fingerprint, rules)
+    return Suite(config, lesson, tuple(questions), cases, fingerprint, rules, config_path, compiled)
 
 
 def milestone_rules(config_path: Path, config: GradingConfig, lesson: Lesson) -> Any:

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -19,6 +19,7 @@ from autograder.course import Course
 from autograder.grading.feedback import write_feedback
 from autograder.grading.gradebook import Gradebook, Record, RunFacts, record_key
 from autograder.grading.judge import judge_checkpoint, judge_exec, judge_unreadable
+from autograder.grading.phases import figure, phase, span, timed
 from autograder.grading.review import review_decisions, reviewed
 from autograder.grading.runner import make_pool, probe_order
 from autograder.grading.submissions import Submission, find_submissions
@@ -164,7 +165,8 @@ def _progress(done: int, total: int, start: float) -> None:
 def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = False,
                 workers: int | None = None, course: Course, progress: bool = True,
                 entries: list[Submission] | None = None, cluster: str | None = None,
-                only: list[str] | None = None, allow_unsandboxed: bool = False) -> BatchSummary:
+                only: list[str] | None = None, allow_unsandboxed: bool = False,
+                sandbox_first: bool = False) -> BatchSummary:
     """Grade every submission under `submissions` into the grades folder `out` (the Gradebook: results/, grades.csv,
     summary.json, feedback/; `entries`: the submissions already read, in place of every entry of `submissions`,
     e.g. an nbgrader course's `submitted/<student>/<assignment>/` folders; `submissions` is then only hidden from
@@ -183,55 +185,82 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     only: the ids (as in grades.csv) of the submissions to grade again, changed or not (say, after replacing a
     student's notebook); every other row is written from its stored result, untouched, and every merged score
     is kept. UnknownSubmission, before anything is written, for an id that names no submission.
+    sandbox_first: start the local sandbox before the suite is read, so that the two overlap (one upload, graded
+    afresh: it is all but always run); it is closed unused when nothing turns out to need it.
     """
-    config, suite = course.config, course.suite
+    config = course.config
     address = cluster or config.cluster.address
+    hide = (submissions.resolve(), out.resolve())
+    workers = workers or config.execution.workers
+    early = None
     if not address:  # a cluster's workers are asked before their first batch
         require_isolation(allow_unsandboxed=allow_unsandboxed)  # refuses here, before anything is read or written
-    subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions,
-                                                                files=suite.checkpoint_files,
-                                                                notebook=f"{config.assignment}.ipynb")
-    chosen = select(subs, only, where=submissions) if only is not None else None
-    book = Gradebook(out)
-    book.results_dir.mkdir(parents=True, exist_ok=True)
-    decisions = review_decisions(book)  # a TA's cleared review flags: a new decision judges that submission again
-    plan = plan_batch(subs, book, chosen=chosen, force=force, fingerprint=suite.fingerprint,
-                      files=suite.checkpoint_files, decisions=decisions)
+        early = _start_pool(course, workers=workers, hide=hide) if sandbox_first else None
+    try:
+        with phase("suite"):
+            suite = course.suite
+        subs = entries if entries is not None else find_submissions(submissions, limits=config.submissions,
+                                                                    files=suite.checkpoint_files,
+                                                                    notebook=f"{config.assignment}.ipynb")
+        chosen = select(subs, only, where=submissions) if only is not None else None
+        book = Gradebook(out)
+        book.results_dir.mkdir(parents=True, exist_ok=True)
+        decisions = review_decisions(book)  # a TA's cleared review flags: a new decision judges that one again
+        plan = plan_batch(subs, book, chosen=chosen, force=force, fingerprint=suite.fingerprint,
+                          files=suite.checkpoint_files, decisions=decisions)
+    except BaseException:
+        if early is not None:
+            _close_unused(early)
+        raise
     storer = Storer(course, book, plan, decisions)
-    hide = (submissions.resolve(), out.resolve())
     if address and plan.todo:
         sandbox, lowered = _grade_on_cluster(address, plan.todo, course=course, hide=hide, storer=storer,
                                              progress=progress, allow_unsandboxed=allow_unsandboxed), []
     else:
         sandbox, lowered = _grade_here(plan.todo, course=course, hide=hide, storer=storer,
-                                       workers=workers or config.execution.workers, progress=progress)
-    tables = write_tables(suite, subs, book, records=plan.records, failed=plan.failed, limits_lowered=lowered)
-    write_feedback(suite, book, tables)  # feedback/<id>.html: each student's safe view
+                                       workers=workers, progress=progress, starting=early)
+    with phase("writing"):
+        tables = write_tables(suite, subs, book, records=plan.records, failed=plan.failed, limits_lowered=lowered)
+        write_feedback(suite, book, tables)  # feedback/<id>.html: each student's safe view
     graded_now = len(plan.todo) - len(set(plan.failed) & {s.id for s, _ in plan.todo})
     return BatchSummary(out, tables, graded_now, plan.reused, sandbox, list(suite.question_points()), lowered,
                         storer.cpu, plan.kept)
 
 
+def _start_pool(course: Course, *, workers: int, hide: tuple[Path, ...]) -> Future[WorkerPool]:
+    """The local pool of sandboxed workers, starting (seconds) in a thread of its own."""
+    starter = ThreadPoolExecutor(1)
+    starting = starter.submit(timed("sandbox start", make_pool), course, size=workers, hide=hide)
+    starter.shutdown(wait=False)
+    return starting
+
+
+def _close_unused(starting: Future[WorkerPool]) -> None:
+    """Close a pool started ahead that nothing needs, once it has started (never waited for here)."""
+    starting.add_done_callback(lambda f: f.result().close() if f.exception() is None else None)
+
+
 def _grade_here(todo: list[tuple[Submission, str]], *, course: Course, hide: tuple[Path, ...], storer: Storer,
-                workers: int, progress: bool) -> tuple[str, list[str]]:
-    """Run, judge and store `todo` on a local pool of sandboxed workers; (the sandbox used, the limits an
-    operator's ulimit lowered)."""
+                workers: int, progress: bool, starting: Future[WorkerPool] | None = None) -> tuple[str, list[str]]:
+    """Run, judge and store `todo` on a local pool of sandboxed workers (`starting`: one started ahead); (the sandbox
+    used, the limits an operator's ulimit lowered)."""
     suite = course.suite
     sandbox, lowered = "not started", []
     runnable = [(s, k) for s, k in todo if s.source is not None]
     pool_starting = None
     if runnable:  # the sandboxed workers start (seconds) while this process computes the reference values
-        starter = ThreadPoolExecutor(1)
-        pool_starting = starter.submit(make_pool, course, size=workers, hide=hide)
-        starter.shutdown(wait=False)
+        pool_starting = starting or _start_pool(course, workers=workers, hide=hide)
+    elif starting is not None:
+        _close_unused(starting)
     if todo:
-        suite.expected  # noqa: B018 - the reference values, computed now while the sandboxed workers start
+        with phase("expected values"):
+            suite.expected  # noqa: B018 - the reference values, computed now while the sandboxed workers start
     # Checkpoints are verified ahead, beside the sandboxed runs; judging a run then finds its verdict measured
     # (verify_checkpoint evaluates the same weights once and waits for a verification already under way).
     ahead = ThreadPoolExecutor(VERIFY_SLOTS)
     for sub, _ in runnable if suite.checkpoint_cases else ():
         if reads_checkpoint(suite.checkpoint_files, sub.files) and not sub.file_problems:
-            ahead.submit(judge_checkpoint, suite, sub.files)
+            ahead.submit(timed("checkpoint", judge_checkpoint), suite, sub.files)
     for sub, key in todo:
         if sub.source is None:
             storer.save(sub, key, partial(judge_unreadable, suite, sub), None)
@@ -248,13 +277,20 @@ def _grade_here(todo: list[tuple[Submission, str]], *, course: Course, hide: tup
                 sandbox, lowered = pool.sandbox, list(pool.limits_lowered)
                 if pool.isolation == "none":  # allowed unsandboxed: the summary says so, as every row does
                     sandbox = f"none, {UNSANDBOXED}"
+                run_start = time.monotonic()
                 for sub, key, res in _run_isolated(pool, runnable, probe_order(suite), workers):
                     done += 1
+                    if not isinstance(res, BaseException):  # the run's own figures, when recording phases
+                        span("notebook run (cells and checks)", run_start, time.monotonic())
+                        figure("cells: child CPU s", res.timing.get("cells", 0.0))
+                        figure("checks: child CPU s", sum(res.timing.get("probes", {}).values()))
+                        figure("notebook run: wall s", res.wall_s)
                     if isinstance(res, BaseException):
                         storer.fail(sub, f"not graded: the sandbox failed while running it ({failure_text(res)}); "
                                          "nothing was stored, run the grade command again")
                     else:
-                        storer.save(sub, key, partial(judge_exec, suite, sub, res), RunFacts.of(res))
+                        with phase("judging (the checkpoint's wait included)"):
+                            storer.save(sub, key, partial(judge_exec, suite, sub, res), RunFacts.of(res))
                     if progress:
                         _progress(done, len(runnable), start)
             if progress:

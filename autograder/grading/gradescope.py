@@ -12,6 +12,7 @@ from pathlib import Path
 from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.grading.figures import gradescope_entries
+from autograder.grading.phases import phase, started
 from autograder.sandbox import UnsandboxedError, require_isolation
 
 
@@ -29,7 +30,11 @@ def grade_gradescope(submission: Path, results: Path, *, course: Course,
 
     When the grader fails (not the student), results.json says so with score 0, so Gradescope shows an error; so
     it does, running nothing, where nothing would confine student code (unless `allow_unsandboxed`).
+    One upload, one sandboxed worker (the config's workers are for a class), started before the suite is read.
+    With $LESSON83_PHASES set, where the time went is written to that file (autograder/grading/phases.py), never
+    into results.json.
     """
+    started("start-up (interpreter and imports)")
     try:
         require_isolation(allow_unsandboxed=allow_unsandboxed)
     except UnsandboxedError as exc:
@@ -43,8 +48,8 @@ def grade_gradescope(submission: Path, results: Path, *, course: Course,
         # Links are copied as links and pipes or devices not at all: the grader refuses both, never follows them.
         shutil.copytree(submission, subs / "submission", symlinks=True,
                         copy_function=lambda src, dst: shutil.copy2(src, dst) if os.path.isfile(src) else None)
-        summary = grade_batch(subs, out=Path(tmp) / "out", force=True, course=course, progress=False,
-                              allow_unsandboxed=allow_unsandboxed)
+        summary = grade_batch(subs, out=Path(tmp) / "out", force=True, course=course, progress=False, workers=1,
+                              sandbox_first=True, allow_unsandboxed=allow_unsandboxed)
     row = summary.tables.summary.rows[0]
     graded = summary.tables.records.get(row.id) if row.result is not None else None
     if graded is None:  # the grader failed (not the student): say so, and let Gradescope show an error
@@ -54,11 +59,13 @@ def grade_gradescope(submission: Path, results: Path, *, course: Course,
     else:
         out = dict(graded.gradescope)
         out["extra_data"] = {**out.get("extra_data", {}), "isolation": graded.isolation}
-        board = gradescope_entries(course.suite, graded.to_json())  # verified figures only
+        with phase("leaderboard"):
+            board = gradescope_entries(course.suite, graded.to_json())  # verified figures only
         if board:
             out["leaderboard"] = board
         status, total, isolation = graded.result.status, graded.result.total, graded.isolation or "not started"
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(out, indent=1))
+    with phase("writing"):
+        results.parent.mkdir(parents=True, exist_ok=True)
+        results.write_text(json.dumps(out, indent=1))
     return GradescopeRun(graded is not None, f"status: {status}; score {total:g}; sandbox: {summary.sandbox}; "
                                              f"isolation: {isolation}")

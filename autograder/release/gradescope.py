@@ -6,7 +6,9 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from autograder.authoring.compiled import COMPILED_DIR, COMPILED_FILE
 from autograder.authoring.hidden_seed import seed_file
+from autograder.authoring.suite import compile_suite
 from autograder.config import ROOT
 from autograder.course import Course
 from autograder.release.common import TORCH_INDEX_URL, TORCH_VERSION
@@ -106,7 +108,9 @@ def gradescope_bundle(dest: Path, *, course: Course) -> Path:
     """A Gradescope autograder zip that grades with this package's own engine (not `otter run`): the engine
     from this package's folder, the course's lesson's sources and its config (as grading_config.yaml) from its
     course folder, with the course's hidden seed beside it when the course has one (the hidden cases' drawn
-    arguments: autograder/authoring/hidden_seed.py), all under NAME/."""
+    arguments: autograder/authoring/hidden_seed.py), all under NAME/; and the compiled suite (NAME/compiled/:
+    autograder/authoring/compiled.py), so that an upload reads no question file and computes no expected value
+    (graders only: hidden from the sandbox as reference/ is)."""
     lesson = course.lesson
     name = lesson.name
     uploads = set(course.suite.checkpoint_files)  # the reference run's own files: the sample class's
@@ -128,6 +132,7 @@ def gradescope_bundle(dest: Path, *, course: Course) -> Path:
         add(zf, run_autograder(name).encode(), "run_autograder", 0o755)
         add(zf, setup_sh(name).encode(), "setup.sh", 0o755)
         add(zf, GRADESCOPE_REQUIREMENTS.encode(), "requirements.txt")
+        add(zf, compile_suite(course.suite), f"{name}/{COMPILED_DIR}/{COMPILED_FILE}")
         for file in BUNDLE_FILES:
             add(zf, course.path if file == "grading_config.yaml" else ROOT / file, f"{name}/{file}")
         seed = seed_file(course.path)

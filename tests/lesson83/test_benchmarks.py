@@ -15,6 +15,7 @@ import pytest
 
 from autograder.authoring.suite import Suite
 from autograder.config import ROOT
+from autograder.course import Course
 from autograder.release.common import tool_env
 
 
@@ -140,3 +141,33 @@ def test_milestone_time_smoke(tmp_path: Path) -> None:
     assert figures["loads"] == [0, 1] and figures["schemes"] == ["none"] and figures["measured"]["steps"] == 2
     assert set(figures["minutes"]) == {"fused", "explicit"} and figures["preset"]["steps"] == 1000
     assert (tmp_path / "lesson83_milestone_time.txt").read_text().splitlines()[1:] == out.splitlines()[:-1]
+
+
+@pytest.mark.sandbox
+@pytest.mark.build
+def test_upload_smoke(fresh_build: dict[str, Path], course: Course, tmp_path: Path) -> None:
+    """One pair of the wrong upload (no checkpoint): ours as Gradescope runs the zip, and `otter run`; the medians,
+    the ratio against its goal, the scores side by side (all agreeing) and where our time went, with the floor."""
+    import shutil
+
+    from autograder.release.gradescope import gradescope_bundle
+
+    dist = tmp_path / "dist"
+    gradescope_bundle(dist / "lesson83-gradescope-autograder.zip", course=course)
+    shutil.copyfile(fresh_build["otter_zip"], dist / "lesson83-otter-autograder.zip")
+    shutil.copytree(fresh_build["samples"], dist / "samples")
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "upload.py"), "--pairs", "1", "--only", "wrong", "--dist",
+           str(dist)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=tool_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert re.search(r"^  wrong pair 1/1: ours [\d.]+ s, otter [\d.]+ s$", out, re.M), out
+    assert re.search(r"^wrong: ours median [\d.]+ s, otter median [\d.]+ s, ratio ours/otter [\d.]+ \(pairs: [\d.]+\)"
+                     r"   goal <= 0.4: (MET|NOT MET)$", out, re.M), out
+    assert re.search(r"^  \d+ questions graded by both, 0 differ; graded by ours alone: ", out, re.M), out
+    assert "DIFFER" not in out, out
+    for phase in ("start-up (interpreter and imports)", "suite", "sandbox start", "notebook run (cells and checks)",
+                  "judging (the checkpoint's wait included)", "writing", "leaderboard", "cells: child CPU s",
+                  "checks: child CPU s"):
+        assert re.search(rf"^    {re.escape(phase)}\s+[\d.]+$", out, re.M), (phase, out)
+    assert re.search(r"^  floor seen: [\d.]+ s = ", out, re.M), out
