@@ -20,7 +20,7 @@ from autograder.config import ROOT, GradingConfig, command
 from autograder.lesson import Lesson
 from autograder.model import Case
 from autograder.runtime.plain_codec import dumps
-from autograder.sandbox.cputime import BACKSTOP
+from autograder.sandbox import BACKSTOP
 
 TRAIN_TAG = "milestone-train"  # cells that train: skipped by our grader, and by Otter through otter_ignore
 
