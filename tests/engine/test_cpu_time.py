@@ -140,8 +140,10 @@ def test_a_busy_loop_past_its_cpu_share_is_charged(runs: dict[str, object]) -> N
 
 def test_the_clock_reads_a_jobs_cpu_from_the_cgroup_and_from_proc() -> None:
     group = make_cpu_group(f"grader-cgroup-test-{os.getpid()}")
+    # the server forks its busy child only once told (a line on stdin): by then it is in the group, as a worker's
+    # fork server is before its first job (a child forked before the move would stay outside the group)
     server = subprocess.Popen([sys.executable, "-c", "import os, sys, time\n"
-                               "pid = os.fork()\n"
+                               "sys.stdin.readline()\npid = os.fork()\n"
                                "if pid == 0:\n    end = time.process_time() + 0.6\n"
                                "    while time.process_time() < end: pass\n    os._exit(0)\n"
                                "os.waitpid(pid, 0)\nsys.stdin.read()"], stdin=subprocess.PIPE)
@@ -152,6 +154,8 @@ def test_the_clock_reads_a_jobs_cpu_from_the_cgroup_and_from_proc() -> None:
             clocks.append(JobClock(server.pid, group))
         for c in clocks:
             c.begin()
+        server.stdin.write(b"go\n")
+        server.stdin.flush()
         time.sleep(0.1)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and clocks[0].cpu_s() < 0.6:
