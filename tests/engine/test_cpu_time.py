@@ -158,7 +158,7 @@ def test_the_clock_reads_a_jobs_cpu_from_the_cgroup_and_from_proc() -> None:
         server.stdin.flush()
         time.sleep(0.1)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and clocks[0].cpu_s() < 0.6:
+        while time.monotonic() < deadline and min(c.cpu_s() for c in clocks) < 0.55:  # /proc counts in ticks
             time.sleep(0.05)
         readings = [c.cpu_s() for c in clocks]
         assert all(0.55 <= r < 1.0 for r in readings), readings  # the child's 0.6 s, after it was reaped too
