@@ -31,7 +31,7 @@ from autograder.sandbox import (
     execute_submission,
     read_notebook,
 )
-from helpers.probes import importable
+from helpers.probes import CALL_CHECKS, importable
 
 REPO = ROOT
 REFERENCE = REPO / "tests" / "fixtures" / "lesson_demo" / "reference" / "lesson_demo.py"
@@ -41,16 +41,6 @@ LIMITS = Limits(wall_timeout_s=10, cpu_timeout_s=5, memory_mb=2048, max_processe
                 scratch_mb=64)
 PROBES = [("add", "add", {"args": [2, 3]}), ("value", "value", {})]
 ADD = "def add(a, b):\n    return a + b"
-FAKE_CHECKS = '''
-def run_probe(env, name, args):
-    fn = env.get(name)
-    if fn is None:
-        return {"error": {"type": "NameError", "message": f"{name} is not defined"}}
-    try:
-        return {"value": fn(*args.get("args", []))}
-    except Exception as exc:
-        return {"error": {"type": type(exc).__name__, "message": str(exc)[:200]}}
-'''
 
 
 def nb(*cells: str, tags: dict[int, list[str]] | None = None) -> bytes:
@@ -151,7 +141,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def fake_checks(tmp_path_factory: pytest.TempPathFactory) -> str:
-    with importable(tmp_path_factory, "fake_checks", FAKE_CHECKS) as module:
+    with importable(tmp_path_factory, "fake_checks", CALL_CHECKS) as module:
         yield module
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from autograder.config import ROOT
 from autograder.sandbox import ExecResult, Limits, WorkerPool
-from helpers.probes import importable
+from helpers.probes import CALL_CHECKS, importable
 
 # A driver run by each interpreter: it installs the tripwire with its own folder trusted (as the harness's is), then
 # runs each cell as IPython does (code named `<ipython-input-N-...>`, run by exec from a trusted frame).
@@ -177,16 +177,6 @@ def test_a_hook_installed_once_cannot_be_joined_by_another(tmp_path: Path) -> No
 
 # ------------------------------------------------------------------------------------------------ in the sandbox
 
-CHECKS = '''
-def run_probe(env, name, args):
-    fn = env.get(name)
-    if fn is None:
-        return {"error": {"type": "NameError", "message": f"{name} is not defined"}}
-    try:
-        return {"value": fn(*args.get("args", []))}
-    except Exception as exc:
-        return {"error": {"type": type(exc).__name__, "message": str(exc)[:200]}}
-'''
 LIMITS = Limits(wall_timeout_s=60, cpu_timeout_s=60, memory_mb=4096, max_processes=32, max_file_mb=8,
                 max_output_kb=64, scratch_mb=64)
 PROBES = [("add", "add", {"args": [2, 3]}), ("peek", "peek", {})]
@@ -224,7 +214,7 @@ HONEST_NB = nb("import torch, logging, inspect, enum, sys\nfrom dataclasses impo
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExecResult]:
-    with importable(tmp_path_factory, "trip_checks", CHECKS) as module, \
+    with importable(tmp_path_factory, "trip_checks", CALL_CHECKS) as module, \
             WorkerPool(1, limits=LIMITS, probe_module=module) as pool:
         return {"attack": pool.run(ATTACK, probes=PROBES), "honest": pool.run(HONEST_NB, probes=PROBES)}
 

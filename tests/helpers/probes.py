@@ -8,6 +8,18 @@ from contextlib import contextmanager
 
 import pytest
 
+# The smallest checks module: a probe calls the notebook's function of its name with the case's `args`.
+CALL_CHECKS = '''
+def run_probe(env, name, args):
+    fn = env.get(name)
+    if fn is None:
+        return {"error": {"type": "NameError", "message": f"{name} is not defined"}}
+    try:
+        return {"value": fn(*args.get("args", []))}
+    except Exception as exc:
+        return {"error": {"type": type(exc).__name__, "message": str(exc)[:200]}}
+'''
+
 
 @contextmanager
 def importable(tmp_path_factory: pytest.TempPathFactory, name: str, source: str) -> Iterator[str]:
