@@ -280,15 +280,14 @@ def _grade_here(todo: list[tuple[Submission, str]], *, course: Course, hide: tup
                 run_start = time.monotonic()
                 for sub, key, res in _run_isolated(pool, runnable, probe_order(suite), workers):
                     done += 1
-                    if not isinstance(res, BaseException):  # the run's own figures, when recording phases
-                        span("notebook run (cells and checks)", run_start, time.monotonic())
-                        figure("cells: child CPU s", res.timing.get("cells", 0.0))
-                        figure("checks: child CPU s", sum(res.timing.get("probes", {}).values()))
-                        figure("notebook run: wall s", res.wall_s)
                     if isinstance(res, BaseException):
                         storer.fail(sub, f"not graded: the sandbox failed while running it ({failure_text(res)}); "
                                          "nothing was stored, run the grade command again")
                     else:
+                        span("notebook run (cells and checks)", run_start, time.monotonic())  # when recording phases
+                        figure("cells: child CPU s", res.timing.get("cells", 0.0))
+                        figure("checks: child CPU s", sum(res.timing.get("probes", {}).values()))
+                        figure("notebook run: wall s", res.wall_s)
                         with phase("judging (the checkpoint's wait included)"):
                             storer.save(sub, key, partial(judge_exec, suite, sub, res), RunFacts.of(res))
                     if progress:
