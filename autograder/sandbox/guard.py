@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import importlib
 import importlib.util
 import itertools
@@ -161,9 +162,11 @@ class TamperGuard:
         self.is_ = operator.is_
         # the same, as tuples for a check that loops in C (most sweeps find nothing changed)
         self.functions = tuple(e[0] for e in self.code.values())
-        # each function's three parts in one C call, checked in one loop (see _same_parts)
-        self.parts_of = operator.attrgetter("__code__", "__defaults__", "__kwdefaults__")
-        self.parts = tuple(v for e in self.code.values() for v in e[1:])
+        # What every guarded function refers to (its code, defaults and keyword defaults among them), in one C call
+        # that raises one audit event (see _same_parts); reading `__code__` raises one per function and part, each a
+        # call of the tripwire's hook.
+        self.referents = gc.get_referents
+        self.parts = tuple(self.referents(*self.functions))
         skip = {id(snap[k]) for k in unguarded for _, _, snap in self.globals[-1:] if k in snap}
         self.tables = {id(d): (d, dict(d)) for _, _, snap in self.globals
                        for d in snap.values() if type(d) is dict and id(d) not in skip}
@@ -263,17 +266,24 @@ class TamperGuard:
         return facts + self._code_facts()
 
     def _same_parts(self) -> bool:
-        """Whether every guarded function still has the code and defaults it had at the snapshot (by identity)."""
-        all_, map_, chain = self.ops[0], self.ops[2], self.ops[5]
-        return all_(map_(self.is_, chain(map_(self.parts_of, self.functions)), self.parts))
+        """Whether every guarded function still refers to what it did at the snapshot, in order and by identity: a
+        new code object, defaults or keyword defaults shows as a change (so does a function's `__dict__` made on
+        first use, which `_code_facts` then finds harmless)."""
+        all_, map_, len_ = self.ops[0], self.ops[2], self.ops[3]
+        now = self.referents(*self.functions)
+        return len_(now) == len_(self.parts) and all_(map_(self.is_, now, self.parts))
 
     def _code_facts(self) -> list[str]:
         """The guarded functions whose code or defaults changed, each reported and put back."""
+        if self._same_parts():
+            return []
         facts = []
-        for f, code, defaults, kwdefaults in () if self._same_parts() else self.code.values():
+        for f, code, defaults, kwdefaults in self.code.values():
             if f.__code__ is not code or f.__defaults__ is not defaults or f.__kwdefaults__ is not kwdefaults:
                 facts.append(f"{f.__module__}.{f.__qualname__} was replaced (its code or defaults)")
                 f.__code__, f.__defaults__, f.__kwdefaults__ = code, defaults, kwdefaults
+        if not facts:  # a change that is not guarded (a `__dict__` made on first use): not compared again
+            self.parts = tuple(self.referents(*self.functions))
         return facts
 
     def _repair(self) -> list[str]:

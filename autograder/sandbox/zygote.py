@@ -45,10 +45,10 @@ from autograder.sandbox.limits import MIB, Limits, lowered_limits
 
 log = logging.getLogger(__name__)
 
-PRELOAD = ("numpy", "torch", "torch._dynamo", "IPython.core.interactiveshell", "IPython.core.logger", "bdb")
-# torch._dynamo wraps torch.manual_seed when first imported: loaded before the guard records identities, so honest
-# code that triggers it (fused attention, torch.compile) is not reported as tampering. IPython imports its logger
-# and bdb at the first cell it runs: every child would import them again.
+PRELOAD = ("numpy", "torch", "IPython.core.interactiveshell", "IPython.core.logger", "bdb")
+# IPython imports its logger and bdb at the first cell it runs: every child would import them again. torch._dynamo
+# is not loaded (0.8 s of every worker's start): what its import changes in what the guard records is done ahead,
+# by settle_torch.
 # How often the zygote looks at a running job's memory: the watchdog sums its processes' memory itself; under a
 # memory cgroup the kernel enforces the limit and the zygote only looks for an OOM kill below the child (the
 # child's own ends the job at once), so it looks less often.
@@ -86,6 +86,21 @@ def collapse_memory() -> int:
         if hi - lo >= _HUGE and madvise(lo, hi - lo, _MADV_COLLAPSE) == 0:
             done += 1
     return done
+
+
+def settle_torch() -> None:
+    """Wrap torch.manual_seed as importing torch._dynamo does when it is first imported (and only when it is not
+    wrapped yet, as there): the guard then records the wrapped function, so honest code that imports torch._dynamo
+    in a child (torch.compile) is not reported as replacing it; the import itself is left to the child that needs
+    it."""
+    torch = sys.modules.get("torch")
+    disable = getattr(torch, "_disable_dynamo", None)
+    if torch is None or disable is None or torch.manual_seed is not torch.random.manual_seed:
+        return
+    import torch.jit._builtins  # noqa: PLC0415 - as torch._dynamo does, with torch loaded
+
+    torch.manual_seed = disable(torch.manual_seed)
+    torch.jit._builtins._register_builtin(torch.manual_seed, "aten::manual_seed")
 
 
 def become_server() -> None:
@@ -138,6 +153,7 @@ def serve_notebooks(config_text: str) -> None:
         unconfined = confine_server(cfg)  # the uid fallback (root, no bubblewrap): no network, folders hidden
         for name in cfg["preload"]:
             importlib.import_module(name)
+        settle_torch()
         probes = importlib.import_module(cfg["probe_module"])
         for name in cfg["lesson_modules"]:  # the notebook imports them (the trainer): once here, not in every child
             with contextlib.suppress(Exception):  # one that fails to import fails in the child, as before
