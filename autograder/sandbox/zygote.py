@@ -97,7 +97,7 @@ def settle_torch() -> None:
     disable = getattr(torch, "_disable_dynamo", None)
     if torch is None or disable is None or torch.manual_seed is not torch.random.manual_seed:
         return
-    import torch.jit._builtins  # noqa: PLC0415 - as torch._dynamo does, with torch loaded
+    import torch.jit._builtins  # as torch._dynamo does, with torch loaded
 
     torch.manual_seed = disable(torch.manual_seed)
     torch.jit._builtins._register_builtin(torch.manual_seed, "aten::manual_seed")
