@@ -206,4 +206,4 @@ if TYPE_CHECKING:  # the public names, written once: what a type checker and an 
     )
     from autograder.sandbox.pool import WorkerPool, execute_batch, execute_submission
     from autograder.sandbox.results import MAX_PROBE_RUNS, ExecResult, Probe, group_of
-    from autograder.sandbox.zygote import PRELOAD
+    from autograder.sandbox.zygote import COLLAPSE_AFTER, PRELOAD
