@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import gc
 import importlib
 import importlib.util
@@ -64,8 +65,9 @@ def _imported(module: str) -> set[str]:
     """The autograder modules that `module` imports, at any depth of its code (a function's import too: it may run in
     the fork server before any student code), with the packages above them (imported with them)."""
     path = _source(module)
+    text = path.read_text() if path else ""
     found: set[str] = set()
-    for node in _run_time_nodes(ast.parse(path.read_text())) if path else ():
+    for node in _run_time_imports(ast.parse(text)) if "autograder" in text else ():
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -79,17 +81,24 @@ def _imported(module: str) -> set[str]:
     return found
 
 
-def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node of a module's tree but those under `if TYPE_CHECKING:` (imports a type checker alone follows)."""
-    nodes, todo = [], [tree]
+def _run_time_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module's tree, at any depth of its statements (an import is a statement: no
+    expression is walked), but those under `if TYPE_CHECKING:` (imports a type checker alone follows)."""
+    found, todo = [], [tree]
     while todo:
         node = todo.pop()
-        nodes.append(node)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+            continue
         skip = isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-        todo += node.orelse if skip else ast.iter_child_nodes(node)  # type: ignore[attr-defined]
-    return nodes
+        for field in ("orelse",) if skip else ("body", "orelse", "finalbody", "handlers", "cases"):
+            value = getattr(node, field, None)
+            if type(value) is list:
+                todo += value
+    return found
 
 
+@functools.cache
 def harness_modules() -> tuple[str, ...]:
     """The grader's own modules in the child, derived from the package: every autograder module that the fork server
     (SERVER_MODULE) imports, directly or through another, and the packages above them (sorted). Their globals (and
@@ -109,11 +118,19 @@ def guarded_runtime() -> tuple[str, ...]:
     return runtime_modules()
 
 
-HARNESS_MODULES = harness_modules()
 _GUARDED_WHOLE = ("math", "operator")  # every attribute of these modules is recorded
-GUARDED_MODULES = ("builtins", "sys", "os", "json", "json.encoder", "_json", "base64", "binascii", "math",
-                   "operator", "numpy", "numpy.testing", "numpy.linalg", "torch", "torch.testing", "torch.nn",
-                   *HARNESS_MODULES)
+_GUARDED_MODULES = ("builtins", "sys", "os", "json", "json.encoder", "_json", "base64", "binascii", "math",
+                    "operator", "numpy", "numpy.testing", "numpy.linalg", "torch", "torch.testing", "torch.nn")
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """HARNESS_MODULES and GUARDED_MODULES (with the harness), derived when first asked for: the grader imports this
+    module with the sandbox and never reads them."""
+    if name == "HARNESS_MODULES":
+        return harness_modules()
+    if name == "GUARDED_MODULES":
+        return (*_GUARDED_MODULES, *harness_modules())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class TamperGuard:
@@ -150,7 +167,7 @@ class TamperGuard:
         self.builtins = vars(self.modules["builtins"])
         self.builtins_snap = dict(self.builtins)
         self.globals = [(vars(self.modules[m]), m, dict(vars(self.modules[m])))
-                        for m in dict.fromkeys((*HARNESS_MODULES, *guarded_runtime(), modules[-1]))
+                        for m in dict.fromkeys((*harness_modules(), *guarded_runtime(), modules[-1]))
                         if m in self.modules]
         # the classes these modules define (the probes' helpers, the guard's own): their tables, and their methods'
         self.classes = [(c, len(vars(c)), tuple(vars(c).values()), dict(vars(c))) for _, name, snap in self.globals
