@@ -31,6 +31,7 @@ class Compiled:
     questions: list[Question]  # the authored questions as read (their lesson left out and their files relative to
     # its root: the reader's own lesson is bound)
     expected: dict[str, Any]  # the expected values in their plain form (as the cache keeps them)
+    parts: tuple[str, ...] = ()  # the milestone plug-in's PARTS when the checkpoint has points (read without it)
 
 
 def compiled_file(config_path: Path) -> Path:

@@ -37,10 +37,10 @@ class Deferred:
         return milestone_rules(self.config_path, self.config, self.lesson)
 
 
-def checkpoint_shares(points: float, *, lesson: Lesson) -> dict[str, float]:
-    """The milestone checkpoint's points per part its plug-in grades (PARTS: for example one per scheme): equal
-    shares, the last one taking the rounding."""
-    schemes = tuple(lesson.plugin.PARTS)  # the plug-in only when the lesson grades a checkpoint
+def checkpoint_shares(points: float, *, lesson: Lesson, parts: Sequence[str] = ()) -> dict[str, float]:
+    """The milestone checkpoint's points per part its plug-in grades (PARTS: for example one per scheme, or `parts`,
+    a compiled course's copy of them): equal shares, the last one taking the rounding."""
+    schemes = tuple(parts) or tuple(lesson.plugin.PARTS)  # the plug-in only when the lesson grades a checkpoint
     share = [round(points / len(schemes), 4) for _ in schemes]
     share[-1] = round(points - sum(share[:-1]), 4)
     return dict(zip(schemes, share))
@@ -122,7 +122,7 @@ class Suite:
         pts = self.config.milestone.points
         if not pts:
             return []
-        shares = checkpoint_shares(pts, lesson=self.lesson)
+        shares = checkpoint_shares(pts, lesson=self.lesson, parts=self.compiled.parts if self.compiled else ())
         qid = self.checkpoint_question
         return [CheckpointCase(f"{qid}/{pos}", qid, p, pos) for pos, p in shares.items()]
 
@@ -210,8 +210,9 @@ def compile_suite(suite: Suite) -> bytes:
     root = suite.lesson.root  # each question's file relative to it: the reader's own lesson is bound instead
     questions = [dataclasses.replace(q, lesson=None, path=q.path.relative_to(root) if q.path.is_relative_to(root)
                                      else q.path) for q in suite.authored]
+    parts = tuple(suite.lesson.plugin.PARTS) if suite.config.milestone.points else ()
     return pickle.dumps(Compiled(suite.fingerprint, texts_hash(suite.lesson), versions(), questions,
-                                 to_plain(suite.expected)), protocol=pickle.HIGHEST_PROTOCOL)
+                                 to_plain(suite.expected), parts), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def graded_part(questions: Sequence[Question]) -> str:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.course import Course
 from autograder.grading.batch import grade_batch
 from autograder.grading.figures import gradescope_entries
-from autograder.grading.phases import phase, started
+from autograder.grading.phases import phase, started, timed
 from autograder.sandbox import UnsandboxedError, require_isolation
 
 
@@ -22,6 +25,12 @@ class GradescopeRun:
 
     graded: bool
     line: str
+
+
+def import_quietly(name: str) -> None:
+    """Import a module ahead of its first use; a failure is left for that use to report."""
+    with contextlib.suppress(Exception):
+        importlib.import_module(name)
 
 
 def grade_gradescope(submission: Path, results: Path, *, course: Course,
@@ -35,6 +44,10 @@ def grade_gradescope(submission: Path, results: Path, *, course: Course,
     into results.json.
     """
     started("start-up (interpreter and imports)")
+    # torch, imported beside the sandbox's start: judging a wrong answer may compute with it (the student's own
+    # earlier output taken further), and would otherwise import it after the run, while the student waits
+    threading.Thread(target=timed("torch import (beside the sandbox's start)", import_quietly), args=("torch",),
+                     daemon=True).start()
     try:
         require_isolation(allow_unsandboxed=allow_unsandboxed)
     except UnsandboxedError as exc:

@@ -42,7 +42,8 @@ def enabled() -> bool:
 _START = _process_start() if enabled() else 0.0
 
 
-def _write() -> None:
+def write_record() -> None:
+    """Write the record now (at the process's end: atexit, or before an exit that skips it)."""
     target = os.environ.get(PHASES_ENV)
     if not target:
         return
@@ -55,7 +56,7 @@ def _write() -> None:
 
 
 if enabled():
-    atexit.register(_write)
+    atexit.register(write_record)
 
 
 def span(name: str, start: float, end: float) -> None:

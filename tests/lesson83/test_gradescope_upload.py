@@ -29,8 +29,8 @@ from autograder.runtime.plain_codec import to_plain
 course = Course.load("grading_config.yaml")
 suite = course.suite
 expected = suite.expected
-before = {"torch": "torch" in sys.modules, "checks": course.lesson.checks_name in sys.modules}
 parts = [c.part for c in suite.checkpoint_cases]
+before = {"torch": "torch" in sys.modules, "checks": course.lesson.checks_name in sys.modules}
 print(json.dumps({"compiled": suite.compiled is not None, "fingerprint": suite.fingerprint, "parts": parts,
                   "expected": hashlib.sha256(json.dumps(to_plain(expected), sort_keys=True).encode()).hexdigest(),
                   "cases": [c.id for c in suite.cases], "before": before, "rules": repr(suite.milestone_rules),
@@ -65,8 +65,8 @@ def _digest(expected: dict[str, Any]) -> str:
 
 def test_the_bundle_reads_its_compiled_suite_without_torch(bundle: Path, course: Course) -> None:
     """Read from the bundle: the same fingerprint, cases, checkpoint parts, expected values and rules as the
-    package's own suite, with neither torch nor the checks module imported to read the suite and its expected
-    values (the checkpoint's plug-in is imported when its parts or rules are asked for)."""
+    package's own suite, with neither torch nor the checks module imported to read the suite, its expected values
+    and the checkpoint's parts (the checkpoint's plug-in is imported when its rules are asked for)."""
     suite = course.suite
     got = _read(bundle)
     assert got["compiled"] and got["fingerprint"] == suite.fingerprint
