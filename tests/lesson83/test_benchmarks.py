@@ -1,6 +1,7 @@
 """Smoke tests of the benchmarks: grading_throughput.py (a tiny run on the sample class prints its figures and
 ratio), check_speed.py (one timed grader.check per question prints a row per question), checkpoint_verify.py,
-release_time.py (a one-question release, stage by stage) and milestone_time.py (the quick preset's projection)."""
+checkpoint_class.py (a class of three with their own checkpoints, stage by stage, with its floor), release_time.py
+(a one-question release, stage by stage) and milestone_time.py (the quick preset's projection)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,37 @@ def test_checkpoint_verify_smoke(tmp_path: Path) -> None:
         assert re.search(rf"^  {name}\s.* [\d.]+ CPU-s per checkpoint; projected for 300 on 2 cores: [\d.]+ min",
                          out, re.M), out
     assert re.search(r"^  new / before: [\d.]+ of the CPU per checkpoint", out, re.M), out
+
+
+@pytest.mark.sandbox
+@pytest.mark.build
+def test_checkpoint_class_smoke(fresh_build: dict[str, Path]) -> None:
+    """A class of three, each the reference notebook with a checkpoint of its own, graded as `lesson83 grade` does:
+    the wall time, the stages, the readers' requests, the CPU split, the floor, all at full marks, the goal line."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "checkpoint_class.py"), "--smoke", "--samples",
+           str(fresh_build["samples"])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=tool_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    number = r"\s+[\d.]+"
+    assert re.search(r"^3 students, each the reference notebook with its checkpoint perturbed by 0.0001", out, re.M)
+    assert re.search(r"^grading: [\d.]+ s wall, the grading process from start to end \(grade_batch's call: [\d.]+ s",
+                     out, re.M), out
+    for stage in ("start-up (interpreter and imports)", "suite", "sandbox start", "notebook run (cells and checks)",
+                  "checkpoint", "judging (the checkpoint's wait included)", "writing"):
+        assert re.search(rf"^  {re.escape(stage)}{number * 3}\s+\d+{number}$", out, re.M), (stage, out)
+    assert re.search(r"^  checkpoint(\s+[\d.]+){3}\s+3\s", out, re.M), out
+    assert re.search(r"^checkpoint readers: \d+ started \([\d.]+ CPU-s of start-up\), 6 requests: heldout 3 x [\d.]+ "
+                     r"CPU-s \(wall [\d.]+ s\), sample 3 x [\d.]+ CPU-s", out, re.M), out
+    assert re.search(r"^CPU-s: notebook runs [\d.]+ \([\d.]+ each\), checkpoint verification [\d.]+", out, re.M), out
+    assert re.search(r"^child: cells\s+\|\s+[\d.]+ \|", out, re.M), out
+    floor = re.search(r"^floor: ([\d.]+) s = fixed start-up ([\d.]+) s .* / (\d) cores; measured / floor: [\d.]+$", out,
+                      re.M)
+    assert floor and float(floor[1]) > float(floor[2]) > 0, out
+    assert re.search(r"^full marks: 3 of 3 \(statuses: graded 3; totals ([\d.]+) of \1 auto-graded points\)$", out,
+                     re.M), out
+    assert re.search(r"^3 students with checkpoints on \d cores: [\d.]+ s   goal <= 150 s: (MET|NOT MET) \(judged for "
+                     r"300 only\)$", out, re.M), out
 
 
 @pytest.mark.build
