@@ -470,11 +470,8 @@ def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
             continue
         if request.get("method") == "heldout":  # the leaderboard's figures and the similarity sketch
             try:
-                nll = heldout_nll(model, heldout)  # one pass: the outputs' fingerprint and the figures
-                out["schemes"][pos] = {"sketch": weight_sketch(state_dicts[pos]),
-                                       "heldout_losses": segment_losses(nll)}
-                if pos in request.get("figures", ()):  # the schemes whose claims agreed: the others get no figure
-                    out["schemes"][pos]["heldout"] = {str(c): v for c, v in ppl_of(nll).items()}
+                out["schemes"][pos] = _heldout_row(model, state_dicts[pos], heldout,
+                                                   figures=pos in request.get("figures", ()))
             except Exception as err:  # noqa: BLE001 - out of memory while evaluating, no held-out text
                 out["schemes"][pos] = {"unfit": f"evaluating them failed ({type(err).__name__})"}
             continue
@@ -485,6 +482,11 @@ def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
                 out["schemes"][pos] = {"unfit": f"evaluating them failed ({type(err).__name__})"}
                 continue
             out["schemes"][pos] = {"windows": found}
+            if request.get("heldout"):  # the held-out pass too, in the same child (heldout_figures keeps it)
+                began = time.thread_time()
+                with contextlib.suppress(Exception):  # tried again in a child of its own (heldout_figures)
+                    out["schemes"][pos]["heldout_row"] = _heldout_row(model, state_dicts[pos], heldout, figures=True)
+                out["heldout_cpu_s"] = out.get("heldout_cpu_s", 0.0) + time.thread_time() - began
             continue
         try:
             ppl = (evaluate_ppl(model, batch_size=request["batch"], max_windows=request["windows"])
@@ -498,6 +500,17 @@ def _evaluate(request: dict[str, Any], pt_bytes: bytes, tokens: torch.Tensor,
     return out
 
 
+
+
+def _heldout_row(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], heldout: torch.Tensor | None, *,
+                 figures: bool) -> dict[str, Any]:
+    """One scheme's held-out figures from one pass (heldout_nll): its weights' sketch, its losses by segment and,
+    with `figures`, its perplexity per context."""
+    nll = heldout_nll(model, heldout)  # one pass: the outputs' fingerprint and the figures
+    row = {"sketch": weight_sketch(state_dict), "heldout_losses": segment_losses(nll)}
+    if figures:
+        row["heldout"] = {str(c): v for c, v in ppl_of(nll).items()}
+    return row
 
 
 def reader_start() -> tuple[torch.Tensor, dict[str, torch.nn.Module], torch.Tensor]:
@@ -849,10 +862,12 @@ def _kept(found: dict[str, Any], digest: str, memory_mb: int, timeout_s: float) 
 
 
 def _measure(pt_bytes: bytes, digest: str, starts: Mapping[str, Sequence[int]], *, preset: str | None,
-             accepted: list[str], memory_mb: int, timeout_s: float,
-             verifier: Verifier | None) -> tuple[str | None, float]:
+             accepted: list[str], memory_mb: int, timeout_s: float, verifier: Verifier | None,
+             heldout: bool = False) -> tuple[str | None, float]:
     """Recompute in one limited child the windows (per scheme: their starts) not measured yet for these weights;
-    the child's error, if any, and its CPU seconds."""
+    with `heldout`, the held-out pass of each scheme that loads too, kept for heldout_figures (one child, not two,
+    per checkpoint: its figure is shown only where the claims agree). The child's error, if any, and its CPU seconds
+    (the held-out pass's left out: it verifies nothing)."""
     with _lock(digest):
         todo = {pos: [t for t in dict.fromkeys(ts) if (digest, pos, t) not in _WINDOWS]
                 for pos, ts in starts.items() if (digest, pos) not in _UNFIT}
@@ -861,7 +876,8 @@ def _measure(pt_bytes: bytes, digest: str, starts: Mapping[str, Sequence[int]], 
         if error is not None or (digest in _CONFIGS and not todo):
             return error, 0.0
         found = _run_child(pt_bytes, {"schemes": list(todo), "starts": todo, "windows": 0, "batch": VERIFY_BATCH,
-                                      "preset": preset, "accepted": accepted, "method": "sample"},
+                                      "preset": preset, "accepted": accepted, "method": "sample",
+                                      "heldout": heldout and digest not in _HELDOUT},
                            memory_mb=memory_mb, timeout_s=timeout_s, verifier=verifier)
         error = _kept(found, digest, memory_mb, timeout_s)
         if error is None:
@@ -869,9 +885,12 @@ def _measure(pt_bytes: bytes, digest: str, starts: Mapping[str, Sequence[int]], 
                 if "windows" in result:
                     _FITS.add((digest, pos))
                     _WINDOWS.update({(digest, pos, t): v for t, v in zip(todo[pos], result["windows"], strict=True)})
+                    if isinstance(result.get("heldout_row"), dict):
+                        with _lock(digest + ":heldout"):
+                            _HELDOUT.setdefault(digest, {})[pos] = result["heldout_row"]
                 else:
                     _UNFIT[(digest, pos)] = result
-        return error, float(found.get("cpu_s", 0.0))
+        return error, max(0.0, float(found.get("cpu_s", 0.0)) - float(found.get("heldout_cpu_s", 0.0)))
 
 
 def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: str | None,
@@ -903,7 +922,7 @@ def _verify_sampled(pt_bytes: bytes, digest: str, claims_digest: str, preset: st
     common = {"preset": preset, "accepted": accepted, "memory_mb": memory_mb, "timeout_s": timeout_s,
               "verifier": verifier}
     first = {p: [all_starts[i] for i in ix] for p, ix in sample.items()} | dict.fromkeys(notes, [])  # fit only
-    error, cpu_s = _measure(pt_bytes, digest, first, **common)
+    error, cpu_s = _measure(pt_bytes, digest, first, **common, heldout=verifier is None)
     flagged: dict[str, list[int]] = {}
     if error is None and claims:
         ref, base = reference_windows(), int(val_starts()[0])
