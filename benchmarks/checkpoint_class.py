@@ -85,30 +85,30 @@ def grade_child(*, submissions: Path, out: Path, record: Path, workers: int | No
     from autograder.checkpoint import reader_pool
     from autograder.course import course_of
     from autograder.grading import phases
-    from autograder.sandbox import WorkerPool, files
+    from autograder.sandbox import Verifier, WorkerPool
 
     phases.started("start-up (interpreter and imports)")
 
     requests: list[dict[str, Any]] = []
     starts: list[float] = []
     exits: list[float | None] = []
-    request, start, close = files.Verifier.request, files.Verifier.start, files.Verifier.close
+    request, start, close = Verifier.request, Verifier.start, Verifier.close
 
-    def counted_request(self: files.Verifier, data: bytes, req: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    def counted_request(self: Verifier, data: bytes, req: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         began = time.monotonic()
         answer = request(self, data, req, **kwargs)
         requests.append({"method": str(req.get("method")), "cpu_s": float(answer.get("cpu_s", 0.0)),
                          "wall_s": time.monotonic() - began, "error": "error" in answer})
         return answer
 
-    def counted_start(self: files.Verifier) -> files.Verifier:
+    def counted_start(self: Verifier) -> Verifier:
         was = self.alive()
         started = start(self)
         if not was:
             starts.append(float(self.startup.get("cpu_s", 0.0)))
         return started
 
-    def counted_close(self: files.Verifier, **kwargs: Any) -> None:
+    def counted_close(self: Verifier, **kwargs: Any) -> None:
         running = self.proc is not None
         close(self, **kwargs)
         if running:
@@ -122,8 +122,8 @@ def grade_child(*, submissions: Path, out: Path, record: Path, workers: int | No
             first_run.append(time.process_time())
         return run_one(self, source, **kwargs)
 
-    files.Verifier.request, files.Verifier.start = counted_request, counted_start  # type: ignore[method-assign]
-    files.Verifier.close = counted_close  # type: ignore[method-assign]
+    Verifier.request, Verifier.start = counted_request, counted_start  # type: ignore[method-assign]
+    Verifier.close = counted_close  # type: ignore[method-assign]
     WorkerPool.run = noted_run  # type: ignore[method-assign]  # grade_ours wraps it in turn
     course = course_of()
     run, import_s = grade_ours(submissions, out=out, workers=workers)

@@ -14,7 +14,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from autograder.checkpoint import VERIFY_SLOTS, reader_isolation, reader_limits_lowered, reads_checkpoint
+from autograder.checkpoint import (
+    VERIFY_SLOTS,
+    reader_isolation,
+    reader_limits_lowered,
+    reads_checkpoint,
+    warm_reader,
+)
 from autograder.course import Course
 from autograder.grading.feedback import write_feedback
 from autograder.grading.gradebook import Gradebook, Record, RunFacts, record_key
@@ -252,6 +258,10 @@ def _grade_here(todo: list[tuple[Submission, str]], *, course: Course, hide: tup
         pool_starting = starting or _start_pool(course, workers=workers, hide=hide)
     elif starting is not None:
         _close_unused(starting)
+    plugin = suite.lesson.plugin_file
+    if plugin is not None and suite.checkpoint_cases and any(
+            reads_checkpoint(suite.checkpoint_files, s.files) and not s.file_problems for s, _ in runnable):
+        warm_reader(plugin, shipped=suite.lesson.shipped_files)  # its reader starts beside the workers
     if todo:
         with phase("expected values"):
             suite.expected  # noqa: B018 - the reference values, computed now while the sandboxed workers start

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -302,13 +303,37 @@ class _Pool:
         self.make = make
         self.slots = threading.BoundedSemaphore(slots)
         self.idle: list[Verifier] = []
+        self.warming: Future[Verifier] | None = None  # a verifier starting ahead of the first request (warm)
         self.guard = threading.Lock()
         self.owner = os.getpid()  # a forked copy of this process must not stop the owner's verifiers
+
+    def warm(self) -> None:
+        """Start one verifier now, in a thread of its own, unless one is idle or starting: a grader that knows a
+        file will come starts its reader beside its other work (seconds), and the first request takes it, started
+        or still starting. A failed start is met again, and reported, by that request."""
+        with self.guard:
+            if self.idle or self.warming is not None:
+                return
+            self.warming = warming = Future()
+
+        def start() -> None:
+            verifier = self.make()
+            with contextlib.suppress(VerifierError):
+                verifier.start()
+            warming.set_result(verifier)
+
+        threading.Thread(target=start, name="reader-warm", daemon=True).start()
 
     def request(self, data: bytes, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
         with self.slots:
             with self.guard:
-                verifier = self.idle.pop() if self.idle else self.make()
+                warming = self.warming if not self.idle else None
+                if warming is not None:
+                    self.warming = None
+                verifier = self.idle.pop() if self.idle else None if warming is not None else self.make()
+            if verifier is None:
+                assert warming is not None
+                verifier = warming.result()
             try:
                 for attempt in (1, 2):  # a reader that dies for reasons of its own is started again, once
                     try:
@@ -326,6 +351,9 @@ class _Pool:
             return
         with self.guard:
             idle, self.idle = self.idle, []
+            warming, self.warming = self.warming, None
+        if warming is not None:  # closed once started: a start is never left running
+            warming.add_done_callback(lambda started: started.result().close())
         for verifier in idle:
             verifier.close()
 
