@@ -366,8 +366,15 @@ class _Reader(ast.NodeVisitor):
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _definition
 
 
-@lru_cache(maxsize=4096)
+CACHED_CELL_CHARS = 20_000  # a longer cell (rare) is parsed and read afresh in each notebook: the caches stay small
+
+
 def _parsed(source: str) -> ast.Module | None:
+    """_parse_cell, kept per cell text for the cells of ordinary length (a class shares most of them)."""
+    return _parsed_kept(source) if len(source) <= CACHED_CELL_CHARS else _parse_cell(source)
+
+
+def _parse_cell(source: str) -> ast.Module | None:
     """A cell's AST as IPython runs it (magics, shell escapes and `x = !cmd` turned into Python by IPython's own
     transformer, only for a cell plain Python cannot parse); None: it does not parse, so it never ran."""
     try:
@@ -386,6 +393,9 @@ def _parsed(source: str) -> ast.Module | None:
             return parse(text)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
+
+
+_parsed_kept = lru_cache(maxsize=2048)(_parse_cell)
 
 
 def _tripwire_flag(event: Any, *, lines: Mapping[int, list[str]], trees: Mapping[int, ast.AST | None],
@@ -417,7 +427,7 @@ def _no_names() -> Names:
     raise _NeedsNames
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=4096)
 def _cell_reading(tree_source: str, source: str, modules: frozenset[tuple[str, str]],
                   attrs: frozenset[str]) -> _Reading:
     """One cell's flags and the modules and attributes bound after it, given those bound before it, kept per cell
@@ -450,17 +460,14 @@ def review_cells(cells: Iterable[tuple[int, str]], *, graded: Mapping[str, Itera
             made["trees"] = {index: _parsed(source) for index, source in sources.items()}
         return made["trees"]  # type: ignore[no-any-return]
 
-    def parsed() -> list[ast.Module]:
-        return [t for t in trees().values() if t is not None]
-
     def names() -> Names:
         if "names" not in made:
-            made["names"] = Names(parsed())
+            made["names"] = Names([t for t in trees().values() if t is not None])
         return made["names"]  # type: ignore[no-any-return]
 
     def scopes() -> dict[str, tuple[str, ...]]:
         if "scopes" not in made:
-            made["scopes"] = question_scopes(parsed(), graded)
+            made["scopes"] = question_scopes([t for t in trees().values() if t is not None], graded)
         return made["scopes"]  # type: ignore[no-any-return]
 
     bound: dict[str, str] = {}
@@ -468,6 +475,8 @@ def review_cells(cells: Iterable[tuple[int, str]], *, graded: Mapping[str, Itera
     raw: list[tuple[int, _Raw]] = []
     for index, source in cells:
         try:
+            if len(source) > CACHED_CELL_CHARS or len(sources[index]) > CACHED_CELL_CHARS:
+                raise _NeedsNames
             found, after, named = _cell_reading(sources[index], source, frozenset(bound.items()), frozenset(attrs))
         except _NeedsNames:
             found = _read_here(_parsed(sources[index]), source, modules=bound, attrs=attrs, names=names)

@@ -70,3 +70,12 @@ def test_a_cached_flag_takes_the_scope_of_its_own_notebook() -> None:
     ungraded = texts(helper, "def other_5d0(x):\n    return helper_5d0()\n")
     assert [(k, s) for k, _, s in graded] == [("interpreter", ("qa",))]
     assert [(k, s) for k, _, s in ungraded] == [("interpreter", ALL)]
+
+
+def test_a_long_cell_is_read_afresh_in_each_notebook(parses: list[str]) -> None:
+    long = "np.allclose = lambda *a, **k: True\n" + "x_a19 = 1\n" * (review.CACHED_CELL_CHARS // 10)
+    assert len(long) > review.CACHED_CELL_CHARS
+    for _ in range(2):
+        assert [k for k, _, _ in texts("import numpy as np\n", long)] == ["rebinding"]
+        assert texts("np = object()\n", long) == []
+    assert parses.count(long) == 4  # never kept: each notebook parses it again
