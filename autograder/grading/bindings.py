@@ -162,15 +162,20 @@ def cell_bindings(cells: list[tuple[int, str]]) -> list[Binding]:
     recorded under DYNAMIC: what they bind is only known when they run."""
     out: list[Binding] = []
     for n, src in cells:
-        tree = _tree(src)
-        if tree is None:
-            for m in _FALLBACK.finditer(src):
-                line = src.count("\n", 0, m.start()) + 1
-                out.append(Binding(m.group(1) or m.group(2), n, line, line, "definition (cell not parsed)", len(out)))
-            continue
-        for name, kind, stmt, alias in _statement_bindings(tree.body):
-            out.append(Binding(name, n, stmt.lineno, stmt.end_lineno or stmt.lineno, kind, len(out), alias, stmt))
+        for name, line, end, kind, alias, stmt in _cell_statements(src):
+            out.append(Binding(name, n, line, end, kind, len(out), alias, stmt))
     return out
+
+
+@lru_cache(maxsize=4096)
+def _cell_statements(src: str) -> tuple[tuple[str, int, int, str, str | None, ast.stmt | None], ...]:
+    """One cell's bindings (name, line, end, kind, alias, statement), in order: a class shares most cells."""
+    tree = _tree(src)
+    if tree is None:
+        return tuple((m.group(1) or m.group(2), line, line, "definition (cell not parsed)", None, None)
+                     for m in _FALLBACK.finditer(src) for line in (src.count("\n", 0, m.start()) + 1,))
+    return tuple((name, stmt.lineno, stmt.end_lineno or stmt.lineno, kind, alias, stmt)
+                 for name, kind, stmt, alias in _statement_bindings(tree.body))
 
 
 def in_effect(found: list[Binding], name: str, *, before: int | None = None) -> Binding | None:

@@ -43,8 +43,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 from autograder.grading.gradebook import REVIEW_DECISIONS_FILE, Gradebook
@@ -98,20 +99,25 @@ class Flag:
 class _Reader(ast.NodeVisitor):
     """One cell's flags; `modules` (names bound to imported modules) carries over from the cells before."""
 
-    def __init__(self, cell: int, lines: list[str], *, modules: dict[str, str], attrs: set[str], names: Names,
-                 scopes: Mapping[str, tuple[str, ...]]) -> None:
-        self.cell, self.lines, self.modules, self.names, self.scopes = cell, lines, modules, names, scopes
+    def __init__(self, lines: list[str], *, modules: dict[str, str], attrs: set[str],
+                 names: Callable[[], Names]) -> None:
+        self.lines, self.modules, self._names = lines, modules, names
         self.attrs = attrs  # the names in `modules` bound to a module's attribute (from-imports, aliases)
-        self.flags: list[Flag] = []
+        self.flags: list[_Raw] = []
         self.chain: list[ast.AST] = []  # the functions, lambdas and classes around the node visited
-        self.scope: Scope = ALL
+        self.owner: str | None = None  # the top-level definition around the node visited (None: outside every one)
         self.shell_calls: set[int] = set()  # get_ipython() calls IPython's transformer wrote for a magic or `!`
         self.handled: set[int] = set()  # attribute nodes a call already judged (object.__setattr__(self, "x", v))
+
+    @property
+    def names(self) -> Names:
+        """The notebook's names (review_scope.Names): the one part of a cell's reading that depends on other cells."""
+        return self._names()
 
     def flag(self, node: ast.AST, kind: str, why: str) -> None:
         line = getattr(node, "lineno", 0)
         code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
-        self.flags.append(Flag(kind, self.cell, line, code[:160], why, self.scope))
+        self.flags.append((kind, line, code[:160], why, self.owner))
 
     # ------------------------------------------------------------------ imports and names
     def visit_Import(self, node: ast.Import) -> None:
@@ -339,9 +345,9 @@ class _Reader(ast.NodeVisitor):
 
     # ------------------------------------------------------------------ definitions and their scope
     def _definition(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda) -> None:
-        outer = self.scope
-        if not self.chain and not isinstance(node, ast.Lambda) and self.scope == ALL:
-            self.scope = self.scopes.get(node.name, ALL)
+        outer = self.owner
+        if not self.chain and not isinstance(node, ast.Lambda) and self.owner is None:
+            self.owner = node.name  # its flags hold the questions whose graded code it is (resolved in review_cells)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in REACH_METHODS:
             kind = "torch internals" if "torch" in node.name else "dunder"
             self.flag(node, kind, f"defines {node.name}")
@@ -355,12 +361,20 @@ class _Reader(ast.NodeVisitor):
                 if isinstance(child, ast.AST):
                     self.visit(child)
         self.chain.pop()
-        self.scope = outer
+        self.owner = outer
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _definition
 
 
+CACHED_CELL_CHARS = 20_000  # a longer cell (rare) is parsed and read afresh in each notebook: the caches stay small
+
+
 def _parsed(source: str) -> ast.Module | None:
+    """_parse_cell, kept per cell text for the cells of ordinary length (a class shares most of them)."""
+    return _parsed_kept(source) if len(source) <= CACHED_CELL_CHARS else _parse_cell(source)
+
+
+def _parse_cell(source: str) -> ast.Module | None:
     """A cell's AST as IPython runs it (magics, shell escapes and `x = !cmd` turned into Python by IPython's own
     transformer, only for a cell plain Python cannot parse); None: it does not parse, so it never ran."""
     try:
@@ -381,8 +395,11 @@ def _parsed(source: str) -> ast.Module | None:
             return None
 
 
+_parsed_kept = lru_cache(maxsize=2048)(_parse_cell)
+
+
 def _tripwire_flag(event: Any, *, lines: Mapping[int, list[str]], trees: Mapping[int, ast.AST | None],
-                   scopes: Mapping[str, tuple[str, ...]]) -> Flag:
+                   scopes: Callable[[], Mapping[str, tuple[str, ...]]]) -> Flag:
     """A run-time tripwire record ({"event", "cell", "line", "detail"}: the sandbox's) as a flag on the line it
     names, scoped as a static flag on that line would be; a record the grader cannot read holds every question."""
     data = event if isinstance(event, dict) else {}
@@ -393,41 +410,106 @@ def _tripwire_flag(event: Any, *, lines: Mapping[int, list[str]], trees: Mapping
     code = source[line - 1].strip()[:160] if 0 < line <= len(source) else ""
     what = " ".join(str(data.get("event", "an unreadable record")).split())[:80]
     detail = " ".join(str(data.get("detail", "")).split())[:160]
-    scope = line_scope(trees.get(cell), line, scopes) if code else ALL
+    scope = line_scope(trees.get(cell), line, scopes()) if code else ALL
     return Flag("tripwire", cell, line, code, f"the run-time tripwire saw {what}" + (f" ({detail})" if detail else ""),
                 scope)
+
+
+_Raw = tuple[str, int, str, str, str | None]  # a flag as a cell's reading finds it: kind, line, code, why, owner
+_Reading = tuple[tuple[_Raw, ...], frozenset[tuple[str, str]], frozenset[str]]  # flags, the modules and attrs after
+
+
+class _NeedsNames(Exception):  # noqa: N818 - a signal, not an error: the reading depends on other cells
+    """A cell's reading asked for the notebook's names: it is not the cell's own, so it is not kept."""
+
+
+def _no_names() -> Names:
+    raise _NeedsNames
+
+
+@lru_cache(maxsize=4096)
+def _cell_reading(tree_source: str, source: str, modules: frozenset[tuple[str, str]],
+                  attrs: frozenset[str]) -> _Reading:
+    """One cell's flags and the modules and attributes bound after it, given those bound before it, kept per cell
+    text (a class shares most cells). Every input of the reading is in the key but the notebook's names (the other
+    cells), which a few calls need (getattr with a computed name, a membership test of sys.modules): such a cell
+    raises _NeedsNames and is read afresh in its notebook. A cell nested too deeply to walk is read afresh too."""
+    tree = _parsed(tree_source)
+    if tree is None:
+        return (), modules, attrs
+    reader = _Reader(source.splitlines(), modules=dict(modules), attrs=set(attrs), names=_no_names)
+    try:
+        reader.visit(tree)
+    except RecursionError:
+        raise _NeedsNames from None
+    return tuple(reader.flags), frozenset(reader.modules.items()), frozenset(reader.attrs)
 
 
 def review_cells(cells: Iterable[tuple[int, str]], *, graded: Mapping[str, Iterable[str]],
                  events: Sequence[Any] = ()) -> list[Flag]:
     """The flags of a notebook's code cells (cell index, source), each scoped; `graded`: question id -> the names
-    of its graded functions and classes (its `solution:`); `events`: the run-time tripwire's records of its run."""
+    of its graded functions and classes (its `solution:`); `events`: the run-time tripwire's records of its run.
+    A cell's reading is kept per cell text and what the cells before it imported (_cell_reading); the notebook's
+    parse, names and scopes are made only when something needs them."""
     cells = list(cells)
-    trees = {index: _parsed(source) for index, source in cells}
-    parsed = [t for t in trees.values() if t is not None]
-    names, scopes = Names(parsed), question_scopes(parsed, graded)
+    sources = {index: source for index, source in cells}
+    made: dict[str, Any] = {}
+
+    def trees() -> dict[int, ast.Module | None]:
+        if "trees" not in made:
+            made["trees"] = {index: _parsed(source) for index, source in sources.items()}
+        return made["trees"]  # type: ignore[no-any-return]
+
+    def names() -> Names:
+        if "names" not in made:
+            made["names"] = Names([t for t in trees().values() if t is not None])
+        return made["names"]  # type: ignore[no-any-return]
+
+    def scopes() -> dict[str, tuple[str, ...]]:
+        if "scopes" not in made:
+            made["scopes"] = question_scopes([t for t in trees().values() if t is not None], graded)
+        return made["scopes"]  # type: ignore[no-any-return]
+
     bound: dict[str, str] = {}
     attrs: set[str] = set()
-    flags: list[Flag] = []
+    raw: list[tuple[int, _Raw]] = []
     for index, source in cells:
-        tree = trees[index]
-        if tree is None:
-            continue
-        reader = _Reader(index, source.splitlines(), modules=bound, attrs=attrs, names=names, scopes=scopes)
         try:
-            reader.visit(tree)
-        except RecursionError:  # nested past what a walk can read: unreviewed is not clean
-            reader.scope = ALL
-            reader.flag(tree, "unreviewable", "the cell is nested too deeply to review")
-        flags += reader.flags
+            if len(source) > CACHED_CELL_CHARS or len(sources[index]) > CACHED_CELL_CHARS:
+                raise _NeedsNames
+            found, after, named = _cell_reading(sources[index], source, frozenset(bound.items()), frozenset(attrs))
+        except _NeedsNames:
+            found = _read_here(_parsed(sources[index]), source, modules=bound, attrs=attrs, names=names)
+        else:
+            bound.clear()
+            bound.update(after)
+            attrs.clear()
+            attrs.update(named)
+        raw += [(index, r) for r in found]
+    flags = [Flag(kind, index, line, code, why, ALL if owner is None else scopes().get(owner, ALL))
+             for index, (kind, line, code, why, owner) in raw]
     lines = {index: source.splitlines() for index, source in cells}
-    flags += [_tripwire_flag(e, lines=lines, trees=trees, scopes=scopes) for e in list(events)[:MAX_EVENTS]]
+    flags += [_tripwire_flag(e, lines=lines, trees=trees(), scopes=scopes) for e in list(events)[:MAX_EVENTS]]
     if len(events) > MAX_EVENTS:  # the first ones name the lines; the rest are counted, held for every question
         flags.append(Flag("tripwire", -1, 0, "", f"and {len(events) - MAX_EVENTS} more run-time tripwire records"))
     seen: dict[tuple[str, int, int, str], Flag] = {}  # one flag per kind and line: the first reason found
     for f in flags:
         seen.setdefault((f.kind, f.cell, f.line, f.code), f)
     return list(seen.values())
+
+
+def _read_here(tree: ast.Module | None, source: str, *, modules: dict[str, str], attrs: set[str],
+               names: Callable[[], Names]) -> list[_Raw]:
+    """One cell's reading in its notebook (its names at hand), changing `modules` and `attrs` in place."""
+    if tree is None:
+        return []
+    reader = _Reader(source.splitlines(), modules=modules, attrs=attrs, names=names)
+    try:
+        reader.visit(tree)
+    except RecursionError:  # nested past what a walk can read: unreviewed is not clean
+        reader.owner = None
+        reader.flag(tree, "unreviewable", "the cell is nested too deeply to review")
+    return reader.flags
 
 
 def review_notebook(source: bytes | None, *, graded: Mapping[str, Iterable[str]],

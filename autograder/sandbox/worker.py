@@ -168,22 +168,26 @@ class Worker:
             except OSError as exc:
                 job_c.close()
                 raise WorkerError(f"cannot create the output pipe: {exc}") from exc
-            clock = JobClock(self.zygote_pid, self.clock_group)
-            clock.begin()  # before the fork: the job's CPU time is all its processes', measured here
+            # this process forks nothing while the job runs (the zygote forks it): the clock keeps its files open
+            clock = JobClock(self.zygote_pid, self.clock_group, held=True)
             try:
-                socket.send_fds(self.ctl, [wire.encode({"t": "job"})], [job_c.fileno(), out_w])
-            except OSError as exc:
-                os.close(out_r)
-                raise WorkerError(f"cannot send the job: {exc}") from exc
+                clock.begin()  # before the fork: the job's CPU time is all its processes', measured here
+                try:
+                    socket.send_fds(self.ctl, [wire.encode({"t": "job"})], [job_c.fileno(), out_w])
+                except OSError as exc:
+                    os.close(out_r)
+                    raise WorkerError(f"cannot send the job: {exc}") from exc
+                finally:
+                    job_c.close()
+                    os.close(out_w)
+                talk = Conversation(self, job_g, out_r, job, cells, probes, public, share, clock,
+                                    backstop if backstop is not None else {})
+                try:
+                    return talk.run()
+                finally:
+                    os.close(out_r)
             finally:
-                job_c.close()
-                os.close(out_w)
-            talk = Conversation(self, job_g, out_r, job, cells, probes, public, share, clock,
-                                backstop if backstop is not None else {})
-            try:
-                return talk.run()
-            finally:
-                os.close(out_r)
+                clock.close()
         finally:
             job_g.close()
 

@@ -172,6 +172,24 @@ def test_the_clock_reads_a_jobs_cpu_from_the_cgroup_and_from_proc() -> None:
             remove_cgroup(group)
 
 
+def test_a_held_clock_reads_its_open_files_afresh_and_closes_them() -> None:
+    """The grader's conversation keeps the server's stat file (and the group's usage file) open between readings:
+    each reading is the figure of now, the same as a clock that opens the files; close() lets them go."""
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    before = fds()
+    held, fresh = JobClock(os.getpid(), held=True), JobClock(os.getpid())
+    for c in (held, fresh):
+        c.begin()
+    assert fds() == before + 1  # this process's stat file, open in the held clock
+    subprocess.run([sys.executable, "-c", "import time\nend = time.process_time() + 0.4\n"
+                    "while time.process_time() < end: pass\n"], check=True)  # a reaped child's 0.4 s
+    readings = held.cpu_s(), fresh.cpu_s()
+    assert all(0.35 <= r < 1.5 for r in readings), readings  # both see the reaped child's CPU time (in ticks)
+    assert abs(readings[0] - readings[1]) <= 0.05
+    held.close()
+    assert fds() == before
+
+
 def test_a_budget_charges_cpu_and_the_backstop_only() -> None:
     b = Budget(2.0, 2.0, cpu0=1.0, busy0=10.0, began=100.0)
     assert b.over(2.9, 15.9) == "" and b.over(3.0, 11.0) == "cpu" and b.over(1.5, 10 + BACKSTOP * 2) == "wall"

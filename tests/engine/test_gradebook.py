@@ -76,6 +76,26 @@ def test_a_record_round_trips_in_the_stored_layout(tmp_path: Path, run: RunFacts
     assert book.stored_record("ann.json", "k" * 64) is None  # damaged: graded again
 
 
+VARIED = [None, True, False, 0, -7, 10**30, 1.5, -0.0, 1e-300, float("nan"), float("inf"), -float("inf"), "",
+          'q"\\\n\t\u2028\U0001F600\u00e9', Status.GRADED, (), [], {}, (1, [2.5, "x"], {"a": None}),
+          {"k": [{"n": [1, 2.0, True]}, []], 1: "int key", 2.5: "float key", False: "f", None: "n", "\u00e9": {}}]
+
+
+def test_a_record_is_stored_as_json_dumps_with_an_indent_writes_it(tmp_path: Path) -> None:
+    """The record's text is exactly json.dumps(indent=1)'s (indented_json writes it faster): any value, any key."""
+    record = _record(run=RunFacts("out", 1.25, "bwrap", "cgroup", "bubblewrap"))
+    Gradebook(tmp_path).write_record("ann.json", record)
+    assert (tmp_path / "results" / "ann.json").read_text() == json.dumps(record.to_json(), indent=1)
+    for value in [*VARIED, VARIED, {"deep": [[[VARIED]]]}]:
+        assert gradebook.indented_json(value) == json.dumps(value, indent=1)
+    for bad in (object(), {(1,): 2}, [1, {"s": {1}}]):
+        with pytest.raises(TypeError) as ours:
+            gradebook.indented_json(bad)
+        with pytest.raises(TypeError) as theirs:
+            json.dumps(bad, indent=1)
+        assert str(ours.value) == str(theirs.value)
+
+
 def test_a_summary_round_trips_and_a_minimal_one_reads(tmp_path: Path) -> None:
     book = Gradebook(tmp_path)
     summary = Summary(2, {"graded": 1, "not graded": 1}, {"q": 1.0}, {"q": 2.0}, {"q": 0}, 1.0, 2.0, 0.0, None, [],
