@@ -87,7 +87,7 @@ def _expression_bindings(stmt: ast.stmt) -> list[tuple[str, str]]:
     return found
 
 
-def _statement_bindings(body: list[ast.stmt], only: set[str] | None = None
+def statement_bindings(body: list[ast.stmt], only: set[str] | None = None
                         ) -> list[tuple[str, str, ast.stmt, str | None]]:
     """(name, kind, statement, alias) of every global binding in `body`, in order, nested blocks included (if,
     for, with, try, match); inside a function only the names it declares `global` (`only`)."""
@@ -105,7 +105,7 @@ def _statement_bindings(body: list[ast.stmt], only: set[str] | None = None
             declared = set() if isinstance(stmt, ast.ClassDef) else {
                 n for g in ast.walk(stmt) if isinstance(g, ast.Global) for n in g.names}
             out.extend((n, f"{k} in {stmt.name} (bound when it runs)", s, a)
-                       for n, k, s, a in _statement_bindings(stmt.body, declared))
+                       for n, k, s, a in statement_bindings(stmt.body, declared))
             continue
         if isinstance(stmt, ast.Assign):
             alias = stmt.value.id if isinstance(stmt.value, ast.Name) else None
@@ -131,13 +131,13 @@ def _statement_bindings(body: list[ast.stmt], only: set[str] | None = None
         for block in ("body", "orelse", "finalbody"):
             inner = getattr(stmt, block, None)
             if isinstance(inner, list) and not isinstance(stmt, ast.ClassDef):
-                out.extend(_statement_bindings(inner, only))
+                out.extend(statement_bindings(inner, only))
         for handler in getattr(stmt, "handlers", []):
             if handler.name:
                 add([handler.name], "except ... as", stmt)
-            out.extend(_statement_bindings(handler.body, only))
+            out.extend(statement_bindings(handler.body, only))
         for case in getattr(stmt, "cases", []):
-            out.extend(_statement_bindings(case.body, only))
+            out.extend(statement_bindings(case.body, only))
     return out
 
 
@@ -175,7 +175,7 @@ def _cell_statements(src: str) -> tuple[tuple[str, int, int, str, str | None, as
         return tuple((m.group(1) or m.group(2), line, line, "definition (cell not parsed)", None, None)
                      for m in _FALLBACK.finditer(src) for line in (src.count("\n", 0, m.start()) + 1,))
     return tuple((name, stmt.lineno, stmt.end_lineno or stmt.lineno, kind, alias, stmt)
-                 for name, kind, stmt, alias in _statement_bindings(tree.body))
+                 for name, kind, stmt, alias in statement_bindings(tree.body))
 
 
 def in_effect(found: list[Binding], name: str, *, before: int | None = None) -> Binding | None:

@@ -14,13 +14,13 @@ def test_a_shared_cell_is_walked_once_and_numbered_in_each_notebook(monkeypatch:
     shared = "import math\n\n\ndef alpha_c71(x):\n    return math.sqrt(x)\n"
     first = cell_bindings([(0, "y_c71 = 1\n"), (1, shared)])
     walks: list[int] = []
-    real = bindings_module._statement_bindings
+    real = bindings_module.statement_bindings
 
     def counting(body: list, only: set[str] | None = None) -> list:
         walks.append(len(body))
         return real(body, only)
 
-    monkeypatch.setattr(bindings_module, "_statement_bindings", counting)
+    monkeypatch.setattr(bindings_module, "statement_bindings", counting)
     second = cell_bindings([(3, shared), (4, "alpha_c71 = None\n"), (7, "y_c71 = 1\n")])
     assert walks == [1]  # only the one new cell's text was walked
     assert [(b.name, b.cell, b.line, b.kind, b.seq) for b in first] == [
