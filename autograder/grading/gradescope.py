@@ -44,10 +44,6 @@ def grade_gradescope(submission: Path, results: Path, *, course: Course,
     into results.json.
     """
     started("start-up (interpreter and imports)")
-    # torch, imported beside the sandbox's start: judging a wrong answer may compute with it (the student's own
-    # earlier output taken further), and would otherwise import it after the run, while the student waits
-    threading.Thread(target=timed("torch import (beside the sandbox's start)", import_quietly), args=("torch",),
-                     daemon=True).start()
     try:
         require_isolation(allow_unsandboxed=allow_unsandboxed)
     except UnsandboxedError as exc:
@@ -56,6 +52,10 @@ def grade_gradescope(submission: Path, results: Path, *, course: Course,
                                        "Ask your instructor to fix the autograder.", "stdout_visibility": "hidden",
                                        "tests": [], "extra_data": {"isolation": "none", "refused": str(exc)}}))
         return GradescopeRun(False, f"error: {exc}")
+    # torch, imported beside the sandbox's start: judging a wrong answer may compute with it (the student's own
+    # earlier output taken further), and would otherwise import it after the run, while the student waits
+    threading.Thread(target=timed("torch import (beside the sandbox's start)", import_quietly), args=("torch",),
+                     daemon=True).start()
     with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
         subs = Path(tmp) / "in"
         # Links are copied as links and pipes or devices not at all: the grader refuses both, never follows them.
