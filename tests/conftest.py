@@ -8,6 +8,7 @@ fails and names the marker to add, so the quick tier stays quick.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,15 @@ from autograder.course import Course, course_of
 from autograder.release import build, release
 from autograder.sandbox import WorkerPool
 from helpers.isolation import readable_python  # noqa: F401 - a fixture of the uid fallback's tests, shared from here
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker computes on one torch thread: the workers already fill the cores, and two
+    threads per worker on tensors this small spin against each other (make check took half again as long)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
