@@ -1,4 +1,5 @@
-"""Hostile milestone uploads shared by the milestone and batch tests."""
+"""Milestone uploads shared by the milestone, batch and checkpoint tests: hostile ones, and the reference moved
+by noise."""
 
 from __future__ import annotations
 
@@ -32,3 +33,15 @@ def zip_bomb(path: Path, *, mib: int) -> None:
             if item.filename.endswith("data.pkl"):  # the pickle declares the large size, as the record holds
                 data = data.replace(b"J" + struct.pack("<i", small), b"J" + struct.pack("<i", numel))
             dst.writestr(item.filename, data, compress_type=zipfile.ZIP_STORED)
+
+
+def other_weights(pt: Path | bytes, seed: int) -> bytes:
+    """The checkpoint at pt (a path or its bytes) with its weights moved by 1e-4 relative noise: distinct bytes,
+    the same verdict."""
+    ckpt = torch.load(pt if isinstance(pt, Path) else io.BytesIO(pt), weights_only=True)
+    gen = torch.Generator().manual_seed(seed)
+    ckpt["state_dicts"] = {pos: {k: v * (1 + 1e-4 * torch.randn(v.shape, generator=gen)) for k, v in sd.items()}
+                           for pos, sd in ckpt["state_dicts"].items()}
+    buf = io.BytesIO()
+    torch.save(ckpt, buf)
+    return buf.getvalue()

@@ -4,14 +4,13 @@ finds kept; the figures are those a child of their own computes, and the verific
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pytest
-import torch
 
 from autograder.config import ROOT
 from autograder.course import course_of
+from helpers.milestone import other_weights
 
 ms = course_of().lesson.plugin  # assignments/lesson83/lesson83_checkpoint.py
 CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
@@ -19,21 +18,10 @@ CHECKPOINT = ROOT / "reference" / "lesson83_checkpoint"
 pytestmark = pytest.mark.sandbox
 
 
-def _perturbed(seed: int) -> bytes:
-    """The reference checkpoint with its weights times (1 + 1e-4 noise): weights no cache of this process knows."""
-    config = torch.load(io.BytesIO((CHECKPOINT / "milestone.pt").read_bytes()), weights_only=True)
-    gen = torch.Generator().manual_seed(seed)
-    config["state_dicts"] = {pos: {k: v * (1 + 1e-4 * torch.randn(v.shape, generator=gen)) for k, v in sd.items()}
-                             for pos, sd in config["state_dicts"].items()}
-    buffer = io.BytesIO()
-    torch.save(config, buffer)
-    return buffer.getvalue()
-
-
 def test_a_checkpoint_is_verified_and_measured_in_one_child(monkeypatch: pytest.MonkeyPatch) -> None:
     rules = course_of().suite.milestone_rules
     claims = (CHECKPOINT / "milestone.json").read_bytes()
-    pt = _perturbed(11)
+    pt = other_weights(CHECKPOINT / "milestone.pt", 11)
     asked: list[dict[str, Any]] = []
     answers: list[dict[str, Any]] = []
     run_child = ms._run_child

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import os
@@ -29,7 +28,7 @@ from torch import nn
 from autograder.config import ROOT
 from autograder.course import Course, course_of
 from autograder.model import Status
-from helpers.milestone import zip_bomb
+from helpers.milestone import other_weights, zip_bomb
 from reference.lesson83 import TinyCharLM, apply_rope, rope_cache, sinusoidal_pe
 from reference.lesson83_mistakes import MISTAKES
 
@@ -763,17 +762,6 @@ def test_committed_checkpoints_keep_their_verdicts_at_the_configured_windows() -
     assert {r["problem"] for r in result["schemes"].values()} == {"checkpoint_claims_disagree"}
 
 
-def _other_weights(pt: Path, seed: int) -> bytes:
-    """The checkpoint at pt with its weights moved by 1e-4 relative noise: distinct bytes, the same verdict."""
-    ckpt = torch.load(pt, weights_only=True)
-    gen = torch.Generator().manual_seed(seed)
-    ckpt["state_dicts"] = {pos: {k: v * (1 + 1e-4 * torch.randn(v.shape, generator=gen)) for k, v in sd.items()}
-                           for pos, sd in ckpt["state_dicts"].items()}
-    buf = io.BytesIO()
-    torch.save(ckpt, buf)
-    return buf.getvalue()
-
-
 @pytest.mark.training
 @pytest.mark.sandbox
 def test_distinct_checkpoints_are_read_by_one_started_verifier(tiny_checkpoint: tuple[Path, Path], tmp_path: Path,
@@ -789,10 +777,10 @@ def test_distinct_checkpoints_are_read_by_one_started_verifier(tiny_checkpoint: 
         return real(*args, **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", popen)
-    results = [ms.verify_checkpoint(_other_weights(pt, 1), js, schemes=("rope",), rules=rules(), max_windows=4),
+    results = [ms.verify_checkpoint(other_weights(pt, 1), js, schemes=("rope",), rules=rules(), max_windows=4),
                ms.verify_checkpoint(tmp_path / "bomb.pt", js, schemes=("rope",), rules=rules(), max_windows=4,
                                     memory_mb=96),
-               ms.verify_checkpoint(_other_weights(pt, 2), js, schemes=("rope",), rules=rules(), max_windows=4)]
+               ms.verify_checkpoint(other_weights(pt, 2), js, schemes=("rope",), rules=rules(), max_windows=4)]
     assert len(started) <= 1, f"a process was started per checkpoint: {started}"
     assert results[0]["ok"] and results[2]["ok"] and results[0]["schemes"]["rope"]["ppl"]
     assert results[0]["schemes"]["rope"]["ppl"] != results[2]["schemes"]["rope"]["ppl"]
@@ -804,12 +792,12 @@ def test_distinct_checkpoints_are_read_by_one_started_verifier(tiny_checkpoint: 
 def test_a_verifier_killed_from_outside_is_started_again(tiny_checkpoint: tuple[Path, Path]) -> None:
     """The grader's own reader dying is not the student's failure: the request is retried on a fresh one."""
     pt, js = tiny_checkpoint
-    assert ms.verify_checkpoint(_other_weights(pt, 3), js, schemes=("rope",), rules=rules(), max_windows=4)["ok"]
+    assert ms.verify_checkpoint(other_weights(pt, 3), js, schemes=("rope",), rules=rules(), max_windows=4)["ok"]
     for verifier in ms._POOL.idle:
         assert verifier.proc is not None
         verifier.proc.kill()
         verifier.proc.wait()
-    result = ms.verify_checkpoint(_other_weights(pt, 4), js, schemes=("rope",), rules=rules(), max_windows=4)
+    result = ms.verify_checkpoint(other_weights(pt, 4), js, schemes=("rope",), rules=rules(), max_windows=4)
     assert result["ok"] and result["schemes"]["rope"]["ppl"], result["message"]
 
 
