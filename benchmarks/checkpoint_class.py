@@ -6,7 +6,8 @@ The class (default 300) is built in a temporary folder: one folder per student h
 process grades it with the package's batch grader exactly as `lesson83 grade` does (grade_batch into a fresh out
 folder, the workers of grading_config.yaml), with the grader's opt-in phase record ($LESSON83_PHASES,
 autograder/grading/phases.py) and the throughput benchmark's CPU split (benchmarks/grading_throughput.py), and
-counts each checkpoint reader's requests and CPU seconds. Printed: the wall time (the grading process from its
+counts each checkpoint reader's requests and CPU seconds. The expected values are computed (and cached) before the
+clock starts, as a release leaves them for every grading run. Printed: the wall time (the grading process from its
 start to its end, and grade_batch's call), where it went stage by stage, how many got full marks (all must), and
 the floor those measured costs allow: the fixed start-up plus the CPU seconds of the notebook runs, of the
 checkpoint verification (its reader processes and their children) and of the grading process itself, spread over
@@ -260,7 +261,10 @@ def main(argv: list[str] | None = None) -> int:
         build_class(tmp / "class", n=n, samples=args.samples)
         print(f"{n} students, each the reference notebook with its checkpoint perturbed by {NOISE:g} (claims "
               f"unchanged), built in {time.perf_counter() - began:.1f} s under {tmp / 'class'}", flush=True)
+        from autograder.course import course_of
         from autograder.grading.phases import PHASES_ENV
+
+        course_of().suite.expected  # noqa: B018 - cached as `release` leaves them: a course's every grading run finds them
 
         env = {**os.environ, PHASES_ENV: str(tmp / "phases.json")}
         cmd = [sys.executable, str(Path(__file__).resolve()), "--grade", str(tmp / "class"), "--out",

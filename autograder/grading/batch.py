@@ -172,7 +172,7 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
                 workers: int | None = None, course: Course, progress: bool = True,
                 entries: list[Submission] | None = None, cluster: str | None = None,
                 only: list[str] | None = None, allow_unsandboxed: bool = False,
-                sandbox_first: bool = False) -> BatchSummary:
+                sandbox_first: bool | None = None) -> BatchSummary:
     """Grade every submission under `submissions` into the grades folder `out` (the Gradebook: results/, grades.csv,
     summary.json, feedback/; `entries`: the submissions already read, in place of every entry of `submissions`,
     e.g. an nbgrader course's `submitted/<student>/<assignment>/` folders; `submissions` is then only hidden from
@@ -191,8 +191,10 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     only: the ids (as in grades.csv) of the submissions to grade again, changed or not (say, after replacing a
     student's notebook); every other row is written from its stored result, untouched, and every merged score
     is kept. UnknownSubmission, before anything is written, for an id that names no submission.
-    sandbox_first: start the local sandbox before the suite is read, so that the two overlap (one upload, graded
-    afresh: it is all but always run); it is closed unused when nothing turns out to need it.
+    sandbox_first: start the local sandbox before the suite and the submissions are read, so that they overlap; it
+    is closed unused when nothing turns out to need it. None (the default): only for a first run, when `out` holds
+    no stored result yet (everything is graded then, so the sandbox is all but always needed; a re-run, which may
+    find nothing to grade, starts it only once it knows it will use it).
     """
     config = course.config
     address = cluster or config.cluster.address
@@ -201,6 +203,8 @@ def grade_batch(submissions: Path, *, out: Path = Path("grades"), force: bool = 
     early = None
     if not address:  # a cluster's workers are asked before their first batch
         require_isolation(allow_unsandboxed=allow_unsandboxed)  # refuses here, before anything is read or written
+        if sandbox_first is None:
+            sandbox_first = only is None and not Gradebook(out).record_names()
         early = _start_pool(course, workers=workers, hide=hide) if sandbox_first else None
     try:
         with phase("suite"):

@@ -71,9 +71,16 @@ def open_regular(path: Path, *, limit: int, label: str) -> Iterator[BinaryIO]:
 
 
 def read_regular(path: Path, *, limit: int, label: str) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes (see open_regular); never more are read."""
+    """The bytes of a regular file of at most `limit` bytes (see open_regular); never more are read.
+
+    The read asks for the size the file had when it was opened, plus one byte (a file that grew since is read on,
+    up to limit + 1): asking for limit + 1 bytes at once would have Python allocate, and give back, a buffer of the
+    whole limit for every file (ten times the cost of reading a class's checkpoints)."""
     with open_regular(path, limit=limit, label=label) as f:
-        data = f.read(limit + 1)
+        ask = min(os.fstat(f.fileno()).st_size, limit) + 1
+        data = f.read(ask)
+        if len(data) == ask <= limit:  # it grew since it was opened: read on, as far as the limit allows
+            data += f.read(limit + 1 - ask)
     if len(data) > limit:
         raise Refused(_too_big(label, len(data), limit))
     return data
