@@ -9,6 +9,7 @@ import shlex
 import stat
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,6 +23,7 @@ from autograder.sandbox import NotebookError, notebook_cells
 MAX_FOLDER_ENTRIES = 10_000  # files and folders looked at inside one student's folder
 SKIP_DIRS = frozenset((".ipynb_checkpoints", "__MACOSX"))  # skipped in folders and zips alike
 SHOWN_NAMES = 20  # the notebooks a message names, at most (then "and N more")
+READ_THREADS = 4  # entries read side by side (a class just copied in is read from the disk, not from memory)
 T = TypeVar("T")
 
 
@@ -362,7 +364,9 @@ def find_submissions(folder: Path, *, limits: Submissions | None = None, files: 
     browser gives a second download ("Kim Lee (1).ipynb") gets a note for the TA (second_uploads).
     """
     names = _entry_names(folder)
-    subs = [read_entry(folder / name, limits=limits, files=files, notebook=notebook) for name in names]
+    with ThreadPoolExecutor(READ_THREADS) as pool:  # in order, several files at a time (reads wait on the disk)
+        subs = list(pool.map(lambda name: read_entry(folder / name, limits=limits, files=files, notebook=notebook),
+                             names))
     for sub, sid in zip(subs, submission_ids([(s.name, s.folder) for s in subs])):
         sub.id = sid
         sub.result_name = result_file_name(sid, sub.raw_name)
