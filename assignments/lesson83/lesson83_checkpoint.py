@@ -560,9 +560,11 @@ LEADERBOARD = {"metric": "held-out perplexity", "order": "asc", "axis": "context
                        "the corpus's author), computed by the grader's sandboxed checkpoint reader from the weights"}
 HELDOUT_FILE = "heldout.txt"
 HELDOUT_SHA256 = "a395154f42e8d2f07290b9a493ad292e37de32f597ce2de2cc20127aa6859f64"
-HELDOUT_WINDOWS = 16  # evenly spaced windows of 513 tokens (of about 60 the text holds)
+# Evenly spaced windows of 513 tokens (of about 60 the text holds): each costs 0.02 CPU-s a checkpoint; 16 (until
+# issue 43) cost a class of 300 12 s more on 2 cores for the same figure's error, about 2% (docs/leaderboard.md).
+HELDOUT_WINDOWS = 12
 SKETCH_SIZE = 256
-SEGMENT = 64  # segment_losses: the held-out windows' losses by runs of this many tokens (8 per window, 128 in all)
+SEGMENT = 64  # segment_losses: the held-out windows' losses by runs of this many tokens (8 per window, 96 in all)
 SEGMENT_DECIMALS = 4  # ... stored to 1e-4 nats (float32 rounding moves them by about 1e-6)
 SKETCH_SEED = 8311
 # weights' digest -> scheme -> {"heldout", "sketch", "heldout_losses"}

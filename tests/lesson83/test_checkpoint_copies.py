@@ -44,7 +44,7 @@ def test_a_copy_under_other_weights_is_listed_by_what_it_computes(reference: dic
     gen = torch.Generator().manual_seed(5)
     for pos, state in reference.items():
         noisy[pos] = losses({k: v * (1 + 1e-4 * torch.randn(v.shape, generator=gen)) for k, v in state.items()}, pos)
-    assert all(len(v) == 16 * 512 // ms.SEGMENT for v in own.values())
+    assert all(len(v) == ms.HELDOUT_WINDOWS * 512 // ms.SEGMENT for v in own.values())
     assert all(v == round(v, ms.SEGMENT_DECIMALS) for row in own.values() for v in row)  # no digit rounding flips
     pairs = output_pairs({"orig": own, "copy": copied, "noisy": noisy})
     assert set(pairs) == {("copy", "orig"), ("noisy", "orig"), ("copy", "noisy")}
